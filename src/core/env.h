@@ -1,0 +1,22 @@
+// Every environment variable ferry reads is declared here, and read only through this struct.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace ferry {
+
+struct Env {
+  // FERRY_SIMD: force a CPU SIMD level for the fast kernels ("scalar", "avx2", "avx512"); unset = best.
+  std::optional<std::string> simd;
+  // FERRY_MODELS_DIR: where `ferry run` looks for the default model (default: <repo>/models or ./models).
+  std::optional<std::string> models_dir;
+  // FERRY_LOG: "debug" prints per-step diagnostics to stderr.
+  std::optional<std::string> log;
+  // FERRY_TESTDATA: the shared test-data folder for tests (default: ../shared/testdata from the repo).
+  std::optional<std::string> testdata;
+
+  static Env read();  // reads the process environment once; pass the result down
+};
+
+}  // namespace ferry
