@@ -1,0 +1,88 @@
+// AVX2 + FMA + F16C dot kernels: the quantized formats through quant_dot_x86.h (maddubs + madd), and the
+// float weight types (F32, F16 with F32 activations; BF16 with BF16 activations) here.
+#include "backends/cpu/quant_dot_kernels.h"
+
+#if defined(__x86_64__)
+
+#define FERRY_X86_TARGET "avx2,fma,f16c"
+#define FERRY_X86_VNNI 0
+#include "backends/cpu/quant_dot_x86.h"
+#include "core/fp16.h"
+
+namespace ferry::dot_kernels {
+namespace {
+
+struct F32Load {
+  using T = float;
+  FERRY_X86_FN static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static float one(float v) { return v; }
+};
+struct F16Load {
+  using T = uint16_t;
+  FERRY_X86_FN static __m256 load8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static float one(uint16_t v) { return fp16_to_f32(v); }
+};
+struct BF16Load {
+  using T = uint16_t;
+  FERRY_X86_FN static __m256 load8(const uint16_t* p) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  static float one(uint16_t v) { return bf16_to_f32(v); }
+};
+
+// w: n values (WL::T), x: NX rows of n values (XL::T); two accumulators per row hide the FMA latency.
+template <typename WL, typename XL, int NX>
+FERRY_X86_FN void float_rows(int64_t n, const typename WL::T* w, const typename XL::T* const* x, float* out) {
+  __m256 acc0[NX], acc1[NX];
+  for (int r = 0; r < NX; ++r) acc0[r] = _mm256_setzero_ps(), acc1[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 w0 = WL::load8(w + i), w1 = WL::load8(w + i + 8);
+    for (int r = 0; r < NX; ++r) {
+      acc0[r] = _mm256_fmadd_ps(w0, XL::load8(x[r] + i), acc0[r]);
+      acc1[r] = _mm256_fmadd_ps(w1, XL::load8(x[r] + i + 8), acc1[r]);
+    }
+  }
+  for (int r = 0; r < NX; ++r) {
+    float sum = hsum(_mm256_add_ps(acc0[r], acc1[r]));
+    for (int64_t j = i; j < n; ++j) sum += WL::one(w[j]) * XL::one(x[r][j]);
+    out[r] = sum;
+  }
+}
+
+template <typename WL, typename XL>
+__attribute__((target(FERRY_X86_TARGET))) void float_dot(int64_t n, const void* w, const void* x, size_t xb,
+                                                          int n_x, float* out) {
+  using XT = typename XL::T;
+  const XT* xs[kMaxDotRows] = {};
+  for (int j = 0; j < n_x; ++j) xs[j] = x_row<XT>(x, xb, j);
+  const auto* wp = static_cast<const typename WL::T*>(w);
+  switch (n_x) {
+    case 1: float_rows<WL, XL, 1>(n, wp, xs, out); break;
+    case 2: float_rows<WL, XL, 2>(n, wp, xs, out); break;
+    case 3: float_rows<WL, XL, 3>(n, wp, xs, out); break;
+    default: float_rows<WL, XL, 4>(n, wp, xs, out); break;
+  }
+}
+
+}  // namespace
+
+void fill_avx2(DotKernels& k) {
+  fill_x86_quant(k);
+  k.by_weight_type[static_cast<size_t>(DType::F32)] = float_dot<F32Load, F32Load>;
+  k.by_weight_type[static_cast<size_t>(DType::F16)] = float_dot<F16Load, F32Load>;
+  k.by_weight_type[static_cast<size_t>(DType::BF16)] = float_dot<BF16Load, BF16Load>;
+}
+
+}  // namespace ferry::dot_kernels
+
+#else
+
+namespace ferry::dot_kernels {
+void fill_avx2(DotKernels&) {}
+}  // namespace ferry::dot_kernels
+
+#endif

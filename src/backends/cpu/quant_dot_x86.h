@@ -1,0 +1,394 @@
+// x86 dot kernels over 256-bit vectors, written once and compiled twice: quant_dot_avx2.cpp (AVX2 + FMA +
+// F16C, maddubs + madd) and quant_dot_avx512.cpp (the same plus AVX512-VNNI: vpdpbusd replaces the
+// maddubs + madd pair). The including file defines, before including this header:
+//   FERRY_X86_TARGET  the target attribute string, e.g. "avx2,fma,f16c"
+//   FERRY_X86_VNNI    1 to use _mm256_dpbusd_epi32, 0 for maddubs + madd
+// Everything here has internal linkage (anonymous namespace), so the two copies never collide.
+//
+// Shape of every kernel: Kernel::rows<NX>(nb, w, x, out): w: nb weight blocks (one row);
+// x: NX pointers, each to nb activation blocks; out: [NX] floats. Each weight block is unpacked once and
+// multiplied with the NX activation rows: several tokens share one pass over the weights.
+#pragma once
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "backends/cpu/quant_dot_kernels.h"
+#include "formats/quant.h"
+
+#define FERRY_X86_FN __attribute__((target(FERRY_X86_TARGET))) inline
+
+namespace ferry::dot_kernels {
+namespace {
+
+FERRY_X86_FN float fp16(uint16_t h) { return _cvtsh_ss(h); }
+
+FERRY_X86_FN float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Sums of 4 adjacent products u8 * i8 into 8 int32 lanes. u: unsigned bytes (< 128 on the maddubs path so
+// pairs cannot saturate int16 against |i| <= 127), i: signed bytes.
+FERRY_X86_FN __m256i dot_u8_i8(__m256i u, __m256i i) {
+#if FERRY_X86_VNNI
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, i);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, i), _mm256_set1_epi16(1));
+#endif
+}
+
+// Signed * signed through the sign trick: |a| * (b with a's sign). a must not hold -128.
+FERRY_X86_FN __m256i dot_i8_i8(__m256i a, __m256i b) {
+  return dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+// 16 packed bytes -> 32 bytes: low nibbles in lanes 0..15, high nibbles in lanes 16..31 (values 0..15).
+FERRY_X86_FN __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+// 32 bits (little-endian bytes at p) -> 32 bytes, 0xFF where bit i is set.
+FERRY_X86_FN __m256i expand_bits(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                                          0x0303030303030303);
+  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), shuf);
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+// Unsigned bytes u (0..63) times signed bytes y, pairs summed to int16 then weighted by the int16 scales
+// (per 128-bit lane: lane 0 = values 0..15, lane 1 = values 16..31) into 8 int32 lanes.
+FERRY_X86_FN __m256i scaled_dot(__m256i u, __m256i y, __m256i scales16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), scales16);
+}
+
+FERRY_X86_FN __m256i two_scales(int lo, int hi) {
+  return _mm256_set_m128i(_mm_set1_epi16(int16_t(hi)), _mm_set1_epi16(int16_t(lo)));
+}
+
+FERRY_X86_FN __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// ---- the 32-value formats ----------------------------------------------------------------------------
+
+struct KQ4_0 {
+  using W = BlockQ4_0;
+  using X = BlockQ8_0;
+  template <int NX>
+  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
+    __m256 acc[NX];
+    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i q = _mm256_sub_epi8(unpack_nibbles(w[b].qs), _mm256_set1_epi8(8));
+      const __m256i aq = _mm256_sign_epi8(q, q);
+      const float dw = fp16(w[b].d);
+      for (int r = 0; r < NX; ++r) {
+        const __m256i sy = _mm256_sign_epi8(load256(x[r][b].qs), q);
+        const __m256 p = _mm256_cvtepi32_ps(dot_u8_i8(aq, sy));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(x[r][b].d)), p, acc[r]);
+      }
+    }
+    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]);
+  }
+};
+
+struct KQ4_1 {
+  using W = BlockQ4_1;
+  using X = BlockQ8_1;
+  template <int NX>
+  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
+    __m256 acc[NX];
+    float acc_m[NX];
+    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps(), acc_m[r] = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i q = unpack_nibbles(w[b].qs);
+      const float dw = fp16(w[b].d), mw = fp16(w[b].m);
+      for (int r = 0; r < NX; ++r) {
+        const __m256 p = _mm256_cvtepi32_ps(dot_u8_i8(q, load256(x[r][b].qs)));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(x[r][b].d)), p, acc[r]);
+        acc_m[r] += mw * fp16(x[r][b].s);
+      }
+    }
+    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]) + acc_m[r];
+  }
+};
+
+struct KQ5_0 {
+  using W = BlockQ5_0;
+  using X = BlockQ8_0;
+  template <int NX>
+  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
+    __m256 acc[NX];
+    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      // q - 16 = nibble - 16 * (1 - high bit)
+      const __m256i missing = _mm256_andnot_si256(expand_bits(w[b].qh), _mm256_set1_epi8(0x10));
+      const __m256i q = _mm256_sub_epi8(unpack_nibbles(w[b].qs), missing);
+      const __m256i aq = _mm256_sign_epi8(q, q);
+      const float dw = fp16(w[b].d);
+      for (int r = 0; r < NX; ++r) {
+        const __m256i sy = _mm256_sign_epi8(load256(x[r][b].qs), q);
+        const __m256 p = _mm256_cvtepi32_ps(dot_u8_i8(aq, sy));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(x[r][b].d)), p, acc[r]);
+      }
+    }
+    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]);
+  }
+};
+
+struct KQ5_1 {
+  using W = BlockQ5_1;
+  using X = BlockQ8_1;
+  template <int NX>
+  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
+    __m256 acc[NX];
+    float acc_m[NX];
+    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps(), acc_m[r] = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i high = _mm256_and_si256(expand_bits(w[b].qh), _mm256_set1_epi8(0x10));
+      const __m256i q = _mm256_or_si256(unpack_nibbles(w[b].qs), high);
+      const float dw = fp16(w[b].d), mw = fp16(w[b].m);
+      for (int r = 0; r < NX; ++r) {
+        const __m256 p = _mm256_cvtepi32_ps(dot_u8_i8(q, load256(x[r][b].qs)));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(x[r][b].d)), p, acc[r]);
+        acc_m[r] += mw * fp16(x[r][b].s);
+      }
+    }
+    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]) + acc_m[r];
+  }
+};
+
+struct KQ8_0 {
+  using W = BlockQ8_0;
+  using X = BlockQ8_0;
+  template <int NX>
+  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
+    __m256 acc[NX];
+    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i q = load256(w[b].qs);
+      const __m256i aq = _mm256_sign_epi8(q, q);
+      const float dw = fp16(w[b].d);
+      for (int r = 0; r < NX; ++r) {
+        const __m256i sy = _mm256_sign_epi8(load256(x[r][b].qs), q);
+        const __m256 p = _mm256_cvtepi32_ps(dot_u8_i8(aq, sy));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(x[r][b].d)), p, acc[r]);
+      }
+    }
+    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]);
+  }
+};
+
+// ---- the K-quants (x: Q8_K) ---------------------------------------------------------------------------
+
+struct KQ2_K {
+  using W = BlockQ2_K;
+  using X = BlockQ8_K;
+  template <int NX>
+  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
+    __m256 acc[NX];
+    float acc_m[NX];
+    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps(), acc_m[r] = 0.0f;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int64_t b = 0; b < nb; ++b) {
+      const W& wb = w[b];
+      __m256i sumi[NX];
+      for (int r = 0; r < NX; ++r) sumi[r] = _mm256_setzero_si256();
+      for (int half = 0; half < 2; ++half) {
+        const __m256i q = load256(wb.qs + 32 * half);
+        for (int s = 0; s < 4; ++s) {
+          const int g = 8 * half + 2 * s;
+          const __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3);
+          const __m256i sc = two_scales(wb.scales[g] & 0xF, wb.scales[g + 1] & 0xF);
+          for (int r = 0; r < NX; ++r)
+            sumi[r] = _mm256_add_epi32(sumi[r], scaled_dot(v, load256(x[r][b].qs + 128 * half + 32 * s), sc));
+        }
+      }
+      const float dw = fp16(wb.d), dmin = fp16(wb.dmin);
+      for (int r = 0; r < NX; ++r) {
+        int sum_m = 0;
+        for (int g = 0; g < 16; ++g) sum_m += (wb.scales[g] >> 4) * x[r][b].bsums[g];
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[r][b].d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        acc_m[r] += dmin * x[r][b].d * float(sum_m);
+      }
+    }
+    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]) - acc_m[r];
+  }
+};
+
+struct KQ3_K {
+  using W = BlockQ3_K;
+  using X = BlockQ8_K;
+  template <int NX>
+  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
+    __m256 acc[NX];
+    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    for (int64_t b = 0; b < nb; ++b) {
+      const W& wb = w[b];
+      int8_t scales[16];
+      q3k_scales(wb.scales, scales);
+      const __m256i hm = load256(wb.hmask);
+      __m256i sumi[NX];
+      for (int r = 0; r < NX; ++r) sumi[r] = _mm256_setzero_si256();
+      for (int half = 0; half < 2; ++half) {
+        const __m256i q = load256(wb.qs + 32 * half);
+        for (int s = 0; s < 4; ++s) {
+          const int g = 8 * half + 2 * s;
+          const __m256i bit = _mm256_set1_epi8(char(1 << (4 * half + s)));
+          const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
+          // v = q2 + 4 * high bit, in 0..7; the value is v - 4 (the -4 is folded in through bsums below)
+          const __m256i v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3), high);
+          const __m256i sc = two_scales(scales[g], scales[g + 1]);
+          for (int r = 0; r < NX; ++r)
+            sumi[r] = _mm256_add_epi32(sumi[r], scaled_dot(v, load256(x[r][b].qs + 128 * half + 32 * s), sc));
+        }
+      }
+      const float dw = fp16(wb.d);
+      for (int r = 0; r < NX; ++r) {
+        int offset = 0;
+        for (int g = 0; g < 16; ++g) offset += scales[g] * x[r][b].bsums[g];
+        const __m256i total = _mm256_sub_epi32(sumi[r], _mm256_setr_epi32(4 * offset, 0, 0, 0, 0, 0, 0, 0));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[r][b].d), _mm256_cvtepi32_ps(total), acc[r]);
+      }
+    }
+    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]);
+  }
+};
+
+// Q4_K and Q5_K share everything but the 5th bit.
+template <typename Block, bool kFifthBit>
+struct KQ45_K {
+  using W = Block;
+  using X = BlockQ8_K;
+  template <int NX>
+  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
+    __m256 acc[NX];
+    float acc_m[NX];
+    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps(), acc_m[r] = 0.0f;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    for (int64_t b = 0; b < nb; ++b) {
+      const W& wb = w[b];
+      uint8_t sc[8], mn[8];
+      for (int g = 0; g < 8; ++g) k4_scale_min(g, wb.scales, &sc[g], &mn[g]);
+      __m256i qh = _mm256_setzero_si256();
+      if constexpr (kFifthBit) qh = load256(wb.qh);
+      __m256i sumi[NX];
+      for (int r = 0; r < NX; ++r) sumi[r] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q = load256(wb.qs + 32 * c);
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (kFifthBit) {
+          const __m256i bit_lo = _mm256_set1_epi8(char(1 << (2 * c)));
+          const __m256i bit_hi = _mm256_set1_epi8(char(2 << (2 * c)));
+          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_lo), bit_lo), b4));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_hi), bit_hi), b4));
+        }
+        const __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
+        for (int r = 0; r < NX; ++r) {
+          const __m256i p_lo = scaled_dot(lo, load256(x[r][b].qs + 64 * c), s_lo);
+          const __m256i p_hi = scaled_dot(hi, load256(x[r][b].qs + 64 * c + 32), s_hi);
+          sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p_lo, p_hi));
+        }
+      }
+      const float dw = fp16(wb.d), dmin = fp16(wb.dmin);
+      for (int r = 0; r < NX; ++r) {
+        const int16_t* bs = x[r][b].bsums;
+        int sum_m = 0;
+        for (int g = 0; g < 8; ++g) sum_m += mn[g] * (bs[2 * g] + bs[2 * g + 1]);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[r][b].d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        acc_m[r] += dmin * x[r][b].d * float(sum_m);
+      }
+    }
+    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]) - acc_m[r];
+  }
+};
+
+struct KQ6_K {
+  using W = BlockQ6_K;
+  using X = BlockQ8_K;
+  template <int NX>
+  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
+    __m256 acc[NX];
+    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    for (int64_t b = 0; b < nb; ++b) {
+      const W& wb = w[b];
+      __m256i sumi[NX];
+      for (int r = 0; r < NX; ++r) sumi[r] = _mm256_setzero_si256();
+      for (int half = 0; half < 2; ++half) {
+        const __m256i ql0 = load256(wb.ql + 64 * half), ql1 = load256(wb.ql + 64 * half + 32);
+        const __m256i qh = load256(wb.qh + 32 * half);
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+            _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+        };
+        const int8_t* sc = wb.scales + 8 * half;
+        for (int k = 0; k < 4; ++k) {
+          const __m256i s = two_scales(sc[2 * k], sc[2 * k + 1]);
+          for (int r = 0; r < NX; ++r)
+            sumi[r] = _mm256_add_epi32(sumi[r], scaled_dot(q[k], load256(x[r][b].qs + 128 * half + 32 * k), s));
+        }
+      }
+      const float dw = fp16(wb.d);
+      for (int r = 0; r < NX; ++r) {
+        int offset = 0;  // the -32 of every value, through the group sums of x
+        for (int g = 0; g < 16; ++g) offset += wb.scales[g] * x[r][b].bsums[g];
+        const __m256i total = _mm256_sub_epi32(sumi[r], _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[r][b].d), _mm256_cvtepi32_ps(total), acc[r]);
+      }
+    }
+    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]);
+  }
+};
+
+// ---- the dispatcher: n_x -> rows<NX> ---------------------------------------------------------------------
+
+template <typename K, int kBlock>
+__attribute__((target(FERRY_X86_TARGET))) void dot_fn(int64_t n, const void* w, const void* x, size_t xb,
+                                                       int n_x, float* out) {
+  using X = typename K::X;
+  const X* xs[kMaxDotRows] = {};
+  for (int j = 0; j < n_x; ++j) xs[j] = x_row<X>(x, xb, j);
+  const auto* wp = static_cast<const typename K::W*>(w);
+  const int64_t nb = n / kBlock;
+  switch (n_x) {
+    case 1: K::template rows<1>(nb, wp, xs, out); break;
+    case 2: K::template rows<2>(nb, wp, xs, out); break;
+    case 3: K::template rows<3>(nb, wp, xs, out); break;
+    default: K::template rows<4>(nb, wp, xs, out); break;
+  }
+}
+
+// Sets the 32-value and K-quant kernels of this compilation.
+inline void fill_x86_quant(DotKernels& k) {
+  auto set = [&](DType t, DotFn fn) { k.by_weight_type[static_cast<size_t>(t)] = fn; };
+  set(DType::Q4_0, dot_fn<KQ4_0, kQK>);
+  set(DType::Q4_1, dot_fn<KQ4_1, kQK>);
+  set(DType::Q5_0, dot_fn<KQ5_0, kQK>);
+  set(DType::Q5_1, dot_fn<KQ5_1, kQK>);
+  set(DType::Q8_0, dot_fn<KQ8_0, kQK>);
+  set(DType::Q2_K, dot_fn<KQ2_K, kQKK>);
+  set(DType::Q3_K, dot_fn<KQ3_K, kQKK>);
+  set(DType::Q4_K, dot_fn<KQ45_K<BlockQ4_K, false>, kQKK>);
+  set(DType::Q5_K, dot_fn<KQ45_K<BlockQ5_K, true>, kQKK>);
+  set(DType::Q6_K, dot_fn<KQ6_K, kQKK>);
+}
+
+}  // namespace
+}  // namespace ferry::dot_kernels
+
+#endif  // __x86_64__
