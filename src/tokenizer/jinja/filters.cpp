@@ -40,21 +40,6 @@ Value fold_key(const Value& v, bool case_sensitive) {
   return v;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string jinja_title(const std::string& s) {
   // jinja2: words split on runs of [-\s({\[<]; each word's first char upper, rest lower.
   auto cps = decode_utf8(s);
@@ -136,7 +121,11 @@ std::string printf_format(const std::string& f, const List& args) {
 Value Interpreter::apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
   step();
   const Value* a0 = a.positional.empty() ? nullptr : &a.positional[0];
-  if (name == "safe") return v;
+  if (name == "safe") {
+    Value m = Value::string(to_str(v));
+    m.safe = true;
+    return m;
+  }
   if (name == "trim") {
     const Value* chars = a.get(0, "chars");
     if (chars && chars->is_string()) return Value::string(py_strip_chars(to_str(v), chars->s, true, true));
@@ -147,7 +136,12 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, const C
   if (name == "capitalize") return call(method_of(Value::string(to_str(v)), "capitalize"), {});
   if (name == "title") return Value::string(jinja_title(to_str(v)));
   if (name == "string") return Value::string(to_str(v));
-  if (name == "escape" || name == "e" || name == "forceescape") return Value::string(html_escape(to_str(v)));
+  if (name == "escape" || name == "e" || name == "forceescape") {
+    if (v.is_string() && v.safe && name != "forceescape") return v;
+    Value m = Value::string(html_escape(to_str(v)));
+    m.safe = true;
+    return m;
+  }
   if (name == "length" || name == "count") {
     switch (v.kind) {
       case Kind::kString: return Value::integer(static_cast<int64_t>(count_code_points(v.s)));
@@ -319,7 +313,8 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, const C
       test_args.positional.assign(a.positional.begin() + static_cast<std::ptrdiff_t>(next + 1), a.positional.end());
     }
     List out;
-    for (const Value& item : iterate(v)) {
+    const List items = (v.is_none() || !truthy(v)) ? List{} : iterate(v);  // jinja2: "if value: for item in value"
+    for (const Value& item : items) {
       const Value x = attr ? attr_path(*this, item, attribute) : item;
       const bool r = test.empty() ? truthy(x) : apply_test(test, x, test_args);
       if (r == keep) out.push_back(item);
@@ -334,8 +329,9 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, const C
       if (k == "attribute") attribute = &x;
       if (k == "default") def = &x;
     }
+    const List items = (v.is_none() || !truthy(v)) ? List{} : iterate(v);  // jinja2: "if value: for item in value"
     if (attribute) {
-      for (const Value& item : iterate(v)) {
+      for (const Value& item : items) {
         Value x = attr_or_int_path(*this, item, *attribute);
         out.push_back(x.is_undefined() && def ? *def : x);
       }
@@ -346,7 +342,7 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, const C
     CallArgs fargs;
     fargs.positional.assign(a.positional.begin() + 1, a.positional.end());
     fargs.keyword = a.keyword;
-    for (const Value& item : iterate(v)) out.push_back(apply_filter(filter, item, fargs));
+    for (const Value& item : items) out.push_back(apply_filter(filter, item, fargs));
     return Value::make_generator(std::move(out));
   }
   if (name == "unique" || name == "sort" || name == "max" || name == "min") {

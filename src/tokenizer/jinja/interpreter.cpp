@@ -540,9 +540,9 @@ bool contains(const Value& container, const Value& item) {
 
 namespace {
 
-int64_t checked(bool overflow, int64_t v) {
+Value checked_int(bool overflow, const int64_t& v) {
   if (overflow) fail("integer overflow");
-  return v;
+  return Value::integer(v);
 }
 
 Value repeat(Interpreter& in, const Value& seq, int64_t n) {
@@ -580,9 +580,13 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
   const char c0 = op[0];
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
-      std::string s = a.s + b.s;
+      // markupsafe: Markup + str escapes the str operand, and the result stays Markup.
+      const bool safe = a.safe || b.safe;
+      std::string s = (safe && !a.safe ? html_escape(a.s) : a.s) + (safe && !b.safe ? html_escape(b.s) : b.s);
       in.check_string(s);
-      return Value::string(std::move(s));
+      Value r = Value::string(std::move(s));
+      r.safe = safe;
+      return r;
     }
     if (a.is_sequence() && a.kind == b.kind) {
       in.check_list(a.list->size() + b.list->size());
@@ -601,9 +605,9 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
   if (ints) {
     const int64_t x = a.as_int(), y = b.as_int();
     int64_t r = 0;
-    if (op == "+") return Value::integer(checked(__builtin_add_overflow(x, y, &r), r));
-    if (op == "-") return Value::integer(checked(__builtin_sub_overflow(x, y, &r), r));
-    if (op == "*") return Value::integer(checked(__builtin_mul_overflow(x, y, &r), r));
+    if (op == "+") return checked_int(__builtin_add_overflow(x, y, &r), r);  // r by reference: read after
+    if (op == "-") return checked_int(__builtin_sub_overflow(x, y, &r), r);
+    if (op == "*") return checked_int(__builtin_mul_overflow(x, y, &r), r);
     if (op == "//" || op == "%") {
       if (y == 0) fail("integer division or modulo by zero");
       if (x == INT64_MIN && y == -1) fail("integer overflow");

@@ -47,6 +47,7 @@ struct Value {
   int64_t i = 0;
   double f = 0.0;
   std::string s;                        // kString; for kUndefined the name that was looked up (for messages)
+  bool safe = false;                    // kString: a markupsafe.Markup (from |safe or |escape)
   std::shared_ptr<const List> list;     // kList, kTuple, kGenerator (immutable: the sandbox forbids mutation)
   std::shared_ptr<const Dict> dict;     // kDict
   std::shared_ptr<Dict> ns;             // kNamespace (mutable through {% set ns.x = ... %})
@@ -88,5 +89,6 @@ int compare(const Value& a, const Value& b);
 std::string to_str(const Value& v);
 std::string repr(const Value& v);
 std::string format_float(double v);  // Python's repr(float)
+std::string html_escape(const std::string& s);  // markupsafe.escape
 
 }  // namespace ferry::jinja
