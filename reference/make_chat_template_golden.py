@@ -177,6 +177,54 @@ CONVERSATIONS = {
 }
 
 
+# Small templates that pin down engine semantics (rendered with transformers' own jinja environment).
+ENGINE_CASES = [
+    ("{{ 1 + 2 * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ 7 % 3 }}|{{ -7 % 3 }}|{{ 2 ** 10 }}|{{ 7 / 2 }}|{{ 4 / 2 }}", {}),
+    ("{{ 0.1 + 0.2 }}|{{ 1e20 }}|{{ 1.5e-7 }}|{{ 3.0 }}|{{ 1/3 }}|{{ 123456789.125 }}", {}),
+    ("{{ 'a' ~ 1 ~ none ~ true }}|{{ 'ab' * 3 }}|{{ [1] + [2, 3] }}|{{ (1, 'x') }}|{{ (1,) }}", {}),
+    ("{{ x }}|{{ x is defined }}|{{ x is undefined }}|{{ x | default('d') }}|{{ '' | default('e', true) }}|{{ x|length }}", {}),
+    ("{{ d }}|{{ d.a }}|{{ d['b'] }}|{{ d.missing is defined }}|{{ d.get('zz', 5) }}|{{ d.items() | list }}", {"d": {"a": 1, "b": [1, 2]}}),
+    ("{{ s[1:] }}|{{ s[::-1] }}|{{ s[-2] }}|{{ s[1:4:2] }}|{{ l[:2] }}|{{ l[-1] }}|{{ l[5] is defined }}", {"s": "héllo", "l": [1, 2, 3]}),
+    ("{{ '  a b  ' | trim }}|{{ 'Hello World' | upper }}|{{ 'Hello' | lower }}|{{ 'hello wORLD' | capitalize }}|{{ \"they're bill's-x\" | title }}", {}),
+    ("{{ [3, 1, 2] | sort }}|{{ ['b', 'A', 'c'] | sort }}|{{ [3, 1, 2] | sort(reverse=true) | join(',') }}|{{ [1, 2, 2, 'a', 'A'] | unique | list }}", {}),
+    ("{{ users | selectattr('active') | map(attribute='name') | join(', ') }}|{{ users | rejectattr('name', 'equalto', 'bo') | list | length }}|{{ users | map(attribute='age', default=0) | list }}", {"users": [{"name": "al", "active": True, "age": 3}, {"name": "bo", "active": False}]}),
+    ("{{ [1, 2, 3, 4] | select('odd') | list }}|{{ [1, 2, 3, 4] | reject('divisibleby', 2) | list }}|{{ ['a', 'b'] | map('upper') | list }}", {}),
+    ("{{ v | tojson }}|{{ v | tojson(indent=2) }}|{{ v | tojson(sort_keys=true) }}|{{ v | tojson(separators=(',', ':')) }}", {"v": {"z": [1, 2.5, None, True], "a": "é\"\n<>", "e": {}, "f": []}}),
+    ("{{ 'a\nb\n\nc' | indent(2) }}|{{ 'a\nb' | indent(2, first=true) }}|{{ 'x' | center(7) }}|{{ 'one two  three' | wordcount }}", {}),
+    ("{{ 3.14159 | round(2) }}|{{ 2.5 | round }}|{{ 3.7 | round(0, 'floor') }}|{{ -3 | abs }}|{{ '42' | int }}|{{ 'x' | int }}|{{ '3.5' | float }}|{{ 3.9 | int }}", {}),
+    ("{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'xyx'.strip('x') }}|{{ 'abc'.startswith('ab') }}|{{ 'abc'.endswith(('x', 'c')) }}|{{ 'a-b'.replace('-', '+') }}|{{ 'hello'.find('l') }}", {}),
+    ("{{ 'Hi {}!'.format('you') }}|{{ 'abc'.upper() }}|{{ 'ABC'.lower() }}|{{ 'hello world'.title() }}|{{ '  x '.lstrip() }}.|{{ '  x '.rstrip() }}.", {}),
+    ("{% for k, v in d.items() %}{{ k }}={{ v }}{% if not loop.last %},{% endif %}{% endfor %}", {"d": {"b": 1, "a": 2}}),
+    ("{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.revindex0 }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }}/{{ loop.previtem }}/{{ loop.nextitem }};{% endfor %}", {"xs": ["a", "b", "c"]}),
+    ("{% for x in xs if x > 1 %}{{ x }}{{ loop.index }}{% else %}none{% endfor %}|{% for x in [] %}{{ x }}{% else %}empty{% endfor %}", {"xs": [1, 2, 3]}),
+    ("{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}|{{ range(2, 9, 3) | list }}|{{ range(3) | list }}", {}),
+    ("{% set ns = namespace(n=0, items=[]) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% set ns.items = ns.items + [i] %}{% endfor %}{{ ns.n }}|{{ ns.items }}", {}),
+    ("{% set x = 1 %}{% for i in range(3) %}{% set x = i %}{% endfor %}{{ x }}|{% if true %}{% set y = 2 %}{% endif %}{{ y }}", {}),
+    ("{% macro greet(name, greeting='Hello') -%}{{ greeting }}, {{ name }}!{%- endmacro %}{{ greet('Ann') }}|{{ greet('Bob', greeting='Hi') }}|{{ greet('C', 'Yo') }}", {}),
+    ("{% macro wrap() %}[{{ caller() }}]{% endmacro %}{% call wrap() %}inner{% endcall %}|{% set b %}  block {{ 1 }} {% endset %}{{ b }}|{% filter upper %}abc{% endfilter %}", {}),
+    ("{{ 1 if true else 2 }}|{{ 1 if false else 2 }}|{{ 'x' if false }}|{{ not true }}|{{ 1 and 'a' }}|{{ 0 or 'b' }}|{{ 1 < 2 < 3 }}|{{ 'a' in 'abc' }}|{{ 3 not in [1, 2] }}", {}),
+    ("{{ none is none }}|{{ 1 is number }}|{{ true is number }}|{{ 'a' is string }}|{{ {} is mapping }}|{{ [] is iterable }}|{{ 'x' is sequence }}|{{ true is boolean }}|{{ 1 is integer }}|{{ 1.0 is float }}|{{ 4 is even }}|{{ x is none }}", {}),
+    ("{{ dict(a=1, b='x') }}|{{ {'k': [1, {'n': none}]} }}|{{ [1, 'it\\'s', \"q\"] }}|{{ {'a': 1}['a'] }}|{{ 'ab'|list }}|{{ {'x': 1, 'y': 2}|list }}", {}),
+    ("{{ items | first }}|{{ items | last }}|{{ items | reverse | list }}|{{ 'abc' | reverse }}|{{ items | length }}|{{ items | sum }}|{{ items | max }}|{{ items | min }}|{{ items | batch(2) | list }}", {"items": [4, 1, 3]}),
+    ("  {% if true %}\n    x\n  {% endif %}\n{{- ' y ' -}}\n  z {# c #}\n  {%- if true +%}  w{% endif %}\n", {}),
+    ("a {%- if true %} b {% endif -%} c\n{% for i in [1,2] %}\n{{ i }}\n{% endfor %}\nend\n", {}),
+    ("{% raw %}{{ not rendered }}{% endraw %}|{{ 'a' 'b' }}|{{ \"\\u00e9\\x41\\t|\" }}|{{ '%s-%d' | format('a', 3) }}|{{ '<b>' | e }}|{{ '<b>' | safe }}", {}),
+    ("{{ 'Hi' | safe + '<x>' }}|{{ '<x>' ~ ('y' | safe) }}|{{ strftime_now('%Y-%m-%d %H:%M %b %A') }}", {}),
+]
+
+
+def render_engine_cases():
+    out = []
+    for src, ctx in ENGINE_CASES:
+        case = {"source": src, "context": ctx}
+        try:
+            case["expected"] = ctu._compile_jinja_template(src).render(**ctx)
+        except Exception as e:
+            case["expected_error"] = f"{type(e).__name__}: {e}"
+        out.append(case)
+    return out
+
+
 def make_tokenizer():
     tok = Tokenizer(WordLevel({"<unk>": 0, BOS: 1, EOS: 2}, unk_token="<unk>"))
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS)
@@ -250,7 +298,7 @@ def main():
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w", encoding="utf-8") as f:
         json.dump({"date": "2024-07-26T09:30:00", "note": "generated by reference/make_chat_template_golden.py",
-                   "builtin_templates": BUILTIN, "cases": cases}, f, ensure_ascii=False, indent=1)
+                   "builtin_templates": BUILTIN, "engine_cases": render_engine_cases(), "cases": cases}, f, ensure_ascii=False, indent=1)
     n_ok = sum("expected" in c for c in cases)
     print(f"{len(cases)} cases ({n_ok} rendered, {len(cases) - n_ok} errors) -> {OUT}", file=sys.stderr)
 

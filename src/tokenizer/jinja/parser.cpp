@@ -96,7 +96,9 @@ class Parser {
       const Token& t = cur();
       if (t.type == TokenType::kEof) {
         if (ends.size() == 0) return body;
-        error(t, fmt::format("unexpected end of template, expected '{}'", *ends.begin()));
+        std::string names;
+        for (const char* e : ends) names += std::string(names.empty() ? "" : " or ") + "'" + e + "'";
+        error(t, fmt::format("unexpected end of template, expected {}", names));
       }
       if (t.type == TokenType::kText) {
         auto s = std::make_unique<Stmt>();
