@@ -249,7 +249,8 @@ TEST(Safetensors, RejectsOverlapsButAllowsGapsAndEmptyTensors) {
   EXPECT_NO_THROW(parse(two(16, 32, 0, 16)));
   EXPECT_NO_THROW(parse(two(0, 8, 24, 32)));   // a gap is harmless
   EXPECT_NO_THROW(parse(two(0, 32, 8, 8)));    // an empty tensor occupies no bytes
-  const SafetensorsFile st = parse(two(16, 32, 0, 16));
+  const Bytes swapped = two(16, 32, 0, 16);
+  const SafetensorsFile st = parse(swapped);
   EXPECT_EQ(st.tensors()[0].name, "b");  // data order
   EXPECT_EQ(st.tensors()[0].data + 16, st.tensors()[1].data);
 }
@@ -315,11 +316,13 @@ TEST(Safetensors, FuzzCorpusFromPythonLibrary) {
   EXPECT_GE(n_valid, 5);
   EXPECT_GE(n_bad, 10);
   const std::string text = test::read_file(dir + "/valid_unsupported.safetensors");
-  const SafetensorsFile st = parse(Bytes(text.begin(), text.end()));
+  const Bytes unsupported_bytes(text.begin(), text.end());  // parse() keeps pointers into these bytes
+  const SafetensorsFile st = parse(unsupported_bytes);
   ASSERT_TRUE(st.contains("f8"));
   EXPECT_THROW(st.find("f8"), Error);
   const std::string mixed = test::read_file(dir + "/valid_mixed.safetensors");
-  const SafetensorsFile m = parse(Bytes(mixed.begin(), mixed.end()));
+  const Bytes mixed_bytes(mixed.begin(), mixed.end());
+  const SafetensorsFile m = parse(mixed_bytes);
   EXPECT_EQ(m.find("a")->dtype, DType::F16);
   EXPECT_EQ(m.find("b")->dtype, DType::BF16);
   EXPECT_EQ(m.find("c")->dtype, DType::I64);
