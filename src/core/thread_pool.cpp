@@ -16,75 +16,98 @@ inline void cpu_relax() {
 #endif
 }
 
+constexpr auto kSpin = std::chrono::microseconds(100);  // how long an idle worker spins before sleeping
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(2);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_.store(true);
-    generation_.fetch_add(1);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::worker_loop(int index) {
-  uint64_t seen = 0;
+void ThreadPool::work() {
   for (;;) {
-    // Spin for a short while (a new job usually follows within microseconds), then sleep.
-    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-    while (generation_.load(std::memory_order_acquire) == seen) {
-      if (std::chrono::steady_clock::now() > spin_until) {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-        break;
-      }
-      for (int k = 0; k < 64; ++k) cpu_relax();
-    }
-    seen = generation_.load(std::memory_order_acquire);
-    if (stop_.load()) return;
-    const auto* job = job_;
-    (*job)(index, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    const int64_t c = next_chunk_.fetch_add(1);
+    if (c >= n_chunks_) return;
+    (*fn_)(c);
+    done_chunks_.fetch_add(1);
   }
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
-  if (n_threads_ == 1) {
-    fn(0, 1);
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    // Wait for a newer published job: spin a little, then sleep.
+    const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    int polls = 0;
+    for (;;) {
+      const uint64_t g = generation_.load();
+      if (g != seen && g % 2 == 0) break;
+      if (stop_.load()) return;
+      if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        sleepers_.fetch_add(1);
+        wake_.wait(lock, [&] {
+          const uint64_t g2 = generation_.load();
+          return stop_.load() || (g2 != seen && g2 % 2 == 0);
+        });
+        sleepers_.fetch_sub(1);
+        continue;
+      }
+      cpu_relax();
+    }
+    if (stop_.load()) return;
+    inside_.fetch_add(1);
+    const uint64_t g = generation_.load();
+    if (g % 2 == 0 && g != seen) {
+      seen = g;
+      work();
+    }
+    inside_.fetch_sub(1);
+  }
+}
+
+void ThreadPool::run_chunks(int64_t n_chunks, const std::function<void(int64_t)>& fn) {
+  if (n_chunks <= 0) return;
+  if (n_threads_ == 1 || n_chunks == 1) {
+    for (int64_t c = 0; c < n_chunks; ++c) fn(c);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &fn;
-    pending_.store(n_threads_ - 1, std::memory_order_release);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+  // Prepare: mark the job slot busy (odd), wait for stragglers of the previous job to leave, fill it in.
+  generation_.fetch_add(1);
+  while (inside_.load() != 0) cpu_relax();
+  fn_ = &fn;
+  n_chunks_ = n_chunks;
+  next_chunk_.store(0);
+  done_chunks_.store(0);
+  generation_.fetch_add(1);  // publish (even)
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    wake_.notify_all();
   }
-  wake_.notify_all();
-  fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  work();
+  while (done_chunks_.load() < n_chunks) cpu_relax();
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  const int64_t n_chunks = (n + grain - 1) / grain;
-  if (n_threads_ == 1 || n_chunks == 1) {
-    fn(0, n);
-    return;
-  }
-  run([&](int t, int nt) {
-    const int64_t per = (n_chunks + nt - 1) / nt;
-    const int64_t c0 = int64_t(t) * per, c1 = std::min(n_chunks, c0 + per);
-    if (c0 >= c1) return;
-    fn(c0 * grain, std::min(n, c1 * grain));
-  });
+  // A few chunks per thread so that a late or slow thread's share is taken by the others.
+  const int64_t target = std::max<int64_t>(1, n / (int64_t(n_threads_) * 4));
+  const int64_t chunk = std::max(grain, (target + grain - 1) / grain * grain);
+  const int64_t n_chunks = (n + chunk - 1) / chunk;
+  run_chunks(n_chunks, [&](int64_t c) { fn(c * chunk, std::min(n, (c + 1) * chunk)); });
 }
 
 }  // namespace ferry

@@ -1,0 +1,97 @@
+// ferry's public C++ API: what the CLI (and later the HTTP server) use. Everything else is internal.
+//
+//   ferry::Engine engine({.model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf"});
+//   auto prompt = engine.tokenize(engine.apply_chat_template({{"user", "Hi"}}, true), true, true);
+//   engine.generate(prompt, {.temperature = 0}, 64, [](std::string_view text, int32_t) {
+//     std::cout << text; return true; });
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/sampling.h"
+
+namespace ferry {
+
+enum class KernelSet { Fast, Reference };
+
+struct EngineOptions {
+  std::string model_path;                // a .gguf file or a Hugging Face folder
+  std::string device = "cpu";            // "cpu" (the CUDA backend is a later issue)
+  KernelSet kernels = KernelSet::Fast;   // Reference: the plain-loop oracle kernels
+  int n_threads = 0;                     // 0: all hardware threads
+  int context = 0;                       // tokens per sequence; 0: min(model's context, 4096)
+  int max_step_tokens = 256;             // prompt chunk size (tokens per forward step)
+  int block_size = 16;                   // KV cache block size in tokens
+};
+
+struct ModelInfo {
+  std::string path, format, arch, name;
+  std::string backend;                   // "cpu-fast", "cpu-reference", ...
+  int n_layers = 0, dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, hidden_dim = 0, vocab_size = 0;
+  int context = 0;                       // the context this engine was opened with
+  int model_context = 0;                 // the model's own maximum
+  int64_t n_params = 0;
+  size_t weight_bytes = 0;               // bytes of all tensors in the file(s)
+  size_t kv_bytes = 0;                   // bytes of the KV cache allocated
+  std::vector<std::pair<std::string, std::string>> facts;                  // metadata for inspect
+  struct TensorRow { std::string name, dtype, shape; size_t bytes; };
+  std::vector<TensorRow> tensors;
+};
+
+struct ChatTurn {
+  std::string role;     // "system", "user", "assistant"
+  std::string content;
+};
+
+enum class FinishReason { Stop, Length };
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;   // generated tokens (the end-of-generation token excluded)
+  std::string text;              // their text
+  FinishReason finish = FinishReason::Length;
+  int n_prompt = 0;              // prompt tokens
+  int n_prompt_computed = 0;     // prompt tokens actually run (the rest came from the KV cache)
+  double prompt_seconds = 0;     // time to the first token's logits
+  double gen_seconds = 0;        // time spent generating after that
+};
+
+// on_token(text_piece, token): called as tokens are made (text pieces are whole UTF-8); return false to stop.
+using TokenCallback = std::function<bool(std::string_view piece, int32_t token)>;
+
+class Engine {
+ public:
+  explicit Engine(const EngineOptions& options);  // throws ferry::Error (std::runtime_error) with a clear message
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelInfo& info() const;
+
+  std::vector<int32_t> tokenize(std::string_view text, bool add_special, bool parse_special) const;
+  std::string detokenize(std::span<const int32_t> tokens) const;
+  bool has_chat_template() const;
+  std::string apply_chat_template(const std::vector<ChatTurn>& turns, bool add_generation_prompt) const;
+
+  // Generates up to max_tokens after `prompt`. The KV cache of the previous call's sequence is reused for
+  // the common prefix. Stops at an end-of-generation token or when the context is full.
+  // stop_at_eog = false keeps going past end-of-generation tokens (benchmarks).
+  GenerateResult generate(std::span<const int32_t> prompt, const SamplingParams& params, int max_tokens,
+                          const TokenCallback& on_token, bool stop_at_eog = true);
+
+  // Teacher-forced scoring from an empty cache: logits of every position, (tokens.size(), vocab_size).
+  std::vector<float> score(std::span<const int32_t> tokens);
+
+  void reset();  // drop the cached sequence
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry

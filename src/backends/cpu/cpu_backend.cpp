@@ -1,0 +1,210 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backends/cpu/attention.h"
+#include "formats/quant.h"
+
+namespace ferry {
+
+CpuBackend::CpuBackend(const CpuBackendOptions& options)
+    : options_(options), pool_(options.n_threads), dot_(select_dot_kernels(options.simd)) {}
+
+std::string CpuBackend::name() const {
+  return options_.kernels == CpuKernels::Reference ? "cpu-reference" : "cpu-fast";
+}
+
+DeviceBuffer CpuBackend::alloc(size_t bytes) {
+  const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, rounded);
+  FERRY_CHECK(p != nullptr, "out of host memory allocating {} bytes", bytes);
+  return DeviceBuffer(p, bytes, Device::Cpu, [](void* q) { std::free(q); });
+}
+
+Tensor CpuBackend::prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) {
+  return host;  // used in place from the mmap
+}
+
+void CpuBackend::copy_to_device(const Tensor& dst, const void* src, size_t bytes) {
+  FERRY_ASSERT(bytes <= dst.nbytes());
+  std::memcpy(dst.data, src, bytes);
+}
+
+void CpuBackend::copy_to_host(void* dst, const Tensor& src, size_t bytes) {
+  FERRY_ASSERT(bytes <= src.nbytes());
+  std::memcpy(dst, src.data, bytes);
+}
+
+void CpuBackend::embedding(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  const int64_t n = ids.numel(), dim = table.cols(), vocab = table.rows();
+  FERRY_ASSERT(out.rows() == n && out.cols() == dim && out.dtype == DType::F32);
+  const int32_t* id = ids.ptr<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    FERRY_CHECK(id[i] >= 0 && id[i] < vocab, "token id {} out of range (vocabulary of {})", id[i], vocab);
+    dequantize_row(table.dtype, table.row(id[i]), out.row<float>(i), dim);
+  }
+}
+
+namespace {
+
+void rms_norm_row(float* out, const float* x, const float* w, int64_t n, float eps) {
+  double ss = 0;  // double: the reference must not lose precision on long rows
+  for (int64_t j = 0; j < n; ++j) ss += double(x[j]) * x[j];
+  const float scale = float(1.0 / std::sqrt(ss / double(n) + eps));
+  for (int64_t j = 0; j < n; ++j) out[j] = x[j] * scale * w[j];
+}
+
+}  // namespace
+
+void CpuBackend::rms_norm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  FERRY_ASSERT(weight.numel() == cols && out.rows() == rows && out.cols() == cols);
+  pool_.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) rms_norm_row(out.row<float>(r), x.row<float>(r), weight.ptr<float>(), cols, eps);
+  });
+}
+
+void CpuBackend::add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
+                              float eps) {
+  const int64_t rows = residual.rows(), cols = residual.cols();
+  FERRY_ASSERT(delta.rows() == rows && delta.cols() == cols && weight.numel() == cols);
+  pool_.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* res = residual.row<float>(r);
+      const float* d = delta.row<float>(r);
+      for (int64_t j = 0; j < cols; ++j) res[j] += d[j];
+      rms_norm_row(out.row<float>(r), res, weight.ptr<float>(), cols, eps);
+    }
+  });
+}
+
+void CpuBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  FERRY_ASSERT(x.dtype == DType::F32 && out.dtype == DType::F32);
+  FERRY_ASSERT(x.cols() == w.cols() && out.rows() == x.rows() && out.cols() == w.rows());
+  FERRY_ASSERT(bias.empty() || bias.numel() == w.rows());
+  if (options_.kernels == CpuKernels::Reference) {
+    matmul_reference(out, x, w, bias);
+  } else {
+    matmul_fast(out, x, w, bias);
+  }
+}
+
+void CpuBackend::matmul_reference(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const int64_t n = x.rows(), n_in = x.cols(), n_out = w.rows();
+  pool_.parallel_for(n_out, 8, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const void* wrow = w.row(o);
+      for (int64_t t = 0; t < n; ++t) {
+        float acc = dot_ref(w.dtype, wrow, x.row<float>(t), n_in);
+        if (!bias.empty()) acc += bias.ptr<float>()[o];
+        out.row<float>(t)[o] = acc;
+      }
+    }
+  });
+}
+
+void CpuBackend::matmul_fast(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const int64_t n = x.rows(), n_in = x.cols(), n_out = w.rows();
+  // Quantize the activations once: (n, n_in) f32 -> (n) rows of the weight type's partner format.
+  const DType at = activation_type(w.dtype);
+  const size_t act_row = row_bytes(at, n_in);
+  if (act_scratch_.size() < act_row * size_t(n)) act_scratch_.resize(act_row * size_t(n));
+  uint8_t* act = act_scratch_.data();
+  pool_.parallel_for(n, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) quantize_row(at, x.row<float>(t), act + size_t(t) * act_row, n_in);
+  });
+  // Output rows in chunks; within a chunk each weight row is read once per group of up to 4 tokens
+  // (kMaxDotRows), and a chunk of weight rows stays in cache while all token groups pass over it.
+  constexpr int64_t kRowChunk = 16;
+  const float* b = bias.empty() ? nullptr : bias.ptr<float>();
+  const DotFn dot = dot_kernel(dot_, w.dtype);
+  FERRY_CHECK(n_in % dtype_info(w.dtype).block_elems == 0 && n_in % dtype_info(at).block_elems == 0,
+              "matmul: {} inputs are not whole blocks of {} / {}", n_in, dtype_name(w.dtype), dtype_name(at));
+  pool_.parallel_for(n_out, kRowChunk, [&](int64_t o0, int64_t o1) {
+    float tmp[kMaxDotRows];
+    for (int64_t t0 = 0; t0 < n; t0 += kMaxDotRows) {
+      const int nt = int(std::min<int64_t>(kMaxDotRows, n - t0));
+      for (int64_t o = o0; o < o1; ++o) {
+        dot(n_in, w.row(o), act + size_t(t0) * act_row, act_row, nt, tmp);
+        for (int j = 0; j < nt; ++j) out.row<float>(t0 + j)[o] = b ? tmp[j] + b[o] : tmp[j];
+      }
+    }
+  });
+}
+
+void CpuBackend::rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) {
+  FERRY_ASSERT(x.n_dims == 3 && x.dtype == DType::F32);
+  const int64_t n = x.shape[0], n_heads = x.shape[1], head_dim = x.shape[2];
+  const int64_t half = inv_freq.numel();
+  FERRY_ASSERT(2 * half <= head_dim && positions.numel() == n);
+  const int32_t* pos = positions.ptr<int32_t>();
+  const float* freq = inv_freq.ptr<float>();
+  pool_.parallel_for(n, 4, [&](int64_t t0, int64_t t1) {
+    std::vector<float> cs(static_cast<size_t>(2 * half));
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t i = 0; i < half; ++i) {
+        // angle in double: positions up to 1e6 times frequencies near 1 keep their precision
+        const double a = double(pos[t]) * double(freq[i]);
+        cs[size_t(2 * i)] = float(std::cos(a));
+        cs[size_t(2 * i + 1)] = float(std::sin(a));
+      }
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x.ptr<float>() + (t * n_heads + h) * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const int64_t i0 = ordering == RopeOrdering::Interleaved ? 2 * i : i;
+          const int64_t i1 = ordering == RopeOrdering::Interleaved ? 2 * i + 1 : i + half;
+          const float c = cs[size_t(2 * i)], s = cs[size_t(2 * i + 1)];
+          const float a = v[i0], b = v[i1];
+          v[i0] = a * c - b * s;
+          v[i1] = a * s + b * c;
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
+                          const Tensor& slots) {
+  const int64_t n = k.shape[0];
+  const int64_t row = k.numel() / n;  // n_kv_heads * head_dim
+  const int64_t n_slots = k_cache.shape[0] * k_cache.shape[1];
+  FERRY_ASSERT(k_cache.dtype == DType::F32 && row == k_cache.shape[2] * k_cache.shape[3]);
+  const int64_t* slot = slots.ptr<int64_t>();
+  for (int64_t t = 0; t < n; ++t) {
+    FERRY_ASSERT(slot[t] >= 0 && slot[t] < n_slots);
+    std::memcpy(k_cache.ptr<float>() + slot[t] * row, k.ptr<float>() + t * row, size_t(row) * 4);
+    std::memcpy(v_cache.ptr<float>() + slot[t] * row, v.ptr<float>() + t * row, size_t(row) * 4);
+  }
+}
+
+void CpuBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                           const AttentionMeta& meta, float scale) {
+  paged_attention_cpu(pool_, out, q, k_cache, v_cache, meta, scale);
+}
+
+void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  const int64_t total = gate.numel();
+  FERRY_ASSERT(up.numel() == total && out.numel() == total);
+  const float* g = gate.ptr<float>();
+  const float* u = up.ptr<float>();
+  float* o = out.ptr<float>();
+  pool_.parallel_for(total, 4096, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  });
+}
+
+void CpuBackend::gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) {
+  const int64_t m = rows.numel();
+  FERRY_ASSERT(out.rows() == m && out.cols() == x.cols() && out.dtype == x.dtype);
+  for (int64_t i = 0; i < m; ++i) {
+    const int32_t r = rows.ptr<int32_t>()[i];
+    FERRY_ASSERT(r >= 0 && r < x.rows());
+    std::memcpy(out.row(i), x.row(r), x.row_bytes());
+  }
+}
+
+}  // namespace ferry

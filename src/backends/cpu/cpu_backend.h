@@ -1,0 +1,62 @@
+// The CPU backend. Two kernel sets behind one interface:
+//  - Reference: plain float loops (weights dequantized row by row, float accumulation in order). The oracle
+//    every other kernel is tested against.
+//  - Fast: activations quantized on the fly to the weight format's partner type, SIMD integer dot products
+//    (run-time dispatch over SIMD levels), several tokens per weight-row pass, all threads.
+#pragma once
+
+#include <memory>
+
+#include "backends/cpu/quant_dot.h"
+#include "core/thread_pool.h"
+#include "ops/backend.h"
+
+namespace ferry {
+
+enum class CpuKernels { Reference, Fast };
+
+struct CpuBackendOptions {
+  CpuKernels kernels = CpuKernels::Fast;
+  int n_threads = 0;                  // 0: all hardware threads
+  SimdLevel simd = SimdLevel::Scalar;  // for Fast; callers pass detect_simd() or a forced level
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& options);
+
+  Device device() const override { return Device::Cpu; }
+  std::string name() const override;
+
+  DeviceBuffer alloc(size_t bytes) override;
+  Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) override;
+  void copy_to_device(const Tensor& dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const Tensor& src, size_t bytes) override;
+  void synchronize() override {}
+
+  void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override;
+  void rms_norm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override;
+  void add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
+                    float eps) override;
+  void matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) override;
+  void store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
+                const Tensor& slots) override;
+  void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                 const AttentionMeta& meta, float scale) override;
+  void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) override;
+
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  void matmul_reference(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias);
+  void matmul_fast(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias);
+
+  CpuBackendOptions options_;
+  ThreadPool pool_;
+  DotKernels dot_;
+  std::vector<uint8_t> act_scratch_;  // quantized activations for matmul_fast: (n, row_bytes(act type, n_in))
+};
+
+}  // namespace ferry

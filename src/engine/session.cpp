@@ -1,0 +1,98 @@
+#include "engine/session.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace ferry {
+
+Session::Session(LlamaModel& model, BlockPool& pool, int32_t max_context)
+    : model_(model), pool_(pool), max_context_(max_context) {}
+
+Session::~Session() { table_.release_all(pool_); }
+
+void Session::reset() {
+  table_.release_all(pool_);
+  history_.clear();
+}
+
+void Session::truncate(int32_t n_keep) {
+  const int32_t bs = model_.kv_shape().block_size;
+  const int32_t keep_blocks = blocks_for_tokens(n_keep, bs);
+  while (int32_t(table_.blocks.size()) > keep_blocks) {
+    pool_.release(table_.blocks.back());
+    table_.blocks.pop_back();
+  }
+  table_.n_tokens = n_keep;
+  history_.resize(size_t(n_keep));
+}
+
+std::span<const float> Session::set_history(std::span<const int32_t> tokens) {
+  FERRY_CHECK(!tokens.empty(), "empty prompt");
+  size_t common = 0;
+  while (common < history_.size() && common < tokens.size() && history_[common] == tokens[common]) ++common;
+  // Recompute at least the last token so that its logits exist.
+  common = std::min(common, tokens.size() - 1);
+  truncate(int32_t(common));
+  return append(tokens.subspan(common));
+}
+
+std::span<const float> Session::append(std::span<const int32_t> tokens) {
+  run(tokens, false, last_logits_);
+  return last_logits_;
+}
+
+void Session::append_all_logits(std::span<const int32_t> tokens, std::vector<float>& logits) {
+  run(tokens, true, logits);
+}
+
+void Session::run(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+  FERRY_CHECK(!tokens.empty(), "nothing to run: no tokens");
+  const ModelConfig& c = model_.config();
+  const int64_t total = int64_t(history_.size()) + int64_t(tokens.size());
+  FERRY_CHECK(total <= max_context_, "{} tokens do not fit the context of {} tokens ({} already in it)", tokens.size(),
+              max_context_, history_.size());
+  for (int32_t t : tokens)
+    FERRY_CHECK(t >= 0 && t < c.vocab_size, "token id {} out of range (vocabulary of {})", t, c.vocab_size);
+  const int32_t bs = model_.kv_shape().block_size;
+  FERRY_CHECK(table_.reserve(pool_, int32_t(total), bs), "KV cache full: {} tokens need {} blocks, {} free", total,
+              blocks_for_tokens(int32_t(total), bs) - int32_t(table_.blocks.size()), pool_.n_free());
+
+  const size_t V = size_t(c.vocab_size);
+  if (all_logits) logits.resize(tokens.size() * V);
+  const int32_t chunk = model_.max_step_tokens();
+  for (size_t start = 0; start < tokens.size(); start += size_t(chunk)) {
+    const int32_t n = int32_t(std::min(tokens.size() - start, size_t(chunk)));
+    const int32_t pos0 = int32_t(history_.size());
+    Batch& b = batch_;
+    b.tokens.assign(tokens.begin() + ptrdiff_t(start), tokens.begin() + ptrdiff_t(start) + n);
+    b.positions.resize(size_t(n));
+    b.slots.resize(size_t(n));
+    for (int32_t i = 0; i < n; ++i) {
+      b.positions[size_t(i)] = pos0 + i;
+      b.slots[size_t(i)] = table_.slot(pos0 + i, bs);
+    }
+    b.q_start = {0};
+    b.q_len = {n};
+    b.kv_len = {pos0 + n};
+    b.max_blocks_per_seq = int32_t(table_.blocks.size());
+    b.block_tables = table_.blocks;
+    b.logit_rows.clear();
+    const bool last_chunk = start + size_t(n) == tokens.size();
+    if (all_logits) {
+      for (int32_t i = 0; i < n; ++i) b.logit_rows.push_back(i);
+    } else if (last_chunk) {
+      b.logit_rows.push_back(n - 1);
+    }
+    model_.forward(b, step_logits_);
+    history_.insert(history_.end(), b.tokens.begin(), b.tokens.end());
+    table_.n_tokens = int32_t(history_.size());
+    if (all_logits) {
+      std::copy(step_logits_.begin(), step_logits_.end(), logits.begin() + ptrdiff_t(start * V));
+    } else if (last_chunk) {
+      logits.assign(step_logits_.begin(), step_logits_.end());
+    }
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,201 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <numbers>
+
+#include "core/check.h"
+#include "formats/gguf.h"
+
+namespace ferry {
+
+std::string arch_name(Arch a) {
+  switch (a) {
+    case Arch::Llama: return "llama";
+    case Arch::Qwen2: return "qwen2";
+    case Arch::Qwen3: return "qwen3";
+  }
+  return "?";
+}
+
+void ModelConfig::validate() const {
+  const auto positive = [](int v, const char* what) {
+    FERRY_CHECK(v > 0 && v <= (1 << 24), "model config: {} = {} is out of range", what, v);
+  };
+  positive(n_layers, "n_layers");
+  positive(dim, "dim");
+  positive(n_heads, "n_heads");
+  positive(n_kv_heads, "n_kv_heads");
+  positive(head_dim, "head_dim");
+  positive(hidden_dim, "hidden_dim");
+  positive(vocab_size, "vocab_size");
+  positive(max_context, "max_context");
+  FERRY_CHECK(n_heads % n_kv_heads == 0, "model config: n_heads {} is not a multiple of n_kv_heads {}", n_heads,
+              n_kv_heads);
+  FERRY_CHECK(rope_dims > 0 && rope_dims <= head_dim && rope_dims % 2 == 0,
+              "model config: rope dimension {} invalid for head_dim {}", rope_dims, head_dim);
+  FERRY_CHECK(rms_eps > 0 && rms_eps < 1, "model config: rms eps {} out of range", rms_eps);
+  FERRY_CHECK(rope_theta > 0 && std::isfinite(rope_theta), "model config: rope theta {} invalid", rope_theta);
+  FERRY_CHECK(rope_scaling.factor > 0 && std::isfinite(rope_scaling.factor), "model config: rope scaling factor {} invalid",
+              rope_scaling.factor);
+}
+
+std::vector<float> ModelConfig::rope_inv_freq() const {
+  const int half = rope_dims / 2;
+  std::vector<float> f(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    double inv = 1.0 / std::pow(double(rope_theta), double(2 * i) / double(rope_dims));
+    switch (rope_scaling.kind) {
+      case RopeScalingKind::None: break;
+      case RopeScalingKind::Linear: inv /= rope_scaling.factor; break;
+      case RopeScalingKind::Llama3: {
+        // As transformers' _compute_llama3_parameters: long wavelengths are divided by factor, short ones
+        // kept, and the band between interpolated smoothly.
+        const double old_ctx = rope_scaling.original_context;
+        const double low_wavelen = old_ctx / rope_scaling.low_freq_factor;
+        const double high_wavelen = old_ctx / rope_scaling.high_freq_factor;
+        const double wavelen = 2 * std::numbers::pi / inv;
+        if (wavelen > low_wavelen) {
+          inv /= rope_scaling.factor;
+        } else if (wavelen >= high_wavelen) {
+          const double smooth = (old_ctx / wavelen - rope_scaling.low_freq_factor) /
+                                (rope_scaling.high_freq_factor - rope_scaling.low_freq_factor);
+          inv = (1 - smooth) * inv / rope_scaling.factor + smooth * inv;
+        }
+        break;
+      }
+    }
+    f[size_t(i)] = float(inv);
+  }
+  return f;
+}
+
+int64_t ModelConfig::n_params() const {
+  const int64_t attn = int64_t(dim) * head_dim * (2 * n_heads + 2 * n_kv_heads);
+  const int64_t ffn = 3 * int64_t(dim) * hidden_dim;
+  return int64_t(n_layers) * (attn + ffn + 2 * dim) + int64_t(vocab_size) * dim * (tied_embeddings ? 1 : 2) + dim;
+}
+
+ModelConfig config_from_gguf(const GgufFile& g) {
+  ModelConfig c;
+  const std::string arch = g.get_string("general.architecture");
+  if (arch == "llama") {
+    c.arch = Arch::Llama;
+    c.rope_ordering = RopeOrdering::Interleaved;  // convert_hf_to_gguf permutes q/k for llama
+  } else if (arch == "qwen2") {
+    c.arch = Arch::Qwen2;
+    c.rope_ordering = RopeOrdering::Neox;
+    c.qkv_bias = true;
+  } else if (arch == "qwen3") {
+    c.arch = Arch::Qwen3;
+    c.rope_ordering = RopeOrdering::Neox;
+    c.qk_norm = true;
+  } else {
+    fail("{}: unknown architecture '{}' (ferry runs llama, qwen2, qwen3)", g.name(), arch);
+  }
+  const std::string p = arch + ".";
+  c.name = g.get_string("general.name", arch);
+  c.n_layers = int(g.get_int(p + "block_count"));
+  c.dim = int(g.get_int(p + "embedding_length"));
+  c.n_heads = int(g.get_int(p + "attention.head_count"));
+  c.n_kv_heads = int(g.get_int(p + "attention.head_count_kv", c.n_heads));
+  c.hidden_dim = int(g.get_int(p + "feed_forward_length"));
+  c.max_context = int(g.get_int(p + "context_length", 4096));
+  c.rms_eps = float(g.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.rope_theta = float(g.get_float(p + "rope.freq_base", 10000.0));
+  FERRY_CHECK(c.n_heads > 0, "{}: attention.head_count must be positive", g.name());
+  c.head_dim = int(g.get_int(p + "attention.key_length", c.dim / c.n_heads));
+  c.rope_dims = int(g.get_int(p + "rope.dimension_count", c.head_dim));
+  const GgufTensorInfo* embd = g.find_tensor("token_embd.weight");
+  FERRY_CHECK(embd != nullptr, "{}: missing tensor 'token_embd.weight'", g.name());
+  c.vocab_size = int(g.get_int(p + "vocab_size", embd->shape[0]));
+  c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
+  const std::string scaling = g.get_string(p + "rope.scaling.type", "none");
+  if (scaling == "linear") {
+    c.rope_scaling.kind = RopeScalingKind::Linear;
+    c.rope_scaling.factor = float(g.get_float(p + "rope.scaling.factor", 1.0));
+  } else if (scaling != "none") {
+    fail("{}: unsupported rope scaling type '{}'", g.name(), scaling);
+  }
+  // Llama 3.1+ GGUFs carry the llama3 scaling as a rope_freqs.weight tensor of per-pair divisors.
+  c.validate();
+  return c;
+}
+
+namespace {
+
+template <typename T>
+T json_get(const nlohmann::json& j, const char* key, T def) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  try {
+    return j[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail("config.json: '{}' has the wrong type", key);
+  }
+}
+
+template <typename T>
+T json_require(const nlohmann::json& j, const char* key) {
+  FERRY_CHECK(j.contains(key) && !j[key].is_null(), "config.json: missing '{}'", key);
+  return json_get<T>(j, key, T{});
+}
+
+}  // namespace
+
+ModelConfig config_from_hf(const nlohmann::json& j) {
+  FERRY_CHECK(j.is_object(), "config.json is not a JSON object");
+  ModelConfig c;
+  const std::string type = json_get<std::string>(j, "model_type", "");
+  if (type == "llama" || type == "mistral") {
+    c.arch = Arch::Llama;
+  } else if (type == "qwen2") {
+    c.arch = Arch::Qwen2;
+    c.qkv_bias = true;
+  } else if (type == "qwen3") {
+    c.arch = Arch::Qwen3;
+    c.qk_norm = true;
+  } else {
+    fail("config.json: unknown model_type '{}' (ferry runs llama, mistral, qwen2, qwen3)", type);
+  }
+  c.rope_ordering = RopeOrdering::Neox;  // Hugging Face weights use rotate_half
+  c.name = type;
+  c.n_layers = json_require<int>(j, "num_hidden_layers");
+  c.dim = json_require<int>(j, "hidden_size");
+  c.n_heads = json_require<int>(j, "num_attention_heads");
+  FERRY_CHECK(c.n_heads > 0, "config.json: num_attention_heads must be positive");
+  c.n_kv_heads = json_get<int>(j, "num_key_value_heads", c.n_heads);
+  c.head_dim = json_get<int>(j, "head_dim", c.dim / c.n_heads);
+  c.hidden_dim = json_require<int>(j, "intermediate_size");
+  c.vocab_size = json_require<int>(j, "vocab_size");
+  c.max_context = json_get<int>(j, "max_position_embeddings", 4096);
+  c.rms_eps = json_get<float>(j, "rms_norm_eps", 1e-6f);
+  c.rope_theta = json_get<float>(j, "rope_theta", 10000.0f);
+  c.rope_dims = c.head_dim;
+  c.tied_embeddings = json_get<bool>(j, "tie_word_embeddings", false);
+  if (c.arch == Arch::Qwen2) c.qkv_bias = json_get<bool>(j, "attention_bias", true);
+  if (c.arch == Arch::Llama) c.qkv_bias = json_get<bool>(j, "attention_bias", false);
+  // rope_scaling (transformers <5) or rope_parameters (transformers 5) describe the scaling.
+  const nlohmann::json* rs = nullptr;
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rs = &j["rope_scaling"];
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rs = &j["rope_parameters"];
+  if (rs) {
+    if (rs->contains("rope_theta")) c.rope_theta = json_get<float>(*rs, "rope_theta", c.rope_theta);
+    std::string kind = json_get<std::string>(*rs, "rope_type", json_get<std::string>(*rs, "type", "default"));
+    if (kind == "llama3") {
+      c.rope_scaling.kind = RopeScalingKind::Llama3;
+      c.rope_scaling.factor = json_require<float>(*rs, "factor");
+      c.rope_scaling.low_freq_factor = json_get<float>(*rs, "low_freq_factor", 1.0f);
+      c.rope_scaling.high_freq_factor = json_get<float>(*rs, "high_freq_factor", 4.0f);
+      c.rope_scaling.original_context = json_get<int>(*rs, "original_max_position_embeddings", 8192);
+    } else if (kind == "linear") {
+      c.rope_scaling.kind = RopeScalingKind::Linear;
+      c.rope_scaling.factor = json_require<float>(*rs, "factor");
+    } else if (kind != "default") {
+      fail("config.json: unsupported rope scaling '{}'", kind);
+    }
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace ferry

@@ -1,0 +1,56 @@
+// Hyperparameters of a Llama-family model, read from GGUF metadata or a Hugging Face config.json.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "ops/backend.h"
+
+namespace ferry {
+
+class GgufFile;
+
+enum class Arch { Llama, Qwen2, Qwen3 };
+
+enum class RopeScalingKind { None, Linear, Llama3 };
+
+struct RopeScaling {
+  RopeScalingKind kind = RopeScalingKind::None;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;   // llama3
+  float high_freq_factor = 4.0f;  // llama3
+  int original_context = 8192;    // llama3: original_max_position_embeddings
+};
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  std::string name;
+  int n_layers = 0;
+  int dim = 0;          // hidden size
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;     // may differ from dim / n_heads (Qwen3)
+  int hidden_dim = 0;   // feed-forward size
+  int vocab_size = 0;
+  int max_context = 0;
+  float rms_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  int rope_dims = 0;    // rotated dims per head (= head_dim unless the model says otherwise)
+  RopeOrdering rope_ordering = RopeOrdering::Neox;
+  RopeScaling rope_scaling;
+  bool tied_embeddings = false;
+  bool qk_norm = false;    // Qwen3: RMSNorm over each head of q and k before RoPE
+  bool qkv_bias = false;   // Qwen2: biases on the q, k, v projections
+
+  void validate() const;   // ferry::Error naming the bad value
+  // RoPE inverse frequencies per rotated pair, scaling applied: (rope_dims/2)
+  std::vector<float> rope_inv_freq() const;
+  int64_t n_params() const;  // weights, for reports
+};
+
+std::string arch_name(Arch a);
+ModelConfig config_from_gguf(const GgufFile& gguf);
+ModelConfig config_from_hf(const nlohmann::json& config);
+
+}  // namespace ferry

@@ -1,0 +1,103 @@
+#include "model/model_file.h"
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
+
+namespace ferry {
+namespace {
+
+class GgufWeights final : public WeightSource {
+ public:
+  explicit GgufWeights(GgufFile file) : file_(std::move(file)) {
+    for (const GgufTensorInfo& t : file_.tensors()) views_[t.name] = t.view();
+  }
+  const Tensor* find(const std::string& name) const override {
+    auto it = views_.find(name);
+    return it == views_.end() ? nullptr : &it->second;
+  }
+  std::string describe() const override { return file_.name(); }
+  const GgufFile& file() const { return file_; }
+
+ private:
+  GgufFile file_;
+  std::map<std::string, Tensor> views_;
+};
+
+class SafetensorsWeights final : public WeightSource {
+ public:
+  explicit SafetensorsWeights(SafetensorsModel model) : model_(std::move(model)) {
+    for (const std::string& name : model_.names()) views_[name] = model_.find(name)->view();
+  }
+  const Tensor* find(const std::string& name) const override {
+    auto it = views_.find(name);
+    return it == views_.end() ? nullptr : &it->second;
+  }
+  std::string describe() const override { return model_.dir(); }
+  const SafetensorsModel& model() const { return model_; }
+
+ private:
+  SafetensorsModel model_;
+  std::map<std::string, Tensor> views_;
+};
+
+std::string value_summary(const GgufValue& v) {
+  switch (v.type) {
+    case GgufType::String: {
+      const std::string& s = v.as_string();
+      return s.size() > 60 ? "\"" + s.substr(0, 57) + "...\"" : "\"" + s + "\"";
+    }
+    case GgufType::Array: return "[" + std::to_string(v.as_array().items.size()) + " items]";
+    case GgufType::Bool: return v.as_bool() ? "true" : "false";
+    case GgufType::F32:
+    case GgufType::F64: return fmt::format("{:g}", v.as_float());
+    default: return std::to_string(v.as_int());
+  }
+}
+
+ModelFile open_gguf(const std::string& path) {
+  ModelFile m;
+  m.path = path;
+  m.format = ModelFormat::Gguf;
+  auto weights = std::make_unique<GgufWeights>(GgufFile::open(path));
+  const GgufFile& g = weights->file();
+  m.config = config_from_gguf(g);
+  m.vocab = vocab_from_gguf(g);
+  m.gguf_names = true;
+  for (const GgufTensorInfo& t : g.tensors()) m.tensors.emplace_back(t.name, t.view());
+  m.facts.emplace_back("gguf.version", std::to_string(g.version()));
+  for (const auto& [key, value] : g.metadata())
+    if (key.rfind("tokenizer.", 0) != 0 || value.type != GgufType::Array) m.facts.emplace_back(key, value_summary(value));
+  m.weights = std::move(weights);
+  return m;
+}
+
+ModelFile open_hf_folder(const std::string& dir) {
+  ModelFile m;
+  m.path = dir;
+  m.format = ModelFormat::Safetensors;
+  auto weights = std::make_unique<SafetensorsWeights>(SafetensorsModel::open(dir));
+  m.config = config_from_hf(weights->model().config());
+  m.vocab = vocab_from_hf(dir);
+  m.gguf_names = false;
+  for (const std::string& name : weights->model().names()) m.tensors.emplace_back(name, *weights->find(name));
+  m.facts.emplace_back("model_type", weights->model().config().value("model_type", ""));
+  m.weights = std::move(weights);
+  return m;
+}
+
+}  // namespace
+
+ModelFile open_model(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  FERRY_CHECK(fs::exists(path, ec), "model '{}' does not exist", path);
+  if (fs::is_directory(path, ec)) return open_hf_folder(path);
+  return open_gguf(path);
+}
+
+}  // namespace ferry

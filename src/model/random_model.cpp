@@ -1,0 +1,210 @@
+#include "model/random_model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "core/check.h"
+#include "core/fp16.h"
+#include "formats/gguf.h"
+#include "formats/quant.h"
+
+namespace ferry {
+namespace {
+
+struct Shape {
+  const char* name;
+  Arch arch;
+  int n_layers, dim, n_heads, n_kv_heads, head_dim, hidden_dim, vocab_size, context;
+  float rope_theta;
+  bool tied;
+};
+
+constexpr Shape kShapes[] = {
+    {"tiny", Arch::Llama, 2, 64, 4, 2, 16, 128, 512, 256, 10000.0f, false},
+    {"smollm2-135m", Arch::Llama, 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, true},
+    {"llama3-8b", Arch::Llama, 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, false},
+    {"qwen3-8b", Arch::Qwen3, 36, 4096, 32, 8, 128, 12288, 151936, 40960, 1000000.0f, false},
+    {"llama3-70b", Arch::Llama, 80, 8192, 64, 8, 128, 28672, 128256, 8192, 500000.0f, false},
+};
+
+// xorshift-style generator: fast, deterministic, no global state.
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E5ull) {}
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+  // Approximately normal (sum of 4 uniforms), mean 0, std 1.
+  float normal() {
+    const uint64_t r = next();
+    float acc = 0;
+    for (int i = 0; i < 4; ++i) acc += float((r >> (16 * i)) & 0xffff) * (1.0f / 65536.0f);
+    return (acc - 2.0f) * 1.7320508f;
+  }
+};
+
+uint64_t mix(uint64_t seed, const std::string& name) {
+  uint64_t h = seed ^ 0xcbf29ce484222325ull;
+  for (char c : name) h = (h ^ uint8_t(c)) * 0x100000001b3ull;
+  return h;
+}
+
+// Fills nbytes of a (rows, cols) tensor of type t with random values (std `scale`), in parallel over rows.
+void fill_random(uint8_t* dst, size_t nbytes, DType t, int64_t rows, int64_t cols, float scale, float mean,
+                 uint64_t seed, int n_threads) {
+  const size_t rb = row_bytes(t, cols);
+  FERRY_ASSERT(rb * size_t(rows) == nbytes);
+  const int nt = std::max(1, n_threads);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < nt; ++w) {
+    threads.emplace_back([=] {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = w; r < rows; r += nt) {
+        Rng rng(seed + uint64_t(r) * 0x9E37ull);
+        for (auto& x : row) x = mean + scale * rng.normal();
+        quantize_row(t, row.data(), dst + size_t(r) * rb, cols);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+}
+
+}  // namespace
+
+std::vector<std::string> random_model_shapes() {
+  std::vector<std::string> names;
+  for (const Shape& s : kShapes) names.emplace_back(s.name);
+  return names;
+}
+
+ModelConfig random_model_config(const std::string& shape) {
+  for (const Shape& s : kShapes) {
+    if (shape != s.name) continue;
+    ModelConfig c;
+    c.arch = s.arch;
+    c.name = std::string("random ") + s.name;
+    c.n_layers = s.n_layers;
+    c.dim = s.dim;
+    c.n_heads = s.n_heads;
+    c.n_kv_heads = s.n_kv_heads;
+    c.head_dim = s.head_dim;
+    c.rope_dims = s.head_dim;
+    c.hidden_dim = s.hidden_dim;
+    c.vocab_size = s.vocab_size;
+    c.max_context = s.context;
+    c.rope_theta = s.rope_theta;
+    c.tied_embeddings = s.tied;
+    c.qk_norm = s.arch == Arch::Qwen3;
+    c.rope_ordering = s.arch == Arch::Llama ? RopeOrdering::Interleaved : RopeOrdering::Neox;
+    c.validate();
+    return c;
+  }
+  std::string known;
+  for (const Shape& s : kShapes) known += std::string(known.empty() ? "" : ", ") + s.name;
+  fail("unknown model shape '{}' (known: {})", shape, known);
+}
+
+void write_random_model(const std::string& path, const ModelConfig& c, DType wt, uint64_t seed, int n_threads) {
+  FERRY_CHECK(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q8_0 || wt == DType::Q4_0 ||
+                  wt == DType::Q4_1,
+              "ferry gen writes f32, f16, bf16, q8_0, q4_0 or q4_1 weights, not {}", dtype_name(wt));
+  FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0,
+              "shape dims must be multiples of 32 for block formats");
+  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string arch = arch_name(c.arch);
+  const std::string p = arch + ".";
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::str(arch));
+  w.set("general.name", GgufValue::str(c.name));
+  w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
+  w.set(p + "context_length", GgufValue::u32(uint32_t(c.max_context)));
+  w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.dim)));
+  w.set(p + "feed_forward_length", GgufValue::u32(uint32_t(c.hidden_dim)));
+  w.set(p + "attention.head_count", GgufValue::u32(uint32_t(c.n_heads)));
+  w.set(p + "attention.head_count_kv", GgufValue::u32(uint32_t(c.n_kv_heads)));
+  w.set(p + "attention.key_length", GgufValue::u32(uint32_t(c.head_dim)));
+  w.set(p + "attention.value_length", GgufValue::u32(uint32_t(c.head_dim)));
+  w.set(p + "rope.freq_base", GgufValue::f32(c.rope_theta));
+  w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(c.rope_dims)));
+  w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
+  w.set(p + "vocab_size", GgufValue::u32(uint32_t(c.vocab_size)));
+
+  // Synthetic byte-level BPE vocabulary: specials, the 256 byte symbols, reserved tokens to vocab_size.
+  std::vector<std::string> tokens = {"<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"};
+  std::vector<int32_t> types = {3, 3, 3, 3};
+  const int32_t n_special = int32_t(tokens.size());
+  for (int b = 0; b < 256; ++b) {  // GPT-2 byte-to-unicode mapping
+    uint32_t cp = uint32_t(b);
+    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
+      int n = 0;
+      for (int x = 0; x < b; ++x)
+        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) ++n;
+      cp = 256 + uint32_t(n);
+    }
+    std::string s;
+    if (cp < 0x80) {
+      s += char(cp);
+    } else {
+      s += char(0xC0 | (cp >> 6));
+      s += char(0x80 | (cp & 0x3F));
+    }
+    tokens.push_back(s);
+    types.push_back(1);
+  }
+  FERRY_CHECK(c.vocab_size >= int(tokens.size()), "vocab_size {} is smaller than the {} base tokens", c.vocab_size,
+              tokens.size());
+  while (int(tokens.size()) < c.vocab_size) {
+    tokens.push_back("<|reserved_" + std::to_string(tokens.size()) + "|>");
+    types.push_back(3);
+  }
+  (void)n_special;
+  w.set("tokenizer.ggml.model", GgufValue::str("gpt2"));
+  w.set("tokenizer.ggml.pre", GgufValue::str("gpt-2"));
+  w.set("tokenizer.ggml.tokens", GgufValue::strings(tokens));
+  w.set("tokenizer.ggml.token_type", GgufValue::i32s(types));
+  w.set("tokenizer.ggml.merges", GgufValue::strings({}));
+  w.set("tokenizer.ggml.bos_token_id", GgufValue::u32(0));
+  w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(1));
+  w.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(true));
+  w.set("tokenizer.chat_template",
+        GgufValue::str("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                       "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
+
+  const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType t) {
+    const uint64_t s = mix(seed, name);
+    w.add_tensor(name, t, {rows, cols}, [=](uint8_t* dst, size_t n) { fill_random(dst, n, t, rows, cols, 0.02f, 0.0f, s, n_threads); });
+  };
+  const auto norm = [&](const std::string& name, int64_t n) {
+    const uint64_t s = mix(seed, name);
+    w.add_tensor(name, DType::F32, {n}, [=](uint8_t* dst, size_t nb) { fill_random(dst, nb, DType::F32, 1, n, 0.05f, 1.0f, s, 1); });
+  };
+  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  // Embeddings in Q8_0 for quantized models (like llama.cpp's mixes), else the weight type.
+  const DType embd_type = is_quantized(wt) ? DType::Q8_0 : wt;
+  matrix("token_embd.weight", c.vocab_size, c.dim, embd_type);
+  norm("output_norm.weight", c.dim);
+  if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, c.dim, is_quantized(wt) ? DType::Q8_0 : wt);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    norm(b + "attn_norm.weight", c.dim);
+    matrix(b + "attn_q.weight", q_dim, c.dim, wt);
+    matrix(b + "attn_k.weight", kv_dim, c.dim, wt);
+    matrix(b + "attn_v.weight", kv_dim, c.dim, wt);
+    if (c.qk_norm) {
+      norm(b + "attn_q_norm.weight", c.head_dim);
+      norm(b + "attn_k_norm.weight", c.head_dim);
+    }
+    matrix(b + "attn_output.weight", c.dim, q_dim, wt);
+    norm(b + "ffn_norm.weight", c.dim);
+    matrix(b + "ffn_gate.weight", c.hidden_dim, c.dim, wt);
+    matrix(b + "ffn_up.weight", c.hidden_dim, c.dim, wt);
+    matrix(b + "ffn_down.weight", c.dim, c.hidden_dim, wt);
+  }
+  w.write(path);
+}
+
+}  // namespace ferry

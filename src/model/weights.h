@@ -1,0 +1,53 @@
+// The weights of a Llama-family model, one struct per layer, each tensor with its shape and storage.
+// Matmul weights keep the type they were stored in (GGUF quantized blocks, F16/BF16/F32) and are used
+// through Backend::prepare_weight (CPU: in place from the mmap). Norm weights and biases are converted to
+// F32 once at load: they are tiny and every kernel reads them as floats.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "ops/backend.h"
+
+namespace ferry {
+
+struct LayerWeights {
+  Tensor attn_norm;  // (dim) f32
+  Tensor wq;         // (n_heads*head_dim, dim), stored type
+  Tensor wk;         // (n_kv_heads*head_dim, dim)
+  Tensor wv;         // (n_kv_heads*head_dim, dim)
+  Tensor bq, bk, bv; // (n_heads*head_dim), (n_kv_heads*head_dim) f32: Qwen2 only, else empty
+  Tensor q_norm;     // (head_dim) f32: Qwen3 only
+  Tensor k_norm;     // (head_dim) f32: Qwen3 only
+  Tensor wo;         // (dim, n_heads*head_dim)
+  Tensor ffn_norm;   // (dim) f32
+  Tensor w_gate;     // (hidden_dim, dim)
+  Tensor w_up;       // (hidden_dim, dim)
+  Tensor w_down;     // (dim, hidden_dim)
+};
+
+struct ModelWeights {
+  Tensor tok_embd;     // (vocab_size, dim), stored type (rows dequantized by the embedding op)
+  Tensor output_norm;  // (dim) f32
+  Tensor output;       // (vocab_size, dim): the lm head, or tok_embd when tied
+  Tensor rope_freqs;   // (rope_dims/2) f32 divisors of the base frequencies (Llama 3.1 GGUF), or empty
+  std::vector<LayerWeights> layers;
+  std::vector<DeviceBuffer> storage;  // what the tensors above point into, when not the model file
+  std::vector<std::pair<std::string, Tensor>> named;  // every weight by its file name (inspect, reports)
+};
+
+// A source of named host tensors: a GGUF file or a safetensors folder (see model_file.h).
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual const Tensor* find(const std::string& name) const = 0;  // host view or nullptr
+  virtual std::string describe() const = 0;                       // file name for errors
+};
+
+// Loads every tensor the config needs, checking names, shapes and types; ferry::Error names what is missing.
+// gguf_names: GGUF naming (blk.N.attn_q.weight) or Hugging Face naming (model.layers.N.self_attn.q_proj.weight).
+ModelWeights load_weights(const ModelConfig& config, const WeightSource& source, bool gguf_names, Backend& backend);
+
+}  // namespace ferry

@@ -1,0 +1,26 @@
+// What an attention op needs to know about the sequences in a step. The step's tokens are flattened:
+// sequence s owns query rows [q_start[s], q_start[s] + q_len[s]) and, after this step's store_kv, has
+// kv_len[s] tokens in the cache (its queries are the last q_len[s] of them, so query i of s sits at
+// position kv_len[s] - q_len[s] + i and attends to positions 0..that one).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace ferry {
+
+struct AttentionMeta {
+  int32_t n_seqs = 0;
+  int32_t block_size = 0;
+  int32_t max_blocks_per_seq = 0;
+  // All tensors live in backend memory; the host_* pointers mirror them on the host for CPU-side planning.
+  Tensor q_start;       // (n_seqs) i32
+  Tensor q_len;         // (n_seqs) i32
+  Tensor kv_len;        // (n_seqs) i32
+  Tensor block_tables;  // (n_seqs, max_blocks_per_seq) i32, unused entries -1
+  const int32_t* host_q_start = nullptr;
+  const int32_t* host_q_len = nullptr;
+  const int32_t* host_kv_len = nullptr;
+  const int32_t* host_block_tables = nullptr;
+};
+
+}  // namespace ferry

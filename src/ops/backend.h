@@ -1,0 +1,91 @@
+// The backend-neutral op set. The model forward is written once against this interface; the CPU backend
+// (reference and fast kernels) implements it now, the CUDA backend later. Every op is a call on the
+// backend's single stream, so a GPU backend can capture a decode step in a graph.
+//
+// Conventions: activations are F32 and contiguous, shapes outermost-first; n = tokens in the step.
+// Weights keep their storage type (any DType the backend's matmul supports).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+#include "ops/attention_meta.h"
+
+namespace ferry {
+
+// Owning handle of backend memory.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(void* ptr, size_t bytes, Device device, std::function<void(void*)> release)
+      : ptr_(ptr, std::move(release)), bytes_(bytes), device_(device) {}
+  void* data() const { return ptr_.get(); }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+  // A tensor view over the start of this buffer (checked to fit).
+  Tensor view(DType dtype, std::initializer_list<int64_t> dims) const {
+    Tensor t = Tensor::make(dtype, dims, ptr_.get(), device_);
+    FERRY_ASSERT(t.nbytes() <= bytes_);
+    return t;
+  }
+
+ private:
+  std::unique_ptr<void, std::function<void(void*)>> ptr_{nullptr, [](void*) {}};
+  size_t bytes_ = 0;
+  Device device_ = Device::Cpu;
+};
+
+// How RoPE pairs the dimensions of a head.
+enum class RopeOrdering {
+  Interleaved,  // pairs (2i, 2i+1): GGUF llama (the converter permutes q/k rows for this)
+  Neox,         // pairs (i, i + head_dim/2): Hugging Face Llama/Qwen (rotate_half), GGUF qwen2/qwen3
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // ---- memory ----
+  virtual DeviceBuffer alloc(size_t bytes) = 0;
+  // Makes a weight usable by matmul/embedding. The CPU backend returns the view itself (weights stay in the
+  // mmap); a GPU backend uploads and may repack. `keep` receives the storage the result points into.
+  virtual Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) = 0;
+  virtual void copy_to_device(const Tensor& dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const Tensor& src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- ops ----
+  // out: (n, dim) f32; table: (vocab, dim) any dtype; ids: (n) i32
+  virtual void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
+  // out, x: (rows, cols) f32; weight: (cols) f32. out = x / rms(x) * weight. out may alias x.
+  virtual void rms_norm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) = 0;
+  // residual: (n, dim) f32, updated in place: residual += delta; then out = rms_norm(residual) * weight.
+  virtual void add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
+                            float eps) = 0;
+  // out: (n, n_out) f32 = x (n, n_in) f32 · w (n_out, n_in)ᵀ [+ bias (n_out) f32, or empty]
+  virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
+  // x: (n, n_heads, head_dim) f32, rotated in place; positions: (n) i32; inv_freq: (head_dim/2) f32
+  // (rope scaling is folded into inv_freq by the model). Rotates the first 2*len(inv_freq) dims of each head.
+  virtual void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) = 0;
+  // Writes the step's keys and values into the paged cache.
+  // k, v: (n, n_kv_heads, head_dim) f32; k_cache, v_cache: (n_blocks, block_size, n_kv_heads, head_dim);
+  // slots: (n) i64, slot = block_id * block_size + offset.
+  virtual void store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
+                        const Tensor& slots) = 0;
+  // Causal attention of the step's queries over each sequence's cached keys/values (GQA).
+  // out, q: (n, n_heads, head_dim) f32; caches as in store_kv; meta: per-sequence layout of the step.
+  virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                         const AttentionMeta& meta, float scale) = 0;
+  // out = silu(gate) * up; all (n, hidden_dim) f32. out may alias gate.
+  virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  // out: (m, cols) = x[rows[i]] for i < m; rows: (m) i32
+  virtual void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) = 0;
+};
+
+}  // namespace ferry

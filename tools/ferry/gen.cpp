@@ -1,0 +1,35 @@
+// ferry gen: write a random-weight model of a named shape, for tests and benchmarks.
+#include <cstdio>
+
+#include "commands.h"
+#include "core/check.h"
+#include "model/random_model.h"
+
+namespace ferry::cli {
+
+Runner add_gen(CLI::App& app) {
+  struct Opts {
+    std::string shape = "tiny", type = "q4_0", out;
+    uint64_t seed = 1;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  std::string shapes;
+  for (const auto& s : random_model_shapes()) shapes += (shapes.empty() ? "" : ", ") + s;
+  app.add_option("--shape", o->shape, "model shape: " + shapes);
+  app.add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1");
+  app.add_option("-o,--output", o->out, "output .gguf path")->required();
+  app.add_option("--seed", o->seed, "random seed");
+  app.add_option("-t,--threads", o->threads, "threads (0: all)");
+  return [o] {
+    const ModelConfig c = random_model_config(o->shape);
+    const auto t = dtype_from_name(o->type);
+    FERRY_CHECK(t.has_value(), "unknown weight type '{}'", o->type);
+    std::fprintf(stderr, "writing %s: %s shape, %s weights, %.2f B parameters\n", o->out.c_str(), o->shape.c_str(),
+                 o->type.c_str(), double(c.n_params()) / 1e9);
+    write_random_model(o->out, c, *t, o->seed, o->threads);
+    return 0;
+  };
+}
+
+}  // namespace ferry::cli

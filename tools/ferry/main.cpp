@@ -1,0 +1,35 @@
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ferry: an LLM inference engine (CPU now; CUDA, batching and serving next)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "ferry 0.1.0");
+  std::map<CLI::App*, ferry::cli::Runner> runners;
+  const auto add = [&](const char* name, const char* help, ferry::cli::Runner (*reg)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    runners[sub] = reg(*sub);
+  };
+  add("run", "generate text from a prompt", ferry::cli::add_run);
+  add("chat", "interactive multi-turn chat through the model's chat template", ferry::cli::add_chat);
+  add("inspect", "print a model's architecture, hyperparameters and tensors", ferry::cli::add_inspect);
+  add("gen", "write a random-weight model of a named shape (GGUF)", ferry::cli::add_gen);
+  add("bench", "measure prompt and generation speed", ferry::cli::add_bench);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [sub, run] : runners)
+      if (sub->parsed()) return run();
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nferry: error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}
