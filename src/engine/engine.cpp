@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <unistd.h>
+
 #include "backends/cpu/cpu_backend.h"
 #include "core/check.h"
 #include "core/env.h"
@@ -56,9 +58,14 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   ModelWeights weights = load_weights(c, *m.file.weights, m.file.gguf_names, *m.backend);
 
   const int context = o.context > 0 ? o.context : std::min(c.max_context, 4096);
+  FERRY_CHECK(context <= c.max_context, "context of {} tokens exceeds the model's maximum of {}", context, c.max_context);
   KvCacheShape kv;
   kv.block_size = o.block_size;
   kv.n_blocks = (context + o.block_size - 1) / o.block_size;
+  const double kv_bytes = 2.0 * c.n_layers * double(kv.n_blocks) * kv.block_size * c.n_kv_heads * c.head_dim * 4;
+  const double host_bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  FERRY_CHECK(kv_bytes < 0.8 * host_bytes, "KV cache for a context of {} tokens needs {:.1f} GiB, more than this machine's {:.1f} GiB allows; use a smaller --ctx",
+              context, kv_bytes / (1 << 30), host_bytes / (1 << 30));
   m.model = std::make_unique<LlamaModel>(c, std::move(weights), *m.backend, kv, std::min(o.max_step_tokens, context));
   m.pool = std::make_unique<BlockPool>(kv.n_blocks);
   m.session = std::make_unique<Session>(*m.model, *m.pool, context);

@@ -136,7 +136,6 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
   // Synthetic byte-level BPE vocabulary: specials, the 256 byte symbols, reserved tokens to vocab_size.
   std::vector<std::string> tokens = {"<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"};
   std::vector<int32_t> types = {3, 3, 3, 3};
-  const int32_t n_special = int32_t(tokens.size());
   for (int b = 0; b < 256; ++b) {  // GPT-2 byte-to-unicode mapping
     uint32_t cp = uint32_t(b);
     if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
@@ -157,16 +156,29 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
   }
   FERRY_CHECK(c.vocab_size >= int(tokens.size()), "vocab_size {} is smaller than the {} base tokens", c.vocab_size,
               tokens.size());
+  // Some merges (space+letter, then letter pairs) so that text is not only single bytes. In the GPT-2 byte
+  // mapping a space is "Ġ" (U+0120) and ASCII letters are themselves.
+  std::vector<std::string> merges;
+  const std::string space = "\xC4\xA0";
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (char a = 'a'; a <= 'z'; ++a) pairs.emplace_back(space, std::string(1, a));
+  for (char a = 'a'; a <= 'z'; ++a)
+    for (char b = 'a'; b <= 'z'; ++b) pairs.emplace_back(std::string(1, a), std::string(1, b));
+  for (const auto& [a, b] : pairs) {
+    if (int(tokens.size()) >= c.vocab_size) break;
+    merges.push_back(a + " " + b);
+    tokens.push_back(a + b);
+    types.push_back(1);
+  }
   while (int(tokens.size()) < c.vocab_size) {
     tokens.push_back("<|reserved_" + std::to_string(tokens.size()) + "|>");
     types.push_back(3);
   }
-  (void)n_special;
   w.set("tokenizer.ggml.model", GgufValue::str("gpt2"));
   w.set("tokenizer.ggml.pre", GgufValue::str("gpt-2"));
   w.set("tokenizer.ggml.tokens", GgufValue::strings(tokens));
   w.set("tokenizer.ggml.token_type", GgufValue::i32s(types));
-  w.set("tokenizer.ggml.merges", GgufValue::strings({}));
+  w.set("tokenizer.ggml.merges", GgufValue::strings(merges));
   w.set("tokenizer.ggml.bos_token_id", GgufValue::u32(0));
   w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(1));
   w.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(true));

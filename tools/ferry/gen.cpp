@@ -25,8 +25,8 @@ Runner add_gen(CLI::App& app) {
     const ModelConfig c = random_model_config(o->shape);
     const auto t = dtype_from_name(o->type);
     FERRY_CHECK(t.has_value(), "unknown weight type '{}'", o->type);
-    std::fprintf(stderr, "writing %s: %s shape, %s weights, %.2f B parameters\n", o->out.c_str(), o->shape.c_str(),
-                 o->type.c_str(), double(c.n_params()) / 1e9);
+    std::fprintf(stderr, "writing %s: %s shape, %s weights, %.1f M parameters\n", o->out.c_str(), o->shape.c_str(),
+                 o->type.c_str(), double(c.n_params()) / 1e6);
     write_random_model(o->out, c, *t, o->seed, o->threads);
     return 0;
   };
