@@ -21,7 +21,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/sampling_params.h"
+#include "ferry/sampling.h"
 #include "engine/top_k.h"
 
 namespace ferry {

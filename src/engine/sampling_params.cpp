@@ -1,4 +1,4 @@
-#include "engine/sampling_params.h"
+#include "ferry/sampling.h"
 
 #include <cmath>
 
