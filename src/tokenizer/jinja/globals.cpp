@@ -65,11 +65,13 @@ Value strftime_fn(Interpreter& in, const CallArgs& a) {
 
 void add_builtins(std::unordered_map<std::string, Value>& vars) {
   vars["range"] = Value::function("range", range_fn);
-  vars["namespace"] = Value::function("namespace", [](Interpreter&, const CallArgs& a) {
+  vars["namespace"] = Value::function("namespace", [](Interpreter& in, const CallArgs& a) {
     Dict d = dict_from_args(a, "namespace");
     for (const auto& [k, v] : d.items)
       if (k.is_string() && !k.s.empty() && k.s[0] == '_') fail("cannot store underscore-prefixed attribute '{}'", k.s);
-    return Value::make_namespace(std::move(d));
+    Value ns = Value::make_namespace(std::move(d));
+    in.track_namespace(ns);
+    return ns;
   });
   vars["dict"] = Value::function("dict", [](Interpreter&, const CallArgs& a) {
     return Value::make_dict(dict_from_args(a, "dict"));

@@ -33,6 +33,11 @@ Interpreter::Interpreter(RenderLimits limits, Clock clock) : limits_(limits), cl
   if (!clock_) clock_ = local_now;
 }
 
+Interpreter::~Interpreter() {
+  for (auto& weak : namespaces_)
+    if (auto ns = weak.lock()) ns->items.clear();
+}
+
 void Interpreter::step() {
   if (++steps_ > limits_.max_steps) fail("template exceeded {} evaluation steps", limits_.max_steps);
 }

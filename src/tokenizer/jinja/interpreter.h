@@ -42,6 +42,9 @@ struct Scope {
 class Interpreter {
  public:
   Interpreter(RenderLimits limits, Clock clock);
+  ~Interpreter();  // empties every namespace made while rendering: a namespace can hold itself (a cycle)
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   // Renders `ast` with `globals` (the context) visible as variables.
   std::string render(const TemplateAst& ast, const Dict& globals);
@@ -57,6 +60,7 @@ class Interpreter {
   void check_list(size_t n) const;                // throws past max_list_items
   const RenderLimits& limits() const { return limits_; }
   std::tm now() const { return clock_(); }
+  void track_namespace(const Value& ns) { namespaces_.push_back(ns.ns); }
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
@@ -82,6 +86,7 @@ class Interpreter {
   Clock clock_;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
+  std::vector<std::weak_ptr<Dict>> namespaces_;
 };
 
 // Python binary operators on values (also used by filters such as sum).

@@ -300,9 +300,19 @@ std::string repr_string(const std::string& s) {
   return out;
 }
 
+constexpr int kMaxReprDepth = 64;  // a namespace can contain itself
+
+std::string repr_at(const Value& v, int depth);
+
 }  // namespace
 
-std::string repr(const Value& v) {
+std::string repr(const Value& v) { return repr_at(v, 0); }
+
+namespace {
+
+std::string repr_at(const Value& v, int depth) {
+  if (depth > kMaxReprDepth) return "...";
+  auto repr = [depth](const Value& x) { return repr_at(x, depth + 1); };
   switch (v.kind) {
     case Kind::kString: return repr_string(v.s);
     case Kind::kList:
@@ -340,6 +350,8 @@ std::string repr(const Value& v) {
     default: return to_str(v);
   }
 }
+
+}  // namespace
 
 std::string to_str(const Value& v) {
   switch (v.kind) {
