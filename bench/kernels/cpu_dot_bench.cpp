@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
         double elapsed = 0.0;
         do {
           for (int64_t r = 0; r < rows; ++r) {
-            fn(n, w.data() + r * wrow, x.data(), xrow, n_x, out);
+            fn({.n = n, .w = w.data() + r * wrow, .w_row_bytes = wrow, .n_w = 1, .x = x.data(),
+                .x_row_bytes = xrow, .n_x = n_x, .out = out, .out_stride = 1});
             sink += out[0];
           }
           ++reps;

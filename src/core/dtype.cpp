@@ -10,7 +10,7 @@
 namespace ferry {
 namespace {
 
-constexpr std::array<DTypeInfo, 20> kInfos = {{
+constexpr std::array<DTypeInfo, 22> kInfos = {{
     {"f32", 1, 4, 0, false},
     {"f16", 1, 2, 1, false},
     {"bf16", 1, 2, 30, false},
@@ -31,6 +31,8 @@ constexpr std::array<DTypeInfo, 20> kInfos = {{
     {"i32", 1, 4, 26, false},
     {"i64", 1, 8, 27, false},
     {"f64", 1, 8, 28, false},
+    {"q8_0g4", 32, 64, -1, true},
+    {"q8_1g4", 32, 68, -1, true},
 }};
 
 }  // namespace
@@ -39,7 +41,7 @@ const DTypeInfo& dtype_info(DType t) { return kInfos[static_cast<size_t>(t)]; }
 
 std::optional<DType> dtype_from_ggml(uint32_t ggml_id) {
   for (size_t i = 0; i < kInfos.size(); ++i)
-    if (uint32_t(kInfos[i].ggml_id) == ggml_id) return static_cast<DType>(i);
+    if (kInfos[i].ggml_id >= 0 && uint32_t(kInfos[i].ggml_id) == ggml_id) return static_cast<DType>(i);
   return std::nullopt;
 }
 

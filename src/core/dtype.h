@@ -14,13 +14,15 @@ enum class DType : uint8_t {
   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K,
   I8, I16, I32, I64, F64,
+  // Internal activation formats of the CPU dot kernels (not GGUF file types; ggml_id -1):
+  Q8_0G4, Q8_1G4,
 };
 
 struct DTypeInfo {
   std::string_view name;  // as llama.cpp prints it: "f32", "q4_0", "q4_K"
   int block_elems;        // values per block (1 for plain types)
   int block_bytes;        // bytes per block
-  int ggml_id;            // GGUF tensor type id
+  int ggml_id;            // GGUF tensor type id; -1 for ferry's internal types (never read from files)
   bool quantized;
 };
 

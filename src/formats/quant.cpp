@@ -46,6 +46,8 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q5_K: return dequantize_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
     case DType::Q6_K: return dequantize_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
     case DType::Q8_K: return dequantize_q8_k(static_cast<const BlockQ8_K*>(src), dst, nb);
+    case DType::Q8_0G4: return dequantize_q8_0g4(static_cast<const BlockQ8_0G4*>(src), dst, nb);
+    case DType::Q8_1G4: return dequantize_q8_1g4(static_cast<const BlockQ8_1G4*>(src), dst, nb);
     default: fail("cannot dequantize values of type {}", dtype_name(t));
   }
 }
@@ -55,6 +57,7 @@ bool can_quantize(DType t) {
     case DType::F32: case DType::F16: case DType::BF16:
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
     case DType::Q8_0: case DType::Q8_1: case DType::Q8_K: case DType::Q4_K: case DType::Q6_K:
+    case DType::Q8_0G4: case DType::Q8_1G4:
       return true;
     default:
       return false;
@@ -88,6 +91,8 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q4_K: return quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
     case DType::Q6_K: return quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
     case DType::Q8_K: return quantize_q8_k(src, static_cast<BlockQ8_K*>(dst), nb);
+    case DType::Q8_0G4: return quantize_q8_0g4(src, static_cast<BlockQ8_0G4*>(dst), nb);
+    case DType::Q8_1G4: return quantize_q8_1g4(src, static_cast<BlockQ8_1G4*>(dst), nb);
     default: fail("cannot quantize to type {}", dtype_name(t));
   }
 }

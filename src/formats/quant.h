@@ -103,6 +103,23 @@ struct BlockQ8_K {
   int16_t bsums[kQKK / 16];
 };
 
+// ferry's activation formats for the CPU dot kernels (not GGUF types): one float scale per group of 4
+// values, so an outlier channel only coarsens its own group. value i = d[i / 4] * qs[i]. The SIMD kernels'
+// int32 lanes each hold the sum of 4 consecutive products, so lane g meets exactly scale d[g].
+inline constexpr int kG4 = 4;  // values per scale group
+struct BlockQ8_0G4 {
+  float d[kQK / kG4];
+  int8_t qs[kQK];
+};
+// As BlockQ8_0G4 plus s = sum of the 32 dequantized values (float), for the m term of Q4_1/Q5_1 weights.
+struct BlockQ8_1G4 {
+  float d[kQK / kG4];
+  int8_t qs[kQK];
+  float s;
+};
+
+static_assert(sizeof(BlockQ8_0G4) == 64);
+static_assert(sizeof(BlockQ8_1G4) == 68);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -117,11 +134,12 @@ static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 
 // src: n values of type t (n / block_elems blocks); dst: n floats. Supports F32, F16, BF16 and all the
-// block formats above. Throws ferry::Error if n is negative or not a whole number of blocks.
+// block formats above (the G4 activation formats included). Throws ferry::Error if n is negative or not a whole number of blocks.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
 // src: n floats; dst: row_bytes(t, n) bytes. Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
-// Q8_K, Q4_K, Q6_K. Throws ferry::Error for other types or a partial block.
+// Q8_K, Q4_K, Q6_K, Q8_0G4, Q8_1G4 (per group of 4: scale amax / 127, q = round-half-even(x / scale);
+// a group of zeros gets scale 0). Throws ferry::Error for other types or a partial block.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
 // Whether quantize_row supports t.

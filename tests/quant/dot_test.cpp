@@ -1,10 +1,12 @@
 // Fast dot kernels against the references, for every weight type, every SIMD level this CPU supports, and
 // 1..4 activation rows. Two references:
 //  - tight: the dequantized weight row times the dequantized (already quantized) activation rows in
-//    double. The kernels only reorder float sums of exact integer block sums, so they must agree to
-//    kTight relative to sum |w||x| (plus fp16 rounding of Q8_1's s for the Q4_1/Q5_1 offset term).
+//    double. The kernels only reorder float sums of exact integer group sums, so they must agree to
+//    kTight relative to sum |w||x|.
 //  - loose: dot_ref with the float activations; the gap is the activation quantization (Q8: at most
-//    half a step of 1/127 of the block max per element; BF16: 2^-9 relative), within kLoose of sum |w||x|.
+//    half a step of 1/127 of the block or group max per element; BF16: 2^-9 relative), within kLoose of
+//    sum |w||x|.
+// Tiles of several weight rows and tokens must give bit-identical results to one-row, one-token calls.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,7 +114,8 @@ void check_case(const Case& c, std::mt19937& rng) {
   const size_t x_row_bytes = row_bytes(xt, n) + 16;
   std::vector<std::vector<float>> xf(kMaxDotRows), xd(kMaxDotRows, std::vector<float>(size_t(n)));
   std::vector<uint8_t> xq(x_row_bytes * kMaxDotRows + 64);
-  uint8_t* xbase = xq.data() + (xt == DType::Q8_K ? 4 : 2);  // keep the blocks' natural alignment only
+  // keep the blocks' natural alignment only (float fields: 4 bytes, fp16 fields: 2)
+  uint8_t* xbase = xq.data() + (dtype_info(xt).block_bytes % 4 == 0 ? 4 : 2);
   for (int j = 0; j < kMaxDotRows; ++j) {
     xf[j] = random_floats(n, rng);
     quantize_row(xt, xf[j].data(), xbase + j * x_row_bytes, n);
@@ -126,17 +129,6 @@ void check_case(const Case& c, std::mt19937& rng) {
       s += double(wd[size_t(i)]) * xd[j][size_t(i)];
       a += std::fabs(double(wd[size_t(i)]) * xd[j][size_t(i)]);
       af += std::fabs(double(wd[size_t(i)]) * xf[j][size_t(i)]);
-    }
-    // Q4_1/Q5_1 use m * s with s rounded to fp16 (as ggml): allow 2^-11 of sum |m| |d_x sum q_x|
-    if (c.wt == DType::Q4_1 || c.wt == DType::Q5_1) {
-      const size_t wb = size_t(dtype_info(c.wt).block_bytes);
-      for (int64_t b = 0; b < n / 32; ++b) {
-        uint16_t m;
-        std::memcpy(&m, w.data() + b * wb + 2, 2);
-        double xsum = 0;
-        for (int i = 0; i < 32; ++i) xsum += xd[j][size_t(b * 32 + i)];
-        a += std::fabs(fp16_to_f32(m) * xsum) * (1.0 / 2048) / kTight;
-      }
     }
     ref_tight[j] = s;
     abs_q[j] = a;
@@ -187,10 +179,14 @@ TEST(Dot, EveryTypeEveryLevelEveryRowCount) {
 }
 
 TEST(Dot, ActivationTypes) {
-  EXPECT_EQ(activation_type(DType::Q4_0), DType::Q8_0);
-  EXPECT_EQ(activation_type(DType::Q8_0), DType::Q8_0);
-  EXPECT_EQ(activation_type(DType::Q4_1), DType::Q8_1);
-  EXPECT_EQ(activation_type(DType::Q5_1), DType::Q8_1);
+  EXPECT_EQ(activation_type(DType::Q4_0), DType::Q8_0G4);
+  EXPECT_EQ(activation_type(DType::Q5_0), DType::Q8_0G4);
+  EXPECT_EQ(activation_type(DType::Q8_0), DType::Q8_0G4);
+  EXPECT_EQ(activation_type(DType::Q4_1), DType::Q8_1G4);
+  EXPECT_EQ(activation_type(DType::Q5_1), DType::Q8_1G4);
+  EXPECT_EQ(activation_type(DType::Q8_1), DType::Q8_1);
+  EXPECT_EQ(activation_type(DType::Q4_K), DType::Q8_K);
+  EXPECT_EQ(activation_type(DType::BF16), DType::BF16);
   EXPECT_EQ(activation_type(DType::Q6_K), DType::Q8_K);
   EXPECT_EQ(activation_type(DType::F16), DType::F32);
   EXPECT_THROW(activation_type(DType::I32), Error);
@@ -198,13 +194,29 @@ TEST(Dot, ActivationTypes) {
 
 TEST(Dot, RejectsBadCalls) {
   const DotKernels k = select_dot_kernels(SimdLevel::Scalar);
-  std::vector<uint8_t> w(row_bytes(DType::Q4_0, 64)), x(row_bytes(DType::Q8_0, 64) * 8);
-  float out[8];
-  EXPECT_THROW(dot_rows(k, DType::Q4_0, 64, w.data(), x.data(), 68, 5, out), Error);
-  EXPECT_THROW(dot_rows(k, DType::Q4_0, 64, w.data(), x.data(), 68, 0, out), Error);
-  EXPECT_THROW(dot_rows(k, DType::Q4_0, 48, w.data(), x.data(), 68, 1, out), Error);
+  const size_t xr = row_bytes(DType::Q8_0G4, 64), wr = row_bytes(DType::Q4_0, 64);
+  std::vector<uint8_t> w(wr * 8), x(xr * 8);
+  float out[64];
+  EXPECT_THROW(dot_rows(k, DType::Q4_0, 64, w.data(), x.data(), xr, 5, out), Error);
+  EXPECT_THROW(dot_rows(k, DType::Q4_0, 64, w.data(), x.data(), xr, 0, out), Error);
+  EXPECT_THROW(dot_rows(k, DType::Q4_0, 48, w.data(), x.data(), xr, 1, out), Error);
   EXPECT_THROW(dot_rows(k, DType::Q4_0, 64, w.data(), x.data(), 10, 2, out), Error);
-  EXPECT_THROW(dot_rows(k, DType::I8, 64, w.data(), x.data(), 68, 1, out), Error);
+  EXPECT_THROW(dot_rows(k, DType::I8, 64, w.data(), x.data(), xr, 1, out), Error);
+  const DotTile ok{.n = 64, .w = w.data(), .w_row_bytes = wr, .n_w = 2, .x = x.data(), .x_row_bytes = xr,
+                   .n_x = 2, .out = out, .out_stride = 2};
+  EXPECT_NO_THROW(dot_tile(k, DType::Q4_0, ok));
+  DotTile bad = ok;
+  bad.n_w = 5;
+  EXPECT_THROW(dot_tile(k, DType::Q4_0, bad), Error);
+  bad = ok;
+  bad.n_w = 0;
+  EXPECT_THROW(dot_tile(k, DType::Q4_0, bad), Error);
+  bad = ok;
+  bad.w_row_bytes = wr - 1;
+  EXPECT_THROW(dot_tile(k, DType::Q4_0, bad), Error);
+  bad = ok;
+  bad.out_stride = 1;
+  EXPECT_THROW(dot_tile(k, DType::Q4_0, bad), Error);
 }
 
 TEST(Simd, ParseAndResolve) {

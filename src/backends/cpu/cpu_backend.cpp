@@ -107,32 +107,58 @@ void CpuBackend::matmul_reference(const Tensor& out, const Tensor& x, const Tens
   });
 }
 
+namespace {
+
+// Below this many token rows matmul_fast quantizes activations on the calling thread: one row of 576 values
+// takes ~0.3 us with AVX2, less than a pool wake-up.
+constexpr int64_t kParallelQuantizeRows = 16;
+// Output rows per matmul chunk are a multiple of this (and of every level's tile_w: 1, 2 or 4), so tiles
+// never straddle two threads' chunks.
+constexpr int64_t kMatmulRowGrain = 16;
+static_assert(kMatmulRowGrain % kMaxDotWeightRows == 0);
+
+}  // namespace
+
 void CpuBackend::matmul_fast(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
   const int64_t n = x.rows(), n_in = x.cols(), n_out = w.rows();
-  // Quantize the activations once: (n, n_in) f32 -> (n) rows of the weight type's partner format.
   const DType at = activation_type(w.dtype);
+  FERRY_CHECK(n_in % dtype_info(w.dtype).block_elems == 0 && n_in % dtype_info(at).block_elems == 0,
+              "matmul: {} inputs are not whole blocks of {} / {}", n_in, dtype_name(w.dtype), dtype_name(at));
+  // Quantize the activations once: x (n, n_in) f32 -> act (n, act_row bytes) of the partner format.
+  // A few rows (decode) are done on this thread: waking the pool would cost more than the work.
   const size_t act_row = row_bytes(at, n_in);
   if (act_scratch_.size() < act_row * size_t(n)) act_scratch_.resize(act_row * size_t(n));
   uint8_t* act = act_scratch_.data();
-  pool_.parallel_for(n, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) quantize_row(at, x.row<float>(t), act + size_t(t) * act_row, n_in);
-  });
-  // Output rows in chunks; within a chunk each weight row is read once per group of up to 4 tokens
-  // (kMaxDotRows), and a chunk of weight rows stays in cache while all token groups pass over it.
-  constexpr int64_t kRowChunk = 16;
-  const float* b = bias.empty() ? nullptr : bias.ptr<float>();
+  auto quantize_rows = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) quantize_activations(dot_, at, x.row<float>(t), act + size_t(t) * act_row, n_in);
+  };
+  if (n < kParallelQuantizeRows) {
+    quantize_rows(0, n);
+  } else {
+    pool_.parallel_for(n, 4, quantize_rows);
+  }
+  // Output columns (weight rows) in chunks spread over the threads; within a chunk, tiles of tile_w weight
+  // rows x tile_x tokens: each unpacked weight block serves tile_x tokens and each activation block tile_w
+  // rows. The chunk's weight rows stay in L1/L2 while every token tile passes over them.
+  const int tw = dot_.tile_w, tx = dot_.tile_x;
   const DotFn dot = dot_kernel(dot_, w.dtype);
-  FERRY_CHECK(n_in % dtype_info(w.dtype).block_elems == 0 && n_in % dtype_info(at).block_elems == 0,
-              "matmul: {} inputs are not whole blocks of {} / {}", n_in, dtype_name(w.dtype), dtype_name(at));
-  pool_.parallel_for(n_out, kRowChunk, [&](int64_t o0, int64_t o1) {
-    float tmp[kMaxDotRows];
-    for (int64_t t0 = 0; t0 < n; t0 += kMaxDotRows) {
-      const int nt = int(std::min<int64_t>(kMaxDotRows, n - t0));
-      for (int64_t o = o0; o < o1; ++o) {
-        dot(n_in, w.row(o), act + size_t(t0) * act_row, act_row, nt, tmp);
-        for (int j = 0; j < nt; ++j) out.row<float>(t0 + j)[o] = b ? tmp[j] + b[o] : tmp[j];
+  const size_t w_row = w.row_bytes();
+  const auto* w_data = static_cast<const char*>(w.data);
+  float* o = out.ptr<float>();
+  const float* b = bias.empty() ? nullptr : bias.ptr<float>();
+  pool_.parallel_for(n_out, kMatmulRowGrain, [&](int64_t o0, int64_t o1) {
+    for (int64_t t0 = 0; t0 < n; t0 += tx) {
+      const int nt = int(std::min<int64_t>(tx, n - t0));
+      for (int64_t r0 = o0; r0 < o1; r0 += tw) {
+        const int nr = int(std::min<int64_t>(tw, o1 - r0));
+        dot({.n = n_in, .w = w_data + size_t(r0) * w_row, .w_row_bytes = w_row, .n_w = nr,
+             .x = act + size_t(t0) * act_row, .x_row_bytes = act_row, .n_x = nt,
+             .out = o + size_t(t0) * size_t(n_out) + size_t(r0), .out_stride = size_t(n_out)});
       }
     }
+    if (b != nullptr)
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = o0; r < o1; ++r) o[size_t(t) * size_t(n_out) + size_t(r)] += b[r];
   });
 }
 

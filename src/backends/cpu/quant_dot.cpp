@@ -12,8 +12,9 @@ DType activation_type(DType wt) {
   switch (wt) {
     case DType::F32: case DType::F16: return DType::F32;
     case DType::BF16: return DType::BF16;
-    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return DType::Q8_0;
-    case DType::Q4_1: case DType::Q5_1: case DType::Q8_1: return DType::Q8_1;
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return DType::Q8_0G4;
+    case DType::Q4_1: case DType::Q5_1: return DType::Q8_1G4;
+    case DType::Q8_1: return DType::Q8_1;
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
     case DType::Q8_K: return DType::Q8_K;
     default: fail("no dot product for weights of type {}", dtype_name(wt));
@@ -45,18 +46,34 @@ DotFn dot_kernel(const DotKernels& k, DType wt) {
   return k.by_weight_type[t];
 }
 
+void quantize_activations(const DotKernels& k, DType at, const float* x, void* dst, int64_t n) {
+  const QuantizeActFn fn = at == DType::Q8_0G4 ? k.quantize_q8_0g4 : at == DType::Q8_1G4 ? k.quantize_q8_1g4 : nullptr;
+  if (fn == nullptr || n % dtype_info(at).block_elems != 0) return quantize_row(at, x, dst, n);
+  fn(x, dst, n);
+}
+
+void dot_tile(const DotKernels& k, DType wt, const DotTile& p) {
+  FERRY_CHECK(p.n_x >= 1 && p.n_x <= kMaxDotRows, "a dot tile takes 1 to {} activation rows, got {}", kMaxDotRows,
+              p.n_x);
+  FERRY_CHECK(p.n_w >= 1 && p.n_w <= kMaxDotWeightRows, "a dot tile takes 1 to {} weight rows, got {}",
+              kMaxDotWeightRows, p.n_w);
+  const DotFn fn = dot_kernel(k, wt);
+  const DType at = activation_type(wt);
+  FERRY_CHECK(p.n >= 0 && p.n % dtype_info(wt).block_elems == 0 && p.n % dtype_info(at).block_elems == 0,
+              "dot of {} values of type {} is not a whole number of blocks", p.n, dtype_name(wt));
+  FERRY_CHECK(p.n_x == 1 || p.x_row_bytes >= row_bytes(at, p.n),
+              "activation rows {} bytes apart overlap ({} bytes each)", p.x_row_bytes, row_bytes(at, p.n));
+  FERRY_CHECK(p.n_w == 1 || p.w_row_bytes >= row_bytes(wt, p.n), "weight rows {} bytes apart overlap ({} bytes each)",
+              p.w_row_bytes, row_bytes(wt, p.n));
+  FERRY_CHECK(p.n_x == 1 || p.out_stride >= size_t(p.n_w), "output rows {} floats apart overlap ({} each)",
+              p.out_stride, p.n_w);
+  fn(p);
+}
+
 void dot_rows(const DotKernels& k, DType wt, int64_t n, const void* w_row, const void* x_rows,
               size_t x_row_bytes, int n_x, float* out) {
-  FERRY_CHECK(n_x >= 1 && n_x <= kMaxDotRows, "dot_rows takes 1 to {} activation rows, got {}", kMaxDotRows,
-              n_x);
-  const DotFn fn = dot_kernel(k, wt);
-  const int64_t block = dtype_info(activation_type(wt)).block_elems;
-  FERRY_CHECK(n >= 0 && n % dtype_info(wt).block_elems == 0 && n % block == 0,
-              "dot of {} values of type {} is not a whole number of blocks", n, dtype_name(wt));
-  FERRY_CHECK(n_x == 1 || x_row_bytes >= row_bytes(activation_type(wt), n),
-              "activation rows {} bytes apart overlap ({} bytes each)", x_row_bytes,
-              row_bytes(activation_type(wt), n));
-  fn(n, w_row, x_rows, x_row_bytes, n_x, out);
+  dot_tile(k, wt, {.n = n, .w = w_row, .w_row_bytes = 0, .n_w = 1, .x = x_rows, .x_row_bytes = x_row_bytes,
+                   .n_x = n_x, .out = out, .out_stride = 1});
 }
 
 }  // namespace ferry

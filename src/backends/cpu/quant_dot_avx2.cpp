@@ -72,9 +72,12 @@ __attribute__((target(FERRY_X86_TARGET))) void float_dot(int64_t n, const void* 
 
 void fill_avx2(DotKernels& k) {
   fill_x86_quant(k);
-  k.by_weight_type[static_cast<size_t>(DType::F32)] = float_dot<F32Load, F32Load>;
-  k.by_weight_type[static_cast<size_t>(DType::F16)] = float_dot<F16Load, F32Load>;
-  k.by_weight_type[static_cast<size_t>(DType::BF16)] = float_dot<BF16Load, BF16Load>;
+  k.by_weight_type[static_cast<size_t>(DType::F32)] = tile_by_rows<float_dot<F32Load, F32Load>>;
+  k.by_weight_type[static_cast<size_t>(DType::F16)] = tile_by_rows<float_dot<F16Load, F32Load>>;
+  k.by_weight_type[static_cast<size_t>(DType::BF16)] = tile_by_rows<float_dot<BF16Load, BF16Load>>;
+  // 16 ymm registers: 2 weight rows x 4 tokens = 8 accumulators + 4 activation blocks and their scales.
+  k.tile_w = 2;
+  k.tile_x = 4;
 }
 
 }  // namespace ferry::dot_kernels

@@ -118,10 +118,13 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf
 void fill_avx512(DotKernels& k, const SimdFeatures& f) {
   if (!f.avx512) return;
   if (f.avx512_vnni) fill_x86_quant(k);  // otherwise the AVX2 kernels stay
-  k.by_weight_type[static_cast<size_t>(DType::F32)] = float_dot512<F32Load16, F32Load16>;
-  k.by_weight_type[static_cast<size_t>(DType::F16)] = float_dot512<F16Load16, F32Load16>;
+  k.by_weight_type[static_cast<size_t>(DType::F32)] = tile_by_rows<float_dot512<F32Load16, F32Load16>>;
+  k.by_weight_type[static_cast<size_t>(DType::F16)] = tile_by_rows<float_dot512<F16Load16, F32Load16>>;
   k.by_weight_type[static_cast<size_t>(DType::BF16)] =
-      f.avx512_bf16 ? bf16_dot_dp : float_dot512<BF16Load16, BF16Load16>;
+      f.avx512_bf16 ? tile_by_rows<bf16_dot_dp> : tile_by_rows<float_dot512<BF16Load16, BF16Load16>>;
+  // 32 vector registers (AVX-512VL reaches ymm16..31): 4 weight rows x 4 tokens = 16 accumulators.
+  k.tile_w = 4;
+  k.tile_x = 4;
 }
 
 }  // namespace ferry::dot_kernels

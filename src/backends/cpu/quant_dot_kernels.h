@@ -18,4 +18,18 @@ inline const T* x_row(const void* x_rows, size_t x_row_bytes, int j) {
   return reinterpret_cast<const T*>(static_cast<const char*>(x_rows) + size_t(j) * x_row_bytes);
 }
 
+// A kernel over one weight row: w_row: n values; x_rows: n_x rows x_row_bytes apart; out: [n_x].
+using RowDotFn = void (*)(int64_t n, const void* w_row, const void* x_rows, size_t x_row_bytes, int n_x,
+                          float* out);
+
+// A tile kernel made of a row kernel, one weight row at a time (the types without a tiled kernel).
+template <RowDotFn kRow>
+void tile_by_rows(const DotTile& p) {
+  for (int i = 0; i < p.n_w; ++i) {
+    float tmp[kMaxDotRows];
+    kRow(p.n, static_cast<const char*>(p.w) + size_t(i) * p.w_row_bytes, p.x, p.x_row_bytes, p.n_x, tmp);
+    for (int j = 0; j < p.n_x; ++j) p.out[size_t(j) * p.out_stride + size_t(i)] = tmp[j];
+  }
+}
+
 }  // namespace ferry::dot_kernels

@@ -42,54 +42,53 @@ void dot_bf16(int64_t n, const void* w, const void* x, size_t xb, int n_x, float
                                     [](uint16_t a, uint16_t b) { return bf16_to_f32(a) * bf16_to_f32(b); });
 }
 
+// The 32-value formats against G4 activations: integer sums per group of 4, each scaled by its group's
+// activation scale, then by the weight block's scale (plus m * s for Q4_1/Q5_1).
+// q(i): the weight block's integer value i (offset included for Q4_0/Q5_0).
+template <typename XBlock, typename Quant>
+float g4_block_sum(const XBlock& b, Quant q) {
+  float sum = 0.0f;
+  for (int g = 0; g < kQK / kG4; ++g) {
+    int s = 0;
+    for (int i = kG4 * g; i < kG4 * (g + 1); ++i) s += q(i) * b.qs[i];
+    sum += b.d[g] * float(s);
+  }
+  return sum;
+}
+
+int nibble(const uint8_t* qs, int i) { return i < kHalf ? (qs[i] & 0xF) : (qs[i - kHalf] >> 4); }
+int fifth_bit(uint32_t qh, int i) { return int((qh >> i) & 1) << 4; }
+
 void dot_q4_0(int64_t n, const void* w, const void* x, size_t xb, int n_x, float* out) {
-  run_blocks<BlockQ4_0, BlockQ8_0, kQK>(n, w, x, xb, n_x, out, [](const BlockQ4_0& a, const BlockQ8_0& b) {
-    int sum = 0;
-    for (int j = 0; j < kHalf; ++j)
-      sum += ((a.qs[j] & 0xF) - 8) * b.qs[j] + ((a.qs[j] >> 4) - 8) * b.qs[j + kHalf];
-    return float(sum) * fp16_to_f32(a.d) * fp16_to_f32(b.d);
+  run_blocks<BlockQ4_0, BlockQ8_0G4, kQK>(n, w, x, xb, n_x, out, [](const BlockQ4_0& a, const BlockQ8_0G4& b) {
+    return fp16_to_f32(a.d) * g4_block_sum(b, [&](int i) { return nibble(a.qs, i) - 8; });
   });
 }
 
 void dot_q4_1(int64_t n, const void* w, const void* x, size_t xb, int n_x, float* out) {
-  run_blocks<BlockQ4_1, BlockQ8_1, kQK>(n, w, x, xb, n_x, out, [](const BlockQ4_1& a, const BlockQ8_1& b) {
-    int sum = 0;
-    for (int j = 0; j < kHalf; ++j) sum += (a.qs[j] & 0xF) * b.qs[j] + (a.qs[j] >> 4) * b.qs[j + kHalf];
-    return float(sum) * fp16_to_f32(a.d) * fp16_to_f32(b.d) + fp16_to_f32(a.m) * fp16_to_f32(b.s);
+  run_blocks<BlockQ4_1, BlockQ8_1G4, kQK>(n, w, x, xb, n_x, out, [](const BlockQ4_1& a, const BlockQ8_1G4& b) {
+    return fp16_to_f32(a.d) * g4_block_sum(b, [&](int i) { return nibble(a.qs, i); }) + fp16_to_f32(a.m) * b.s;
   });
 }
 
 void dot_q5_0(int64_t n, const void* w, const void* x, size_t xb, int n_x, float* out) {
-  run_blocks<BlockQ5_0, BlockQ8_0, kQK>(n, w, x, xb, n_x, out, [](const BlockQ5_0& a, const BlockQ8_0& b) {
+  run_blocks<BlockQ5_0, BlockQ8_0G4, kQK>(n, w, x, xb, n_x, out, [](const BlockQ5_0& a, const BlockQ8_0G4& b) {
     const uint32_t qh = qh_bits(a.qh);
-    int sum = 0;
-    for (int j = 0; j < kHalf; ++j) {
-      const int q0 = ((a.qs[j] & 0xF) | int(((qh >> j) & 1) << 4)) - 16;
-      const int q1 = ((a.qs[j] >> 4) | int(((qh >> (j + kHalf)) & 1) << 4)) - 16;
-      sum += q0 * b.qs[j] + q1 * b.qs[j + kHalf];
-    }
-    return float(sum) * fp16_to_f32(a.d) * fp16_to_f32(b.d);
+    return fp16_to_f32(a.d) * g4_block_sum(b, [&](int i) { return (nibble(a.qs, i) | fifth_bit(qh, i)) - 16; });
   });
 }
 
 void dot_q5_1(int64_t n, const void* w, const void* x, size_t xb, int n_x, float* out) {
-  run_blocks<BlockQ5_1, BlockQ8_1, kQK>(n, w, x, xb, n_x, out, [](const BlockQ5_1& a, const BlockQ8_1& b) {
+  run_blocks<BlockQ5_1, BlockQ8_1G4, kQK>(n, w, x, xb, n_x, out, [](const BlockQ5_1& a, const BlockQ8_1G4& b) {
     const uint32_t qh = qh_bits(a.qh);
-    int sum = 0;
-    for (int j = 0; j < kHalf; ++j) {
-      const int q0 = (a.qs[j] & 0xF) | int(((qh >> j) & 1) << 4);
-      const int q1 = (a.qs[j] >> 4) | int(((qh >> (j + kHalf)) & 1) << 4);
-      sum += q0 * b.qs[j] + q1 * b.qs[j + kHalf];
-    }
-    return float(sum) * fp16_to_f32(a.d) * fp16_to_f32(b.d) + fp16_to_f32(a.m) * fp16_to_f32(b.s);
+    return fp16_to_f32(a.d) * g4_block_sum(b, [&](int i) { return nibble(a.qs, i) | fifth_bit(qh, i); }) +
+           fp16_to_f32(a.m) * b.s;
   });
 }
 
 void dot_q8_0(int64_t n, const void* w, const void* x, size_t xb, int n_x, float* out) {
-  run_blocks<BlockQ8_0, BlockQ8_0, kQK>(n, w, x, xb, n_x, out, [](const BlockQ8_0& a, const BlockQ8_0& b) {
-    int sum = 0;
-    for (int j = 0; j < kQK; ++j) sum += a.qs[j] * b.qs[j];
-    return float(sum) * fp16_to_f32(a.d) * fp16_to_f32(b.d);
+  run_blocks<BlockQ8_0, BlockQ8_0G4, kQK>(n, w, x, xb, n_x, out, [](const BlockQ8_0& a, const BlockQ8_0G4& b) {
+    return fp16_to_f32(a.d) * g4_block_sum(b, [&](int i) { return int(a.qs[i]); });
   });
 }
 
@@ -214,21 +213,25 @@ void dot_q8_k(int64_t n, const void* w, const void* x, size_t xb, int n_x, float
 
 void fill_scalar(DotKernels& k) {
   auto set = [&](DType t, DotFn fn) { k.by_weight_type[static_cast<size_t>(t)] = fn; };
-  set(DType::F32, dot_f32);
-  set(DType::F16, dot_f16);
-  set(DType::BF16, dot_bf16);
-  set(DType::Q4_0, dot_q4_0);
-  set(DType::Q4_1, dot_q4_1);
-  set(DType::Q5_0, dot_q5_0);
-  set(DType::Q5_1, dot_q5_1);
-  set(DType::Q8_0, dot_q8_0);
-  set(DType::Q8_1, dot_q8_1);
-  set(DType::Q2_K, dot_q2_k);
-  set(DType::Q3_K, dot_q3_k);
-  set(DType::Q4_K, dot_q4_k);
-  set(DType::Q5_K, dot_q5_k);
-  set(DType::Q6_K, dot_q6_k);
-  set(DType::Q8_K, dot_q8_k);
+  k.tile_w = 1;
+  k.tile_x = kMaxDotRows;
+  k.quantize_q8_0g4 = nullptr;
+  k.quantize_q8_1g4 = nullptr;
+  set(DType::F32, tile_by_rows<dot_f32>);
+  set(DType::F16, tile_by_rows<dot_f16>);
+  set(DType::BF16, tile_by_rows<dot_bf16>);
+  set(DType::Q4_0, tile_by_rows<dot_q4_0>);
+  set(DType::Q4_1, tile_by_rows<dot_q4_1>);
+  set(DType::Q5_0, tile_by_rows<dot_q5_0>);
+  set(DType::Q5_1, tile_by_rows<dot_q5_1>);
+  set(DType::Q8_0, tile_by_rows<dot_q8_0>);
+  set(DType::Q8_1, tile_by_rows<dot_q8_1>);
+  set(DType::Q2_K, tile_by_rows<dot_q2_k>);
+  set(DType::Q3_K, tile_by_rows<dot_q3_k>);
+  set(DType::Q4_K, tile_by_rows<dot_q4_k>);
+  set(DType::Q5_K, tile_by_rows<dot_q5_k>);
+  set(DType::Q6_K, tile_by_rows<dot_q6_k>);
+  set(DType::Q8_K, tile_by_rows<dot_q8_k>);
 }
 
 }  // namespace ferry::dot_kernels

@@ -5,9 +5,10 @@
 //   FERRY_X86_VNNI    1 to use _mm256_dpbusd_epi32, 0 for maddubs + madd
 // Everything here has internal linkage (anonymous namespace), so the two copies never collide.
 //
-// Shape of every kernel: Kernel::rows<NX>(nb, w, x, out): w: nb weight blocks (one row);
-// x: NX pointers, each to nb activation blocks; out: [NX] floats. Each weight block is unpacked once and
-// multiplied with the NX activation rows: several tokens share one pass over the weights.
+// The 32-value formats run as tiles (g4_tile: R weight rows x T tokens; each weight block unpacked once
+// per tile, each activation block loaded once per tile). The K-quants keep one weight row per pass:
+// Kernel::rows<NX>(nb, w, x, out): w: nb weight blocks (one row); x: NX pointers, each to nb activation
+// blocks; out: [NX] floats.
 #pragma once
 
 #if defined(__x86_64__)
@@ -78,115 +79,208 @@ FERRY_X86_FN __m256i two_scales(int lo, int hi) {
 
 FERRY_X86_FN __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// ---- the 32-value formats ----------------------------------------------------------------------------
+// ---- the 32-value formats (x: Q8_0G4 / Q8_1G4) ----------------------------------------------------------
+//
+// A format K gives: W (weight block), X (activation block), kHasMin (Q4_1/Q5_1: + m * s), and
+//   WV K::load_w(const W&)          the block unpacked once per tile, in element order (byte k = value k),
+//   __m256i K::dot(const WV&, y)    8 int32 lanes, lane g = sum of products of values 4g..4g+3,
+// so lane g meets activation scale d[g]. g4_tile runs an R x T tile of weight rows x tokens over it.
+
+struct WUnsigned {  // weights as unsigned bytes (Q4_1, Q5_1): dot is u8 x s8 directly
+  __m256i q;
+  float d, m;
+};
+struct WSigned {  // signed weights (Q4_0, Q5_0, Q8_0): |q| and q for the sign trick
+  __m256i aq, q;
+  float d;
+};
+
+FERRY_X86_FN WSigned make_signed(__m256i q, float d) { return {_mm256_sign_epi8(q, q), q, d}; }
+FERRY_X86_FN __m256i dot_signed(const WSigned& w, __m256i y) {
+  return dot_u8_i8(w.aq, _mm256_sign_epi8(y, w.q));
+}
 
 struct KQ4_0 {
   using W = BlockQ4_0;
-  using X = BlockQ8_0;
-  template <int NX>
-  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
-    __m256 acc[NX];
-    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256i q = _mm256_sub_epi8(unpack_nibbles(w[b].qs), _mm256_set1_epi8(8));
-      const __m256i aq = _mm256_sign_epi8(q, q);
-      const float dw = fp16(w[b].d);
-      for (int r = 0; r < NX; ++r) {
-        const __m256i sy = _mm256_sign_epi8(load256(x[r][b].qs), q);
-        const __m256 p = _mm256_cvtepi32_ps(dot_u8_i8(aq, sy));
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(x[r][b].d)), p, acc[r]);
-      }
-    }
-    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]);
+  using X = BlockQ8_0G4;
+  static constexpr bool kHasMin = false;
+  FERRY_X86_FN static WSigned load_w(const W& b) {
+    return make_signed(_mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_set1_epi8(8)), fp16(b.d));
   }
+  FERRY_X86_FN static __m256i dot(const WSigned& w, __m256i y) { return dot_signed(w, y); }
 };
 
 struct KQ4_1 {
   using W = BlockQ4_1;
-  using X = BlockQ8_1;
-  template <int NX>
-  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
-    __m256 acc[NX];
-    float acc_m[NX];
-    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps(), acc_m[r] = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256i q = unpack_nibbles(w[b].qs);
-      const float dw = fp16(w[b].d), mw = fp16(w[b].m);
-      for (int r = 0; r < NX; ++r) {
-        const __m256 p = _mm256_cvtepi32_ps(dot_u8_i8(q, load256(x[r][b].qs)));
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(x[r][b].d)), p, acc[r]);
-        acc_m[r] += mw * fp16(x[r][b].s);
-      }
-    }
-    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]) + acc_m[r];
-  }
+  using X = BlockQ8_1G4;
+  static constexpr bool kHasMin = true;
+  FERRY_X86_FN static WUnsigned load_w(const W& b) { return {unpack_nibbles(b.qs), fp16(b.d), fp16(b.m)}; }
+  FERRY_X86_FN static __m256i dot(const WUnsigned& w, __m256i y) { return dot_u8_i8(w.q, y); }
 };
 
 struct KQ5_0 {
   using W = BlockQ5_0;
-  using X = BlockQ8_0;
-  template <int NX>
-  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
-    __m256 acc[NX];
-    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      // q - 16 = nibble - 16 * (1 - high bit)
-      const __m256i missing = _mm256_andnot_si256(expand_bits(w[b].qh), _mm256_set1_epi8(0x10));
-      const __m256i q = _mm256_sub_epi8(unpack_nibbles(w[b].qs), missing);
-      const __m256i aq = _mm256_sign_epi8(q, q);
-      const float dw = fp16(w[b].d);
-      for (int r = 0; r < NX; ++r) {
-        const __m256i sy = _mm256_sign_epi8(load256(x[r][b].qs), q);
-        const __m256 p = _mm256_cvtepi32_ps(dot_u8_i8(aq, sy));
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(x[r][b].d)), p, acc[r]);
-      }
-    }
-    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]);
+  using X = BlockQ8_0G4;
+  static constexpr bool kHasMin = false;
+  FERRY_X86_FN static WSigned load_w(const W& b) {
+    // q - 16 = nibble - 16 * (1 - high bit)
+    const __m256i missing = _mm256_andnot_si256(expand_bits(b.qh), _mm256_set1_epi8(0x10));
+    return make_signed(_mm256_sub_epi8(unpack_nibbles(b.qs), missing), fp16(b.d));
   }
+  FERRY_X86_FN static __m256i dot(const WSigned& w, __m256i y) { return dot_signed(w, y); }
 };
 
 struct KQ5_1 {
   using W = BlockQ5_1;
-  using X = BlockQ8_1;
-  template <int NX>
-  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
-    __m256 acc[NX];
-    float acc_m[NX];
-    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps(), acc_m[r] = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256i high = _mm256_and_si256(expand_bits(w[b].qh), _mm256_set1_epi8(0x10));
-      const __m256i q = _mm256_or_si256(unpack_nibbles(w[b].qs), high);
-      const float dw = fp16(w[b].d), mw = fp16(w[b].m);
-      for (int r = 0; r < NX; ++r) {
-        const __m256 p = _mm256_cvtepi32_ps(dot_u8_i8(q, load256(x[r][b].qs)));
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(x[r][b].d)), p, acc[r]);
-        acc_m[r] += mw * fp16(x[r][b].s);
-      }
-    }
-    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]) + acc_m[r];
+  using X = BlockQ8_1G4;
+  static constexpr bool kHasMin = true;
+  FERRY_X86_FN static WUnsigned load_w(const W& b) {
+    const __m256i high = _mm256_and_si256(expand_bits(b.qh), _mm256_set1_epi8(0x10));
+    return {_mm256_or_si256(unpack_nibbles(b.qs), high), fp16(b.d), fp16(b.m)};
   }
+  FERRY_X86_FN static __m256i dot(const WUnsigned& w, __m256i y) { return dot_u8_i8(w.q, y); }
 };
 
 struct KQ8_0 {
   using W = BlockQ8_0;
-  using X = BlockQ8_0;
-  template <int NX>
-  FERRY_X86_FN static void rows(int64_t nb, const W* w, const X* const* x, float* out) {
-    __m256 acc[NX];
-    for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256i q = load256(w[b].qs);
-      const __m256i aq = _mm256_sign_epi8(q, q);
-      const float dw = fp16(w[b].d);
-      for (int r = 0; r < NX; ++r) {
-        const __m256i sy = _mm256_sign_epi8(load256(x[r][b].qs), q);
-        const __m256 p = _mm256_cvtepi32_ps(dot_u8_i8(aq, sy));
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(x[r][b].d)), p, acc[r]);
-      }
-    }
-    for (int r = 0; r < NX; ++r) out[r] = hsum(acc[r]);
-  }
+  using X = BlockQ8_0G4;
+  static constexpr bool kHasMin = false;
+  FERRY_X86_FN static WSigned load_w(const W& b) { return make_signed(load256(b.qs), fp16(b.d)); }
+  FERRY_X86_FN static __m256i dot(const WSigned& w, __m256i y) { return dot_signed(w, y); }
 };
+
+// w: R pointers to nb weight blocks (one row each); x: T pointers to nb activation blocks;
+// out[t * ld + r] = dot(row r, token t). Every (r, t) accumulates with the same operations whatever R and T
+// are, so a tile's results are bit-identical to single-row calls.
+template <typename K, int R, int T>
+FERRY_X86_FN void g4_tile(int64_t nb, const typename K::W* const* w, const typename K::X* const* x, float* out,
+                          size_t ld) {
+  __m256 acc[R][T];
+  __m128 acc_m[R];  // lane t: sum over blocks of m * s (Q4_1/Q5_1)
+  for (int r = 0; r < R; ++r) {
+    acc_m[r] = _mm_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i y[T];
+    __m256 dx[T];
+    for (int t = 0; t < T; ++t) {
+      y[t] = load256(x[t][b].qs);
+      dx[t] = _mm256_loadu_ps(x[t][b].d);
+    }
+    __m128 s = _mm_setzero_ps();
+    if constexpr (K::kHasMin) {
+      alignas(16) float sv[4] = {};
+      for (int t = 0; t < T; ++t) sv[t] = x[t][b].s;
+      s = _mm_load_ps(sv);
+    }
+    for (int r = 0; r < R; ++r) {
+      const auto wv = K::load_w(w[r][b]);
+      const __m256 dw = _mm256_set1_ps(wv.d);
+      for (int t = 0; t < T; ++t) {
+        const __m256 p = _mm256_cvtepi32_ps(K::dot(wv, y[t]));
+        acc[r][t] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw, dx[t]), acc[r][t]);
+      }
+      if constexpr (K::kHasMin) acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(wv.m), s, acc_m[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(16) float m[4];
+    _mm_store_ps(m, acc_m[r]);
+    for (int t = 0; t < T; ++t) out[size_t(t) * ld + size_t(r)] = hsum(acc[r][t]) + m[t];
+  }
+}
+
+template <typename K, int R>
+FERRY_X86_FN void g4_tile_x(int64_t nb, const typename K::W* const* w, const typename K::X* const* x, int n_x,
+                            float* out, size_t ld) {
+  switch (n_x) {
+    case 1: g4_tile<K, R, 1>(nb, w, x, out, ld); break;
+    case 2: g4_tile<K, R, 2>(nb, w, x, out, ld); break;
+    case 3: g4_tile<K, R, 3>(nb, w, x, out, ld); break;
+    default: g4_tile<K, R, 4>(nb, w, x, out, ld); break;
+  }
+}
+
+template <typename K>
+__attribute__((target(FERRY_X86_TARGET))) void g4_dot(const DotTile& p) {
+  static_assert(kMaxDotRows == 4 && kMaxDotWeightRows == 4, "g4_dot dispatches tiles up to 4 x 4");
+  using W = typename K::W;
+  using X = typename K::X;
+  const W* ws[kMaxDotWeightRows] = {};
+  const X* xs[kMaxDotRows] = {};
+  for (int i = 0; i < p.n_w; ++i)
+    ws[i] = reinterpret_cast<const W*>(static_cast<const char*>(p.w) + size_t(i) * p.w_row_bytes);
+  for (int j = 0; j < p.n_x; ++j) xs[j] = x_row<X>(p.x, p.x_row_bytes, j);
+  const int64_t nb = p.n / kQK;
+  switch (p.n_w) {
+    case 1: g4_tile_x<K, 1>(nb, ws, xs, p.n_x, p.out, p.out_stride); break;
+    case 2: g4_tile_x<K, 2>(nb, ws, xs, p.n_x, p.out, p.out_stride); break;
+    case 3: g4_tile_x<K, 3>(nb, ws, xs, p.n_x, p.out, p.out_stride); break;
+    default: g4_tile_x<K, 4>(nb, ws, xs, p.n_x, p.out, p.out_stride); break;
+  }
+}
+
+// ---- activation quantizers: floats -> Q8_0G4 / Q8_1G4, byte-identical to quantize_row -------------------
+// Per group of 4: d = amax / 127, id = d ? 1 / d : 0, q = cvtps2dq(x * id) (round half to even, as the
+// scalar quantizer's nearest_int); s = sum over groups in order of d * (sum of the group's q).
+
+// 8 floats (two groups) -> their quantized values (int32) and the two scales, each repeated over its group.
+FERRY_X86_FN __m256i quantize_g4_pair(__m256 v, __m256* d_out) {
+  const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+  __m256 m = _mm256_max_ps(a, _mm256_permute_ps(a, 0xB1));  // swap neighbours
+  m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));         // swap pairs: the group max in all 4 lanes
+  const __m256 d = _mm256_div_ps(m, _mm256_set1_ps(127.0f));
+  const __m256 nonzero = _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+  const __m256 id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d), nonzero);
+  *d_out = d;
+  return _mm256_cvtps_epi32(_mm256_mul_ps(v, id));
+}
+
+// One block: 32 floats -> d[8], qs[32].
+FERRY_X86_FN void quantize_g4_block(const float* x, float* d, int8_t* qs) {
+  __m256i q[4];
+  alignas(32) float dv[4][8];
+  for (int k = 0; k < 4; ++k) {
+    __m256 dk;
+    q[k] = quantize_g4_pair(_mm256_loadu_ps(x + 8 * k), &dk);
+    _mm256_store_ps(dv[k], dk);
+  }
+  const __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
+                                                    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), bytes);
+  for (int k = 0; k < 4; ++k) d[2 * k] = dv[k][0], d[2 * k + 1] = dv[k][4];
+}
+
+__attribute__((target(FERRY_X86_TARGET))) void quantize_act_q8_0g4(const float* x, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ8_0G4*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b) quantize_g4_block(x + b * kQK, out[b].d, out[b].qs);
+}
+
+__attribute__((target(FERRY_X86_TARGET))) void quantize_act_q8_1g4(const float* x, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ8_1G4*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    BlockQ8_1G4& o = out[b];
+    quantize_g4_block(x + b * kQK, o.d, o.qs);
+    // group sums of q: sign-extend to int16, pairwise add to int32 (madd with ones), then add pairs
+    const __m256i q16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o.qs)));
+    const __m256i q16b = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o.qs + 16)));
+    const __m256i pairs_a = _mm256_madd_epi16(q16, _mm256_set1_epi16(1));   // values 0..15, pairs
+    const __m256i pairs_b = _mm256_madd_epi16(q16b, _mm256_set1_epi16(1));  // values 16..31, pairs
+    // hadd works per 128-bit lane: [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7] = groups
+    // [0, 1, 4, 5 | 2, 3, 6, 7]; the permute puts them in order.
+    const __m256i groups = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(pairs_a, pairs_b),
+                                                       _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+    // products rounded on their own (an explicit multiply: no FMA contraction into the sum below), then
+    // summed in group order: the scalar quantizer's exact operations.
+    alignas(32) float prod[kQK / kG4];
+    _mm256_store_ps(prod, _mm256_mul_ps(_mm256_loadu_ps(o.d), _mm256_cvtepi32_ps(groups)));
+    float sum = 0.0f;
+    for (int g = 0; g < kQK / kG4; ++g) sum += prod[g];
+    o.s = sum;
+  }
+}
 
 // ---- the K-quants (x: Q8_K) ---------------------------------------------------------------------------
 
@@ -358,7 +452,7 @@ struct KQ6_K {
 // ---- the dispatcher: n_x -> rows<NX> ---------------------------------------------------------------------
 
 template <typename K, int kBlock>
-__attribute__((target(FERRY_X86_TARGET))) void dot_fn(int64_t n, const void* w, const void* x, size_t xb,
+__attribute__((target(FERRY_X86_TARGET))) void row_dot(int64_t n, const void* w, const void* x, size_t xb,
                                                        int n_x, float* out) {
   using X = typename K::X;
   const X* xs[kMaxDotRows] = {};
@@ -376,16 +470,18 @@ __attribute__((target(FERRY_X86_TARGET))) void dot_fn(int64_t n, const void* w, 
 // Sets the 32-value and K-quant kernels of this compilation.
 inline void fill_x86_quant(DotKernels& k) {
   auto set = [&](DType t, DotFn fn) { k.by_weight_type[static_cast<size_t>(t)] = fn; };
-  set(DType::Q4_0, dot_fn<KQ4_0, kQK>);
-  set(DType::Q4_1, dot_fn<KQ4_1, kQK>);
-  set(DType::Q5_0, dot_fn<KQ5_0, kQK>);
-  set(DType::Q5_1, dot_fn<KQ5_1, kQK>);
-  set(DType::Q8_0, dot_fn<KQ8_0, kQK>);
-  set(DType::Q2_K, dot_fn<KQ2_K, kQKK>);
-  set(DType::Q3_K, dot_fn<KQ3_K, kQKK>);
-  set(DType::Q4_K, dot_fn<KQ45_K<BlockQ4_K, false>, kQKK>);
-  set(DType::Q5_K, dot_fn<KQ45_K<BlockQ5_K, true>, kQKK>);
-  set(DType::Q6_K, dot_fn<KQ6_K, kQKK>);
+  set(DType::Q4_0, g4_dot<KQ4_0>);
+  set(DType::Q4_1, g4_dot<KQ4_1>);
+  set(DType::Q5_0, g4_dot<KQ5_0>);
+  set(DType::Q5_1, g4_dot<KQ5_1>);
+  set(DType::Q8_0, g4_dot<KQ8_0>);
+  set(DType::Q2_K, tile_by_rows<row_dot<KQ2_K, kQKK>>);
+  set(DType::Q3_K, tile_by_rows<row_dot<KQ3_K, kQKK>>);
+  set(DType::Q4_K, tile_by_rows<row_dot<KQ45_K<BlockQ4_K, false>, kQKK>>);
+  set(DType::Q5_K, tile_by_rows<row_dot<KQ45_K<BlockQ5_K, true>, kQKK>>);
+  set(DType::Q6_K, tile_by_rows<row_dot<KQ6_K, kQKK>>);
+  k.quantize_q8_0g4 = quantize_act_q8_0g4;
+  k.quantize_q8_1g4 = quantize_act_q8_1g4;
 }
 
 }  // namespace
