@@ -140,7 +140,10 @@ void CpuBackend::matmul_fast(const Tensor& out, const Tensor& x, const Tensor& w
   // Output columns (weight rows) in chunks spread over the threads; within a chunk, tiles of tile_w weight
   // rows x tile_x tokens: each unpacked weight block serves tile_x tokens and each activation block tile_w
   // rows. The chunk's weight rows stay in L1/L2 while every token tile passes over them.
-  const int tw = dot_.tile_w, tx = dot_.tile_x;
+  // Decode (one token) streams every weight row once from memory: one row per call keeps the reads
+  // sequential, which the hardware prefetcher follows best (SmolLM2 tg64, 1 thread: 105 tok/s with one row
+  // against 90 with 4-row tiles, whose 4 interleaved 360-byte streams it follows worse).
+  const int tw = n == 1 ? 1 : dot_.tile_w, tx = dot_.tile_x;
   const DotFn dot = dot_kernel(dot_, w.dtype);
   const size_t w_row = w.row_bytes();
   const auto* w_data = static_cast<const char*>(w.data);

@@ -154,7 +154,7 @@ struct KQ8_0 {
 // are, so a tile's results are bit-identical to single-row calls.
 template <typename K, int R, int T>
 FERRY_X86_FN void g4_tile(int64_t nb, const typename K::W* const* w, const typename K::X* const* x, float* out,
-                          size_t ld) {
+                          size_t ld, size_t prefetch_bytes) {
   __m256 acc[R][T];
   __m128 acc_m[R];  // lane t: sum over blocks of m * s (Q4_1/Q5_1)
   for (int r = 0; r < R; ++r) {
@@ -169,12 +169,15 @@ FERRY_X86_FN void g4_tile(int64_t nb, const typename K::W* const* w, const typen
       dx[t] = _mm256_loadu_ps(x[t][b].d);
     }
     __m128 s = _mm_setzero_ps();
-    if constexpr (K::kHasMin) {
-      alignas(16) float sv[4] = {};
-      for (int t = 0; t < T; ++t) sv[t] = x[t][b].s;
-      s = _mm_load_ps(sv);
+    if constexpr (K::kHasMin) {  // lanes built in registers (a 16-byte load of 4 scalar stores would stall)
+      s = _mm_set_ss(x[0][b].s);
+      if constexpr (T > 1) s = _mm_insert_ps(s, _mm_set_ss(x[1][b].s), 0x10);
+      if constexpr (T > 2) s = _mm_insert_ps(s, _mm_set_ss(x[2][b].s), 0x20);
+      if constexpr (T > 3) s = _mm_insert_ps(s, _mm_set_ss(x[3][b].s), 0x30);
     }
     for (int r = 0; r < R; ++r) {
+      // decode streams weights from memory: fetch the same block of the next tile's rows ahead of use
+      _mm_prefetch(reinterpret_cast<const char*>(&w[r][b]) + prefetch_bytes, _MM_HINT_T0);
       const auto wv = K::load_w(w[r][b]);
       const __m256 dw = _mm256_set1_ps(wv.d);
       for (int t = 0; t < T; ++t) {
@@ -193,12 +196,12 @@ FERRY_X86_FN void g4_tile(int64_t nb, const typename K::W* const* w, const typen
 
 template <typename K, int R>
 FERRY_X86_FN void g4_tile_x(int64_t nb, const typename K::W* const* w, const typename K::X* const* x, int n_x,
-                            float* out, size_t ld) {
+                            float* out, size_t ld, size_t pf) {
   switch (n_x) {
-    case 1: g4_tile<K, R, 1>(nb, w, x, out, ld); break;
-    case 2: g4_tile<K, R, 2>(nb, w, x, out, ld); break;
-    case 3: g4_tile<K, R, 3>(nb, w, x, out, ld); break;
-    default: g4_tile<K, R, 4>(nb, w, x, out, ld); break;
+    case 1: g4_tile<K, R, 1>(nb, w, x, out, ld, pf); break;
+    case 2: g4_tile<K, R, 2>(nb, w, x, out, ld, pf); break;
+    case 3: g4_tile<K, R, 3>(nb, w, x, out, ld, pf); break;
+    default: g4_tile<K, R, 4>(nb, w, x, out, ld, pf); break;
   }
 }
 
@@ -213,11 +216,13 @@ __attribute__((target(FERRY_X86_TARGET))) void g4_dot(const DotTile& p) {
     ws[i] = reinterpret_cast<const W*>(static_cast<const char*>(p.w) + size_t(i) * p.w_row_bytes);
   for (int j = 0; j < p.n_x; ++j) xs[j] = x_row<X>(p.x, p.x_row_bytes, j);
   const int64_t nb = p.n / kQK;
+  // the next tile's rows (the matmul walks weight rows in order); a single row: the next row
+  const size_t pf = size_t(p.n_w) * (p.n_w > 1 ? p.w_row_bytes : size_t(nb) * sizeof(W));
   switch (p.n_w) {
-    case 1: g4_tile_x<K, 1>(nb, ws, xs, p.n_x, p.out, p.out_stride); break;
-    case 2: g4_tile_x<K, 2>(nb, ws, xs, p.n_x, p.out, p.out_stride); break;
-    case 3: g4_tile_x<K, 3>(nb, ws, xs, p.n_x, p.out, p.out_stride); break;
-    default: g4_tile_x<K, 4>(nb, ws, xs, p.n_x, p.out, p.out_stride); break;
+    case 1: g4_tile_x<K, 1>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
+    case 2: g4_tile_x<K, 2>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
+    case 3: g4_tile_x<K, 3>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
+    default: g4_tile_x<K, 4>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
   }
 }
 
