@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include "backends/cpu/cpu_backend.h"
+#ifdef FERRY_HAS_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 #include "core/check.h"
 #include "core/env.h"
 #include "engine/sampler.h"
@@ -35,7 +38,15 @@ struct Engine::Impl {
 namespace {
 
 std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env) {
+#ifdef FERRY_HAS_CUDA
+  if (o.device == "cuda") {
+    FERRY_CHECK(o.kernels == KernelSet::Fast, "--kernels reference is the CPU oracle; use it with --device cpu");
+    return std::make_unique<CudaBackend>(CudaBackendOptions{});  // throws "no CUDA device: ..." without one
+  }
+  FERRY_CHECK(o.device == "cpu", "device '{}' is not available in this build (ferry runs on: cpu, cuda)", o.device);
+#else
   FERRY_CHECK(o.device == "cpu", "device '{}' is not available in this build (ferry runs on: cpu)", o.device);
+#endif
   CpuBackendOptions cpu;
   cpu.kernels = o.kernels == KernelSet::Reference ? CpuKernels::Reference : CpuKernels::Fast;
   cpu.n_threads = o.n_threads;

@@ -1,0 +1,157 @@
+// A simple flash-style kernel (first version: correct, no tensor cores, no split-K).
+// Grid (n_tokens, n_heads); block = kWarps warps. The block finds its query's sequence by scanning the
+// device-side q_start/q_len, then its warps take the sequence's keys in tiles of kKeys consecutive
+// positions, tile t to warp t % kWarps. Within a warp, lane l holds dims l, l + 32, ... of q, of the running
+// output and of each key/value row (coalesced 128-byte loads per 32 dims). Per tile: kKeys dot products
+// (independent shuffle reductions, so their latencies overlap), one online-softmax update (running max m,
+// denominator l, in the log2 domain), kKeys value rows accumulated. At the end the warps' (m, l, acc) are
+// merged through shared memory.
+#include "backends/cuda/attention.cuh"
+
+#include <cmath>
+
+#include "backends/cuda/common.cuh"
+
+namespace ferry::cuda_ops {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kKeys = 4;  // keys per warp per step
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kPerLane>  // dims per lane: head_dim <= 32 * kPerLane
+__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams p) {
+  __shared__ float s_m[kWarps], s_l[kWarps];
+  __shared__ float s_acc[kWarps][32 * kPerLane];
+  const int row = blockIdx.x, h = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int D = p.head_dim;
+
+  int s = -1, q0 = 0;
+  for (int i = 0; i < p.n_seqs; ++i) {
+    const int start = p.q_start[i];
+    if (row >= start && row < start + p.q_len[i]) {
+      s = i;
+      q0 = start;
+      break;
+    }
+  }
+  if (s < 0) return;  // a row of no sequence: nothing to attend (uniform over the block)
+  const int64_t last = int64_t(p.kv_len[s]) - p.q_len[s] + (row - q0);
+  const int kvh = h / (p.n_heads / p.n_kv_heads);
+  const int32_t* table = p.block_tables + int64_t(s) * p.max_blocks_per_seq;
+  const int64_t kv_row = int64_t(p.n_kv_heads) * D;
+
+  float qv[kPerLane], acc[kPerLane];
+  const float* qp = p.q + (int64_t(row) * p.n_heads + h) * D;
+  const float qscale = p.scale * kLog2e;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int d = lane + 32 * i;
+    qv[i] = d < D ? qp[d] * qscale : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+
+  for (int64_t p0 = int64_t(warp) * kKeys; p0 <= last; p0 += int64_t(kWarps) * kKeys) {
+    float sc[kKeys];
+    int64_t base[kKeys];
+#pragma unroll
+    for (int j = 0; j < kKeys; ++j) {
+      const int64_t pos = p0 + j;
+      base[j] = -1;
+      sc[j] = 0.0f;
+      if (pos <= last) {
+        const int32_t blk = table[pos / p.block_size];
+        if (blk >= 0 && blk < p.n_blocks) {
+          base[j] = (int64_t(blk) * p.block_size + pos % p.block_size) * kv_row + int64_t(kvh) * D;
+        } else if (lane == 0) {
+          report_error(p.errors, kBadBlock, blk);
+        }
+      }
+      if (base[j] >= 0) {
+        const float* kp = p.k_cache + base[j];
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          const int d = lane + 32 * i;
+          if (d < D) sc[j] = fmaf(qv[i], kp[d], sc[j]);
+        }
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+#pragma unroll
+      for (int j = 0; j < kKeys; ++j) sc[j] += __shfl_xor_sync(0xFFFFFFFFu, sc[j], off);
+    }
+    float m_new = m;
+#pragma unroll
+    for (int j = 0; j < kKeys; ++j) {
+      if (base[j] < 0) sc[j] = -INFINITY;
+      m_new = fmaxf(m_new, sc[j]);
+    }
+    if (m_new == -INFINITY) continue;  // no usable key in this tile
+    const float corr = exp2f(m - m_new);
+    l *= corr;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc[i] *= corr;
+#pragma unroll
+    for (int j = 0; j < kKeys; ++j) {
+      if (base[j] < 0) continue;
+      const float w = exp2f(sc[j] - m_new);
+      l += w;
+      const float* vp = p.v_cache + base[j];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (d < D) acc[i] = fmaf(w, vp[d], acc[i]);
+      }
+    }
+    m = m_new;
+  }
+
+  if (lane == 0) {
+    s_m[warp] = m;
+    s_l[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) s_acc[warp][lane + 32 * i] = acc[i];
+  __syncthreads();
+  float m_all = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, s_m[w]);
+  float wgt[kWarps], l_all = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    wgt[w] = s_m[w] == -INFINITY ? 0.0f : exp2f(s_m[w] - m_all);
+    l_all += s_l[w] * wgt[w];
+  }
+  float* op = p.out + (int64_t(row) * p.n_heads + h) * D;
+  for (int d = threadIdx.x; d < D; d += kWarps * 32) {
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) o = fmaf(s_acc[w][d], wgt[w], o);
+    op[d] = o / l_all;
+  }
+}
+
+}  // namespace
+
+void attention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.n_tokens == 0) return;
+  FERRY_CUDA_REQUIRE(p.head_dim >= 1 && p.head_dim <= 256);
+  FERRY_CUDA_REQUIRE(p.n_kv_heads >= 1 && p.n_heads % p.n_kv_heads == 0 && p.block_size >= 1);
+  FERRY_CUDA_REQUIRE(p.n_heads <= 65535);
+  const dim3 grid(unsigned(p.n_tokens), unsigned(p.n_heads));
+  if (p.head_dim <= 32) {
+    attention_kernel<1><<<grid, kWarps * 32, 0, stream>>>(p);
+  } else if (p.head_dim <= 64) {
+    attention_kernel<2><<<grid, kWarps * 32, 0, stream>>>(p);
+  } else if (p.head_dim <= 128) {
+    attention_kernel<4><<<grid, kWarps * 32, 0, stream>>>(p);
+  } else {
+    attention_kernel<8><<<grid, kWarps * 32, 0, stream>>>(p);
+  }
+  FERRY_CUDA_CHECK_LAUNCH(attention_kernel);
+}
+
+}  // namespace ferry::cuda_ops

@@ -1,0 +1,370 @@
+#include "backends/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backends/cuda/attention.cuh"
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/dequant.cuh"
+#include "backends/cuda/device_errors.h"
+#include "backends/cuda/elementwise.cuh"
+#include "backends/cuda/embedding.cuh"
+#include "backends/cuda/gemm_cublaslt.h"
+#include "backends/cuda/matvec.cuh"
+#include "backends/cuda/norm.cuh"
+#include "backends/cuda/rope.cuh"
+#include "backends/cuda/weight_layout.cuh"
+#include "backends/cuda/weight_repack.h"
+#include "core/check.h"
+#include "formats/quant.h"
+
+namespace ferry {
+
+using namespace cuda_ops;
+
+namespace {
+
+constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's recommendation for Hopper
+constexpr size_t kUploadBatchBytes = size_t(64) << 20;    // host staging per prepare_weight batch
+
+void require_cuda(const Tensor& t, const char* what) {
+  FERRY_CHECK(t.device == Device::Cuda, "CUDA backend: {} is not in device memory", what);
+}
+
+WeightView weight_view(const Tensor& w) {
+  return WeightView{static_cast<const uint8_t*>(w.data), w.rows(), w.cols(),
+                    (w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0 || w.dtype == DType::Q4_1)
+                        ? scales_offset(w.dtype, w.rows(), w.cols())
+                        : 0};
+}
+
+// Values per 16-byte chunk of a native type (cols must be a multiple).
+int64_t chunk_vals(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F16:
+    case DType::BF16: return 8;
+    case DType::Q8_0: return 16;
+    default: return 32;
+  }
+}
+
+}  // namespace
+
+int CudaBackend::device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("no CUDA device: {} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
+  }
+  FERRY_CHECK(n > 0, "no CUDA device: the driver reports none");
+  FERRY_CHECK(options.device_index >= 0 && options.device_index < n, "CUDA device {} does not exist ({} present)",
+              options.device_index, n);
+  FERRY_CUDA_CHECK(cudaSetDevice(options.device_index));
+  cudaDeviceProp prop{};
+  FERRY_CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device_index));
+  device_name_ = prop.name;
+  cudaStream_t s = nullptr;
+  FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream_ = s;
+  void* host_errors = nullptr;
+  FERRY_CUDA_CHECK(cudaHostAlloc(&host_errors, sizeof(DeviceErrors), cudaHostAllocMapped));
+  errors_ = static_cast<DeviceErrors*>(host_errors);  // with unified addressing, usable on the device as is
+  *errors_ = DeviceErrors{0, 0};
+  gemm_ = std::make_unique<CublasLtGemm>();
+}
+
+CudaBackend::~CudaBackend() {
+  // Errors are ignored here: a destructor must not throw, and the process may be going down anyway.
+  if (stream_) cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  if (errors_) cudaFreeHost(errors_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::name() const { return "cuda"; }
+
+DeviceBuffer CudaBackend::alloc(size_t bytes) {
+  const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+  FERRY_CHECK(rounded >= bytes, "CUDA allocation of {} bytes overflows", bytes);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, rounded);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    (void)cudaMemGetInfo(&free_bytes, &total_bytes);
+    fail("CUDA out of memory on device {} ({}): asked for {:.1f} MiB ({} bytes), {:.1f} MiB free of {:.1f} MiB",
+         options_.device_index, device_name_, double(bytes) / (1 << 20), bytes, double(free_bytes) / (1 << 20),
+         double(total_bytes) / (1 << 20));
+  }
+  FERRY_CUDA_CHECK(e);
+  return DeviceBuffer(p, bytes, Device::Cuda, [](void* q) { (void)cudaFree(q); });
+}
+
+Tensor CudaBackend::prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) {
+  FERRY_ASSERT(host.device == Device::Cpu);
+  const int64_t rows = host.rows(), cols = host.cols();
+  FERRY_CHECK(rows > 0 && cols > 0, "CUDA backend: empty weight of shape {}", host.shape_str());
+  Tensor dev = host;
+  dev.device = Device::Cuda;
+  cudaStream_t s = stream_;
+
+  if (!is_native_weight_type(host.dtype)) {
+    // Dequantized to F32 on the host (exact), a batch of rows at a time.
+    FERRY_CHECK(cols % 4 == 0, "CUDA backend: weight of shape {} ({}) needs a multiple of 4 columns",
+                host.shape_str(), dtype_name(host.dtype));
+    DeviceBuffer buf = alloc(size_t(rows) * size_t(cols) * 4);
+    const int64_t batch = std::max<int64_t>(1, int64_t(kUploadBatchBytes / (size_t(cols) * 4)));
+    std::vector<float> staging;
+    for (int64_t r0 = 0; r0 < rows; r0 += batch) {
+      const int64_t count = std::min(batch, rows - r0);
+      staging.resize(size_t(count) * size_t(cols));
+      for (int64_t r = 0; r < count; ++r) dequantize_row(host.dtype, host.row(r0 + r), staging.data() + r * cols, cols);
+      // Pageable source: the call returns once the bytes are staged, so `staging` may be reused at once.
+      FERRY_CUDA_CHECK(cudaMemcpyAsync(static_cast<float*>(buf.data()) + r0 * cols, staging.data(),
+                                       staging.size() * 4, cudaMemcpyHostToDevice, s));
+    }
+    dev.dtype = DType::F32;
+    dev.data = buf.data();
+    keep.push_back(std::move(buf));
+    return dev;
+  }
+
+  FERRY_CHECK(cols % chunk_vals(host.dtype) == 0,
+              "CUDA backend: a {} weight needs a multiple of {} columns (shape {})", dtype_name(host.dtype),
+              chunk_vals(host.dtype), host.shape_str());
+  DeviceBuffer buf = alloc(prepared_bytes(host.dtype, rows, cols));
+  auto* base = static_cast<uint8_t*>(buf.data());
+  if (host.dtype == DType::Q8_0 || host.dtype == DType::Q4_0 || host.dtype == DType::Q4_1) {
+    const size_t nb = size_t(cols / kQBlock);
+    const size_t qrow = nb * size_t(split_qbytes(host.dtype)), srow = nb * size_t(split_sbytes(host.dtype));
+    const size_t soff = scales_offset(host.dtype, rows, cols);
+    const int64_t batch = std::max<int64_t>(1, int64_t(kUploadBatchBytes / host.row_bytes()));
+    std::vector<uint8_t> quants, scales;
+    for (int64_t r0 = 0; r0 < rows; r0 += batch) {
+      const int64_t count = std::min(batch, rows - r0);
+      split_blocks(host.dtype, host.row<uint8_t>(r0), count, cols, quants, scales);
+      FERRY_CUDA_CHECK(cudaMemcpyAsync(base + size_t(r0) * qrow, quants.data(), quants.size(), cudaMemcpyHostToDevice, s));
+      FERRY_CUDA_CHECK(cudaMemcpyAsync(base + soff + size_t(r0) * srow, scales.data(), scales.size(),
+                                       cudaMemcpyHostToDevice, s));
+    }
+  } else {  // F32, F16, BF16, Q4_K: the stored bytes as they are
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(base, host.data, host.nbytes(), cudaMemcpyHostToDevice, s));
+  }
+  dev.data = buf.data();
+  keep.push_back(std::move(buf));
+  return dev;
+}
+
+void CudaBackend::copy_to_device(const Tensor& dst, const void* src, size_t bytes) {
+  require_cuda(dst, "copy_to_device destination");
+  FERRY_ASSERT(bytes <= dst.nbytes());
+  if (bytes == 0) return;
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst.data, src, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::copy_to_host(void* dst, const Tensor& src, size_t bytes) {
+  require_cuda(src, "copy_to_host source");
+  FERRY_ASSERT(bytes <= src.nbytes());
+  if (bytes > 0) FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, bytes, cudaMemcpyDeviceToHost, stream_));
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_device_errors();
+}
+
+void CudaBackend::synchronize() {
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_device_errors();
+}
+
+void CudaBackend::check_device_errors() {
+  // Kernels write this mapped host memory; the stream is synchronized, so their writes are visible.
+  volatile DeviceErrors* e = errors_;
+  const uint32_t bits = e->bits;
+  const int64_t value = e->value;
+  if (bits == 0) return;
+  e->bits = 0;
+  e->value = 0;
+  if (bits & kBadTokenId) fail("token id {} out of range of the embedding table", value);
+  if (bits & kBadSlot) fail("KV cache slot {} out of range", value);
+  if (bits & kBadRow) fail("gather_rows: row {} out of range", value);
+  fail("attention: block table entry {} out of range of the KV cache", value);
+}
+
+void CudaBackend::ensure(DeviceBuffer& buf, size_t bytes) {
+  if (buf.bytes() >= bytes) return;
+  buf = DeviceBuffer();  // free first: the old and the new scratch need not both fit
+  buf = alloc(bytes);
+}
+
+// ---- ops ----
+
+void CudaBackend::embedding(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  require_cuda(out, "embedding output");
+  require_cuda(table, "embedding table");
+  require_cuda(ids, "token ids");
+  const int64_t n = ids.numel(), dim = table.cols();
+  FERRY_ASSERT(ids.dtype == DType::I32 && out.dtype == DType::F32 && out.rows() == n && out.cols() == dim);
+  FERRY_ASSERT(is_native_weight_type(table.dtype));
+  cuda_ops::embedding(table.dtype, {.table = weight_view(table), .ids = ids.ptr<int32_t>(), .out = out.ptr<float>(),
+                                    .n = n, .errors = errors_},
+                      stream_);
+}
+
+void CudaBackend::rms_norm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
+  require_cuda(out, "rms_norm output");
+  require_cuda(x, "rms_norm input");
+  require_cuda(weight, "rms_norm weight");
+  const int64_t rows = x.rows(), cols = x.cols();
+  FERRY_ASSERT(weight.numel() == cols && out.rows() == rows && out.cols() == cols);
+  FERRY_ASSERT(x.dtype == DType::F32 && out.dtype == DType::F32 && weight.dtype == DType::F32);
+  cuda_ops::rms_norm({.out = out.ptr<float>(), .x = x.ptr<float>(), .residual = nullptr, .delta = nullptr,
+                      .weight = weight.ptr<float>(), .rows = rows, .cols = cols, .eps = eps},
+                     stream_);
+}
+
+void CudaBackend::add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
+                               float eps) {
+  require_cuda(out, "add_rms_norm output");
+  require_cuda(residual, "add_rms_norm residual");
+  require_cuda(delta, "add_rms_norm delta");
+  require_cuda(weight, "add_rms_norm weight");
+  const int64_t rows = residual.rows(), cols = residual.cols();
+  FERRY_ASSERT(delta.rows() == rows && delta.cols() == cols && weight.numel() == cols);
+  FERRY_ASSERT(out.rows() == rows && out.cols() == cols);
+  cuda_ops::add_rms_norm({.out = out.ptr<float>(), .x = nullptr, .residual = residual.ptr<float>(),
+                          .delta = delta.ptr<float>(), .weight = weight.ptr<float>(), .rows = rows, .cols = cols,
+                          .eps = eps},
+                         stream_);
+}
+
+void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  require_cuda(out, "matmul output");
+  require_cuda(x, "matmul input");
+  require_cuda(w, "matmul weight");
+  FERRY_ASSERT(x.dtype == DType::F32 && out.dtype == DType::F32);
+  FERRY_ASSERT(x.cols() == w.cols() && out.rows() == x.rows() && out.cols() == w.rows());
+  FERRY_ASSERT(bias.empty() || (bias.numel() == w.rows() && bias.device == Device::Cuda));
+  FERRY_ASSERT(is_native_weight_type(w.dtype));
+  const int64_t n = x.rows();
+  if (n == 0) return;
+  if (n <= kMatvecMaxTokens) {
+    cuda_ops::matvec(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(),
+                               .bias = bias.empty() ? nullptr : bias.ptr<float>(), .out = out.ptr<float>(),
+                               .n_tokens = int(n)},
+                     stream_);
+  } else {
+    matmul_gemm(out, x, w, bias);
+  }
+}
+
+void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const int64_t n = x.rows(), n_in = x.cols(), n_out = w.rows();
+  const uint16_t* wb = nullptr;
+  if (w.dtype == DType::BF16) {
+    wb = w.ptr<uint16_t>();
+  } else {
+    ensure(w_bf16_, size_t(n_out) * size_t(n_in) * 2);
+    dequantize_to_bf16(w.dtype, weight_view(w), static_cast<uint16_t*>(w_bf16_.data()), stream_);
+    wb = static_cast<const uint16_t*>(w_bf16_.data());
+  }
+  ensure(x_bf16_, size_t(n) * size_t(n_in) * 2);
+  f32_to_bf16(x.ptr<float>(), static_cast<uint16_t*>(x_bf16_.data()), n * n_in, stream_);
+  ensure(gemm_workspace_, kGemmWorkspaceBytes);
+  gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in,
+             gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+  if (!bias.empty()) add_bias(out.ptr<float>(), bias.ptr<float>(), n, n_out, stream_);
+}
+
+void CudaBackend::rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) {
+  require_cuda(x, "rope input");
+  require_cuda(positions, "rope positions");
+  require_cuda(inv_freq, "rope frequencies");
+  FERRY_ASSERT(x.n_dims == 3 && x.dtype == DType::F32 && positions.dtype == DType::I32);
+  const int64_t n = x.shape[0], half = inv_freq.numel();
+  FERRY_ASSERT(positions.numel() == n && 2 * half <= x.shape[2]);
+  cuda_ops::rope({.x = x.ptr<float>(), .positions = positions.ptr<int32_t>(), .inv_freq = inv_freq.ptr<float>(),
+                  .n = n, .n_heads = x.shape[1], .head_dim = x.shape[2], .half = half,
+                  .interleaved = ordering == RopeOrdering::Interleaved},
+                 stream_);
+}
+
+void CudaBackend::store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
+                           const Tensor& slots) {
+  require_cuda(k_cache, "K cache");
+  require_cuda(v_cache, "V cache");
+  require_cuda(k, "keys");
+  require_cuda(v, "values");
+  require_cuda(slots, "KV slots");
+  const int64_t n = k.shape[0];
+  if (n == 0) return;
+  const int64_t row = k.numel() / n;
+  FERRY_ASSERT(k_cache.n_dims == 4 && k_cache.dtype == DType::F32 && v_cache.dtype == DType::F32);
+  FERRY_ASSERT(row == k_cache.shape[2] * k_cache.shape[3] && v.numel() == k.numel() && slots.numel() == n);
+  FERRY_ASSERT(slots.dtype == DType::I64);
+  cuda_ops::store_kv({.k_cache = k_cache.ptr<float>(), .v_cache = v_cache.ptr<float>(), .k = k.ptr<float>(),
+                      .v = v.ptr<float>(), .slots = slots.ptr<int64_t>(), .n = n, .row = row,
+                      .n_slots = k_cache.shape[0] * k_cache.shape[1], .errors = errors_},
+                     stream_);
+}
+
+void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                            const AttentionMeta& meta, float scale) {
+  require_cuda(out, "attention output");
+  require_cuda(q, "queries");
+  require_cuda(k_cache, "K cache");
+  require_cuda(v_cache, "V cache");
+  require_cuda(meta.q_start, "attention q_start");
+  require_cuda(meta.q_len, "attention q_len");
+  require_cuda(meta.kv_len, "attention kv_len");
+  require_cuda(meta.block_tables, "attention block tables");
+  FERRY_ASSERT(q.n_dims == 3 && k_cache.n_dims == 4 && out.numel() == q.numel());
+  const int64_t n = q.shape[0], n_heads = q.shape[1], head_dim = q.shape[2];
+  const int64_t n_kv_heads = k_cache.shape[2];
+  FERRY_ASSERT(k_cache.shape[3] == head_dim && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+  FERRY_ASSERT(k_cache.shape[1] == meta.block_size && meta.n_seqs >= 0);
+  FERRY_CHECK(head_dim <= 256, "CUDA attention supports head_dim up to 256, not {}", head_dim);
+  cuda_ops::attention({.out = out.ptr<float>(), .q = q.ptr<float>(), .k_cache = k_cache.ptr<float>(),
+                       .v_cache = v_cache.ptr<float>(), .q_start = meta.q_start.ptr<int32_t>(),
+                       .q_len = meta.q_len.ptr<int32_t>(), .kv_len = meta.kv_len.ptr<int32_t>(),
+                       .block_tables = meta.block_tables.ptr<int32_t>(), .n_seqs = meta.n_seqs,
+                       .max_blocks_per_seq = meta.max_blocks_per_seq, .block_size = meta.block_size,
+                       .n_blocks = int32_t(k_cache.shape[0]), .n_tokens = int32_t(n), .n_heads = int32_t(n_heads),
+                       .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
+                       .errors = errors_},
+                      stream_);
+}
+
+void CudaBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  require_cuda(out, "swiglu output");
+  require_cuda(gate, "swiglu gate");
+  require_cuda(up, "swiglu up");
+  const int64_t total = gate.numel();
+  FERRY_ASSERT(up.numel() == total && out.numel() == total);
+  cuda_ops::swiglu(out.ptr<float>(), gate.ptr<float>(), up.ptr<float>(), total, stream_);
+}
+
+void CudaBackend::gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) {
+  require_cuda(out, "gather_rows output");
+  require_cuda(x, "gather_rows input");
+  require_cuda(rows, "gather_rows rows");
+  const int64_t m = rows.numel();
+  FERRY_ASSERT(out.rows() == m && out.cols() == x.cols() && out.dtype == x.dtype && rows.dtype == DType::I32);
+  FERRY_ASSERT(x.row_bytes() % 4 == 0);
+  cuda_ops::gather_rows({.out = out.data, .x = x.data, .rows = rows.ptr<int32_t>(), .m = m, .x_rows = x.rows(),
+                         .row_words = int64_t(x.row_bytes() / 4), .errors = errors_},
+                        stream_);
+}
+
+}  // namespace ferry

@@ -1,0 +1,84 @@
+// The CUDA backend: the op set of ops/backend.h on one GPU, every op on one stream (so a decode step can be
+// captured in a CUDA graph later). Kernels live in one .cu/.cuh pair per op family next to this file; this
+// class checks shapes once and launches them.
+//
+//  - Memory: cudaMalloc-backed DeviceBuffers; out of memory is a ferry::Error naming what was asked and what
+//    is free.
+//  - Weights: uploaded once by prepare_weight, in the layout of weight_layout.cuh (GGUF blocks, or split
+//    quants/scales for Q8_0/Q4_0/Q4_1; other block types become F32).
+//  - matmul: n <= kMatvecMaxTokens (16) tokens: matvec kernels that dequantize in registers; more: the
+//    weight is dequantized to a bf16 scratch matrix and cuBLASLt multiplies (bf16 in, fp32 out).
+//  - Errors found by kernels in device-side inputs (bad token id, slot, row, block id) are reported at the
+//    next copy_to_host or synchronize, as ferry::Error.
+//  - The KV cache is F32 (the model allocates it through alloc).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ops/backend.h"
+
+struct CUstream_st;  // cudaStream_t without including the CUDA headers here
+
+namespace ferry {
+
+namespace cuda_ops {
+class CublasLtGemm;
+struct DeviceErrors;
+}  // namespace cuda_ops
+
+struct CudaBackendOptions {
+  int device_index = 0;  // which CUDA device
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Throws ferry::Error "no CUDA device: ..." when there is none (or no usable driver).
+  explicit CudaBackend(const CudaBackendOptions& options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  // Number of usable CUDA devices; 0 when there is no device or driver (never throws).
+  static int device_count();
+
+  Device device() const override { return Device::Cuda; }
+  std::string name() const override;
+
+  DeviceBuffer alloc(size_t bytes) override;
+  Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) override;
+  void copy_to_device(const Tensor& dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const Tensor& src, size_t bytes) override;
+  void synchronize() override;
+
+  void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override;
+  void rms_norm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override;
+  void add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
+                    float eps) override;
+  void matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) override;
+  void store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
+                const Tensor& slots) override;
+  void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                 const AttentionMeta& meta, float scale) override;
+  void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) override;
+
+ private:
+  void matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias);
+  // Grows `buf` to at least `bytes` (contents are not kept).
+  void ensure(DeviceBuffer& buf, size_t bytes);
+  // Throws (and clears) the errors kernels reported since the last check; call after a stream sync.
+  void check_device_errors();
+
+  CudaBackendOptions options_;
+  std::string device_name_;
+  CUstream_st* stream_ = nullptr;
+  std::unique_ptr<cuda_ops::CublasLtGemm> gemm_;
+  cuda_ops::DeviceErrors* errors_ = nullptr;  // mapped pinned host memory, written by kernels
+  DeviceBuffer gemm_workspace_;  // cuBLASLt workspace
+  DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path
+  DeviceBuffer x_bf16_;          // (n, n_in) bf16: activations rounded for the GEMM path
+};
+
+}  // namespace ferry

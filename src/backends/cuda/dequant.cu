@@ -1,0 +1,65 @@
+#include "backends/cuda/dequant.cuh"
+
+#include <cuda_bf16.h>
+
+#include "backends/cuda/common.cuh"
+
+namespace ferry::cuda_ops {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One thread per chunk: decode, then write each run as bf16 pairs.
+template <class D>
+__global__ void dequantize_to_bf16_kernel(WeightView w, uint16_t* out) {
+  const int64_t per_row = D::chunks(w.cols);
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= w.rows * per_row) return;
+  const int64_t row = i / per_row, c = i % per_row;
+  float v[D::kVals];
+  D::decode(D::load(w, row, c), v);
+#pragma unroll
+  for (int r = 0; r < D::kRuns; ++r) {
+    __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out + size_t(row) * size_t(w.cols) + D::run_start(c, r));
+#pragma unroll
+    for (int j = 0; j < D::kRunLen / 2; ++j)
+      dst[j] = __floats2bfloat162_rn(v[r * D::kRunLen + 2 * j], v[r * D::kRunLen + 2 * j + 1]);
+  }
+}
+
+__global__ void f32_to_bf16_kernel(const float* x, uint16_t* out, int64_t count) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < count) out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+}
+
+__global__ void add_bias_kernel(float* out, const float* bias, int64_t rows, int64_t cols) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < rows * cols) out[i] += bias[i % cols];
+}
+
+}  // namespace
+
+void dequantize_to_bf16(DType wtype, const WeightView& w, uint16_t* out, cudaStream_t stream) {
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(out) % 4 == 0);
+  const bool ok = visit_decoder(wtype, [&]<class D>() {
+    FERRY_CUDA_REQUIRE(w.cols % D::kVals == 0);
+    const int64_t total = w.rows * D::chunks(w.cols);
+    dequantize_to_bf16_kernel<D><<<grid_for(total, kThreads), kThreads, 0, stream>>>(w, out);
+    FERRY_CUDA_CHECK_LAUNCH(dequantize_to_bf16_kernel);
+  });
+  FERRY_CUDA_REQUIRE(ok);
+}
+
+void f32_to_bf16(const float* x, uint16_t* out, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  f32_to_bf16_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(x, out, count);
+  FERRY_CUDA_CHECK_LAUNCH(f32_to_bf16_kernel);
+}
+
+void add_bias(float* out, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  add_bias_kernel<<<grid_for(rows * cols, kThreads), kThreads, 0, stream>>>(out, bias, rows, cols);
+  FERRY_CUDA_CHECK_LAUNCH(add_bias_kernel);
+}
+
+}  // namespace ferry::cuda_ops

@@ -1,0 +1,30 @@
+// Errors that kernels find in device-resident inputs (a token id past the vocabulary, a KV slot or block id
+// out of range). A kernel cannot throw, and the inputs live on the device (so a decode step can be captured
+// in a CUDA graph), so kernels set a bit here and skip the bad item; the backend reads the word back at its
+// next synchronisation point (copy_to_host, synchronize) and throws ferry::Error there.
+#pragma once
+
+#include <cstdint>
+
+namespace ferry::cuda_ops {
+
+enum DeviceErrorBit : uint32_t {
+  kBadTokenId = 1u << 0,  // embedding: id < 0 or >= vocab
+  kBadSlot = 1u << 1,     // store_kv: slot < 0 or >= n_blocks * block_size
+  kBadRow = 1u << 2,      // gather_rows: row < 0 or >= rows of x
+  kBadBlock = 1u << 3,    // attention: block table entry < 0 or >= n_blocks for a position in use
+};
+
+struct DeviceErrors {
+  uint32_t bits;   // OR of DeviceErrorBit
+  int64_t value;   // the offending value of one of the errors (the last one written)
+};
+
+#ifdef __CUDACC__
+__device__ inline void report_error(DeviceErrors* e, DeviceErrorBit bit, int64_t value) {
+  atomicOr(&e->bits, uint32_t(bit));
+  e->value = value;
+}
+#endif
+
+}  // namespace ferry::cuda_ops

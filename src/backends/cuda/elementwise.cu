@@ -1,0 +1,67 @@
+#include "backends/cuda/elementwise.cuh"
+
+#include "backends/cuda/common.cuh"
+
+namespace ferry::cuda_ops {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void swiglu_kernel(float* out, const float* gate, const float* up, int64_t count) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= count) return;
+  const float g = gate[i];
+  out[i] = g / (1.0f + expf(-g)) * up[i];
+}
+
+// One block per output row, threads copy 4-byte words.
+__global__ void gather_rows_kernel(GatherRowsParams p) {
+  const int64_t i = blockIdx.x;
+  const int32_t r = p.rows[i];
+  if (r < 0 || r >= p.x_rows) {
+    if (threadIdx.x == 0) report_error(p.errors, kBadRow, r);
+    return;
+  }
+  const uint32_t* src = static_cast<const uint32_t*>(p.x) + size_t(r) * size_t(p.row_words);
+  uint32_t* dst = static_cast<uint32_t*>(p.out) + size_t(i) * size_t(p.row_words);
+  for (int64_t j = threadIdx.x; j < p.row_words; j += kThreads) dst[j] = src[j];
+}
+
+// One block per token: its K and V rows (n_kv_heads * head_dim floats) go to the slot's row of each cache.
+__global__ void store_kv_kernel(StoreKvParams p) {
+  const int64_t t = blockIdx.x;
+  const int64_t slot = p.slots[t];
+  if (slot < 0 || slot >= p.n_slots) {
+    if (threadIdx.x == 0) report_error(p.errors, kBadSlot, slot);
+    return;
+  }
+  const size_t src = size_t(t) * size_t(p.row), dst = size_t(slot) * size_t(p.row);
+  for (int64_t j = threadIdx.x; j < p.row; j += kThreads) {
+    p.k_cache[dst + j] = p.k[src + j];
+    p.v_cache[dst + j] = p.v[src + j];
+  }
+}
+
+}  // namespace
+
+void swiglu(float* out, const float* gate, const float* up, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  swiglu_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(out, gate, up, count);
+  FERRY_CUDA_CHECK_LAUNCH(swiglu_kernel);
+}
+
+void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
+  if (p.m == 0) return;
+  FERRY_CUDA_REQUIRE(p.m <= 0x7FFFFFFF);
+  gather_rows_kernel<<<unsigned(p.m), kThreads, 0, stream>>>(p);
+  FERRY_CUDA_CHECK_LAUNCH(gather_rows_kernel);
+}
+
+void store_kv(const StoreKvParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  FERRY_CUDA_REQUIRE(p.n <= 0x7FFFFFFF);
+  store_kv_kernel<<<unsigned(p.n), kThreads, 0, stream>>>(p);
+  FERRY_CUDA_CHECK_LAUNCH(store_kv_kernel);
+}
+
+}  // namespace ferry::cuda_ops
