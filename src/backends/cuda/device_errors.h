@@ -21,9 +21,12 @@ struct DeviceErrors {
 };
 
 #ifdef __CUDACC__
+// Plain stores, no atomics: the word lives in mapped host memory, where device atomics depend on PCIe
+// atomic support. Racing reporters may lose each other's bits; one error is all the backend reports.
 __device__ inline void report_error(DeviceErrors* e, DeviceErrorBit bit, int64_t value) {
-  atomicOr(&e->bits, uint32_t(bit));
-  e->value = value;
+  volatile DeviceErrors* v = e;
+  v->value = value;
+  v->bits = v->bits | uint32_t(bit);
 }
 #endif
 

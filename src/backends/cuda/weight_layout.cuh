@@ -30,9 +30,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #define FERRY_HD __host__ __device__
-#define FERRY_UNROLL _Pragma("unroll")
 #else
 #define FERRY_HD
+#endif
+#ifdef __CUDA_ARCH__  // the device pass only: the host compiler warns about an unknown pragma
+#define FERRY_UNROLL _Pragma("unroll")
+#else
 #define FERRY_UNROLL
 #endif
 #include <cstring>
