@@ -2,6 +2,7 @@
 // crash (signal), no hang (each run is bounded by `timeout`), no giant allocation.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -49,13 +50,17 @@ void expect_clear_error(const RunResult& r, const std::string& needle) {
 class CliBadInput : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    tiny_ = new std::string(test::temp_path("cli_tiny.gguf"));
+    // ctest runs every test in its own process, in parallel: each process writes its own copy.
+    tiny_ = new std::string(test::temp_path("cli_tiny_" + std::to_string(getpid()) + ".gguf"));
     write_random_model(*tiny_, random_model_config("tiny"), DType::Q8_0, 7, 1);
   }
-  static void TearDownTestSuite() { delete tiny_; }
+  static void TearDownTestSuite() {
+    std::filesystem::remove(*tiny_);
+    delete tiny_;
+  }
   static std::string bytes_of(const std::string& path) { return test::read_file(path); }
   static std::string write(const std::string& name, const std::string& bytes) {
-    const std::string path = test::temp_path(name);
+    const std::string path = test::temp_path(std::to_string(getpid()) + "_" + name);
     std::ofstream(path, std::ios::binary) << bytes;
     return path;
   }
