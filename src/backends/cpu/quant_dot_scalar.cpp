@@ -1,5 +1,6 @@
-// Portable dot kernels: integer sums inside each block, then the block scales, in plain C++. They are the
-// fallback for CPUs without AVX2 and the model the SIMD kernels follow.
+// Portable dot kernels: integer sums inside each block (inside each group of 4 for the G4 activations),
+// then the scales, in plain C++, one weight row at a time (tile_by_rows). They are the fallback for CPUs
+// without AVX2 and the model the SIMD kernels follow.
 #include <cstring>
 
 #include "backends/cpu/quant_dot_kernels.h"

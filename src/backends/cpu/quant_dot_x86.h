@@ -44,11 +44,6 @@ FERRY_X86_FN __m256i dot_u8_i8(__m256i u, __m256i i) {
 #endif
 }
 
-// Signed * signed through the sign trick: |a| * (b with a's sign). a must not hold -128.
-FERRY_X86_FN __m256i dot_i8_i8(__m256i a, __m256i b) {
-  return dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-}
-
 // 16 packed bytes -> 32 bytes: low nibbles in lanes 0..15, high nibbles in lanes 16..31 (values 0..15).
 FERRY_X86_FN __m256i unpack_nibbles(const uint8_t* qs) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -90,12 +85,13 @@ struct WUnsigned {  // weights as unsigned bytes (Q4_1, Q5_1): dot is u8 x s8 di
   __m256i q;
   float d, m;
 };
-struct WSigned {  // signed weights (Q4_0, Q5_0, Q8_0): |q| and q for the sign trick
+struct WSigned {  // signed weights (Q4_0, Q5_0, Q8_0): |q| (as u8: right for -128 too) and q
   __m256i aq, q;
   float d;
 };
 
 FERRY_X86_FN WSigned make_signed(__m256i q, float d) { return {_mm256_sign_epi8(q, q), q, d}; }
+// Signed * signed as |w| * (y with w's sign): u8 x s8, which both maddubs and vpdpbusd take.
 FERRY_X86_FN __m256i dot_signed(const WSigned& w, __m256i y) {
   return dot_u8_i8(w.aq, _mm256_sign_epi8(y, w.q));
 }
