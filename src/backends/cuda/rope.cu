@@ -18,7 +18,7 @@ __global__ void rope_kernel(RopeParams p) {
   sincos(double(p.positions[t]) * double(p.inv_freq[k]), &s, &c);
   const float cs = float(c), sn = float(s);
   const int64_t i0 = p.interleaved ? 2 * k : k;
-  const int64_t i1 = p.interleaved ? 2 * k + 1 : k + p.head_dim / 2;
+  const int64_t i1 = p.interleaved ? 2 * k + 1 : k + p.half;  // NeoX: pairs (i, i + rotated dims / 2)
   for (int64_t h = 0; h < p.n_heads; ++h) {
     float* v = p.x + (t * p.n_heads + h) * p.head_dim;
     const float a = v[i0], b = v[i1];
