@@ -70,6 +70,8 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
 void GgufWriter::add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape, Fill fill) {
   FERRY_CHECK(!shape.empty() && shape.size() <= size_t(kMaxDims), "gguf writer: tensor '{}' has {} dims", name,
               shape.size());
+  FERRY_CHECK(dtype_info(dtype).ggml_id >= 0, "gguf writer: tensor '{}' has type {}, which is not a GGUF file type",
+              name, dtype_name(dtype));
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
   FERRY_CHECK(shape.back() % dtype_info(dtype).block_elems == 0,

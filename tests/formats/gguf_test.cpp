@@ -174,6 +174,12 @@ TEST(Gguf, RejectsBadTensorInfo) {
   expect_error(make(0, {1, 1, 1, 1, 1}, 0, 16), "dimensions");
 }
 
+TEST(Gguf, WriterRefusesInternalTypes) {
+  GgufWriter w;
+  std::vector<uint8_t> bytes(64);
+  EXPECT_THROW(w.add_tensor("x", DType::Q8_0G4, {32}, bytes.data()), Error);
+}
+
 TEST(Gguf, WriterStreamsToDisk) {
   std::vector<float> f;
   std::vector<uint8_t> q;
