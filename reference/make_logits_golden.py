@@ -137,6 +137,7 @@ def run_model(name, model, prompts, tok, source):
              "dtype": "transformers forward in float32 on CPU (eager attention); weights "
                       + {"tiny-llama": "stored as float32",
                          "tiny-qwen3": "stored as bfloat16, upcast exactly to float32",
+                         "tiny-qwen2": "stored as float16 (q/k/v biases), upcast exactly to float32",
                          "smollm2": "Q4_1 in the GGUF, dequantized exactly to float32"}[name],
              "logits_file": f"{name}.bin",
              "logits_layout": "float32 LE; prompt-major, position-major, vocab contiguous; "
@@ -185,7 +186,7 @@ def run_model(name, model, prompts, tok, source):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="tiny-llama,tiny-qwen3,smollm2")
+    ap.add_argument("--models", default="tiny-llama,tiny-qwen3,tiny-qwen2,smollm2")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(2)

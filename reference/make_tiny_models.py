@@ -7,6 +7,7 @@ tiny-llama/  LlamaForCausalLM, float32, one model.safetensors; GQA (4 heads, 2 K
              untied lm_head.
 tiny-qwen3/  Qwen3ForCausalLM, bfloat16, sharded (model-0000k-of-0000n.safetensors + index); head_dim 32 while
              hidden/heads is 16; q/k RMSNorm; tied embeddings.
+tiny-qwen2/  Qwen2ForCausalLM, float16, one file; q/k/v projection biases; untied lm_head.
 
 Weights are random with a fixed seed, but NOT transformers' default init (std 0.02, norm weights exactly 1):
 that gives nearly flat logits (greedy ties) and would not notice a loader that forgets a norm weight. Here
@@ -26,7 +27,8 @@ import sys
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 SEED = 20240601
 VOCAB_SIZE = 512
@@ -129,6 +131,8 @@ def randomize(model, gen, tied):
         elif name == "lm_head.weight":
             assert not tied
             p.copy_((2.0 / hidden ** 0.5) * torch.randn(p.shape, generator=gen))
+        elif name.endswith(".bias"):  # Qwen2's q/k/v projection biases
+            p.copy_(0.1 * torch.randn(p.shape, generator=gen))
         elif p.dim() == 2:
             p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
         else:
@@ -189,6 +193,22 @@ def build_qwen3(out_dir):
     return write_tokenizer(out_dir, QWEN2_SPLIT)
 
 
+def build_qwen2(out_dir):
+    config = Qwen2Config(
+        vocab_size=VOCAB_SIZE, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=160, max_position_embeddings=512,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
+        bos_token_id=BOS_ID, eos_token_id=EOS_ID, torch_dtype="float16",
+    )
+    torch.manual_seed(SEED)
+    model = Qwen2ForCausalLM(config)
+    randomize(model, torch.Generator().manual_seed(SEED + 3), tied=False)
+    model = model.to(torch.float16)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    add_legacy_rope_keys(out_dir)
+    return write_tokenizer(out_dir, QWEN2_SPLIT)
+
+
 def digest(folder):
     h = hashlib.sha256()
     for name in sorted(os.listdir(folder)):
@@ -203,7 +223,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(root, "tests", "fixtures", "models"))
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
-    for name, build in [("tiny-llama", build_llama), ("tiny-qwen3", build_qwen3)]:
+    for name, build in [("tiny-llama", build_llama), ("tiny-qwen3", build_qwen3), ("tiny-qwen2", build_qwen2)]:
         out_dir = os.path.join(args.out, name)
         if os.path.isdir(out_dir):
             shutil.rmtree(out_dir)

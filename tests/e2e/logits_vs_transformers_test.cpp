@@ -128,7 +128,7 @@ TEST_P(LogitsVsTransformers, FastKernelsKeepKlBelow1e3) {
   EXPECT_GE(double(a.argmax_same), 0.99 * a.positions);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, LogitsVsTransformers, ::testing::Values("tiny-llama", "tiny-qwen3", "smollm2"));
+INSTANTIATE_TEST_SUITE_P(Models, LogitsVsTransformers, ::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2"));
 
 }  // namespace
 }  // namespace ferry
