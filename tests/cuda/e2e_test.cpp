@@ -102,7 +102,7 @@ TEST_P(CudaLogits, MatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaLogits,
-                         ::testing::Combine(::testing::Values("tiny-llama", "tiny-qwen3", "smollm2"),
+                         ::testing::Combine(::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2"),
                                             ::testing::Values(256, 1)));
 
 }  // namespace
