@@ -1,4 +1,5 @@
-// A simple flash-style kernel (first version: correct, no tensor cores, no split-K).
+// The dispatch of attention() (attention.cuh), and the first-version kernel kept as the fallback
+// (attention_simple): correct for any head_dim <= 256, no tensor cores, no split-K.
 // Grid (n_tokens, n_heads); block = kWarps warps. The block finds its query's sequence by scanning the
 // device-side q_start/q_len, then its warps take the sequence's keys in tiles of kKeys consecutive
 // positions, tile t to warp t % kWarps. Within a warp, lane l holds dims l, l + 32, ... of q, of the running
@@ -11,6 +12,8 @@
 #include <cmath>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/decode_split.cuh"
+#include "backends/cuda/flash_prefill.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -136,7 +139,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
 
 }  // namespace
 
-void attention(const AttentionParams& p, cudaStream_t stream) {
+void attention_simple(const AttentionParams& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
   FERRY_CUDA_REQUIRE(p.head_dim >= 1 && p.head_dim <= 256);
   FERRY_CUDA_REQUIRE(p.n_kv_heads >= 1 && p.n_heads % p.n_kv_heads == 0 && p.block_size >= 1);
@@ -152,6 +155,40 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     attention_kernel<8><<<grid, kWarps * 32, 0, stream>>>(p);
   }
   FERRY_CUDA_CHECK_LAUNCH(attention_kernel);
+}
+
+namespace {
+
+bool use_fast_path(const AttentionParams& p) {
+  return flash_prefill_supports(p.head_dim) && decode_split_supports(p.head_dim);
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&dev));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+}  // namespace
+
+size_t attention_scratch_bytes(const AttentionParams& p) {
+  if (p.n_tokens == 0 || p.n_seqs == 0 || !use_fast_path(p)) return 0;
+  return decode_split_scratch_bytes(p, plan_decode_split(p, sm_count()));
+}
+
+void attention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.n_tokens == 0) return;
+  FERRY_CUDA_REQUIRE(p.head_dim >= 1 && p.head_dim <= 256);
+  FERRY_CUDA_REQUIRE(p.n_kv_heads >= 1 && p.n_heads % p.n_kv_heads == 0 && p.block_size >= 1);
+  if (!use_fast_path(p)) {
+    attention_simple(p, stream);
+    return;
+  }
+  // Rows of sequences with q_len >= 2 (prefill) and with q_len == 1 (decode): each launch skips the
+  // other's sequences on the device. A batch of only one kind pays one launch whose blocks exit at once.
+  flash_prefill_attention(p, stream);
+  decode_split_attention(p, plan_decode_split(p, sm_count()), stream);
 }
 
 }  // namespace ferry::cuda_ops

@@ -1,6 +1,12 @@
 // Paged causal attention with grouped-query heads, prefill and decode alike (ops/attention_meta.h): query
 // row i of sequence s sits at position kv_len[s] - q_len[s] + i and attends to cached positions 0..that.
 // Reads the per-sequence metadata from device memory only (no host mirrors), so a step can be captured.
+//
+// Dispatch (attention()): head_dim 64 or 128: sequences with q_len >= 2 go to the tensor-core prefill
+// kernel (flash_prefill.cuh: f16 tiles, fp32 softmax and accumulation), sequences with q_len == 1 to the
+// split-KV decode kernel (decode_split.cuh: fp32) and its combine step; each kernel skips the other's
+// sequences on the device, so both are launched every call. Other head dims: the simple fp32 kernel below
+// for everything.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,9 +31,19 @@ struct AttentionParams {
   int32_t n_tokens, n_heads, n_kv_heads, head_dim;
   float scale;                  // softmax scale (1/sqrt(head_dim) usually)
   DeviceErrors* errors;
+  float* scratch = nullptr;     // attention_scratch_bytes(*this) bytes of device memory (split-KV partials)
+  size_t scratch_bytes = 0;
 };
 
-// head_dim <= 256.
+// Device scratch that attention(p) needs (0 when the dispatch needs none); depends only on the host-side
+// sizes of p (n_seqs, max_blocks_per_seq, block_size, n_heads, head_dim), not on the device metadata.
+size_t attention_scratch_bytes(const AttentionParams& p);
+
+// head_dim <= 256. p.scratch must hold attention_scratch_bytes(p) bytes.
 void attention(const AttentionParams& p, cudaStream_t stream);
+
+// The first-version kernel for every row (fp32, one block per (query row, head), no tensor cores): the
+// fallback for head dims other than 64/128, and a reference point for benchmarks.
+void attention_simple(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace ferry::cuda_ops

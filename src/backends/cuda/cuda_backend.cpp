@@ -335,15 +335,18 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
   FERRY_ASSERT(k_cache.shape[3] == head_dim && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
   FERRY_ASSERT(k_cache.shape[1] == meta.block_size && meta.n_seqs >= 0);
   FERRY_CHECK(head_dim <= 256, "CUDA attention supports head_dim up to 256, not {}", head_dim);
-  cuda_ops::attention({.out = out.ptr<float>(), .q = q.ptr<float>(), .k_cache = k_cache.ptr<float>(),
-                       .v_cache = v_cache.ptr<float>(), .q_start = meta.q_start.ptr<int32_t>(),
-                       .q_len = meta.q_len.ptr<int32_t>(), .kv_len = meta.kv_len.ptr<int32_t>(),
-                       .block_tables = meta.block_tables.ptr<int32_t>(), .n_seqs = meta.n_seqs,
-                       .max_blocks_per_seq = meta.max_blocks_per_seq, .block_size = meta.block_size,
-                       .n_blocks = int32_t(k_cache.shape[0]), .n_tokens = int32_t(n), .n_heads = int32_t(n_heads),
-                       .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
-                       .errors = errors_},
-                      stream_);
+  AttentionParams ap{.out = out.ptr<float>(), .q = q.ptr<float>(), .k_cache = k_cache.ptr<float>(),
+                     .v_cache = v_cache.ptr<float>(), .q_start = meta.q_start.ptr<int32_t>(),
+                     .q_len = meta.q_len.ptr<int32_t>(), .kv_len = meta.kv_len.ptr<int32_t>(),
+                     .block_tables = meta.block_tables.ptr<int32_t>(), .n_seqs = meta.n_seqs,
+                     .max_blocks_per_seq = meta.max_blocks_per_seq, .block_size = meta.block_size,
+                     .n_blocks = int32_t(k_cache.shape[0]), .n_tokens = int32_t(n), .n_heads = int32_t(n_heads),
+                     .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
+                     .errors = errors_};
+  ap.scratch_bytes = attention_scratch_bytes(ap);
+  if (ap.scratch_bytes > 0) ensure(attn_scratch_, ap.scratch_bytes);
+  ap.scratch = static_cast<float*>(attn_scratch_.data());
+  cuda_ops::attention(ap, stream_);
 }
 
 void CudaBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {

@@ -79,6 +79,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer gemm_workspace_;  // cuBLASLt workspace
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path
   DeviceBuffer x_bf16_;          // (n, n_in) bf16: activations rounded for the GEMM path
+  DeviceBuffer attn_scratch_;    // attention_scratch_bytes(): split-KV decode partials
 };
 
 }  // namespace ferry

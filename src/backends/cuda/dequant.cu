@@ -9,9 +9,17 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One thread per chunk: decode, then write each run as bf16 pairs.
+__device__ inline uint32_t bf16_pair(float lo, float hi) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);  // lo in the low 16 bits
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// One thread per chunk: decode, then write each run with 16-byte stores (8 bf16; runs of 4 values: one
+// 8-byte store). The first version wrote 4-byte pairs: a warp's store then touched 32 sectors for 128
+// useful bytes, and the pass ran far below copy bandwidth.
 template <class D>
 __global__ void dequantize_to_bf16_kernel(WeightView w, uint16_t* out) {
+  static_assert(D::kRunLen % 8 == 0 || D::kRunLen == 4, "runs of 4 or of a multiple of 8 values");
   const int64_t per_row = D::chunks(w.cols);
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= w.rows * per_row) return;
@@ -20,10 +28,18 @@ __global__ void dequantize_to_bf16_kernel(WeightView w, uint16_t* out) {
   D::decode(D::load(w, row, c), v);
 #pragma unroll
   for (int r = 0; r < D::kRuns; ++r) {
-    __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out + size_t(row) * size_t(w.cols) + D::run_start(c, r));
+    uint16_t* dst = out + size_t(row) * size_t(w.cols) + D::run_start(c, r);
+    const float* src = v + r * D::kRunLen;
+    if constexpr (D::kRunLen == 4) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(bf16_pair(src[0], src[1]), bf16_pair(src[2], src[3]));
+    } else {
 #pragma unroll
-    for (int j = 0; j < D::kRunLen / 2; ++j)
-      dst[j] = __floats2bfloat162_rn(v[r * D::kRunLen + 2 * j], v[r * D::kRunLen + 2 * j + 1]);
+      for (int j = 0; j < D::kRunLen / 8; ++j) {
+        const float* q = src + 8 * j;
+        reinterpret_cast<uint4*>(dst)[j] = make_uint4(bf16_pair(q[0], q[1]), bf16_pair(q[2], q[3]),
+                                                      bf16_pair(q[4], q[5]), bf16_pair(q[6], q[7]));
+      }
+    }
   }
 }
 
@@ -40,7 +56,7 @@ __global__ void add_bias_kernel(float* out, const float* bias, int64_t rows, int
 }  // namespace
 
 void dequantize_to_bf16(DType wtype, const WeightView& w, uint16_t* out, cudaStream_t stream) {
-  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(out) % 4 == 0);
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(out) % 16 == 0);
   const bool ok = visit_decoder(wtype, [&]<class D>() {
     FERRY_CUDA_REQUIRE(w.cols % D::kVals == 0);
     const int64_t total = w.rows * D::chunks(w.cols);

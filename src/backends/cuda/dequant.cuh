@@ -8,7 +8,8 @@
 
 namespace ferry::cuda_ops {
 
-// out: (w.rows, w.cols) bf16 row-major (raw uint16 bits), 4-byte aligned; w: a prepared native weight.
+// out: (w.rows, w.cols) bf16 row-major (raw uint16 bits), 16-byte aligned; w: a prepared native weight
+// (every run of a chunk starts at a multiple of 8 columns, or of 4 for F32; so 16/8-byte stores align).
 void dequantize_to_bf16(DType wtype, const WeightView& w, uint16_t* out, cudaStream_t stream);
 // out: (count) bf16 bits = round-to-nearest-even(x); x: (count) f32.
 void f32_to_bf16(const float* x, uint16_t* out, int64_t count, cudaStream_t stream);
