@@ -1,6 +1,8 @@
 #include "model/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/check.h"
 
@@ -49,20 +51,84 @@ size_t LlamaModel::kv_bytes() const {
   return total;
 }
 
-Tensor LlamaModel::upload_i32(const std::vector<int32_t>& v, DeviceBuffer& buf) {
-  const size_t bytes = std::max<size_t>(1, v.size()) * 4;
-  if (buf.bytes() < bytes) buf = backend_.alloc(bytes * 2);
-  Tensor t = buf.view(DType::I32, {int64_t(v.size())});
-  if (!v.empty()) backend_.copy_to_device(t, v.data(), v.size() * 4);
-  return t;
+namespace {
+
+size_t align8(size_t x) { return (x + 7) / 8 * 8; }
+
+// The smallest power of two >= x (x >= 1).
+int32_t pow2_at_least(int32_t x) {
+  int32_t p = 1;
+  while (p < x) p *= 2;
+  return p;
 }
 
-Tensor LlamaModel::upload_i64(const std::vector<int64_t>& v, DeviceBuffer& buf) {
-  const size_t bytes = std::max<size_t>(1, v.size()) * 8;
-  if (buf.bytes() < bytes) buf = backend_.alloc(bytes * 2);
-  Tensor t = buf.view(DType::I64, {int64_t(v.size())});
-  if (!v.empty()) backend_.copy_to_device(t, v.data(), v.size() * 8);
-  return t;
+}  // namespace
+
+LlamaModel::StepLayout LlamaModel::layout_for(const Batch& batch, int32_t mb) {
+  StepLayout L;
+  L.n = batch.n_tokens();
+  L.n_seqs = batch.n_seqs();
+  L.mb = mb;
+  L.m = int32_t(batch.logit_rows.size());
+  size_t off = 0;
+  const auto take = [&](size_t bytes) {
+    const size_t at = off;
+    off = align8(off + bytes);
+    return at;
+  };
+  L.slots = take(size_t(L.n) * 8);
+  L.tokens = take(size_t(L.n) * 4);
+  L.positions = take(size_t(L.n) * 4);
+  L.q_start = take(size_t(L.n_seqs) * 4);
+  L.q_len = take(size_t(L.n_seqs) * 4);
+  L.kv_len = take(size_t(L.n_seqs) * 4);
+  L.rows = take(size_t(L.m) * 4);
+  L.tables = take(size_t(L.n_seqs) * size_t(mb) * 4);
+  L.bytes = std::max<size_t>(off, 8);
+  return L;
+}
+
+void LlamaModel::stage_inputs(const Batch& batch, const StepLayout& L) {
+  if (inputs_staging_.bytes() < L.bytes) {
+    // New addresses: graphs recorded with the old buffers must not run again.
+    drop_graphs();
+    inputs_staging_ = DeviceBuffer();
+    inputs_ = DeviceBuffer();
+    inputs_staging_ = backend_.alloc_host(L.bytes * 2);
+    inputs_ = backend_.alloc(L.bytes * 2);
+  }
+  auto* base = static_cast<uint8_t*>(inputs_staging_.data());
+  const auto put = [&](size_t off, const auto& v) {
+    if (!v.empty()) std::memcpy(base + off, v.data(), v.size() * sizeof(v[0]));
+  };
+  put(L.slots, batch.slots);
+  put(L.tokens, batch.tokens);
+  put(L.positions, batch.positions);
+  put(L.q_start, batch.q_start);
+  put(L.q_len, batch.q_len);
+  put(L.kv_len, batch.kv_len);
+  put(L.rows, batch.logit_rows);
+  auto* tables = reinterpret_cast<int32_t*>(base + L.tables);
+  const int32_t src_mb = batch.max_blocks_per_seq;
+  for (int32_t s = 0; s < L.n_seqs; ++s) {  // the table stride may be a padded bucket: unused entries -1
+    for (int32_t b = 0; b < L.mb; ++b)
+      tables[size_t(s) * size_t(L.mb) + size_t(b)] = b < src_mb ? batch.block_tables[size_t(s) * size_t(src_mb) + size_t(b)] : -1;
+  }
+}
+
+void LlamaModel::ensure_logits(size_t rows, bool staging) {
+  const size_t bytes = rows * size_t(config_.vocab_size) * 4;
+  if (logits_capacity_rows_ < rows) {
+    drop_graphs();
+    logits_ = DeviceBuffer();
+    logits_ = backend_.alloc(bytes);
+    logits_capacity_rows_ = rows;
+  }
+  if (staging && logits_staging_.bytes() < bytes) {
+    drop_graphs();
+    logits_staging_ = DeviceBuffer();
+    logits_staging_ = backend_.alloc_host(logits_.bytes());
+  }
 }
 
 void LlamaModel::forward(const Batch& batch, std::vector<float>& logits) {
@@ -71,24 +137,85 @@ void LlamaModel::forward(const Batch& batch, std::vector<float>& logits) {
   FERRY_CHECK(n > 0 && n <= max_step_tokens_, "step of {} tokens (1..{} allowed)", n, max_step_tokens_);
   FERRY_ASSERT(batch.positions.size() == size_t(n) && batch.slots.size() == size_t(n));
   FERRY_ASSERT(batch.block_tables.size() == size_t(batch.n_seqs()) * size_t(batch.max_blocks_per_seq));
+  FERRY_ASSERT(batch.q_start.size() == batch.q_len.size() && batch.kv_len.size() == batch.q_len.size());
+  const int64_t m = int64_t(batch.logit_rows.size());
+  const size_t V = size_t(c.vocab_size);
+  logits.assign(size_t(m) * V, 0.0f);
+
+  // A decode step (one new token per sequence) on a backend with graphs: one graph launch per step.
+  const bool decode = n == batch.n_seqs() &&
+                      std::all_of(batch.q_len.begin(), batch.q_len.end(), [](int32_t q) { return q == 1; });
+  if (graphs_on_ && decode && m > 0 && !observer_ && backend_.supports_step_graphs()) {
+    const StepLayout L = layout_for(batch, pow2_at_least(std::max(1, batch.max_blocks_per_seq)));
+    ensure_logits(size_t(m), true);
+    stage_inputs(batch, L);
+    const GraphKey key{L.n, L.n_seqs, L.mb, L.m};
+    const auto it = graphs_.find(key);
+    if (it != graphs_.end() && backend_.replay(*it->second)) {
+      ++graph_stats_.replays;
+    } else {
+      // First step of this shape (or the graph went stale): run it op by op (this sizes every scratch
+      // buffer), then record it for the next steps.
+      if (it != graphs_.end()) graphs_.erase(it);
+      enqueue_step(L, nullptr, true);
+      backend_.synchronize();
+      ++graph_stats_.eager;
+      if (graphs_.size() >= kMaxGraphs) graphs_.clear();
+      backend_.begin_capture();
+      try {
+        enqueue_step(L, nullptr, true);
+        graphs_[key] = backend_.end_capture();
+      } catch (...) {
+        backend_.cancel_capture();
+        throw;
+      }
+      ++graph_stats_.captures;
+      std::memcpy(logits.data(), logits_staging_.data(), size_t(m) * V * 4);
+      return;
+    }
+    backend_.synchronize();
+    std::memcpy(logits.data(), logits_staging_.data(), size_t(m) * V * 4);
+    return;
+  }
+
+  ++graph_stats_.eager;
+  const StepLayout L = layout_for(batch, batch.max_blocks_per_seq);
+  if (m > 0) ensure_logits(size_t(m), false);
+  stage_inputs(batch, L);
+  const Tensor out = enqueue_step(L, &batch, false);
+  if (m > 0) backend_.copy_to_host(logits.data(), out, size_t(m) * V * 4);
+}
+
+Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, bool async_logits) {
+  const ModelConfig& c = config_;
+  const int64_t n = L.n;
   const int64_t H = c.n_heads, KVH = c.n_kv_heads, D = c.head_dim;
 
-  // Step inputs into backend memory.
-  const Tensor ids = upload_i32(batch.tokens, ids_buf_);
-  const Tensor pos = upload_i32(batch.positions, pos_buf_);
-  const Tensor slots = upload_i64(batch.slots, slots_buf_);
+  // Step inputs into backend memory: one copy of the packed staging bytes.
+  const Tensor all_inputs = Tensor::make(DType::I8, {int64_t(L.bytes)}, inputs_.data(), inputs_.device());
+  backend_.copy_to_device(all_inputs, inputs_staging_.data(), L.bytes);
+  auto* base = static_cast<uint8_t*>(inputs_.data());
+  const auto i32 = [&](size_t off, int64_t count) {
+    return Tensor::make(DType::I32, {count}, base + off, inputs_.device());
+  };
+  const Tensor ids = i32(L.tokens, n);
+  const Tensor pos = i32(L.positions, n);
+  const Tensor slots = Tensor::make(DType::I64, {n}, base + L.slots, inputs_.device());
   AttentionMeta meta;
-  meta.n_seqs = batch.n_seqs();
+  meta.n_seqs = L.n_seqs;
   meta.block_size = kv_.block_size;
-  meta.max_blocks_per_seq = batch.max_blocks_per_seq;
-  meta.q_start = upload_i32(batch.q_start, qstart_buf_);
-  meta.q_len = upload_i32(batch.q_len, qlen_buf_);
-  meta.kv_len = upload_i32(batch.kv_len, kvlen_buf_);
-  meta.block_tables = upload_i32(batch.block_tables, tables_buf_);
-  meta.host_q_start = batch.q_start.data();
-  meta.host_q_len = batch.q_len.data();
-  meta.host_kv_len = batch.kv_len.data();
-  meta.host_block_tables = batch.block_tables.data();
+  meta.max_blocks_per_seq = L.mb;
+  meta.q_start = i32(L.q_start, L.n_seqs);
+  meta.q_len = i32(L.q_len, L.n_seqs);
+  meta.kv_len = i32(L.kv_len, L.n_seqs);
+  meta.block_tables = i32(L.tables, int64_t(L.n_seqs) * L.mb);
+  if (host_meta) {
+    FERRY_ASSERT(host_meta->max_blocks_per_seq == L.mb);
+    meta.host_q_start = host_meta->q_start.data();
+    meta.host_q_len = host_meta->q_len.data();
+    meta.host_kv_len = host_meta->kv_len.data();
+    meta.host_block_tables = host_meta->block_tables.data();
+  }
 
   // Activation views for this step: (n, ...) f32.
   const Tensor x = x_.view(DType::F32, {n, c.dim});          // residual stream
@@ -144,10 +271,9 @@ void LlamaModel::forward(const Batch& batch, std::vector<float>& logits) {
   }
 
   // Final residual add + norm, only on the rows whose logits are wanted.
-  const int64_t m = int64_t(batch.logit_rows.size());
-  logits.assign(size_t(m) * size_t(c.vocab_size), 0.0f);
-  if (m == 0) return;
-  const Tensor rows = upload_i32(batch.logit_rows, rows_buf_);
+  const int64_t m = L.m;
+  if (m == 0) return Tensor{};
+  const Tensor rows = i32(L.rows, m);
   const Tensor hx = logits_hidden_.view(DType::F32, {m, c.dim});
   const Tensor hd = xb_.view(DType::F32, {m, c.dim});
   backend_.gather_rows(hx, x, rows);
@@ -155,11 +281,10 @@ void LlamaModel::forward(const Batch& batch, std::vector<float>& logits) {
   const Tensor hn = attn_.view(DType::F32, {m, c.dim});
   backend_.add_rms_norm(hn, hx, hd, weights_.output_norm, c.rms_eps);
   observe("output_norm", -1, hn);
-  const size_t need = size_t(m) * size_t(c.vocab_size) * 4;
-  if (logits_.bytes() < need) logits_ = backend_.alloc(need);
   const Tensor out = logits_.view(DType::F32, {m, c.vocab_size});
   backend_.matmul(out, hn, weights_.output, Tensor{});
-  backend_.copy_to_host(logits.data(), out, need);
+  if (async_logits) backend_.copy_to_host_async(logits_staging_.data(), out, size_t(m) * size_t(c.vocab_size) * 4);
+  return out;
 }
 
 }  // namespace ferry

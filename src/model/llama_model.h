@@ -4,7 +4,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/batch.h"
@@ -37,12 +40,41 @@ class LlamaModel {
 
   void set_observer(TensorObserver observer) { observer_ = std::move(observer); }
 
+  // Step graphs (on backends that support them): a decode step (one token per sequence) is captured once per
+  // (n_seqs, block-table bucket, logit rows) and replayed; the bucket is max_blocks_per_seq rounded up to a
+  // power of two (tables are padded with -1). On by default; off: every step runs op by op.
+  void set_step_graphs(bool on) { graphs_on_ = on; }
+  struct GraphStats {
+    int64_t captures = 0;  // graphs recorded
+    int64_t replays = 0;   // steps run as one graph launch
+    int64_t eager = 0;     // steps run op by op
+  };
+  const GraphStats& graph_stats() const { return graph_stats_; }
+
  private:
+  // Where each step input sits in the packed input buffer (byte offsets; 8-byte aligned).
+  struct StepLayout {
+    int32_t n = 0, n_seqs = 0, mb = 0, m = 0;  // tokens, sequences, table stride, logit rows
+    size_t slots = 0, tokens = 0, positions = 0, q_start = 0, q_len = 0, kv_len = 0, rows = 0, tables = 0;
+    size_t bytes = 0;
+  };
+  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t>;  // (n, n_seqs, table stride, logit rows)
+
   void observe(const char* name, int layer, const Tensor& t) const {
     if (observer_) observer_(name, layer, t);
   }
-  Tensor upload_i32(const std::vector<int32_t>& v, DeviceBuffer& buf);
-  Tensor upload_i64(const std::vector<int64_t>& v, DeviceBuffer& buf);
+  static StepLayout layout_for(const Batch& batch, int32_t mb);
+  // Writes the step inputs into the host staging buffer (growing staging and device inputs if needed).
+  void stage_inputs(const Batch& batch, const StepLayout& L);
+  // Enqueues the whole step: inputs staging -> device, every op, and (async_logits) logits -> host staging.
+  // Returns the device logits (m, vocab). `host_meta`: the batch whose vectors back AttentionMeta's host_*
+  // mirrors (null in graph steps: nothing recorded may depend on host values).
+  Tensor enqueue_step(const StepLayout& L, const Batch* host_meta, bool async_logits);
+  // Grows the device logits to `rows` rows (and, with staging, the page-locked host copy).
+  void ensure_logits(size_t rows, bool staging);
+  void drop_graphs() { graphs_.clear(); }
+
+  static constexpr size_t kMaxGraphs = 32;
 
   ModelConfig config_;
   ModelWeights weights_;
@@ -54,9 +86,14 @@ class LlamaModel {
   std::vector<DeviceBuffer> k_cache_, v_cache_;
   // Activations, sized for max_step_tokens rows.
   DeviceBuffer x_, xb_, q_, k_, v_, attn_, out_, gate_, up_, logits_hidden_, logits_, inv_freq_buf_;
-  DeviceBuffer ids_buf_, pos_buf_, slots_buf_, qstart_buf_, qlen_buf_, kvlen_buf_, tables_buf_, rows_buf_;
+  DeviceBuffer inputs_;          // packed step inputs (StepLayout), device
+  DeviceBuffer inputs_staging_;  // the same bytes on the host (page-locked on a GPU): the copy source
+  DeviceBuffer logits_staging_;  // (rows, vocab) f32 host, page-locked: graph steps copy the logits here
   size_t logits_capacity_rows_ = 0;
   TensorObserver observer_;
+  bool graphs_on_ = true;
+  std::map<GraphKey, std::unique_ptr<StepGraph>> graphs_;
+  GraphStats graph_stats_;
 };
 
 }  // namespace ferry

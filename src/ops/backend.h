@@ -6,12 +6,14 @@
 // Weights keep their storage type (any DType the backend's matmul supports).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "core/check.h"
 #include "core/tensor.h"
 #include "ops/attention_meta.h"
 
@@ -45,6 +47,14 @@ enum class RopeOrdering {
   Neox,         // pairs (i, i + head_dim/2): Hugging Face Llama/Qwen (rotate_half), GGUF qwen2/qwen3
 };
 
+// A recorded step: the ops a backend enqueued between begin_capture() and end_capture(), with every buffer
+// address and scalar argument fixed at capture time (a CUDA graph). Values that vary from step to step must
+// be read by the kernels from backend memory (token ids, positions, slots, kv_len, block tables).
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -59,6 +69,26 @@ class Backend {
   virtual void copy_to_device(const Tensor& dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const Tensor& src, size_t bytes) = 0;
   virtual void synchronize() = 0;
+
+  // ---- host staging and step graphs (optional; the defaults run everything directly) ----
+  // Host memory that copy_to_device may read from and copy_to_host_async may write to inside a captured
+  // step (page-locked on a GPU backend). Device::Cpu buffer.
+  virtual DeviceBuffer alloc_host(size_t bytes) {
+    auto* p = new uint8_t[std::max<size_t>(bytes, 1)];
+    return DeviceBuffer(p, bytes, Device::Cpu, [](void* q) { delete[] static_cast<uint8_t*>(q); });
+  }
+  // Enqueues dst <- src without waiting (dst: alloc_host memory); the bytes are there after synchronize().
+  virtual void copy_to_host_async(void* dst, const Tensor& src, size_t bytes) { copy_to_host(dst, src, bytes); }
+  // Whether begin_capture/end_capture/replay work. While capturing, ops are recorded, not run, and
+  // copy_to_host / synchronize / growing internal scratch are errors.
+  virtual bool supports_step_graphs() const { return false; }
+  virtual void begin_capture() { fail("backend {} cannot capture step graphs", name()); }
+  virtual std::unique_ptr<StepGraph> end_capture() { fail("backend {} cannot capture step graphs", name()); }
+  // Ends a capture that failed half-way (an op threw); the recorded ops are dropped. No-op when not capturing.
+  virtual void cancel_capture() {}
+  // Enqueues the recorded ops (results after synchronize()). Returns false, running nothing, when the graph is
+  // stale (scratch memory it recorded was reallocated since): capture again.
+  virtual bool replay(const StepGraph& graph) { return false; }
 
   // ---- ops ----
   // out: (n, dim) f32; table: (vocab, dim) any dtype; ids: (n) i32

@@ -15,6 +15,7 @@
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/rope.cuh"
+#include "backends/cuda/step_graph.h"
 #include "backends/cuda/weight_layout.cuh"
 #include "backends/cuda/weight_repack.h"
 #include "core/check.h"
@@ -88,6 +89,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
 
 CudaBackend::~CudaBackend() {
   // Errors are ignored here: a destructor must not throw, and the process may be going down anyway.
+  cancel_capture();
   if (stream_) cudaStreamSynchronize(stream_);
   gemm_.reset();
   if (errors_) cudaFreeHost(errors_);
@@ -176,6 +178,7 @@ void CudaBackend::copy_to_device(const Tensor& dst, const void* src, size_t byte
 }
 
 void CudaBackend::copy_to_host(void* dst, const Tensor& src, size_t bytes) {
+  FERRY_CHECK(!capturing_, "CUDA backend: copy_to_host while capturing a step graph");
   require_cuda(src, "copy_to_host source");
   FERRY_ASSERT(bytes <= src.nbytes());
   if (bytes > 0) FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, bytes, cudaMemcpyDeviceToHost, stream_));
@@ -184,6 +187,7 @@ void CudaBackend::copy_to_host(void* dst, const Tensor& src, size_t bytes) {
 }
 
 void CudaBackend::synchronize() {
+  FERRY_CHECK(!capturing_, "CUDA backend: synchronize while capturing a step graph");
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
   check_device_errors();
 }
@@ -204,8 +208,65 @@ void CudaBackend::check_device_errors() {
 
 void CudaBackend::ensure(DeviceBuffer& buf, size_t bytes) {
   if (buf.bytes() >= bytes) return;
+  FERRY_CHECK(!capturing_, "CUDA backend: scratch buffer of {} bytes must grow while capturing a step graph "
+              "(run the step once without capture first)", bytes);
+  ++scratch_epoch_;
   buf = DeviceBuffer();  // free first: the old and the new scratch need not both fit
   buf = alloc(bytes);
+}
+
+// ---- step graphs ----
+
+DeviceBuffer CudaBackend::alloc_host(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    fail("CUDA backend: cannot allocate {} bytes of page-locked host memory", bytes);
+  }
+  FERRY_CUDA_CHECK(e);
+  return DeviceBuffer(p, bytes, Device::Cpu, [](void* q) { (void)cudaFreeHost(q); });
+}
+
+void CudaBackend::copy_to_host_async(void* dst, const Tensor& src, size_t bytes) {
+  require_cuda(src, "copy_to_host_async source");
+  FERRY_ASSERT(bytes <= src.nbytes());
+  if (bytes > 0) FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, bytes, cudaMemcpyDeviceToHost, stream_));
+}
+
+void CudaBackend::begin_capture() {
+  FERRY_CHECK(!capturing_, "CUDA backend: begin_capture while already capturing");
+  FERRY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+}
+
+std::unique_ptr<StepGraph> CudaBackend::end_capture() {
+  FERRY_CHECK(capturing_, "CUDA backend: end_capture without begin_capture");
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  FERRY_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  FERRY_CUDA_CHECK(e);
+  return std::make_unique<CudaStepGraph>(exec, scratch_epoch_);
+}
+
+void CudaBackend::cancel_capture() {
+  if (!capturing_) return;
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) (void)cudaGraphDestroy(graph);
+  (void)cudaGetLastError();  // an invalidated capture leaves an error behind
+}
+
+bool CudaBackend::replay(const StepGraph& graph) {
+  FERRY_CHECK(!capturing_, "CUDA backend: replay while capturing a step graph");
+  const auto* g = dynamic_cast<const CudaStepGraph*>(&graph);
+  FERRY_CHECK(g != nullptr, "CUDA backend: replay of a graph captured by another backend");
+  if (g->epoch() != scratch_epoch_) return false;
+  FERRY_CUDA_CHECK(cudaGraphLaunch(g->exec(), stream_));
+  return true;
 }
 
 // ---- ops ----

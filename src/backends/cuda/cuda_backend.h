@@ -10,6 +10,8 @@
 //    weight is dequantized to a bf16 scratch matrix and cuBLASLt multiplies (bf16 in, fp32 out).
 //  - Errors found by kernels in device-side inputs (bad token id, slot, row, block id) are reported at the
 //    next copy_to_host or synchronize, as ferry::Error.
+//  - Step graphs: begin_capture/end_capture record the ops of a step into a CUDA graph (stream capture,
+//    thread-local mode); replay launches it. Kernels read every per-step value from device memory.
 //  - The KV cache is F32 (the model allocates it through alloc).
 #pragma once
 
@@ -51,6 +53,15 @@ class CudaBackend final : public Backend {
   void copy_to_host(void* dst, const Tensor& src, size_t bytes) override;
   void synchronize() override;
 
+  // Step graphs (CUDA graphs on the backend's stream; step_graph.h). alloc_host: page-locked memory.
+  DeviceBuffer alloc_host(size_t bytes) override;
+  void copy_to_host_async(void* dst, const Tensor& src, size_t bytes) override;
+  bool supports_step_graphs() const override { return true; }
+  void begin_capture() override;
+  std::unique_ptr<StepGraph> end_capture() override;
+  void cancel_capture() override;
+  bool replay(const StepGraph& graph) override;
+
   void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void rms_norm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override;
   void add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
@@ -66,7 +77,8 @@ class CudaBackend final : public Backend {
 
  private:
   void matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias);
-  // Grows `buf` to at least `bytes` (contents are not kept).
+  // Grows `buf` to at least `bytes` (contents are not kept); a reallocation makes captured graphs stale
+  // (scratch_epoch_) and is an error while capturing.
   void ensure(DeviceBuffer& buf, size_t bytes);
   // Throws (and clears) the errors kernels reported since the last check; call after a stream sync.
   void check_device_errors();
@@ -79,6 +91,8 @@ class CudaBackend final : public Backend {
   DeviceBuffer gemm_workspace_;  // cuBLASLt workspace
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path
   DeviceBuffer x_bf16_;          // (n, n_in) bf16: activations rounded for the GEMM path
+  bool capturing_ = false;       // between begin_capture and end_capture/cancel_capture
+  uint64_t scratch_epoch_ = 0;   // bumped whenever ensure() reallocates a scratch buffer
   DeviceBuffer attn_scratch_;    // attention_scratch_bytes(): split-KV decode partials
 };
 

@@ -1,5 +1,5 @@
 // Skinny matmul for a few tokens (decode, short prompt chunks): out (n, n_out) = x (n, n_in) · wᵀ [+ bias].
-// Memory-bound on the weight: each weight element is read once per pass of up to kMatvecTokens tokens.
+// Memory-bound on the weight at n = 1: each weight element is read once per call, for all n <= 16 tokens.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,7 +8,6 @@
 
 namespace ferry::cuda_ops {
 
-inline constexpr int kMatvecTokens = 8;     // tokens sharing one pass over the weight
 inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for n <= this, cuBLASLt above
 
 struct MatvecParams {
@@ -16,10 +15,14 @@ struct MatvecParams {
   const float* x;      // (n, n_in) f32, rows contiguous, 16-byte aligned
   const float* bias;   // (n_out) f32 or null
   float* out;          // (n, n_out) f32
-  int n_tokens;        // n >= 1
+  int n_tokens;        // 1 <= n <= kMatvecMaxTokens
 };
 
-// Launches ceil(n / kMatvecTokens) passes on `stream`. Requires a native weight type (weight_layout.cuh).
+// One launch on `stream` (no host synchronisation, no allocation: capturable in a CUDA graph). Requires a
+// native weight type (weight_layout.cuh). Numerics: fp32 activations and fp32 accumulation; the quantized
+// weight values enter the products exactly (Q8_0: q/32768 exactly; Q4_0/Q4_1: 0.5 + q/256 exactly with the
+// block's activation sum subtracted per block), so the result differs from the CPU reference (dequantize,
+// fp32 dot) only by fp32 summation order (relative L2 ~1e-6..1e-5).
 void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream);
 
 }  // namespace ferry::cuda_ops

@@ -1,0 +1,145 @@
+// The decode matvec kernels on the GPU: for each weight type, shape (rows x cols) and token count M, the time
+// per call (CUDA events, median of 50 after 5 warm-ups), the weight bytes per second, their share of the
+// 4.30 TB/s copy roofline (GPU.md), and cuBLAS bf16 (cublasGemmEx, fp32 accumulation) on the same shape and M
+// measured in the same run: its time, GB/s of its bf16 weight, and "vs cuBLAS" = cuBLAS time / ferry time
+// (> 1: ferry faster). Weights: 64 random rows, quantized on the host and repeated (speed does not depend on
+// the values). Usage: matvec_bench [--quick] (quick: M = 1 only).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/matvec.cuh"
+#include "backends/cuda/weight_layout.cuh"
+#include "formats/quant.h"
+
+namespace {
+
+using namespace ferry;
+constexpr double kRoofline = 4.30e12;
+
+#define CK(x)                                                                    \
+  do {                                                                           \
+    const cudaError_t e_ = (x);                                                  \
+    if (e_ != cudaSuccess) {                                                     \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));              \
+      std::exit(1);                                                              \
+    }                                                                            \
+  } while (0)
+
+std::vector<uint8_t> random_weight(DType t, int64_t rows, int64_t cols) {
+  constexpr int64_t kDistinct = 64;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  const size_t rb = row_bytes(t, cols);
+  std::vector<uint8_t> w(size_t(rows) * rb);
+  std::vector<float> f(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < std::min(rows, kDistinct); ++r) {
+    for (float& v : f) v = dist(rng);
+    quantize_row(t, f.data(), w.data() + size_t(r) * rb, cols);
+  }
+  for (int64_t r = kDistinct; r < rows; ++r) std::memcpy(w.data() + size_t(r) * rb, w.data() + size_t(r % kDistinct) * rb, rb);
+  return w;
+}
+
+template <class F>
+double median_us(cudaStream_t s, F&& launch) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 5; ++i) launch();
+  std::vector<float> ms;
+  for (int i = 0; i < 50; ++i) {
+    CK(cudaEventRecord(a, s));
+    launch();
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return double(ms[ms.size() / 2]) * 1e3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  CudaBackend backend;
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 1;
+  cublasSetStream(h, s);
+  std::vector<int> ms = quick ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8, 16};
+  struct Shape { int64_t rows, cols; };
+  const Shape shapes[] = {{14336, 4096}, {4096, 14336}, {4096, 4096}, {1024, 4096}, {128256, 4096}};
+  float* x = nullptr;
+  float* out = nullptr;
+  uint16_t* xb = nullptr;
+  CK(cudaMalloc(&x, 16 * 14336 * 4));
+  CK(cudaMalloc(&xb, 16 * 14336 * 2));
+  CK(cudaMalloc(&out, size_t(16) * 128256 * 4));
+  {
+    std::vector<float> hx(16 * 14336);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (float& v : hx) v = d(rng);
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(xb, 0x3c, 16 * 14336 * 2));
+  }
+  std::printf("%-6s %-13s %3s %9s %8s %6s | %9s %8s %9s\n", "type", "rows x cols", "M", "us", "GB/s", "%roof",
+              "cuBLAS us", "GB/s", "vs cuBLAS");
+  for (const Shape sh : shapes) {
+    // cuBLAS bf16 reference on the same shape: out (M, rows) = x (M, cols) · Wᵀ.
+    const std::vector<uint8_t> wb = random_weight(DType::BF16, sh.rows, sh.cols);
+    void* wbd = nullptr;
+    CK(cudaMalloc(&wbd, wb.size()));
+    CK(cudaMemcpy(wbd, wb.data(), wb.size(), cudaMemcpyHostToDevice));
+    std::vector<double> cublas_us;
+    for (const int m : ms) {
+      const float alpha = 1.0f, beta = 0.0f;
+      cublas_us.push_back(median_us(s, [&] {
+        // Column-major view: W is (cols, rows) col-major = row-major (rows, cols); C (rows, M) = Wᵀ · X.
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(sh.rows), m, int(sh.cols), &alpha, wbd, CUDA_R_16BF,
+                     int(sh.cols), xb, CUDA_R_16BF, int(sh.cols), &beta, out, CUDA_R_32F, int(sh.rows),
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      }));
+    }
+    CK(cudaFree(wbd));
+    for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+      if (sh.rows == 128256 && t != DType::Q4_0 && t != DType::Q8_0 && t != DType::BF16) continue;
+      const std::vector<uint8_t> hw = random_weight(t, sh.rows, sh.cols);
+      std::vector<DeviceBuffer> keep;
+      const Tensor w = backend.prepare_weight(Tensor::make(t, {sh.rows, sh.cols}, const_cast<uint8_t*>(hw.data())), keep);
+      backend.synchronize();
+      const cuda_ops::WeightView view{static_cast<const uint8_t*>(w.data), sh.rows, sh.cols,
+                                      (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1)
+                                          ? cuda_ops::scales_offset(t, sh.rows, sh.cols) : 0};
+      const double bytes = double(cuda_ops::prepared_bytes(t, sh.rows, sh.cols));
+      for (size_t i = 0; i < ms.size(); ++i) {
+        const int m = ms[i];
+        const double us = median_us(s, [&] {
+          cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m}, s);
+        });
+        const double gbs = bytes / (us * 1e-6) / 1e9;
+        const double cgbs = double(sh.rows) * double(sh.cols) * 2 / (cublas_us[i] * 1e-6) / 1e9;
+        std::printf("%-6s %6lldx%-6lld %3d %9.2f %8.0f %5.1f%% | %9.2f %8.0f %8.2fx\n", std::string(dtype_name(t)).c_str(),
+                    (long long)sh.rows, (long long)sh.cols, m, us, gbs, 100.0 * gbs * 1e9 / kRoofline, cublas_us[i],
+                    cgbs, cublas_us[i] / us);
+      }
+    }
+  }
+  CK(cudaStreamSynchronize(s));
+  cublasDestroy(h);
+  return 0;
+}

@@ -1,0 +1,73 @@
+// The decode matvec kernels (n <= 16 tokens) against the CPU reference (dot_ref: dequantize, fp32 dot) on
+// random data, every native weight type, every token count 1..16 and odd shapes (rows not a multiple of a
+// block's 16 rows, columns that leave the last unrolled chunks empty, K tiles that end mid-row).
+// Tolerance: relative L2 <= 1e-4 for every type (the kernels keep activations in fp32 and feed the quantized
+// values into the products exactly, matvec.cuh), far inside the 1e-3 allowed for quantized weights.
+#ifdef FERRY_HAS_CUDA
+
+#include <string>
+
+#include "cuda_test_util.h"
+#include "formats/quant.h"
+
+namespace ferry::test {
+namespace {
+
+constexpr double kTol = 1e-4;
+
+class CudaMatvec : public CudaOpsTest {
+ protected:
+  double run(DType type, int64_t n, int64_t n_out, int64_t n_in, bool bias, uint32_t seed) {
+    const std::vector<float> f = random_floats(size_t(n_out * n_in), seed, 0.5f);
+    std::vector<uint8_t> w(size_t(n_out) * row_bytes(type, n_in));
+    for (int64_t r = 0; r < n_out; ++r)
+      quantize_row(type, f.data() + r * n_in, w.data() + size_t(r) * row_bytes(type, n_in), n_in);
+    // Activations with a per-column offset (a non-zero mean per block, as real hidden states have), so the
+    // block-sum correction of Q4_0/Q4_1 is exercised.
+    std::vector<float> x = random_floats(size_t(n * n_in), seed + 1);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += 0.3f * float((i % size_t(n_in)) % 7) - 0.9f;
+    std::vector<float> b = random_floats(size_t(n_out), seed + 2);
+    const Tensor hw = Tensor::make(type, {n_out, n_in}, w.data());
+    std::vector<float> ref(size_t(n * n_out));
+    cpu_.matmul(host(DType::F32, {n, n_out}, ref), host(DType::F32, {n, n_in}, x), hw,
+                bias ? host(DType::F32, {n_out}, b) : Tensor{});
+    const Tensor gw = gpu_->prepare_weight(hw, keep_);
+    const Tensor out = poisoned({n, n_out});
+    gpu_->matmul(out, upload(DType::F32, {n, n_in}, x), gw, bias ? upload(DType::F32, {n_out}, b) : Tensor{});
+    return rel_l2(download(out), ref);
+  }
+};
+
+TEST_F(CudaMatvec, EveryTypeEveryTokenCount) {
+  for (const DType t : {DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+    for (int64_t n = 1; n <= 16; ++n) {
+      const double err = run(t, n, 70, 768, n % 3 == 0, 1000 + uint32_t(n));
+      EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n;
+    }
+  }
+}
+
+TEST_F(CudaMatvec, OddShapesAndTiles) {
+  struct Shape {
+    int64_t n_out, n_in;
+  };
+  // 33 rows: a partial warp; 2304 = 72 blocks; 16640 > one M=1 tile (16384 values); 4352 with n = 16: five
+  // 1024-value tiles, the last one partial.
+  for (const Shape s : {Shape{33, 2304}, Shape{1, 256}, Shape{257, 16640}, Shape{19, 4352}}) {
+    for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+      for (const int64_t n : {1, 5, 16}) {
+        const double err = run(t, n, s.n_out, s.n_in, true, 7 + uint32_t(n));
+        EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n << " " << s.n_out << "x" << s.n_in;
+      }
+    }
+  }
+  // Columns not a multiple of 32 (F32 / F16 / BF16 rows may be any multiple of 4 / 8).
+  EXPECT_LE(run(DType::F32, 3, 9, 12, true, 5), kTol);
+  EXPECT_LE(run(DType::BF16, 2, 9, 40, false, 6), kTol);
+  EXPECT_LE(run(DType::F16, 16, 9, 1000, false, 8), kTol);
+}
+
+}  // namespace
+}  // namespace ferry::test
+
+#endif  // FERRY_HAS_CUDA
