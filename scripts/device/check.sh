@@ -2,11 +2,14 @@
 # The one device script: runs on the lent H200 machine over binaries built on the development machine.
 #
 # Here (dev machine, nvcc present):   scripts/device/pack.sh          # builds and fills .carry/
-# Device call (carry [".carry"]):     bash scripts/device/check.sh [tests|bench|all]
+# Device call (carry [".carry"]):     bash scripts/device/check.sh [tests|kernels|bench|all]
 #
-# It runs the GPU op tests, the end-to-end logits checks, compute-sanitizer memcheck on the op tests, and
-# `ferry bench --device cuda` on Llama-3-8B-shaped random models made on the machine with `ferry gen`
-# (BF16, Q8_0, Q4_0), then prints one summary table last. Full logs go under $OUT.
+# tests:   GPU op tests, CUDA-graph test, end-to-end logits checks (CPU and CUDA) against the transformers
+#          goldens, compute-sanitizer memcheck on the op tests;
+# kernels: the kernel harnesses (matvec vs cuBLAS and % of the 4.30 TB/s roofline; attention and GEMM);
+# bench:   `ferry bench --device cuda -p 512 -n 128` on Llama-3-8B-shaped random models made on the machine
+#          with `ferry gen` (BF16, Q8_0, Q4_0).
+# A summary table is printed last; full logs go under $OUT (tests.log, kernels.log, bench.log, summary.txt).
 set -uo pipefail
 
 what="${1:-all}"
@@ -20,30 +23,45 @@ if [ ! -e /work/main ]; then mkdir -p /work && ln -sfn "$repo" /work/main; fi
 summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
+gtest_result() { grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$1" | tr '\n' ' '; }
 
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$summary"
 missing=$(ldd "$C/ferry" | grep "not found" || true)
 [ -n "$missing" ] && note "missing libraries: $missing"
 
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  "$C/test_cuda" > "$OUT/test_cuda.log" 2>&1
-  note "test_cuda: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_cuda.log" | tr '\n' ' ')"
-  grep -E "FAILED|Failure" "$OUT/test_cuda.log" | head -20
-  "$C/test_e2e" > "$OUT/test_e2e.log" 2>&1
-  note "test_e2e (cpu): $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_e2e.log" | tr '\n' ' ')"
-  timeout 300 compute-sanitizer --tool memcheck "$C/test_cuda" --gtest_filter='CudaOps.*:CudaAttention.*:CudaMatmul.*' \
-    > "$OUT/memcheck.log" 2>&1
-  note "memcheck: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+  log="$OUT/tests.log"
+  : > "$log"
+  "$C/test_cuda" > "$OUT/t.log" 2>&1; cat "$OUT/t.log" >> "$log"
+  note "test_cuda: $(gtest_result "$OUT/t.log")"
+  grep -E "^\[  FAILED|Failure" "$OUT/t.log" | head -20
+  "$C/test_e2e" > "$OUT/t.log" 2>&1; cat "$OUT/t.log" >> "$log"
+  note "test_e2e (cpu): $(gtest_result "$OUT/t.log")"
+  timeout 400 compute-sanitizer --tool memcheck "$C/test_cuda" \
+    --gtest_filter='CudaOps.*:CudaAttention.*:CudaMatmul.*:CudaMatvec.*:CudaStepGraph.*:-CudaOps.OutOfMemory*' > "$OUT/t.log" 2>&1
+  cat "$OUT/t.log" >> "$log"
+  note "memcheck: $(grep -E 'ERROR SUMMARY' "$OUT/t.log" | tail -1) $(gtest_result "$OUT/t.log")"
+  rm -f "$OUT/t.log"
+fi
+
+if [ "$what" = kernels ] || [ "$what" = all ]; then
+  log="$OUT/kernels.log"
+  timeout 300 "$C/matvec_bench" > "$log" 2>&1
+  timeout 300 "$C/prefill_kernels_bench" >> "$log" 2>&1
+  note "kernels: see kernels.log ($(wc -l < "$log") lines)"
 fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then
+  log="$OUT/bench.log"
+  : > "$log"
   for t in bf16 q8_0 q4_0; do
     m="/tmp/llama3-8b-$t.gguf"
-    [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type "$t" -o "$m" -t 16 > "$OUT/gen-$t.log" 2>&1
-    "$C/ferry" bench --device cuda -m "$m" -p 512 -n 128 -r 3 > "$OUT/bench-$t.log" 2>&1
-    note "$(grep -E 'pp512|tg128' "$OUT/bench-$t.log" | sed "s/^/[$t] /")"
-    tail -3 "$OUT/bench-$t.log" | grep -i error
-    rm -f "$m"
+    [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type "$t" -o "$m" -t 16 >> "$log" 2>&1
+    "$C/ferry" bench --device cuda -m "$m" -p 512 -n 128 -r 3 > "$OUT/b.log" 2>&1
+    cat "$OUT/b.log" >> "$log"
+    note "$(grep -E 'pp512|tg128' "$OUT/b.log" | sed "s/^/[$t] /")"
+    grep -i error "$OUT/b.log" | head -3
+    rm -f "$m" "$OUT/b.log"
   done
 fi
 echo "=== summary ==="
