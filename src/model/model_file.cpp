@@ -11,37 +11,22 @@
 namespace ferry {
 namespace {
 
-class GgufWeights final : public WeightSource {
+// Named host views over a file (or folder) the source owns: GgufFile or SafetensorsModel.
+template <typename Owner>
+class FileWeights final : public WeightSource {
  public:
-  explicit GgufWeights(GgufFile file) : file_(std::move(file)) {
-    for (const GgufTensorInfo& t : file_.tensors()) views_[t.name] = t.view();
-  }
-  const Tensor* find(const std::string& name) const override {
-    auto it = views_.find(name);
+  FileWeights(Owner owner, std::string name) : owner_(std::move(owner)), name_(std::move(name)) {}
+  void add(const std::string& tensor, const Tensor& view) { views_[tensor] = view; }
+  const Tensor* find(const std::string& tensor) const override {
+    auto it = views_.find(tensor);
     return it == views_.end() ? nullptr : &it->second;
   }
-  std::string describe() const override { return file_.name(); }
-  const GgufFile& file() const { return file_; }
+  std::string describe() const override { return name_; }
+  const Owner& owner() const { return owner_; }
 
  private:
-  GgufFile file_;
-  std::map<std::string, Tensor> views_;
-};
-
-class SafetensorsWeights final : public WeightSource {
- public:
-  explicit SafetensorsWeights(SafetensorsModel model) : model_(std::move(model)) {
-    for (const std::string& name : model_.names()) views_[name] = model_.find(name)->view();
-  }
-  const Tensor* find(const std::string& name) const override {
-    auto it = views_.find(name);
-    return it == views_.end() ? nullptr : &it->second;
-  }
-  std::string describe() const override { return model_.dir(); }
-  const SafetensorsModel& model() const { return model_; }
-
- private:
-  SafetensorsModel model_;
+  Owner owner_;
+  std::string name_;
   std::map<std::string, Tensor> views_;
 };
 
@@ -63,8 +48,9 @@ ModelFile open_gguf(const std::string& path) {
   ModelFile m;
   m.path = path;
   m.format = ModelFormat::Gguf;
-  auto weights = std::make_unique<GgufWeights>(GgufFile::open(path));
-  const GgufFile& g = weights->file();
+  auto weights = std::make_unique<FileWeights<GgufFile>>(GgufFile::open(path), path);
+  const GgufFile& g = weights->owner();
+  for (const GgufTensorInfo& t : g.tensors()) weights->add(t.name, t.view());
   m.config = config_from_gguf(g);
   m.vocab = vocab_from_gguf(g);
   m.gguf_names = true;
@@ -80,12 +66,14 @@ ModelFile open_hf_folder(const std::string& dir) {
   ModelFile m;
   m.path = dir;
   m.format = ModelFormat::Safetensors;
-  auto weights = std::make_unique<SafetensorsWeights>(SafetensorsModel::open(dir));
-  m.config = config_from_hf(weights->model().config());
+  auto weights = std::make_unique<FileWeights<SafetensorsModel>>(SafetensorsModel::open(dir), dir);
+  const SafetensorsModel& st = weights->owner();
+  for (const std::string& name : st.names()) weights->add(name, st.find(name)->view());
+  m.config = config_from_hf(st.config());
   m.vocab = vocab_from_hf(dir);
   m.gguf_names = false;
-  for (const std::string& name : weights->model().names()) m.tensors.emplace_back(name, *weights->find(name));
-  m.facts.emplace_back("model_type", weights->model().config().value("model_type", ""));
+  for (const std::string& name : st.names()) m.tensors.emplace_back(name, *weights->find(name));
+  m.facts.emplace_back("model_type", st.config().value("model_type", ""));
   m.weights = std::move(weights);
   return m;
 }

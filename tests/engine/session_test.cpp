@@ -3,10 +3,9 @@
 // gives the same result as a fresh engine; the same seed gives the same text.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "ferry/engine.h"
+#include "fixtures/golden_logits.h"
 #include "fixtures/test_paths.h"
 
 namespace ferry {
@@ -14,35 +13,8 @@ namespace {
 
 const std::string kTinyLlama = "/tests/fixtures/models/tiny-llama";
 
-struct Golden {
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<float> logits;
-  int vocab;
-};
-
-Golden tiny_llama_golden() {
-  const std::string dir = test::golden_dir() + "/logits/";
-  const auto j = nlohmann::json::parse(test::read_file(dir + "tiny-llama.json"));
-  Golden g;
-  g.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
-  g.vocab = j.at("vocab_size").get<int>();
-  const std::string bin = test::read_file(dir + "tiny-llama.bin");
-  g.logits.resize(bin.size() / 4);
-  std::memcpy(g.logits.data(), bin.data(), bin.size());
-  return g;
-}
-
-double rel_l2(const float* a, const float* b, int n) {
-  double num = 0, den = 0;
-  for (int i = 0; i < n; ++i) {
-    num += double(a[i] - b[i]) * (a[i] - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
 TEST(Session, ChunkedPrefillOverSmallBlocksMatchesTransformers) {
-  const Golden g = tiny_llama_golden();
+  const test::GoldenLogits g = *test::load_golden_logits("tiny-llama");
   for (int step : {1, 3, 5}) {
     for (int block : {1, 4, 16}) {
       EngineOptions o;
@@ -52,14 +24,8 @@ TEST(Session, ChunkedPrefillOverSmallBlocksMatchesTransformers) {
       o.max_step_tokens = step;
       o.block_size = block;
       Engine engine(o);
-      size_t offset = 0;
-      for (const auto& prompt : g.prompts) {
-        const std::vector<float> got = engine.score(prompt);
-        for (size_t p = 0; p < prompt.size(); ++p)
-          EXPECT_LE(rel_l2(got.data() + p * g.vocab, g.logits.data() + offset + p * g.vocab, g.vocab), 1e-4)
-              << "step " << step << " block " << block << " position " << p;
-        offset += prompt.size() * size_t(g.vocab);
-      }
+      const test::LogitAgreement a = test::compare_scores(g, [&](const auto& p) { return engine.score(p); });
+      EXPECT_LE(a.max_rel_l2, 1e-4) << "step " << step << " block " << block;
     }
   }
 }
