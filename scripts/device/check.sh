@@ -2,14 +2,18 @@
 # The one device script: runs on the lent H200 machine over binaries built on the development machine.
 #
 # Here (dev machine, nvcc present):   scripts/device/pack.sh          # builds and fills .carry/
-# Device call (carry [".carry"]):     bash scripts/device/check.sh [tests|kernels|bench|all]
+# Device call (carry [".carry"]):     bash scripts/device/check.sh [tests|kernels|correctness|bench|all]
 #
 # tests:   GPU op tests, CUDA-graph test, end-to-end logits checks (CPU and CUDA) against the transformers
 #          goldens, compute-sanitizer memcheck on the op tests;
 # kernels: the kernel harnesses (matvec vs cuBLAS and % of the 4.30 TB/s roofline; attention and GEMM);
+# correctness: reference/gpu_check.py: Llama-3-8B- and Qwen3-8B-shaped random bf16 models written by
+#          transformers (safetensors); `ferry score --device cuda` logits vs transformers' at every position of
+#          3 prompts (cosine >= 0.999, mean KL <= 1e-3; float32 transformers reported alongside);
 # bench:   `ferry bench --device cuda -p 512 -n 128` on Llama-3-8B-shaped random models made on the machine
 #          with `ferry gen` (BF16, Q8_0, Q4_0).
-# A summary table is printed last; full logs go under $OUT (tests.log, kernels.log, bench.log, summary.txt).
+# A summary table is printed last; full logs go under $OUT (tests.log, kernels.log, correctness.log,
+# bench.log, summary.txt).
 set -uo pipefail
 
 what="${1:-all}"
@@ -49,6 +53,17 @@ if [ "$what" = kernels ] || [ "$what" = all ]; then
   timeout 300 "$C/matvec_bench" > "$log" 2>&1
   timeout 300 "$C/prefill_kernels_bench" >> "$log" 2>&1
   note "kernels: see kernels.log ($(wc -l < "$log") lines)"
+fi
+
+if [ "$what" = correctness ] || [ "$what" = all ]; then
+  log="$OUT/correctness.log"
+  py=python3
+  "$py" -c "import torch, transformers" 2>/dev/null || py=/opt/torch/.venv/bin/python
+  timeout 480 "$py" "$repo/reference/gpu_check.py" --ferry "$C/ferry" --fp32 > "$log" 2>&1
+  rc=$?
+  note "correctness (ferry cuda vs transformers bf16): $([ "$rc" = 0 ] && echo PASS || echo "FAIL (status $rc)")"
+  sed -n '/^== summary/,$p' "$log" | tee -a "$summary"
+  [ "$rc" = 0 ] || grep -E "error|Error|failed" "$log" | head -5
 fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then
