@@ -3,11 +3,14 @@
 // 4.30 TB/s copy roofline (GPU.md), and cuBLAS bf16 (cublasGemmEx, fp32 accumulation) on the same shape and M
 // measured in the same run: its time, GB/s of its bf16 weight, and "vs cuBLAS" = cuBLAS time / ferry time
 // (> 1: ferry faster). Weights: 64 random rows, quantized on the host and repeated (speed does not depend on
-// the values). Usage: matvec_bench [--quick] (quick: M = 1 only).
+// the values). Every (type, shape, M) runs each kernel version (MatvecParams::version; column v: 2 = staged
+// activations first, one block per 16 rows; 3 = cluster split-K, weight loads before cp.async staging), and
+// "v3/v2" = v2 time / v3 time (> 1: v3 faster). Usage: matvec_bench [--quick] (quick: M = 1 only).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -97,8 +100,9 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(xb, 0x3c, 16 * 14336 * 2));
   }
-  std::printf("%-6s %-13s %3s %9s %8s %6s | %9s %8s %9s\n", "type", "rows x cols", "M", "us", "GB/s", "%roof",
-              "cuBLAS us", "GB/s", "vs cuBLAS");
+  std::printf("%-6s %-13s %3s %2s %9s %8s %6s | %9s %8s %9s | %6s\n", "type", "rows x cols", "M", "v", "us", "GB/s",
+              "%roof", "cuBLAS us", "GB/s", "vs cuBLAS", "v3/v2");
+  std::fflush(stdout);
   for (const Shape sh : shapes) {
     // cuBLAS bf16 reference on the same shape: out (M, rows) = x (M, cols) · Wᵀ.
     const std::vector<uint8_t> wb = random_weight(DType::BF16, sh.rows, sh.cols);
@@ -128,14 +132,36 @@ int main(int argc, char** argv) {
       const double bytes = double(cuda_ops::prepared_bytes(t, sh.rows, sh.cols));
       for (size_t i = 0; i < ms.size(); ++i) {
         const int m = ms[i];
-        const double us = median_us(s, [&] {
-          cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m}, s);
-        });
-        const double gbs = bytes / (us * 1e-6) / 1e9;
-        const double cgbs = double(sh.rows) * double(sh.cols) * 2 / (cublas_us[i] * 1e-6) / 1e9;
-        std::printf("%-6s %6lldx%-6lld %3d %9.2f %8.0f %5.1f%% | %9.2f %8.0f %8.2fx\n", std::string(dtype_name(t)).c_str(),
-                    (long long)sh.rows, (long long)sh.cols, m, us, gbs, 100.0 * gbs * 1e9 / kRoofline, cublas_us[i],
-                    cgbs, cublas_us[i] / us);
+        // v3 against v2 on this shape (same math, another summation order): relative L2, printed on the v3 row.
+        std::vector<float> res[2];
+        for (const int version : {2, 3}) {
+          cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m, .version = version}, s);
+          res[version - 2].resize(size_t(m) * size_t(sh.rows));
+          CK(cudaMemcpyAsync(res[version - 2].data(), out, res[version - 2].size() * 4, cudaMemcpyDeviceToHost, s));
+          CK(cudaStreamSynchronize(s));
+        }
+        double num = 0, den = 0;
+        for (size_t j = 0; j < res[0].size(); ++j) {
+          num += double(res[1][j] - res[0][j]) * double(res[1][j] - res[0][j]);
+          den += double(res[0][j]) * double(res[0][j]);
+        }
+        const double diff = std::sqrt(num / den);
+        char note[64];
+        std::snprintf(note, sizeof note, "v3-v2 rel L2 %.1e%s", diff, diff <= 1e-4 ? "" : " MISMATCH");
+        double v2_us = 0;
+        for (const int version : {2, 3}) {
+          const double us = median_us(s, [&] {
+            cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m, .version = version},
+                             s);
+          });
+          if (version == 2) v2_us = us;
+          const double gbs = bytes / (us * 1e-6) / 1e9;
+          const double cgbs = double(sh.rows) * double(sh.cols) * 2 / (cublas_us[i] * 1e-6) / 1e9;
+          std::printf("%-6s %6lldx%-6lld %3d %2d %9.2f %8.0f %5.1f%% | %9.2f %8.0f %8.2fx | %5.2fx %s\n",
+                      std::string(dtype_name(t)).c_str(), (long long)sh.rows, (long long)sh.cols, m, version, us, gbs,
+                      100.0 * gbs * 1e9 / kRoofline, cublas_us[i], cgbs, cublas_us[i] / us, v2_us / us,
+                      version == 3 ? note : "");
+        }
       }
     }
   }

@@ -1,12 +1,19 @@
 // The decode matvec kernels (n <= 16 tokens) against the CPU reference (dot_ref: dequantize, fp32 dot) on
 // random data, every native weight type, every token count 1..16 and odd shapes (rows not a multiple of a
 // block's 16 rows, columns that leave the last unrolled chunks empty, K tiles that end mid-row).
+// Each case runs through CudaBackend::matmul (the default kernel version) and through cuda_ops::matvec directly
+// with every kept version (2, 3: matvec.cuh), so the old kernel stays tested while it is selectable.
 // Tolerance: relative L2 <= 1e-4 for every type (the kernels keep activations in fp32 and feed the quantized
 // values into the products exactly, matvec.cuh), far inside the 1e-3 allowed for quantized weights.
 #ifdef FERRY_HAS_CUDA
 
+#include <algorithm>
 #include <string>
 
+#include <cuda_runtime.h>
+
+#include "backends/cuda/matvec.cuh"
+#include "backends/cuda/weight_layout.cuh"
 #include "cuda_test_util.h"
 #include "formats/quant.h"
 
@@ -33,8 +40,26 @@ class CudaMatvec : public CudaOpsTest {
                 bias ? host(DType::F32, {n_out}, b) : Tensor{});
     const Tensor gw = gpu_->prepare_weight(hw, keep_);
     const Tensor out = poisoned({n, n_out});
-    gpu_->matmul(out, upload(DType::F32, {n, n_in}, x), gw, bias ? upload(DType::F32, {n_out}, b) : Tensor{});
-    return rel_l2(download(out), ref);
+    const Tensor gx = upload(DType::F32, {n, n_in}, x);
+    const Tensor gb = bias ? upload(DType::F32, {n_out}, b) : Tensor{};
+    gpu_->matmul(out, gx, gw, gb);
+    double worst = rel_l2(download(out), ref);
+    // Every kept version directly (the prepared weight's layout: weight_layout.cuh).
+    const bool split = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
+    const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), n_out, n_in,
+                                    split ? cuda_ops::scales_offset(type, n_out, n_in) : 0};
+    for (const int version : {2, 3}) {
+      const Tensor o = poisoned({n, n_out});
+      gpu_->synchronize();  // the backend's stream is done with the inputs and the poison before ours starts
+      cuda_ops::matvec(type, {.w = view, .x = gx.ptr<float>(), .bias = bias ? gb.ptr<float>() : nullptr,
+                              .out = o.ptr<float>(), .n_tokens = int(n), .version = version},
+                       nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const double err = rel_l2(download(o), ref);
+      EXPECT_LE(err, kTol) << dtype_name(type) << " version " << version << " n=" << n << " " << n_out << "x" << n_in;
+      worst = std::max(worst, err);
+    }
+    return worst;
   }
 };
 
@@ -65,6 +90,23 @@ TEST_F(CudaMatvec, OddShapesAndTiles) {
   EXPECT_LE(run(DType::F32, 3, 9, 12, true, 5), kTol);
   EXPECT_LE(run(DType::BF16, 2, 9, 40, false, 6), kTol);
   EXPECT_LE(run(DType::F16, 16, 9, 1000, false, 8), kTol);
+}
+
+// Shapes that make version 3 split K over clusters of 2, 4 and 8 blocks (the host picks the cluster from
+// rows and columns: few rows, many columns), including a last slice shorter than the others and rows that
+// end inside a block's 16.
+TEST_F(CudaMatvec, ClusterSplitK) {
+  struct Shape {
+    int64_t n_out, n_in;
+  };
+  for (const Shape s : {Shape{40, 2048}, Shape{24, 4352}, Shape{17, 8192}, Shape{300, 14336}}) {
+    for (const DType t : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+      for (const int64_t n : {1, 3, 16}) {
+        const double err = run(t, n, s.n_out, s.n_in, n != 3, 31 + uint32_t(n));
+        EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n << " " << s.n_out << "x" << s.n_in;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -14,6 +14,10 @@
 //  - fp32 accumulation, a warp shuffle reduction per (row, token) at the end.
 #include "backends/cuda/matvec.cuh"
 
+#include <cooperative_groups.h>
+
+#include <type_traits>
+
 #include "backends/cuda/common.cuh"
 
 namespace ferry::cuda_ops {
@@ -253,7 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(MatvecParams p, int
 }
 
 template <class D, int kTok>
-void launch(const MatvecParams& p, cudaStream_t stream) {
+void launch_v2(const MatvecParams& p, cudaStream_t stream) {
   const int64_t aligned = (p.w.cols + kTileAlign - 1) / kTileAlign * kTileAlign;
   const int64_t budget = kTileBudget / kTok / kTileAlign * kTileAlign;
   const int tile = int(aligned < budget ? aligned : budget);
@@ -265,12 +269,237 @@ void launch(const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_CHECK_LAUNCH(matvec_kernel);
 }
 
+// ---- Version 3 -------------------------------------------------------------------------------------------
+// Same chunk math and smem layout as v2; what changes is where the time goes before and around it:
+//  - split-K over a cluster of C blocks (C = 1, 2, 4, 8 chosen on the host): block `rank` of a cluster owns
+//    K-slice [rank * slice, +slice) of the cluster's 16 rows and stages only that slice, so mid-size shapes
+//    get 1000+ blocks (a short tail) without raising the staged-activation bytes per weight byte; partials
+//    go through distributed shared memory to rank 0, summed in rank order (deterministic, no atomics,
+//    no memset, no scratch buffer);
+//  - the first weight loads of a tile are issued before its activations are staged, and the staging is
+//    cp.async (every 16-byte request in flight at once, no register round trip), so the DRAM latency of
+//    the first loads and the L2 latency of the staging overlap;
+//  - the main loop is double-buffered: the next step's weight loads are issued before this step's math.
+namespace cg = cooperative_groups;
+
+// Chunks per row and lane per step (x2: double buffer); 1 where registers run short (32-value chunks, n >= 8).
+template <class D, int kTok>
+constexpr int kUnrollV3 = D::kVals >= 32 || kTok >= 8 ? 1 : 2;
+template <class D>
+constexpr bool kNeedsSums = std::is_same_v<D, DecodeQ4<false>> || std::is_same_v<D, DecodeQ4<true>>;
+constexpr int kClusterBlocksTarget = 1600;  // enough blocks for ~4 waves at ~3 blocks per SM on 132 SMs
+constexpr int kMinSlice = 1024;             // smallest K-slice per block (values): fixed costs stay small
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
+// Issues one step's weight loads: chunks c0 + 32 u (u < kUnroll) of the warp's rows.
+template <class D, int kUnroll, int kRows>
+__device__ __forceinline__ void load_step(typename D::Raw (&raw)[kUnroll][kRows], const WeightView& w,
+                                          int64_t row0, int rows_here, int64_t c0, int64_t c_end) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (c0 + 32 * u < c_end && r < rows_here) raw[u][r] = D::load(w, row0 + r, c0 + 32 * u);
+    }
+  }
+}
+
+template <class D, int kTok>
+__global__ void __launch_bounds__(kWarps * 32, 1) matvec_v3_kernel(MatvecParams p, int tile, int slice) {
+  using M = ChunkMath<D>;
+  using Raw = typename D::Raw;
+  constexpr int kRows = kRowsPerWarp<D>;
+  constexpr int kUnroll = kUnrollV3<D, kTok>;
+  extern __shared__ float4 smem_f4[];
+  const int n_tok = p.n_tokens < kTok ? p.n_tokens : kTok;
+  const int plen = padded_len(tile), n_sums = tile / 32;
+  float* xs = reinterpret_cast<float*>(smem_f4);  // (n_tok, plen) activations of the current tile
+  float* sums = xs + n_tok * plen;                // (n_tok, n_sums) sum of every 32 of them
+  float* red = sums + n_tok * n_sums;             // (kWarps, kRows, kTok) this block's partial results
+
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank()), n_ranks = int(cluster.num_blocks());
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t row0 = (int64_t(blockIdx.x / n_ranks) * kWarps + warp) * kRows;
+  const int64_t n_in = p.w.cols, n_out = p.w.rows;
+  int rows_here = int(n_out - row0 < kRows ? n_out - row0 : kRows);  // <= 0: this warp only helps staging
+  if (rows_here < 0) rows_here = 0;
+  const int64_t k_lo = int64_t(rank) * slice;
+  const int64_t k_hi = n_in < k_lo + slice ? n_in : k_lo + slice;  // k_lo >= k_hi: nothing (partials 0)
+
+  float acc[kRows][kTok];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) acc[r][t] = 0.0f;
+  }
+
+  for (int64_t k0 = k_lo; k0 < k_hi; k0 += tile) {
+    const int kt = int(k_hi - k0 < tile ? k_hi - k0 : tile);
+    const int64_t c_begin = D::chunks(k0), c_end = D::chunks(k0 + kt);
+    Raw cur[kUnroll][kRows];
+    load_step<D>(cur, p.w, row0, rows_here, c_begin + lane, c_end);  // in flight during the staging
+    __syncthreads();  // the previous tile's readers are done
+    {
+      const int n4 = kt / 4;
+      for (int t = 0; t < n_tok; ++t) {
+        const float* xt = p.x + size_t(t) * size_t(n_in) + size_t(k0);
+        for (int i = threadIdx.x; i < n4; i += blockDim.x) cp_async16(xs + t * plen + padded(4 * i), xt + 4 * i);
+      }
+      cp_async_wait_all();
+    }
+    __syncthreads();
+    if constexpr (kNeedsSums<D>) {
+      const int groups = kt / 32;
+      for (int i = threadIdx.x; i < n_tok * groups; i += blockDim.x) {
+        const int t = i / groups, g = i % groups;
+        const float4* v = reinterpret_cast<const float4*>(xs + t * plen + padded(32 * g));
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s += (v[j].x + v[j].y) + (v[j].z + v[j].w);
+        sums[t * n_sums + g] = s;
+      }
+      __syncthreads();
+    }
+    for (int64_t c0 = c_begin + lane; c0 < c_end; c0 += 32 * kUnroll) {
+      Raw nxt[kUnroll][kRows];
+      if (c0 + 32 * kUnroll < c_end) load_step<D>(nxt, p.w, row0, rows_here, c0 + 32 * kUnroll, c_end);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + 32 * u;
+        if (c >= c_end) break;
+        typename M::Pre pre[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (r < rows_here) pre[r] = M::prep(cur[u][r]);
+        }
+        int off[D::kRuns];
+#pragma unroll
+        for (int j = 0; j < D::kRuns; ++j) off[j] = padded(int(D::run_start(c, j) - k0));
+        const int sum_index = int((D::run_start(c, 0) - k0) / 32);
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) {
+          if (t >= n_tok) break;
+          float xv[D::kVals];
+#pragma unroll
+          for (int j = 0; j < D::kRuns; ++j) {
+#pragma unroll
+            for (int i = 0; i < D::kRunLen / 4; ++i) {
+              const float4 v = *reinterpret_cast<const float4*>(xs + t * plen + off[j] + 4 * i);
+              xv[j * D::kRunLen + 4 * i + 0] = v.x;
+              xv[j * D::kRunLen + 4 * i + 1] = v.y;
+              xv[j * D::kRunLen + 4 * i + 2] = v.z;
+              xv[j * D::kRunLen + 4 * i + 3] = v.w;
+            }
+          }
+          const float sum_x = kNeedsSums<D> ? sums[t * n_sums + sum_index] : 0.0f;
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            if (r < rows_here) acc[r][t] += M::finish(pre[r], M::dot(pre[r], xv), sum_x);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) cur[u][r] = nxt[u][r];
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], o);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) red[(warp * kRows + r) * kTok + t] = acc[r][t];
+    }
+  }
+  cluster.sync();  // every block's partials are in its shared memory (release/acquire across the cluster)
+  if (rank == 0) {
+    for (int i = threadIdx.x; i < kWarps * kRows * kTok; i += blockDim.x) {
+      const int t = i % kTok;
+      const int64_t row = int64_t(blockIdx.x / n_ranks) * kWarps * kRows + i / kTok;
+      if (t >= n_tok || row >= n_out) continue;
+      float s = 0.0f;
+      for (int q = 0; q < n_ranks; ++q) s += cluster.map_shared_rank(red, q)[i];
+      p.out[size_t(t) * size_t(n_out) + size_t(row)] = s + (p.bias ? p.bias[row] : 0.0f);
+    }
+  }
+  cluster.sync();  // the other blocks keep their shared memory until rank 0 has read it
+}
+
+// K-slice per cluster block for C blocks: a multiple of 256 values (whole Q4_K super-blocks, 32-blocks).
+inline int64_t slice_for(int64_t n_in, int c) {
+  const int64_t per = (n_in + c - 1) / c;
+  return (per + kTileAlign - 1) / kTileAlign * kTileAlign;
+}
+
+template <class D, int kTok>
+void launch_v3(const MatvecParams& p, cudaStream_t stream) {
+  const int64_t row_blocks = (p.w.rows + kWarps * kRowsPerWarp<D> - 1) / (kWarps * kRowsPerWarp<D>);
+  // Double the cluster while the grid is short of the target, every slice keeps >= kMinSlice values, and
+  // no block is left without columns.
+  int c = 1;
+  while (c < 8 && row_blocks * c < kClusterBlocksTarget) {
+    const int next = 2 * c;
+    const int64_t s = slice_for(p.w.cols, next);
+    if (s < kMinSlice || (next - 1) * s >= p.w.cols) break;
+    c = next;
+  }
+  const int64_t slice = slice_for(p.w.cols, c);
+  const int64_t budget = kTileBudget / kTok / kTileAlign * kTileAlign;
+  const int tile = int(slice < budget ? slice : budget);
+  const size_t smem = size_t(p.n_tokens) * size_t(padded_len(tile) + tile / 32) * sizeof(float) +
+                      size_t(kWarps * kRowsPerWarp<D> * kTok) * sizeof(float);
+  const auto kernel = matvec_v3_kernel<D, kTok>;
+  if (smem > 48 * 1024)  // above the default limit: opt in (not a stream operation: fine while capturing)
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(row_blocks * c), 1, 1);
+  cfg.blockDim = dim3(kWarps * 32, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(c);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, tile, int(slice)));
+}
+
+template <class D, int kTok>
+void launch(const MatvecParams& p, cudaStream_t stream) {
+  if (p.version == 2) {
+    launch_v2<D, kTok>(p, stream);
+  } else {
+    launch_v3<D, kTok>(p, stream);
+  }
+}
+
 }  // namespace
 
 void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n_tokens >= 1 && p.n_tokens <= kMatvecMaxTokens && p.w.rows >= 1 && p.w.cols >= 1);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
+  FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 3);
   const bool ok = visit_decoder(wtype, [&]<class D>() {
     FERRY_CUDA_REQUIRE(p.w.cols % D::kVals == 0);
     if (p.n_tokens == 1) {

@@ -9,6 +9,12 @@
 namespace ferry::cuda_ops {
 
 inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for n <= this, cuBLASLt above
+// Kernel generations (both kept so one benchmark run compares them; the backend uses the default):
+//  2: activations staged with plain loads before any weight load, one block per 16 rows over all of K.
+//  3: split-K over a thread-block cluster (1..8 blocks per 16 rows, partials summed in fixed order through
+//     distributed shared memory: deterministic), weight loads issued before the cp.async activation staging,
+//     double-buffered weight loads in the main loop.
+inline constexpr int kMatvecDefaultVersion = 3;
 
 struct MatvecParams {
   WeightView w;        // (n_out, n_in) prepared weight (weight_layout.cuh), dtype given separately
@@ -16,6 +22,7 @@ struct MatvecParams {
   const float* bias;   // (n_out) f32 or null
   float* out;          // (n, n_out) f32
   int n_tokens;        // 1 <= n <= kMatvecMaxTokens
+  int version = kMatvecDefaultVersion;  // 2 or 3 (see above)
 };
 
 // One launch on `stream` (no host synchronisation, no allocation: capturable in a CUDA graph). Requires a
