@@ -14,7 +14,8 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //  3: split-K over a thread-block cluster (1..8 blocks per 16 rows, partials summed in fixed order through
 //     distributed shared memory: deterministic), weight loads issued before the cp.async activation staging,
 //     double-buffered weight loads in the main loop.
-inline constexpr int kMatvecDefaultVersion = 3;
+// v2 is the default: measured on the H200 (2026-11-29) v3 was 0.73-0.88x of v2 at M=1 (docs/perf-log.md).
+inline constexpr int kMatvecDefaultVersion = 2;
 
 struct MatvecParams {
   WeightView w;        // (n_out, n_in) prepared weight (weight_layout.cuh), dtype given separately
