@@ -6,7 +6,9 @@ CMAKE_FLAGS ?=
 
 .PHONY: run test deps model build asan-test fuzz clean
 
-run: deps model build
+run: deps model
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS) --target ferry
 	./$(BUILD)/ferry run --chat -p "$(PROMPT)" -n 128 --temp 0.7 --seed 1
 
 test: deps model build
