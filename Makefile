@@ -4,10 +4,9 @@ JOBS ?= $(shell nproc)
 PROMPT ?= Write a haiku about boats crossing a river.
 CMAKE_FLAGS ?=
 
-.PHONY: run test deps model build asan-test fuzz clean
+.PHONY: run test deps model configure build asan-test fuzz clean
 
-run: deps model
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+run: deps model configure
 	cmake --build $(BUILD) -j $(JOBS) --target ferry
 	./$(BUILD)/ferry run --chat -p "$(PROMPT)" -n 128 --temp 0.7 --seed 1
 
@@ -21,8 +20,10 @@ deps:
 model:
 	@scripts/fetch_model.sh models
 
-build:
+configure: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The test suite once more under AddressSanitizer + UndefinedBehaviorSanitizer (without the slowest
