@@ -22,7 +22,7 @@ enum class KernelSet { Fast, Reference };
 
 struct EngineOptions {
   std::string model_path;                // a .gguf file or a Hugging Face folder
-  std::string device = "cpu";            // "cpu" (the CUDA backend is a later issue)
+  std::string device = "cpu";            // "cpu" or "cuda" (when built with the CUDA backend)
   KernelSet kernels = KernelSet::Fast;   // Reference: the plain-loop oracle kernels
   int n_threads = 0;                     // 0: all hardware threads
   int context = 0;                       // tokens per sequence; 0: min(model's context, 4096)
