@@ -4,8 +4,10 @@
 // measured in the same run: its time, GB/s of its bf16 weight, and "vs cuBLAS" = cuBLAS time / ferry time
 // (> 1: ferry faster). Weights: 64 random rows, quantized on the host and repeated (speed does not depend on
 // the values). Every (type, shape, M) runs each kernel version (MatvecParams::version; column v: 2 = staged
-// activations first, one block per 16 rows; 3 = cluster split-K, weight loads before cp.async staging), and
-// "v3/v2" = v2 time / v3 time (> 1: v3 faster). Usage: matvec_bench [--quick] (quick: M = 1 only).
+// activations first, one block per 16 rows; 3 = cluster split-K, weight loads before cp.async staging; 4 = v2
+// with f16 activations and HFMA2 math for Q8_0/Q4_0/Q4_1, v2's kernel for the other types), "vs v2" = v2 time /
+// this version's time (> 1: faster than v2), and the v3 / v4 rows end with their relative L2 against v2
+// ("MISMATCH" above 1e-4, or above 1e-3 for v4 on Q8_0/Q4_0/Q4_1). Usage: matvec_bench [--quick] (quick: M = 1 only).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -101,7 +103,7 @@ int main(int argc, char** argv) {
     CK(cudaMemset(xb, 0x3c, 16 * 14336 * 2));
   }
   std::printf("%-6s %-13s %3s %2s %9s %8s %6s | %9s %8s %9s | %6s\n", "type", "rows x cols", "M", "v", "us", "GB/s",
-              "%roof", "cuBLAS us", "GB/s", "vs cuBLAS", "v3/v2");
+              "%roof", "cuBLAS us", "GB/s", "vs cuBLAS", "vs v2");
   std::fflush(stdout);
   for (const Shape sh : shapes) {
     // cuBLAS bf16 reference on the same shape: out (M, rows) = x (M, cols) · Wᵀ.
@@ -132,24 +134,31 @@ int main(int argc, char** argv) {
       const double bytes = double(cuda_ops::prepared_bytes(t, sh.rows, sh.cols));
       for (size_t i = 0; i < ms.size(); ++i) {
         const int m = ms[i];
-        // v3 against v2 on this shape (same math, another summation order): relative L2, printed on the v3 row.
-        std::vector<float> res[2];
-        for (const int version : {2, 3}) {
-          cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m, .version = version}, s);
-          res[version - 2].resize(size_t(m) * size_t(sh.rows));
-          CK(cudaMemcpyAsync(res[version - 2].data(), out, res[version - 2].size() * 4, cudaMemcpyDeviceToHost, s));
+        // v3 and v4 against v2 on this shape (v3: another summation order; v4: f16 activations and partials for
+        // the quantized types): relative L2, printed on the v3 / v4 rows.
+        constexpr int kVersions[] = {2, 3, 4};
+        std::vector<float> res[3];
+        for (int k = 0; k < 3; ++k) {
+          cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m, .version = kVersions[k]},
+                           s);
+          res[k].resize(size_t(m) * size_t(sh.rows));
+          CK(cudaMemcpyAsync(res[k].data(), out, res[k].size() * 4, cudaMemcpyDeviceToHost, s));
           CK(cudaStreamSynchronize(s));
         }
-        double num = 0, den = 0;
-        for (size_t j = 0; j < res[0].size(); ++j) {
-          num += double(res[1][j] - res[0][j]) * double(res[1][j] - res[0][j]);
-          den += double(res[0][j]) * double(res[0][j]);
+        const bool f16_math = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1;
+        char note[3][64] = {"", "", ""};
+        for (int k = 1; k < 3; ++k) {
+          double num = 0, den = 0;
+          for (size_t j = 0; j < res[0].size(); ++j) {
+            num += double(res[k][j] - res[0][j]) * double(res[k][j] - res[0][j]);
+            den += double(res[0][j]) * double(res[0][j]);
+          }
+          const double diff = std::sqrt(num / den), bound = k == 2 && f16_math ? 1e-3 : 1e-4;
+          std::snprintf(note[k], sizeof note[k], "v%d-v2 rel L2 %.1e%s", kVersions[k], diff,
+                        diff <= bound ? "" : " MISMATCH");
         }
-        const double diff = std::sqrt(num / den);
-        char note[64];
-        std::snprintf(note, sizeof note, "v3-v2 rel L2 %.1e%s", diff, diff <= 1e-4 ? "" : " MISMATCH");
         double v2_us = 0;
-        for (const int version : {2, 3}) {
+        for (const int version : kVersions) {
           const double us = median_us(s, [&] {
             cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m, .version = version},
                              s);
@@ -160,7 +169,7 @@ int main(int argc, char** argv) {
           std::printf("%-6s %6lldx%-6lld %3d %2d %9.2f %8.0f %5.1f%% | %9.2f %8.0f %8.2fx | %5.2fx %s\n",
                       std::string(dtype_name(t)).c_str(), (long long)sh.rows, (long long)sh.cols, m, version, us, gbs,
                       100.0 * gbs * 1e9 / kRoofline, cublas_us[i], cgbs, cublas_us[i] / us, v2_us / us,
-                      version == 3 ? note : "");
+                      note[version - 2]);
         }
       }
     }

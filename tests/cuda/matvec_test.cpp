@@ -2,12 +2,15 @@
 // random data, every native weight type, every token count 1..16 and odd shapes (rows not a multiple of a
 // block's 16 rows, columns that leave the last unrolled chunks empty, K tiles that end mid-row).
 // Each case runs through CudaBackend::matmul (the default kernel version) and through cuda_ops::matvec directly
-// with every kept version (2, 3: matvec.cuh), so the old kernel stays tested while it is selectable.
+// with every kept version (2, 3, 4: matvec.cuh), so the old kernels stay tested while they are selectable.
 // Tolerance: relative L2 <= 1e-4 for every type (the kernels keep activations in fp32 and feed the quantized
-// values into the products exactly, matvec.cuh), far inside the 1e-3 allowed for quantized weights.
+// values into the products exactly, matvec.cuh), far inside the 1e-3 allowed for quantized weights; version 4
+// on Q8_0/Q4_0/Q4_1 rounds the (block-scaled) activations to f16 and sums <= 16 products per f16 partial:
+// expected ~2e-4..5e-4, held to the 1e-3 allowed for quantized weights (kTolF16), its own check inside run().
 #ifdef FERRY_HAS_CUDA
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include <cuda_runtime.h>
@@ -21,10 +24,15 @@ namespace ferry::test {
 namespace {
 
 constexpr double kTol = 1e-4;
+constexpr double kTolF16 = 1e-3;  // version 4's f16 math (Q8_0, Q4_0, Q4_1)
 
 class CudaMatvec : public CudaOpsTest {
  protected:
-  double run(DType type, int64_t n, int64_t n_out, int64_t n_in, bool bias, uint32_t seed) {
+  // Returns the worst relative L2 of the backend, version 2 and version 3 (all held to kTol); version 4 is
+  // checked here against its own bound. x_scale multiplies the activations; outlier (> 0) makes every 97th
+  // column that many times larger (f16 range: version 4 scales activations per 32 values).
+  double run(DType type, int64_t n, int64_t n_out, int64_t n_in, bool bias, uint32_t seed, float x_scale = 1.0f,
+             float outlier = 0.0f) {
     const std::vector<float> f = random_floats(size_t(n_out * n_in), seed, 0.5f);
     std::vector<uint8_t> w(size_t(n_out) * row_bytes(type, n_in));
     for (int64_t r = 0; r < n_out; ++r)
@@ -32,7 +40,10 @@ class CudaMatvec : public CudaOpsTest {
     // Activations with a per-column offset (a non-zero mean per block, as real hidden states have), so the
     // block-sum correction of Q4_0/Q4_1 is exercised.
     std::vector<float> x = random_floats(size_t(n * n_in), seed + 1);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += 0.3f * float((i % size_t(n_in)) % 7) - 0.9f;
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = (x[i] + 0.3f * float((i % size_t(n_in)) % 7) - 0.9f) * x_scale;
+      if (outlier > 0.0f && (i % size_t(n_in)) % 97 == 3) x[i] *= outlier;
+    }
     std::vector<float> b = random_floats(size_t(n_out), seed + 2);
     const Tensor hw = Tensor::make(type, {n_out, n_in}, w.data());
     std::vector<float> ref(size_t(n * n_out));
@@ -48,7 +59,8 @@ class CudaMatvec : public CudaOpsTest {
     const bool split = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
     const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), n_out, n_in,
                                     split ? cuda_ops::scales_offset(type, n_out, n_in) : 0};
-    for (const int version : {2, 3}) {
+    const bool f16_math = split;  // version 4 uses f16 math exactly for the split types
+    for (const int version : {2, 3, 4}) {
       const Tensor o = poisoned({n, n_out});
       gpu_->synchronize();  // the backend's stream is done with the inputs and the poison before ours starts
       cuda_ops::matvec(type, {.w = view, .x = gx.ptr<float>(), .bias = bias ? gb.ptr<float>() : nullptr,
@@ -56,11 +68,25 @@ class CudaMatvec : public CudaOpsTest {
                        nullptr);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const double err = rel_l2(download(o), ref);
-      EXPECT_LE(err, kTol) << dtype_name(type) << " version " << version << " n=" << n << " " << n_out << "x" << n_in;
-      worst = std::max(worst, err);
+      const double tol = version == 4 && f16_math ? kTolF16 : kTol;
+      EXPECT_LE(err, tol) << dtype_name(type) << " version " << version << " n=" << n << " " << n_out << "x" << n_in
+                          << " x_scale " << x_scale << " outlier " << outlier;
+      if (tol == kTol) worst = std::max(worst, err);
+      if (version == 4 && f16_math && err > v4_worst_) {
+        v4_worst_ = err;
+        v4_worst_case_ = std::string(dtype_name(type)) + " n=" + std::to_string(n) + " " + std::to_string(n_out) + "x" +
+                         std::to_string(n_in);
+      }
     }
     return worst;
   }
+  void TearDown() override {
+    if (v4_worst_ > 0)
+      std::printf("worst version-4 f16 relative L2 in this test: %.2e (%s)\n", v4_worst_, v4_worst_case_.c_str());
+    CudaOpsTest::TearDown();
+  }
+  double v4_worst_ = 0;
+  std::string v4_worst_case_;
 };
 
 TEST_F(CudaMatvec, EveryTypeEveryTokenCount) {
@@ -105,6 +131,18 @@ TEST_F(CudaMatvec, ClusterSplitK) {
         const double err = run(t, n, s.n_out, s.n_in, n != 3, 31 + uint32_t(n));
         EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n << " " << s.n_out << "x" << s.n_in;
       }
+    }
+  }
+}
+
+// Version 4 stages the activations as f16 with a power-of-two scale per 32 values: activations far outside
+// f16's range (|x| ~ 1e6, ~1e-7) or with outlier columns 1000x the rest must still come out right.
+TEST_F(CudaMatvec, F16ActivationRange) {
+  for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    for (const int64_t n : {1, 4}) {
+      EXPECT_LE(run(t, n, 40, 2048, true, 90 + uint32_t(n), 1e6f), kTol);
+      EXPECT_LE(run(t, n, 40, 2048, false, 91 + uint32_t(n), 1e-7f), kTol);
+      EXPECT_LE(run(t, n, 40, 2048, false, 92 + uint32_t(n), 1.0f, 1000.0f), kTol);
     }
   }
 }

@@ -16,7 +16,10 @@
 
 #include <cooperative_groups.h>
 
+#include <cstring>
 #include <type_traits>
+
+#include <cuda_fp16.h>
 
 #include "backends/cuda/common.cuh"
 
@@ -484,12 +487,268 @@ void launch_v3(const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, tile, int(slice)));
 }
 
+// ---- Version 4 -------------------------------------------------------------------------------------------
+// v2's structure (4 warps x 4 rows, activations staged once per block in padded shared memory, 16-byte
+// weight loads, 2 chunks x 4 rows in flight per lane) with half the instructions per value for Q8_0, Q4_0
+// and Q4_1 (every other type runs v2):
+//  - activations staged as f16, each 32-value block scaled by a power of two s (|x s| in [16, 32): no f16
+//    overflow or underflow whatever the activations' range) with (1/s, Σx) kept in f32 per block; within
+//    every 4 values the order is (0, 2, 1, 3), the order the weight bit tricks below produce pairs in;
+//  - weights to f16x2 by bit tricks, two values per instruction: Q4 nibble q -> 0x6400 | q = 1024 + q (one
+//    LOP3 for the low nibbles of bytes 0 and 2), minus 1032 = q - 8 exactly (HADD2); high nibbles
+//    0x6400 | 16 q -> x/16 - 72 = q - 8 exactly (HFMA2); Q8_0 byte q -> 0x6400 | (q ^ 0x80) = 1152 + q (PRMT
+//    of two bytes under 0x64), minus 1152 = q exactly (HADD2);
+//  - HFMA2 over one chunk (16 or 32 values) into half2 partials, then f32: acc += (d / s) Σ(q - 8) x' (Q4_1:
+//    + (m + 8 d) Σx). f16 rounding touches the activations (2^-12 relative) and sums of at most 16 products.
+template <class D>
+struct ChunkMathV4;  // Q8_0, Q4_0, Q4_1 only
+
+__device__ __forceinline__ __half2 h2_bits(uint32_t u) {
+  __half2 h;
+  memcpy(&h, &u, 4);
+  return h;
+}
+
+template <>
+struct ChunkMathV4<DecodeQ8_0> {
+  static constexpr int kX = 2;  // uint4 of staged activations per chunk (16 halves)
+  struct Pre {
+    __half2 w[8];  // the chunk's 16 quants as exact f16 pairs in staged order
+    float d;
+  };
+  __device__ __forceinline__ static Pre prep(const DecodeQ8_0::Raw& r) {
+    Pre p;
+    const uint32_t q[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+    const __half2 k1152 = h2_bits(0x64806480u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t u = q[i] ^ 0x80808080u;  // q + 128 per byte
+      p.w[2 * i] = __hsub2(h2_bits(__byte_perm(u, 0x64u, 0x4240u)), k1152);      // values 0, 2
+      p.w[2 * i + 1] = __hsub2(h2_bits(__byte_perm(u, 0x64u, 0x4341u)), k1152);  // values 1, 3
+    }
+    p.d = __half2float(__ushort_as_half(r.d));
+    return p;
+  }
+  // x: the chunk's 16 staged activations (8 pairs); returns the f16 partial's two halves in f32.
+  __device__ __forceinline__ static float dot(const Pre& p, const __half2* x) {
+    __half2 a[2];  // two chains of 4 (f16 rounding error grows with the chain)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) a[i] = __hmul2(p.w[i], x[i]);
+#pragma unroll
+    for (int i = 2; i < 8; ++i) a[i % 2] = __hfma2(p.w[i], x[i], a[i % 2]);
+    const float2 f = __half22float2(__hadd2(a[0], a[1]));
+    return f.x + f.y;
+  }
+  // sx = (1/s, Σx) of the chunk's 32-block.
+  __device__ __forceinline__ static float finish(const Pre& p, float s, float2 sx, float acc) {
+    return fmaf(s, p.d * sx.x, acc);
+  }
+};
+
+template <bool kHasMin>
+struct ChunkMathV4<DecodeQ4<kHasMin>> {
+  static constexpr int kX = 4;  // 32 halves
+  struct Pre {
+    uint32_t q[4];
+    float d, m8;  // m8 = m + 8 d (Q4_1)
+  };
+  __device__ __forceinline__ static Pre prep(const typename DecodeQ4<kHasMin>::Raw& r) {
+    Pre p;
+    p.q[0] = r.q.x;
+    p.q[1] = r.q.y;
+    p.q[2] = r.q.z;
+    p.q[3] = r.q.w;
+    p.d = __half2float(__ushort_as_half(uint16_t(r.s & 0xFFFF)));
+    p.m8 = kHasMin ? fmaf(8.0f, p.d, __half2float(__ushort_as_half(uint16_t(r.s >> 16)))) : 0.0f;
+    return p;
+  }
+  // x: 16 pairs; pairs 2w, 2w + 1 = values (4w, 4w+2), (4w+1, 4w+3); pairs 8 + ... the same for 16 + ...
+  __device__ __forceinline__ static float dot(const Pre& p, const __half2* x) {
+    const __half2 k1032 = h2_bits(0x64086408u), k16th = h2_bits(0x2C002C00u), km72 = h2_bits(0xD480D480u);
+    __half2 a[4];  // chains of 4: (low, high nibbles) x (bytes 0 and 2, bytes 1 and 3)
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint32_t q = j == 0 ? p.q[w] : p.q[w] >> 8;  // bytes 0, 2 / bytes 1, 3
+        const __half2 l = __hsub2(h2_bits((q & 0x000F000Fu) | 0x64006400u), k1032);        // q - 8
+        const __half2 h = __hfma2(h2_bits((q & 0x00F000F0u) | 0x64006400u), k16th, km72);  // q - 8
+        a[j] = w == 0 ? __hmul2(l, x[2 * w + j]) : __hfma2(l, x[2 * w + j], a[j]);
+        a[2 + j] = w == 0 ? __hmul2(h, x[8 + 2 * w + j]) : __hfma2(h, x[8 + 2 * w + j], a[2 + j]);
+      }
+    }
+    const float2 f = __half22float2(__hadd2(__hadd2(a[0], a[1]), __hadd2(a[2], a[3])));
+    return f.x + f.y;
+  }
+  __device__ __forceinline__ static float finish(const Pre& p, float s, float2 sx, float acc) {
+    acc = fmaf(s, p.d * sx.x, acc);
+    return kHasMin ? fmaf(p.m8, sx.y, acc) : acc;
+  }
+};
+
+// Padded f16 index of value i of a token's tile: 8 halves (16 bytes) after every kPad values, so the lanes'
+// 16-byte reads of consecutive chunks (kPad values each) are bank-conflict free (48- / 80-byte lane stride).
+template <int kPad>
+__device__ __forceinline__ int padded_h(int i) { return i + i / kPad * 8; }
+template <int kPad>
+__host__ __device__ inline int padded_len_h(int tile) { return tile + tile / kPad * 8; }
+
+// Stages tokens' activations [k0, k0 + kt) as scaled f16 (padded, (0, 2, 1, 3) order within each 4) and
+// (1/s, Σx) per 32 values. xs: (n_tok, plen) halves; bsx: (n_tok, tile / 32) float2.
+template <int kPad>
+__device__ __forceinline__ void stage_v4(const float* x, int64_t n_in, int64_t k0, int kt, int n_tok, __half* xs,
+                                         int plen, float2* bsx, int n_blk) {
+  const int n4 = kt / 4;
+  const int n4_round = (n4 + 31) / 32 * 32;  // every lane of a warp runs the same iterations (shuffles)
+  for (int t = 0; t < n_tok; ++t) {
+    const float* xt = x + size_t(t) * size_t(n_in) + size_t(k0);
+    for (int i = threadIdx.x; i < n4_round; i += blockDim.x) {
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i < n4) v = __ldg(reinterpret_cast<const float4*>(xt) + i);
+      float s = (v.x + v.y) + (v.z + v.w);
+      float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+      for (int o = 1; o < 8; o *= 2) {
+        s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
+        a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
+      }
+      // a in [2^(e-127), 2^(e-126)): scale 2^(131-e) puts it in [16, 32); e clamped so both scales are normal.
+      int e = int(__float_as_uint(a) >> 23);
+      e = e < 5 ? 5 : (e > 254 ? 254 : e);
+      const float scale = __uint_as_float(uint32_t(258 - e) << 23), inv = __uint_as_float(uint32_t(e - 4) << 23);
+      if (i < n4) {
+        const __half2 p0 = __floats2half2_rn(v.x * scale, v.z * scale);
+        const __half2 p1 = __floats2half2_rn(v.y * scale, v.w * scale);
+        uint2 u;
+        memcpy(&u.x, &p0, 4);
+        memcpy(&u.y, &p1, 4);
+        *reinterpret_cast<uint2*>(xs + t * plen + padded_h<kPad>(4 * i)) = u;
+        if (i % 8 == 0) bsx[t * n_blk + i / 8] = make_float2(inv, s);
+      }
+    }
+  }
+}
+
+template <class D, int kTok>
+__global__ void __launch_bounds__(kWarps * 32) matvec_v4_kernel(MatvecParams p, int tile) {
+  using M = ChunkMathV4<D>;
+  constexpr int kRows = kRowsPerWarp<D>;
+  constexpr int kPad = D::kVals;
+  extern __shared__ float4 smem_f4[];
+  const int n_tok = p.n_tokens < kTok ? p.n_tokens : kTok;
+  const int plen = padded_len_h<kPad>(tile), n_blk = tile / 32;
+  float2* bsx = reinterpret_cast<float2*>(smem_f4);                  // (n_tok, n_blk) (1/s, Σx)
+  __half* xs = reinterpret_cast<__half*>(bsx + kTok * n_blk);        // (n_tok, plen) scaled f16 activations
+
+  const int lane = threadIdx.x % 32;
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarps + threadIdx.x / 32) * kRows;
+  const int64_t n_in = p.w.cols, n_out = p.w.rows;
+  int rows_here = int(n_out - row0 < kRows ? n_out - row0 : kRows);  // <= 0: this warp only helps staging
+  if (rows_here < 0) rows_here = 0;
+
+  float acc[kRows][kTok];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) acc[r][t] = 0.0f;
+  }
+
+  for (int64_t k0 = 0; k0 < n_in; k0 += tile) {
+    const int kt = int(n_in - k0 < tile ? n_in - k0 : tile);
+    __syncthreads();  // the previous tile's readers are done
+    stage_v4<kPad>(p.x, n_in, k0, kt, n_tok, xs, plen, bsx, n_blk);
+    __syncthreads();
+    const int64_t c_begin = D::chunks(k0), c_end = D::chunks(k0 + kt);
+    for (int64_t c0 = c_begin + lane; c0 < c_end; c0 += 32 * kUnroll) {
+      typename D::Raw raw[kUnroll][kRows];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (c0 + 32 * u < c_end && r < rows_here) raw[u][r] = D::load(p.w, row0 + r, c0 + 32 * u);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + 32 * u;
+        if (c >= c_end) break;
+        typename M::Pre pre[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (r < rows_here) pre[r] = M::prep(raw[u][r]);
+        }
+        const int v0 = int(D::run_start(c, 0) - k0);  // the chunk's first value in the tile
+        const int off = padded_h<kPad>(v0), blk = v0 / 32;
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) {
+          if (t >= n_tok) break;
+          uint4 xr[M::kX];
+#pragma unroll
+          for (int i = 0; i < M::kX; ++i) xr[i] = reinterpret_cast<const uint4*>(xs + t * plen + off)[i];
+          const __half2* xh = reinterpret_cast<const __half2*>(xr);
+          const float2 sx = bsx[t * n_blk + blk];
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            if (r < rows_here) acc[r][t] = M::finish(pre[r], M::dot(pre[r], xh), sx, acc[r][t]);
+          }
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], o);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= rows_here) break;
+      const int64_t row = row0 + r;
+      const float b = p.bias ? p.bias[row] : 0.0f;
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        if (t < n_tok) p.out[size_t(t) * size_t(n_out) + size_t(row)] = acc[r][t] + b;
+      }
+    }
+  }
+}
+
+template <class D>
+constexpr bool kHasV4 = std::is_same_v<D, DecodeQ8_0> || std::is_same_v<D, DecodeQ4<false>> ||
+                        std::is_same_v<D, DecodeQ4<true>>;
+
+template <class D, int kTok>
+void launch_v4(const MatvecParams& p, cudaStream_t stream) {
+  if constexpr (!kHasV4<D>) {
+    launch_v2<D, kTok>(p, stream);  // BF16, F16, F32, Q4_K: v2's kernel
+  } else {
+    const int64_t aligned = (p.w.cols + kTileAlign - 1) / kTileAlign * kTileAlign;
+    const int64_t budget = kTileBudget / kTok / kTileAlign * kTileAlign;
+    const int tile = int(aligned < budget ? aligned : budget);
+    // (1/s, Σx) for kTok tokens first (8-byte aligned), then n_tokens rows of halves.
+    const size_t smem = size_t(kTok) * size_t(tile / 32) * sizeof(float2) +
+                        size_t(p.n_tokens) * size_t(padded_len_h<D::kVals>(tile)) * sizeof(__half);
+    const auto kernel = matvec_v4_kernel<D, kTok>;
+    if (smem > 48 * 1024)  // above the default limit: opt in (not a stream operation: fine while capturing)
+      FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    kernel<<<grid_for(p.w.rows, kWarps * kRowsPerWarp<D>), kWarps * 32, smem, stream>>>(p, tile);
+    FERRY_CUDA_CHECK_LAUNCH(matvec_v4_kernel);
+  }
+}
+
 template <class D, int kTok>
 void launch(const MatvecParams& p, cudaStream_t stream) {
   if (p.version == 2) {
     launch_v2<D, kTok>(p, stream);
-  } else {
+  } else if (p.version == 3) {
     launch_v3<D, kTok>(p, stream);
+  } else {
+    launch_v4<D, kTok>(p, stream);
   }
 }
 
@@ -499,7 +758,7 @@ void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n_tokens >= 1 && p.n_tokens <= kMatvecMaxTokens && p.w.rows >= 1 && p.w.cols >= 1);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 3);
+  FERRY_CUDA_REQUIRE(p.version >= 2 && p.version <= 4);
   const bool ok = visit_decoder(wtype, [&]<class D>() {
     FERRY_CUDA_REQUIRE(p.w.cols % D::kVals == 0);
     if (p.n_tokens == 1) {

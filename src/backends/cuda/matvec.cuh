@@ -14,6 +14,9 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //  3: split-K over a thread-block cluster (1..8 blocks per 16 rows, partials summed in fixed order through
 //     distributed shared memory: deterministic), weight loads issued before the cp.async activation staging,
 //     double-buffered weight loads in the main loop.
+//  4: v2 for F32/F16/BF16/Q4_K; for Q8_0/Q4_0/Q4_1 v2's structure with f16 math: activations staged as f16
+//     (a power-of-two scale per 32 values), weights turned into exact f16 pairs by bit tricks, HFMA2 within a
+//     chunk (16 or 32 values), f32 accumulation across chunks. About half the instructions per value of v2.
 // v2 is the default: measured on the H200 (2026-11-29) v3 was 0.73-0.88x of v2 at M=1 (docs/perf-log.md).
 inline constexpr int kMatvecDefaultVersion = 2;
 
@@ -23,14 +26,16 @@ struct MatvecParams {
   const float* bias;   // (n_out) f32 or null
   float* out;          // (n, n_out) f32
   int n_tokens;        // 1 <= n <= kMatvecMaxTokens
-  int version = kMatvecDefaultVersion;  // 2 or 3 (see above)
+  int version = kMatvecDefaultVersion;  // 2, 3 or 4 (see above)
 };
 
 // One launch on `stream` (no host synchronisation, no allocation: capturable in a CUDA graph). Requires a
 // native weight type (weight_layout.cuh). Numerics: fp32 activations and fp32 accumulation; the quantized
 // weight values enter the products exactly (Q8_0: q/32768 exactly; Q4_0/Q4_1: 0.5 + q/256 exactly with the
 // block's activation sum subtracted per block), so the result differs from the CPU reference (dequantize,
-// fp32 dot) only by fp32 summation order (relative L2 ~1e-6..1e-5).
+// fp32 dot) only by fp32 summation order (relative L2 ~1e-6..1e-5). Version 4 on Q8_0/Q4_0/Q4_1 rounds the
+// (scaled) activations to f16 and sums up to 16 products per f16 partial: relative L2 ~2e-4..5e-4 expected
+// (tests: <= 1e-3); the quantized weight values still enter exactly.
 void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream);
 
 }  // namespace ferry::cuda_ops
