@@ -7,7 +7,9 @@
 // activations first, one block per 16 rows; 3 = cluster split-K, weight loads before cp.async staging; 4 = v2
 // with f16 activations and HFMA2 math for Q8_0/Q4_0/Q4_1, v2's kernel for the other types), "vs v2" = v2 time /
 // this version's time (> 1: faster than v2), and the v3 / v4 rows end with their relative L2 against v2
-// ("MISMATCH" above 1e-4, or above 1e-3 for v4 on Q8_0/Q4_0/Q4_1). Usage: matvec_bench [--quick] (quick: M = 1 only).
+// ("MISMATCH" above 1e-4, or above 1e-3 for v4 on Q8_0/Q4_0/Q4_1). Usage: matvec_bench [--quick] [--json FILE] (quick: M = 1 only;
+// --json: every row as {name, flops, bytes, seconds} for `ferry bench --plot --kernels`, bench/kernels/kernel_json.h;
+// bytes there = weight + activations read + outputs written).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -23,6 +25,7 @@
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/weight_layout.cuh"
 #include "formats/quant.h"
+#include "kernel_json.h"
 
 namespace {
 
@@ -78,7 +81,20 @@ double median_us(cudaStream_t s, F&& launch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false;
+  std::string json_path;
+  for (int a = 1; a < argc; ++a) {
+    const std::string arg = argv[a];
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--json" && a + 1 < argc) {
+      json_path = argv[++a];
+    } else {
+      std::fprintf(stderr, "usage: matvec_bench [--quick] [--json FILE]\n");
+      return 2;
+    }
+  }
+  ferry::bench::KernelJson json;
   CudaBackend backend;
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
@@ -122,6 +138,11 @@ int main(int argc, char** argv) {
       }));
     }
     CK(cudaFree(wbd));
+    for (size_t i = 0; i < ms.size(); ++i)
+      json.add("cuBLAS BF16 " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " M" + std::to_string(ms[i]),
+               2.0 * ms[i] * double(sh.rows) * double(sh.cols),
+               double(sh.rows) * double(sh.cols) * 2 + double(ms[i]) * (double(sh.cols) * 2 + double(sh.rows) * 4),
+               cublas_us[i] * 1e-6);
     for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
       if (sh.rows == 128256 && t != DType::Q4_0 && t != DType::Q8_0 && t != DType::BF16) continue;
       const std::vector<uint8_t> hw = random_weight(t, sh.rows, sh.cols);
@@ -164,6 +185,10 @@ int main(int argc, char** argv) {
                              s);
           });
           if (version == 2) v2_us = us;
+          const double io_bytes = double(m) * double(sh.cols + sh.rows) * 4;  // f32 activations in, outputs out
+          json.add(std::string(dtype_name(t)) + " matvec " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols) +
+                       " M" + std::to_string(m) + " v" + std::to_string(version),
+                   2.0 * m * double(sh.rows) * double(sh.cols), bytes + io_bytes, us * 1e-6);
           const double gbs = bytes / (us * 1e-6) / 1e9;
           const double cgbs = double(sh.rows) * double(sh.cols) * 2 / (cublas_us[i] * 1e-6) / 1e9;
           std::printf("%-6s %6lldx%-6lld %3d %2d %9.2f %8.0f %5.1f%% | %9.2f %8.0f %8.2fx | %5.2fx %s\n",
@@ -176,5 +201,5 @@ int main(int argc, char** argv) {
   }
   CK(cudaStreamSynchronize(s));
   cublasDestroy(h);
-  return 0;
+  return json.write(json_path) ? 0 : 1;
 }

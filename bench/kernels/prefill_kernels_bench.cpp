@@ -7,7 +7,9 @@
 //            of L tokens (B * L = 16384), flash kernel vs the first-version kernel; TFLOP/s counted as
 //            torch does for causal SDPA (2 * 2 * B * H * L^2 * D / 2); torch SDPA: 433 (L 1024) / 611 (8192).
 //   decode : one query row per sequence at context C, B sequences; GB/s of K + V read (copy 4.30 TB/s).
-// Usage: prefill_kernels_bench [gemm|matmul|prefill|decode]... (none: all).
+// Usage: prefill_kernels_bench [--json FILE] [gemm|matmul|prefill|decode]... (none: all). --json writes every
+// ferry row as {name, flops, bytes, seconds} (bench/kernels/kernel_json.h) for `ferry bench --plot --kernels`;
+// bytes there = the least traffic of one call (operands read once, results written once).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -24,6 +26,7 @@
 #include "backends/cuda/gemm_cublaslt.h"
 #include "backends/cuda/device_errors.h"
 #include "formats/quant.h"
+#include "kernel_json.h"
 
 namespace {
 
@@ -69,7 +72,7 @@ struct Shape {
 const Shape kShapes[] = {{"wq/wo 4096x4096", 4096, 4096}, {"wk/wv 1024x4096", 1024, 4096},
                          {"gate/up 14336x4096", 14336, 4096}, {"down 4096x14336", 4096, 14336}};
 
-void bench_gemm() {
+void bench_gemm(bench::KernelJson& json) {
   std::printf("\n== gemm: bf16, fp32 out (TFLOP/s) ==\n%-22s %6s %12s %12s\n", "shape", "n", "ferry Lt", "cublasGemmEx");
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
@@ -95,6 +98,8 @@ void bench_gemm() {
                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       });
       std::printf("%-22s %6ld %12.1f %12.1f\n", sh.name, long(n), flop / t_lt * 1e-9, flop / t_cb * 1e-9);
+      const double gemm_bytes = double(n * sh.n_in) * 2 + double(sh.n_out * sh.n_in) * 2 + double(n * sh.n_out) * 4;
+      json.add(std::string("gemm Lt bf16 ") + sh.name + " n" + std::to_string(n), flop, gemm_bytes, t_lt * 1e-3);
       cudaFree(x), cudaFree(w), cudaFree(out), cudaFree(ws2);
     }
   }
@@ -103,7 +108,7 @@ void bench_gemm() {
   cudaStreamDestroy(s);
 }
 
-void bench_matmul() {
+void bench_matmul(bench::KernelJson& json) {
   std::printf("\n== matmul via CudaBackend, n = 512 (ms per call, TFLOP/s) ==\n%-22s %6s %10s %10s\n", "shape",
               "type", "ms", "TFLOP/s");
   CudaBackend be;
@@ -134,6 +139,9 @@ void bench_matmul() {
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
       std::printf("%-22s %6s %10.3f %10.1f\n", sh.name, std::string(dtype_name(t)).c_str(), ms,
                   2.0 * double(n) * double(sh.n_out) * double(sh.n_in) / ms * 1e-9);
+      json.add("matmul " + std::string(dtype_name(t)) + " " + sh.name + " n" + std::to_string(n),
+               2.0 * double(n) * double(sh.n_out) * double(sh.n_in),
+               double(wq.size()) + double(n) * double(sh.n_in + sh.n_out) * 4, ms * 1e-3);
     }
   }
 }
@@ -187,7 +195,7 @@ void make_attention(AttnSetup& a, int B, int q_len, int kv_len, cuda_ops::Device
   }
 }
 
-void bench_prefill(cuda_ops::DeviceErrors* errors) {
+void bench_prefill(cuda_ops::DeviceErrors* errors, bench::KernelJson& json) {
   std::printf("\n== prefill attention, H 32 KVH 8 D 128, B*L = 16384 (TFLOP/s causal) ==\n%6s %4s %10s %10s %10s\n",
               "L", "B", "flash ms", "TFLOP/s", "simple");
   cudaStream_t s;
@@ -204,11 +212,13 @@ void bench_prefill(cuda_ops::DeviceErrors* errors) {
       simple = std::to_string(flop / ts * 1e-9);
     }
     std::printf("%6d %4d %10.3f %10.1f %10s\n", L, B, t, flop / t * 1e-9, simple.c_str());
+    const double qkvo = double(B) * L * (2.0 * 32 + 2.0 * 8) * 128 * 4;  // q, out; k, v (f32)
+    json.add("flash prefill attention L" + std::to_string(L) + " B" + std::to_string(B), flop, qkvo, t * 1e-3);
   }
   cudaStreamDestroy(s);
 }
 
-void bench_decode(cuda_ops::DeviceErrors* errors) {
+void bench_decode(cuda_ops::DeviceErrors* errors, bench::KernelJson& json) {
   std::printf("\n== decode attention, H 32 KVH 8 D 128 (GB/s of K+V; copy 4300) ==\n%6s %4s %10s %10s %10s\n",
               "ctx", "B", "split us", "GB/s", "simple");
   cudaStream_t s;
@@ -221,6 +231,8 @@ void bench_decode(cuda_ops::DeviceErrors* errors) {
       const double t = time_ms(s, [&] { cuda_ops::attention(a.p, s); });
       const double ts = time_ms(s, [&] { cuda_ops::attention_simple(a.p, s); }, 5);
       std::printf("%6d %4d %10.1f %10.0f %10.0f\n", C, B, t * 1e3, bytes / t * 1e-6, bytes / ts * 1e-6);
+      json.add("decode attention ctx" + std::to_string(C) + " B" + std::to_string(B), 4.0 * B * 32 * double(C) * 128,
+               bytes + double(B) * 2 * 32 * 128 * 4, t * 1e-3);
     }
   }
   cudaStreamDestroy(s);
@@ -238,7 +250,21 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device\n");
     return 0;
   }
-  std::vector<std::string> what(argv + 1, argv + argc);
+  std::vector<std::string> what;
+  std::string json_path;
+  for (int a = 1; a < argc; ++a) {
+    const std::string arg = argv[a];
+    if (arg == "--json") {
+      if (a + 1 == argc) {
+        std::fprintf(stderr, "--json needs a file name\n");
+        return 2;
+      }
+      json_path = argv[++a];
+    } else {
+      what.push_back(arg);
+    }
+  }
+  bench::KernelJson json;
   auto want = [&](const char* w) {
     if (what.empty()) return true;
     for (const auto& x : what)
@@ -249,15 +275,15 @@ int main(int argc, char** argv) {
   CK(cudaHostAlloc(&host_errors, sizeof(cuda_ops::DeviceErrors), cudaHostAllocMapped));
   auto* errors = static_cast<cuda_ops::DeviceErrors*>(host_errors);
   *errors = cuda_ops::DeviceErrors{0, 0};
-  if (want("gemm")) bench_gemm();
+  if (want("gemm")) bench_gemm(json);
   if (want("matmul")) {
-    bench_matmul();
+    bench_matmul(json);
     bench_dequant_pass();
   }
-  if (want("prefill")) bench_prefill(errors);
-  if (want("decode")) bench_decode(errors);
+  if (want("prefill")) bench_prefill(errors, json);
+  if (want("decode")) bench_decode(errors, json);
   CK(cudaDeviceSynchronize());
   std::printf("\ndevice error word: bits %u (0 expected)\n", errors->bits);
   cudaFreeHost(host_errors);
-  return 0;
+  return json.write(json_path) ? 0 : 1;
 }

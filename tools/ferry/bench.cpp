@@ -1,12 +1,28 @@
 // ferry bench: prompt processing (pp) and token generation (tg) speed, llama-bench style: pp N runs an
 // N-token prompt from an empty cache; tg N generates N tokens one by one after a 1-token prompt. Each test
 // is repeated and reported as mean ± standard deviation.
+//
+// Each test is also placed on the roofline (src/engine/roofline.h: bytes moved and FLOPs per test): achieved
+// GB/s and FLOP/s, arithmetic intensity, the roof's tok/s, the share of the roof reached and which ceiling
+// binds. Ceilings: --ceilings GBPS,TFLOPS; else the H200 figures for cuda, or measured at start for cpu
+// (src/engine/cpu_ceilings.h). --plot FILE.svg draws the tests (and --kernels FILE.json harness results).
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <random>
 
+#ifdef FERRY_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "backends/cpu/simd.h"
 #include "commands.h"
 #include "common_options.h"
+#include "core/check.h"
+#include "core/env.h"
+#include "engine/cpu_ceilings.h"
+#include "engine/roofline.h"
+#include "engine/roofline_svg.h"
 
 namespace ferry::cli {
 namespace {
@@ -23,18 +39,59 @@ Stat stats(const std::vector<double>& v) {
   return s;
 }
 
+// A rate in at most 9 characters: "1234.5", or "3.83e+08" past a million.
+std::string compact(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v < 1e6 ? "%.1f" : "%.3g", v);
+  return buf;
+}
+
+// The name of CUDA device 0, or "" when there is none (or no CUDA in this build).
+std::string cuda_device_name() {
+#ifdef FERRY_HAS_CUDA
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) == cudaSuccess) return p.name;
+#endif
+  return "";
+}
+
+// The roof for this run, and one line saying where it comes from.
+Ceilings bench_ceilings(const std::string& given, const std::string& device, int threads) {
+  if (!given.empty()) {
+    Ceilings c = parse_ceilings(given);
+    c.source += device == "cuda" ? " (device: " + cuda_device_name() + ")" : " (this CPU)";
+    return c;
+  }
+  if (device == "cuda") {
+    Ceilings c = h200_ceilings();
+    const std::string name = cuda_device_name();
+    c.source += "; device: " + name;
+    if (name.find("H200") == std::string::npos) c.source += " (not an H200: pass --ceilings GBPS,TFLOPS for it)";
+    return c;
+  }
+  return measure_cpu_ceilings(threads, resolve_simd_level(Env::read().simd)).ceilings;
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
   struct Opts {
     ModelOptions model;
     int n_prompt = 128, n_gen = 64, reps = 3;
+    std::string ceilings, plot;
+    std::vector<std::string> kernels;
   };
   auto o = std::make_shared<Opts>();
   o->model.add(app);
   app.add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0: skip)")->check(CLI::Range(0, 1 << 20));
   app.add_option("-n,--n-gen", o->n_gen, "generated tokens (0: skip)")->check(CLI::Range(0, 1 << 20));
   app.add_option("-r,--repetitions", o->reps, "repetitions per test")->check(CLI::Range(1, 1000));
+  app.add_option("--ceilings", o->ceilings,
+                 "roofline ceilings GBPS,TFLOPS (default: the H200's 4300,779 for cuda; measured for cpu)");
+  CLI::Option* plot = app.add_option("--plot", o->plot, "write a roofline chart of the tests (SVG)");
+  app.add_option("--kernels", o->kernels, "kernel results to add to the chart (JSON from a bench/kernels harness "
+                                          "--json FILE; repeatable)")
+      ->needs(plot);
   return [o] {
     EngineOptions eo = o->model.engine_options(resolve_model(o->model.model));
     if (eo.context == 0) eo.context = std::max(o->n_prompt, o->n_gen + 1) + 16;
@@ -46,17 +103,42 @@ Runner add_bench(CLI::App& app) {
     SamplingParams greedy;
     greedy.temperature = 0;
 
-    std::printf("| %-28s | %10s | %8s | %-14s | %7s | %6s | %18s |\n", "model", "size", "params", "backend", "threads",
-                "test", "t/s");
-    std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(12, '-').c_str(),
-                std::string(10, '-').c_str(), std::string(16, '-').c_str(), std::string(9, '-').c_str(),
-                std::string(8, '-').c_str(), std::string(20, '-').c_str());
-    const auto row = [&](const std::string& test, const Stat& s) {
+    std::vector<KernelResult> kernels;  // read first: a bad file fails before the benchmark runs
+    for (const std::string& path : o->kernels)
+      for (KernelResult& k : read_kernel_results(path)) kernels.push_back(std::move(k));
+    const bool gpu = o->model.device == "cuda";
+    const Ceilings ceil = bench_ceilings(o->ceilings, o->model.device, o->model.threads);
+    const double flop_unit = gpu ? 1e12 : 1e9;  // TFLOP/s on the GPU, GFLOP/s on the CPU
+    const RooflineModel rm = roofline_model(i, (int64_t(i.context) + eo.block_size - 1) / eo.block_size * eo.block_size);
+    const int step_tokens = std::min(eo.max_step_tokens, i.context);
+    std::printf("ceilings: %.1f GB/s, %.2f %s (%s)\n\n", ceil.bytes_per_s / 1e9, ceil.flops_per_s / flop_unit,
+                gpu ? "TFLOP/s" : "GFLOP/s", ceil.source.c_str());
+
+    std::printf("| %-28s | %10s | %8s | %-14s | %7s | %6s | %18s | %8s | %8s | %7s | %9s | %6s | %-7s |\n", "model",
+                "size", "params", "backend", "threads", "test", "t/s", "GB/s", gpu ? "TFLOP/s" : "GFLOP/s", "FLOP/B",
+                "roof t/s", "% roof", "bound");
+    std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(),
+                std::string(12, '-').c_str(), std::string(10, '-').c_str(), std::string(16, '-').c_str(),
+                std::string(9, '-').c_str(), std::string(8, '-').c_str(), std::string(20, '-').c_str(),
+                std::string(10, '-').c_str(), std::string(10, '-').c_str(), std::string(9, '-').c_str(),
+                std::string(11, '-').c_str(), std::string(8, '-').c_str(), std::string(9, '-').c_str());
+    RooflinePlot chart;
+    chart.title = "ferry bench: " + i.name + " on " + i.backend +
+                  (gpu ? " (" + cuda_device_name() + ")"
+                       : o->model.threads > 0 ? " (" + std::to_string(o->model.threads) + " threads)" : " (all threads)");
+    chart.ceilings = ceil;
+    const auto row = [&](const BenchTest& t, const Stat& s) {
+      const TestCost cost = test_cost(rm, t);
+      const RooflinePoint p = place_on_roofline(cost, cost.tokens / s.mean, ceil);
       std::string name = i.name.size() > 28 ? i.name.substr(0, 28) : i.name;
-      std::printf("| %-28s | %6.1f MiB | %6.1f M | %-14s | %7d | %6s | %9.1f ± %6.1f |\n", name.c_str(),
-                  double(i.weight_bytes) / (1 << 20), double(i.n_params) / 1e6, i.backend.c_str(),
-                  o->model.threads, test.c_str(), s.mean, s.sd);
+      std::printf("| %-28s | %6.1f MiB | %6.1f M | %-14s | %7d | %6s | %9.1f ± %6.1f | %8.2f | %8.2f | %7.1f | %9s | "
+                  "%5.1f%% | %-7s |\n",
+                  name.c_str(), double(i.weight_bytes) / (1 << 20), double(i.n_params) / 1e6, i.backend.c_str(),
+                  o->model.threads, t.label().c_str(), s.mean, s.sd, p.bytes_per_s / 1e9, p.flops_per_s / flop_unit,
+                  p.intensity, compact(p.roof_tokens_per_s).c_str(), 100 * p.fraction,
+                  std::string(bound_name(p.bound)).c_str());
       std::fflush(stdout);
+      chart.points.push_back({t.label(), p.intensity, p.flops_per_s, p.fraction, true});
     };
     if (o->n_prompt > 0) {
       std::vector<double> rates;
@@ -67,7 +149,7 @@ Runner add_bench(CLI::App& app) {
         const GenerateResult res = engine.generate(prompt, greedy, 0, nullptr);
         if (r > 0) rates.push_back(double(o->n_prompt) / res.prompt_seconds);
       }
-      row("pp" + std::to_string(o->n_prompt), stats(rates));
+      row({TestKind::Prompt, o->n_prompt, step_tokens}, stats(rates));
     }
     if (o->n_gen > 0) {
       std::vector<double> rates;
@@ -78,7 +160,20 @@ Runner add_bench(CLI::App& app) {
         const GenerateResult res = engine.generate(first, greedy, o->n_gen + 1, nullptr, false);
         if (r > 0) rates.push_back(double(res.tokens.size() - 1) / res.gen_seconds);
       }
-      row("tg" + std::to_string(o->n_gen), stats(rates));
+      row({TestKind::Generate, o->n_gen, 0}, stats(rates));
+    }
+    if (!o->plot.empty()) {
+      for (const KernelResult& k : kernels) {
+        const RooflinePoint p = place_on_roofline({k.flops, k.bytes, 1}, k.seconds, ceil);
+        chart.points.push_back({k.name, p.intensity, p.flops_per_s, p.fraction, false});
+      }
+      std::ofstream out(o->plot, std::ios::binary);
+      FERRY_CHECK(out.good(), "--plot {}: cannot write the file", o->plot);
+      out << roofline_svg(chart);
+      out.close();
+      FERRY_CHECK(out.good(), "--plot {}: writing the chart failed", o->plot);
+      std::fprintf(stderr, "wrote %s (%zu tests, %zu kernels)\n", o->plot.c_str(),
+                   chart.points.size() - kernels.size(), kernels.size());
     }
     return 0;
   };
