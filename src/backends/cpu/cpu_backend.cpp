@@ -12,7 +12,9 @@
 namespace ferry {
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
-    : options_(options), pool_(options.n_threads), dot_(select_dot_kernels(options.simd)) {}
+    : options_(options), pool_(options.n_threads),
+      dot_(select_dot_kernels(options.simd)),
+      vec_(select_vec_kernels(options.simd)) {}
 
 std::string CpuBackend::name() const {
   return options_.kernels == CpuKernels::Reference ? "cpu-reference" : "cpu-fast";
@@ -63,8 +65,15 @@ void rms_norm_row(float* out, const float* x, const float* w, int64_t n, float e
 void CpuBackend::rms_norm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   const int64_t rows = x.rows(), cols = x.cols();
   FERRY_ASSERT(weight.numel() == cols && out.rows() == rows && out.cols() == cols);
+  const bool fast = options_.kernels == CpuKernels::Fast;
   pool_.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) rms_norm_row(out.row<float>(r), x.row<float>(r), weight.ptr<float>(), cols, eps);
+    for (int64_t r = r0; r < r1; ++r) {
+      if (fast) {
+        vec_.rms_norm(out.row<float>(r), x.row<float>(r), weight.ptr<float>(), cols, eps);
+      } else {
+        rms_norm_row(out.row<float>(r), x.row<float>(r), weight.ptr<float>(), cols, eps);
+      }
+    }
   });
 }
 
@@ -72,10 +81,15 @@ void CpuBackend::add_rms_norm(const Tensor& out, const Tensor& residual, const T
                               float eps) {
   const int64_t rows = residual.rows(), cols = residual.cols();
   FERRY_ASSERT(delta.rows() == rows && delta.cols() == cols && weight.numel() == cols);
+  const bool fast = options_.kernels == CpuKernels::Fast;
   pool_.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* res = residual.row<float>(r);
       const float* d = delta.row<float>(r);
+      if (fast) {
+        vec_.add_rms_norm(out.row<float>(r), res, d, weight.ptr<float>(), cols, eps);
+        continue;
+      }
       for (int64_t j = 0; j < cols; ++j) res[j] += d[j];
       rms_norm_row(out.row<float>(r), res, weight.ptr<float>(), cols, eps);
     }
@@ -212,7 +226,11 @@ void CpuBackend::store_kv(const Tensor& k_cache, const Tensor& v_cache, const Te
 
 void CpuBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                            const AttentionMeta& meta, float scale) {
-  paged_attention_cpu(pool_, out, q, k_cache, v_cache, meta, scale);
+  if (options_.kernels == CpuKernels::Reference) {
+    paged_attention_cpu(pool_, out, q, k_cache, v_cache, meta, scale);
+  } else {
+    paged_attention_fast(pool_, vec_, out, q, k_cache, v_cache, meta, scale);
+  }
 }
 
 void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
@@ -221,6 +239,10 @@ void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up)
   const float* g = gate.ptr<float>();
   const float* u = up.ptr<float>();
   float* o = out.ptr<float>();
+  if (options_.kernels == CpuKernels::Fast) {
+    pool_.parallel_for(total, 4096, [&](int64_t i0, int64_t i1) { vec_.swiglu(o + i0, g + i0, u + i0, i1 - i0); });
+    return;
+  }
   pool_.parallel_for(total, 4096, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   });

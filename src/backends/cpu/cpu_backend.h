@@ -2,12 +2,14 @@
 //  - Reference: plain float loops (weights dequantized row by row, float accumulation in order). The oracle
 //    every other kernel is tested against.
 //  - Fast: activations quantized on the fly to the weight format's partner type, SIMD integer dot products
-//    (run-time dispatch over SIMD levels), several tokens per weight-row pass, all threads.
+//    (run-time dispatch over SIMD levels), several tokens per weight-row pass, all threads; attention,
+//    RMSNorm and SwiGLU through the SIMD kernels of vec_kernels.h.
 #pragma once
 
 #include <memory>
 
 #include "backends/cpu/quant_dot.h"
+#include "backends/cpu/vec_kernels.h"
 #include "core/thread_pool.h"
 #include "ops/backend.h"
 
@@ -56,6 +58,7 @@ class CpuBackend final : public Backend {
   CpuBackendOptions options_;
   ThreadPool pool_;
   DotKernels dot_;
+  VecKernels vec_;
   std::vector<uint8_t> act_scratch_;  // quantized activations for matmul_fast: (n, row_bytes(act type, n_in))
 };
 

@@ -1,0 +1,33 @@
+// The vec kernels for the AVX2 level: vec_kernels_impl.h over __m128 / __m256 (AVX2 + FMA + F16C).
+#include "backends/cpu/vec_kernels_levels.h"
+
+#if defined(__x86_64__)
+
+// Vector arguments between these internal functions: the ABI note is about external callers; there are none.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define FERRY_VEC_FN __attribute__((target("avx2,fma,f16c"))) inline
+#define FERRY_VEC_AVX512 0
+#include "backends/cpu/vec_types_x86.h"
+#include "backends/cpu/vec_kernels_impl.h"
+
+namespace ferry::vec_kernels {
+
+void fill_avx2(VecKernels& k) {
+  k.attention_max_rows = 2 * X8::kW;
+  k.attention = attention_dispatch<X4, X8, X8, X8>;
+  k.exp = exp_n<X8>;
+  k.swiglu = swiglu_n<X8>;
+  k.rms_norm = rms_norm_n<X8>;
+  k.add_rms_norm = add_rms_norm_n<X8>;
+}
+
+}  // namespace ferry::vec_kernels
+
+#else
+
+namespace ferry::vec_kernels {
+void fill_avx2(VecKernels&) {}
+}  // namespace ferry::vec_kernels
+
+#endif
