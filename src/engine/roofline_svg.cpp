@@ -75,14 +75,15 @@ std::string roofline_svg(const RooflinePlot& plot) {
   FERRY_CHECK(c.bytes_per_s > 0 && c.flops_per_s > 0, "roofline chart: ceilings must be positive");
   const double ridge = ridge_intensity(c);
   // Axis ranges: every point, the ridge with a decade either side, the peak; at least 2 decades each way.
-  double xmin = ridge / 10, xmax = ridge * 10, ymin = c.flops_per_s / 1e4, ymax = c.flops_per_s * 1.5;
+  double xmin = ridge / 10, xmax = ridge * 10, ymin = c.flops_per_s / 1e3, ymax = c.flops_per_s * 1.5;
   for (const auto& p : plot.points) {
     if (!plottable(p)) continue;
     xmin = std::min(xmin, p.intensity), xmax = std::max(xmax, p.intensity);
     ymin = std::min(ymin, p.flops_per_s), ymax = std::max(ymax, p.flops_per_s * 1.5);
   }
-  Axes a{int(std::floor(std::log10(xmin))), int(std::ceil(std::log10(xmax))), int(std::floor(std::log10(ymin))),
-         int(std::ceil(std::log10(ymax)))};
+  // A point within a factor 1.5 of a decade line moves the axis end out a decade (no point on the frame).
+  Axes a{int(std::floor(std::log10(xmin / 1.5))), int(std::ceil(std::log10(xmax * 1.5))),
+         int(std::floor(std::log10(ymin / 1.5))), int(std::ceil(std::log10(ymax)))};
   a.x1 = std::max(a.x1, a.x0 + 2), a.y1 = std::max(a.y1, a.y0 + 2);
 
   std::ostringstream s;
