@@ -22,8 +22,8 @@ C="$repo/.carry"
 OUT="${OUT:-/tmp/ferry-out}"
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-# The tests find their data through the source path they were built with.
-if [ ! -e /work/main ]; then mkdir -p /work && ln -sfn "$repo" /work/main; fi
+# The tests find their data here (they were built in another folder).
+export FERRY_SOURCE_DIR="$repo"
 summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }

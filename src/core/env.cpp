@@ -19,6 +19,7 @@ Env Env::read() {
   e.models_dir = get("FERRY_MODELS_DIR");
   e.log = get("FERRY_LOG");
   e.testdata = get("FERRY_TESTDATA");
+  e.source_dir = get("FERRY_SOURCE_DIR");
   return e;
 }
 

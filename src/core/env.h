@@ -15,6 +15,9 @@ struct Env {
   std::optional<std::string> log;
   // FERRY_TESTDATA: the shared test-data folder for tests (default: ../shared/testdata from the repo).
   std::optional<std::string> testdata;
+  // FERRY_SOURCE_DIR: where tests find the repository (default: the path they were built from; the device
+  // script sets it because binaries built here run from another folder there).
+  std::optional<std::string> source_dir;
 
   static Env read();  // reads the process environment once; pass the result down
 };
