@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 
+#include "fixtures/run_ferry.h"
 #include "fixtures/test_paths.h"
 #include "formats/gguf.h"
 #include "model/random_model.h"
@@ -18,28 +19,14 @@
 namespace ferry {
 namespace {
 
-struct RunResult {
-  int exit_code = -1;  // -1: killed by a signal
-  std::string output;  // stdout + stderr
-};
-
 std::string quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
 }
 
-RunResult run_ferry(const std::string& args) {
-  const std::string cmd = "timeout 120 " + std::string(FERRY_BINARY_DIR) + "/ferry " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  return r;
-}
+using RunResult = test::FerryRun;
+using test::run_ferry;
 
 void expect_clear_error(const RunResult& r, const std::string& needle) {
   EXPECT_EQ(r.exit_code, 1) << r.output;  // 124 would be the timeout, -1 a signal

@@ -13,27 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "fixtures/run_ferry.h"
 #include "fixtures/test_paths.h"
 
 namespace ferry {
 namespace {
 
-struct BenchRun {
-  int exit_code = -1;  // -1: killed by a signal
-  std::string output;  // stdout + stderr
-};
-
-BenchRun run_ferry(const std::string& args) {
-  const std::string cmd = "timeout 120 " + std::string(FERRY_BINARY_DIR) + "/ferry " + args + " 2>&1";
-  BenchRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  return r;
-}
+using test::run_ferry;
 
 // The cells of the table row whose test column is `test` ("pp16"), trimmed; empty when there is none.
 std::vector<std::string> row_cells(const std::string& output, const std::string& test) {
@@ -58,7 +44,7 @@ class CliBench : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     model_ = new std::string(test::temp_path("bench_tiny_" + std::to_string(getpid()) + ".gguf"));
-    const BenchRun g = run_ferry("gen --shape tiny --type q8_0 -t 1 -o " + *model_);
+    const test::FerryRun g = run_ferry("gen --shape tiny --type q8_0 -t 1 -o " + *model_);
     ASSERT_EQ(g.exit_code, 0) << g.output;
   }
   static void TearDownTestSuite() {
@@ -76,7 +62,7 @@ TEST_F(CliBench, ColumnsFollowTheCeilingsAndThePlotHasEveryPoint) {
                                             {"name": "k two", "flops": 4e6, "bytes": 8e6, "seconds": 0.001}]})";
   const std::string svg_path = temp("roof.svg");
   // 100 GB/s and 1 TFLOP/s: the ridge is at 10 FLOP/byte.
-  const BenchRun r = run_ferry("bench -m " + *model_ + " -p 16 -n 8 -r 1 -t 2 --ceilings 100,1 --plot " + svg_path +
+  const test::FerryRun r = run_ferry("bench -m " + *model_ + " -p 16 -n 8 -r 1 -t 2 --ceilings 100,1 --plot " + svg_path +
                                " --kernels " + kernels);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("ceilings: 100.0 GB/s, 1000.00 GFLOP/s (--ceilings 100,1"), std::string::npos) << r.output;
@@ -117,14 +103,14 @@ TEST_F(CliBench, ColumnsFollowTheCeilingsAndThePlotHasEveryPoint) {
 }
 
 TEST_F(CliBench, CpuCeilingsAreMeasuredWhenNotGiven) {
-  const BenchRun r = run_ferry("bench -m " + *model_ + " -p 8 -n 0 -r 1 -t 2");
+  const test::FerryRun r = run_ferry("bench -m " + *model_ + " -p 8 -n 0 -r 1 -t 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("measured on this CPU"), std::string::npos) << r.output;
   EXPECT_EQ(row_cells(r.output, "pp8").size(), 13u) << r.output;
 }
 
 TEST_F(CliBench, BadCeilingsAndKernelFilesFailClearly) {
-  BenchRun r = run_ferry("bench -m " + *model_ + " -p 8 -n 0 -r 1 --ceilings 4300");
+  test::FerryRun r = run_ferry("bench -m " + *model_ + " -p 8 -n 0 -r 1 --ceilings 4300");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("ferry: error: --ceilings '4300': expected GBPS,TFLOPS"), std::string::npos) << r.output;
   r = run_ferry("bench -m " + *model_ + " -p 8 -n 0 -r 1 --ceilings 0,5");

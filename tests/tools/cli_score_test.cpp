@@ -15,27 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "fixtures/run_ferry.h"
 #include "fixtures/test_paths.h"
 
 namespace ferry {
 namespace {
 
-struct ScoreRun {
-  int exit_code = -1;  // -1: killed by a signal
-  std::string output;  // stdout + stderr
-};
-
-ScoreRun run_ferry_score(const std::string& args) {
-  const std::string cmd = "timeout 120 " + std::string(FERRY_BINARY_DIR) + "/ferry score " + args + " 2>&1";
-  ScoreRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  return r;
-}
+test::FerryRun run_ferry_score(const std::string& args) { return test::run_ferry("score " + args); }
 
 std::string write_text(const std::string& name, const std::string& text) {
   const std::string path = test::temp_path(std::to_string(getpid()) + "_" + name);
@@ -59,7 +45,7 @@ void expect_matches_golden(const std::string& name, const std::string& extra_arg
   const auto golden = nlohmann::json::parse(test::read_file(test::golden_dir() + "/logits/" + name + ".json"));
   const std::string tokens = write_text(name + "_tokens.json", nlohmann::json{{"prompts", golden["prompts"]}}.dump());
   const std::string out = test::temp_path(std::to_string(getpid()) + "_" + name + "_score.bin");
-  const ScoreRun r = run_ferry_score("-m " + model_dir(name) + " --tokens " + tokens + " -o " + out + " -t 2 " +
+  const test::FerryRun r = run_ferry_score("-m " + model_dir(name) + " --tokens " + tokens + " -o " + out + " -t 2 " +
                                      extra_args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::vector<float> got = read_floats(out);
@@ -79,7 +65,7 @@ void expect_matches_golden(const std::string& name, const std::string& extra_arg
   std::filesystem::remove(out);
 }
 
-void expect_clear_error(const ScoreRun& r, const std::string& needle) {
+void expect_clear_error(const test::FerryRun& r, const std::string& needle) {
   EXPECT_EQ(r.exit_code, 1) << r.output;  // 124 would be the timeout, -1 a signal
   EXPECT_NE(r.output.find("ferry: error:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.output;
