@@ -17,13 +17,6 @@
 namespace ferry {
 namespace {
 
-std::vector<SimdLevel> supported_levels() {
-  std::vector<SimdLevel> levels;
-  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512})
-    if (cpu_supports(l)) levels.push_back(l);
-  return levels;
-}
-
 std::vector<float> random_floats(size_t n, uint32_t seed, float spread) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, spread);
@@ -92,7 +85,7 @@ void check(const Shape& sh, const std::vector<std::pair<int32_t, int32_t>>& seqs
   std::vector<float> ref(q.size(), 0.0f);
   paged_attention_cpu(pool, host(DType::F32, {n_tokens, H, D}, ref.data()), tq, tk, tv, meta, scale);
   double worst = 0;
-  for (SimdLevel level : supported_levels()) {
+  for (SimdLevel level : supported_simd_levels()) {
     const VecKernels k = select_vec_kernels(level);
     std::vector<float> got(q.size(), std::nanf(""));  // every row must be written
     paged_attention_fast(pool, k, host(DType::F32, {n_tokens, H, D}, got.data()), tq, tk, tv, meta, scale);

@@ -25,13 +25,6 @@ namespace {
 constexpr double kTight = 2e-5;
 constexpr double kLoose = 1e-2;
 
-std::vector<SimdLevel> supported_levels() {
-  std::vector<SimdLevel> levels;
-  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512})
-    if (cpu_supports(l)) levels.push_back(l);
-  return levels;
-}
-
 const DType kAllWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,
                                  DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1, DType::Q2_K,
                                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K};
@@ -137,7 +130,7 @@ void check_case(const Case& c, std::mt19937& rng) {
   }
 
   std::vector<float> first_level;
-  for (SimdLevel level : supported_levels()) {
+  for (SimdLevel level : supported_simd_levels()) {
     const DotKernels k = select_dot_kernels(level);
     float single[kMaxDotRows];
     for (int j = 0; j < kMaxDotRows; ++j)

@@ -16,13 +16,6 @@
 namespace ferry {
 namespace {
 
-std::vector<SimdLevel> supported_levels() {
-  std::vector<SimdLevel> levels;
-  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512})
-    if (cpu_supports(l)) levels.push_back(l);
-  return levels;
-}
-
 TEST(G4, DTypeTable) {
   EXPECT_EQ(dtype_info(DType::Q8_0G4).block_elems, 32);
   EXPECT_EQ(dtype_info(DType::Q8_0G4).block_bytes, 64);
@@ -98,7 +91,7 @@ TEST(G4, SimdQuantizersMatchQuantizeRow) {
   for (DType at : {DType::Q8_0G4, DType::Q8_1G4}) {
     std::vector<uint8_t> want(row_bytes(at, n)), got(row_bytes(at, n));
     quantize_row(at, x.data(), want.data(), n);
-    for (SimdLevel level : supported_levels()) {
+    for (SimdLevel level : supported_simd_levels()) {
       std::fill(got.begin(), got.end(), uint8_t(0xAB));
       quantize_activations(select_dot_kernels(level), at, x.data(), got.data(), n);
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
@@ -116,7 +109,7 @@ TEST(G4, HandWorkedDotQ8_0) {
   BlockQ8_0G4 x{};
   for (int g = 0; g < 8; ++g) x.d[g] = float(g + 1);
   for (int i = 0; i < 32; ++i) x.qs[i] = 1;
-  for (SimdLevel level : supported_levels()) {
+  for (SimdLevel level : supported_simd_levels()) {
     float out = 0;
     dot_rows(select_dot_kernels(level), DType::Q8_0, 32, &w, &x, sizeof x, 1, &out);
     EXPECT_EQ(out, 600.0f) << simd_level_name(level);
@@ -141,7 +134,7 @@ TEST(G4, HandWorkedDotQ4_1) {
   double check = 0;
   for (int i = 0; i < 32; ++i) check += double(wd[i]) * xd[i];
   ASSERT_EQ(check, 46.0);  // the worked value is right
-  for (SimdLevel level : supported_levels()) {
+  for (SimdLevel level : supported_simd_levels()) {
     float out = 0;
     dot_rows(select_dot_kernels(level), DType::Q4_1, 32, &w, &x, sizeof x, 1, &out);
     EXPECT_EQ(out, 46.0f) << simd_level_name(level);
@@ -169,7 +162,7 @@ TEST(G4, TilesAreBitIdenticalToSingleCalls) {
       for (auto& v : f) v = normal(rng) * (rng() % 13 == 0 ? 20.0f : 1.0f);
       quantize_row(at, f.data(), x.data() + j * xr, n);
     }
-    for (SimdLevel level : supported_levels()) {
+    for (SimdLevel level : supported_simd_levels()) {
       const DotKernels k = select_dot_kernels(level);
       float single[kMaxDotRows][kMaxDotWeightRows];
       for (int i = 0; i < kMaxDotWeightRows; ++i)
@@ -211,7 +204,7 @@ TEST(G4, FinerScalesBeatPer32OnOutliers) {
     const DType at = activation_type(wt);
     std::vector<float> wf(static_cast<size_t>(n)), wd(static_cast<size_t>(n)), x(static_cast<size_t>(n)), x32(static_cast<size_t>(n));
     std::vector<uint8_t> w(row_bytes(wt, n)), xq(row_bytes(at, n)), q32(row_bytes(DType::Q8_0, n));
-    for (SimdLevel level : supported_levels()) {
+    for (SimdLevel level : supported_simd_levels()) {
       const DotKernels k = select_dot_kernels(level);
       double se_g4 = 0, se_32 = 0;
       for (int r = 0; r < rows; ++r) {

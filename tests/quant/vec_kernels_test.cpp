@@ -12,13 +12,6 @@
 namespace ferry {
 namespace {
 
-std::vector<SimdLevel> supported_levels() {
-  std::vector<SimdLevel> levels;
-  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512})
-    if (cpu_supports(l)) levels.push_back(l);
-  return levels;
-}
-
 // Cephes-style expf: the polynomial's ~1e-7 plus float rounding; 1.16e-7 measured at every level.
 constexpr double kExpRel = 1.5e-7;
 
@@ -30,7 +23,7 @@ TEST(VecKernels, ExpMatchesStdExpOverTheWholeRange) {
   std::uniform_real_distribution<float> u(-87.3f, 88.7f);
   for (int i = 0; i < 20000; ++i) x.push_back(u(rng));
   for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f * float(M_LN2), -0.5f * float(M_LN2), 1.0f, -1.0f}) x.push_back(v);
-  for (SimdLevel level : supported_levels()) {
+  for (SimdLevel level : supported_simd_levels()) {
     const VecKernels k = select_vec_kernels(level);
     std::vector<float> y(x.size());
     k.exp(x.data(), y.data(), int64_t(x.size()));
@@ -50,7 +43,7 @@ TEST(VecKernels, ExpMatchesStdExpOverTheWholeRange) {
 TEST(VecKernels, ExpEdges) {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> x = {-inf, -1000.0f, -104.0f, -88.0f, 89.0f, 1000.0f, inf};
-  for (SimdLevel level : supported_levels()) {
+  for (SimdLevel level : supported_simd_levels()) {
     const VecKernels k = select_vec_kernels(level);
     std::vector<float> y(x.size());
     k.exp(x.data(), y.data(), int64_t(x.size()));
@@ -85,7 +78,7 @@ TEST(VecKernels, SwigluMatchesDouble) {
     const std::vector<float> g = random_floats(size_t(n), uint32_t(n), 6.0f), up = random_floats(size_t(n), 9, 1.0f);
     std::vector<double> ref(static_cast<size_t>(n));
     for (size_t i = 0; i < ref.size(); ++i) ref[i] = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * up[i];
-    for (SimdLevel level : supported_levels()) {
+    for (SimdLevel level : supported_simd_levels()) {
       std::vector<float> out(static_cast<size_t>(n));
       select_vec_kernels(level).swiglu(out.data(), g.data(), up.data(), n);
       EXPECT_LE(rel_l2(out, ref), 1e-6) << simd_level_name(level) << " n " << n;
@@ -108,7 +101,7 @@ TEST(VecKernels, RmsNormAndAddRmsNormMatchDouble) {
     };
     std::vector<double> xd(x.begin(), x.end()), sumd(static_cast<size_t>(n));
     for (size_t i = 0; i < sumd.size(); ++i) sumd[i] = double(x[i] + delta[i]);  // the float residual add
-    for (SimdLevel level : supported_levels()) {
+    for (SimdLevel level : supported_simd_levels()) {
       const VecKernels k = select_vec_kernels(level);
       std::vector<float> out(static_cast<size_t>(n));
       k.rms_norm(out.data(), x.data(), w.data(), n, eps);

@@ -63,4 +63,11 @@ SimdLevel resolve_simd_level(const std::optional<std::string>& forced) {
   return level;
 }
 
+std::vector<SimdLevel> supported_simd_levels() {
+  std::vector<SimdLevel> levels;
+  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512})
+    if (cpu_supports(l)) levels.push_back(l);
+  return levels;
+}
+
 }  // namespace ferry

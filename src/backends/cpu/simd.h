@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ferry {
 
@@ -26,6 +27,7 @@ std::string_view simd_level_name(SimdLevel level);  // "scalar", "avx2", "avx512
 // "scalar", "avx2", "avx512" (case-insensitive); throws ferry::Error naming the value otherwise.
 SimdLevel parse_simd_level(std::string_view name);
 bool cpu_supports(SimdLevel level);
+std::vector<SimdLevel> supported_simd_levels();  // every level this CPU runs, scalar first (tests sweep them)
 
 // The level to run at: `forced` (the FERRY_SIMD value from Env) when set, else detect_simd(). Throws
 // ferry::Error when the forced level is unknown or this CPU lacks it.
