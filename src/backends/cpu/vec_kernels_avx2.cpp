@@ -8,8 +8,22 @@
 
 #define FERRY_VEC_FN __attribute__((target("avx2,fma,f16c"))) inline
 #define FERRY_VEC_AVX512 0
+// The standard headers first, outside the target region (their inline functions must stay portable).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+// Everything defined below up to pop_options, the lambdas inside the kernels included, is compiled for this
+// level: a lambda without the target attribute receives vectors in the wrong ABI when it is not inlined
+// (seen under -O0 in the sanitizer build: garbage tail counts in load_n).
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
 #include "backends/cpu/vec_types_x86.h"
 #include "backends/cpu/vec_kernels_impl.h"
+#pragma GCC pop_options
 
 namespace ferry::vec_kernels {
 
