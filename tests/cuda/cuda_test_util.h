@@ -15,32 +15,9 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
+#include "fixtures/numeric.h"
 
 namespace ferry::test {
-
-// ||got - ref|| / ||ref||; NaN when got holds a NaN (an unwritten, poisoned element), so comparisons fail.
-inline double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
-  EXPECT_EQ(got.size(), ref.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
-    if (std::isnan(got[i])) return std::numeric_limits<double>::quiet_NaN();
-    num += double(got[i] - ref[i]) * double(got[i] - ref[i]);
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return std::sqrt(num / den);
-}
-
-// Normal(0, scale) values, never exactly zero.
-inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) {
-    x = dist(rng);
-    if (x == 0.0f) x = 1e-3f * scale;
-  }
-  return v;
-}
 
 class CudaOpsTest : public ::testing::Test {
  protected:

@@ -13,28 +13,15 @@
 
 #include "backends/cpu/attention.h"
 #include "backends/cpu/vec_kernels.h"
+#include "fixtures/numeric.h"
 
 namespace ferry {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float spread) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, spread);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 Tensor host(DType dt, std::initializer_list<int64_t> shape, void* data) { return Tensor::make(dt, shape, data); }
 
-double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
-}
+using test::random_floats;
+using test::rel_l2;
 
 struct Shape {
   int64_t n_heads, n_kv_heads, head_dim, block_size;
