@@ -49,7 +49,7 @@ struct ChatTurn {
   std::string content;
 };
 
-enum class FinishReason { Stop, Length };
+enum class FinishReason { Stop, Length, Cancelled, Error };
 
 struct GenerateResult {
   std::vector<int32_t> tokens;   // generated tokens (the end-of-generation token excluded)

@@ -1,0 +1,142 @@
+// ferry's serving API (public): many requests at once through one engine loop (continuous batching over the
+// paged KV cache, chunked prefill, prefix caching, preemption). The HTTP server and `ferry serve` use only
+// this header and engine.h.
+//
+//   ferry::ServingEngine engine({.model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf"}, {});
+//   auto h = engine.submit({.prompt = engine.tokenize("Hello", true, true), .max_tokens = 16});
+//   ferry::RequestUpdate u;
+//   while (h->wait(u, std::chrono::seconds(1)) || !h->finished()) { std::cout << u.text; if (u.finished) break; }
+//
+// Threading: the engine loop (one thread started by the constructor) owns the backend, the model, the KV cache
+// and every sequence. submit(), RequestHandle and stats() are thread-safe and only exchange messages with it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/engine.h"
+#include "ferry/sampling.h"
+
+namespace ferry {
+
+struct ServingOptions {
+  int max_running = 64;       // sequences in one step at most (decode batch size)
+  int max_step_tokens = 512;  // token budget of one step: decode tokens + prefill chunks (chunked prefill)
+  int max_waiting = 256;      // requests queued (not yet running) beyond which submit() throws QueueFull
+  int64_t kv_tokens = 0;      // KV cache capacity in tokens over all sequences; 0: automatic (CPU: enough for
+                              // max_running sequences of full context within 50% of RAM; CUDA: 90% of free memory)
+  bool prefix_caching = true; // reuse cached full blocks of equal prompt prefixes
+  bool batch_invariant = false;  // a request's output does not depend on what else is in the batch (CUDA;
+                                 // the CPU kernels are batch-invariant always)
+};
+
+// One generation request. Every field is validated by submit(), which throws ferry::Error naming the bad one.
+struct GenerationRequest {
+  std::vector<int32_t> prompt;        // token ids, 1 .. context-1 of them
+  SamplingParams sampling;
+  int32_t max_tokens = 16;            // >= 0; generation also stops when the context is full
+  std::vector<std::string> stop;      // stop strings: the output ends before the first occurrence (excluded)
+  bool ignore_eos = false;            // keep going past end-of-generation tokens
+  int32_t logprobs = -1;              // -1: none; 0..20: the chosen token's logprob and this many top alternatives
+};
+
+struct TokenLogprobOut {
+  int32_t id = 0;
+  std::string text;     // the token's own piece (may be part of a UTF-8 character)
+  float logprob = 0.0f;
+};
+
+struct GeneratedToken {
+  int32_t id = 0;
+  TokenLogprobOut chosen;                 // filled when logprobs >= 0
+  std::vector<TokenLogprobOut> top;       // the `logprobs` most likely alternatives, most likely first
+};
+
+struct RequestUsage {
+  int32_t prompt_tokens = 0;
+  int32_t cached_prompt_tokens = 0;      // prompt tokens whose K/V came from the prefix cache
+  int32_t completion_tokens = 0;
+};
+
+// One event on a request's channel. Updates are coalesced: one update may carry several tokens.
+struct RequestUpdate {
+  std::string text;                      // new text since the previous update (whole UTF-8 characters; text that
+                                         // could be the start of a stop string is held back until decided)
+  std::vector<GeneratedToken> tokens;    // tokens since the previous update
+  bool finished = false;                 // last update of this request
+  FinishReason finish = FinishReason::Length;  // meaningful when finished (Stop: end-of-generation token or stop
+                                               // string; Length: max_tokens or context full)
+  std::string error;                     // finish == Error: why
+  RequestUsage usage;                    // running totals
+};
+
+class RequestHandle {
+ public:
+  virtual ~RequestHandle() = default;
+  virtual uint64_t id() const = 0;
+  // Waits up to `timeout` for news; returns true and fills `out` with everything since the previous call
+  // (coalesced), false on timeout. After the finished update, returns false at once.
+  virtual bool wait(RequestUpdate& out, std::chrono::milliseconds timeout) = 0;
+  virtual bool finished() const = 0;
+  // Thread-safe; idempotent. The engine drops the sequence at its next step and gives its blocks back; a final
+  // update with finish == Cancelled follows (unless it had already finished).
+  virtual void cancel() = 0;
+};
+
+// Thrown by submit() when max_waiting requests are already queued (HTTP 429/503 with Retry-After).
+class QueueFull : public Error {
+ public:
+  explicit QueueFull(const std::string& what) : Error(what) {}
+};
+
+// A snapshot for /metrics.
+struct ServingStats {
+  int32_t running = 0, waiting = 0;
+  int32_t kv_blocks_total = 0, kv_blocks_used = 0;
+  int64_t requests_finished = 0, requests_cancelled = 0, requests_failed = 0, requests_rejected = 0;
+  int64_t preemptions = 0;
+  int64_t prompt_tokens = 0, prompt_tokens_cached = 0;  // over all admitted requests
+  int64_t generated_tokens = 0;
+  int64_t steps = 0;
+  double busy_seconds = 0;                               // time spent running steps
+  double prefix_hit_rate() const { return prompt_tokens ? double(prompt_tokens_cached) / double(prompt_tokens) : 0.0; }
+};
+
+class ServingEngine {
+ public:
+  // Loads the model (throws ferry::Error with a clear message) and starts the engine loop.
+  ServingEngine(const EngineOptions& engine, const ServingOptions& serving);
+  ~ServingEngine();  // shutdown(false)
+  ServingEngine(const ServingEngine&) = delete;
+  ServingEngine& operator=(const ServingEngine&) = delete;
+
+  const ModelInfo& info() const;
+  const ServingOptions& options() const;
+  std::vector<int32_t> tokenize(std::string_view text, bool add_special, bool parse_special) const;
+  std::string detokenize(std::span<const int32_t> tokens) const;
+  bool has_chat_template() const;
+  std::string apply_chat_template(const std::vector<ChatTurn>& turns, bool add_generation_prompt) const;
+
+  // Queues a request. Throws ferry::Error for a bad request (naming the field: prompt too long for the context,
+  // bad sampling parameter, ...), QueueFull when the waiting queue is full, ferry::Error after shutdown().
+  std::shared_ptr<RequestHandle> submit(GenerationRequest request);
+
+  ServingStats stats() const;
+
+  // Stops accepting requests; finish_in_flight: lets running and waiting requests complete, else cancels them.
+  // Returns when the engine loop has exited. Idempotent.
+  void shutdown(bool finish_in_flight);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry
