@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/check.h"  // ferry::Error (a std::runtime_error), the base of QueueFull
 #include "ferry/engine.h"
 #include "ferry/sampling.h"
 

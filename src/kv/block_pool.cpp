@@ -9,6 +9,8 @@ BlockPool::BlockPool(int32_t n_blocks) {
   ref_.assign(static_cast<size_t>(n_blocks), 0);
   prev_.assign(static_cast<size_t>(n_blocks), kNone);
   next_.assign(static_cast<size_t>(n_blocks), kNone);
+  hash_.assign(static_cast<size_t>(n_blocks), 0);
+  has_hash_.assign(static_cast<size_t>(n_blocks), 0);
   for (int32_t b = 0; b < n_blocks; ++b) push_free_back(b);
 }
 
@@ -26,7 +28,11 @@ std::optional<int32_t> BlockPool::allocate() {
   if (head_ == kNone) return std::nullopt;
   const int32_t block = head_;
   unlink_free(block);
-  // Prefix caching: evict here (drop the block's hash from the map) before handing it out.
+  if (has_hash_[block]) {  // the least recently used cached block: evict it from the prefix cache
+    by_hash_.erase(hash_[block]);
+    has_hash_[block] = 0;
+    ++evictions_;
+  }
   ref_[block] = 1;
   return block;
 }
@@ -41,6 +47,39 @@ void BlockPool::release(int32_t block) {
   check_id(block, "release");
   FERRY_CHECK(ref_[block] > 0, "kv: release of block {}, which is already free (double release)", block);
   if (--ref_[block] == 0) push_free_back(block);
+}
+
+bool BlockPool::set_hash(int32_t block, uint64_t hash) {
+  check_id(block, "set_hash");
+  FERRY_CHECK(ref_[block] > 0, "kv: set_hash of block {}, which is free", block);
+  if (has_hash_[block] || by_hash_.count(hash) != 0) return false;
+  by_hash_.emplace(hash, block);
+  hash_[block] = hash;
+  has_hash_[block] = 1;
+  return true;
+}
+
+std::optional<int32_t> BlockPool::lookup(uint64_t hash) const {
+  const auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BlockPool::acquire_cached(int32_t block) {
+  check_id(block, "acquire_cached");
+  FERRY_CHECK(has_hash_[block], "kv: acquire_cached of block {}, which is not cached", block);
+  if (ref_[block] == 0) {
+    unlink_free(block);
+    ref_[block] = 1;
+  } else {
+    ++ref_[block];
+  }
+}
+
+std::optional<uint64_t> BlockPool::hash_of(int32_t block) const {
+  check_id(block, "hash_of");
+  if (!has_hash_[block]) return std::nullopt;
+  return hash_[block];
 }
 
 void BlockPool::push_free_back(int32_t block) {
@@ -92,6 +131,16 @@ void BlockPool::check_invariants() const {
     FERRY_CHECK(ref_[b] >= 0, "kv invariant: block {} has negative ref count {}", b, ref_[b]);
     FERRY_CHECK(seen[b] == (ref_[b] == 0), "kv invariant: block {} has ref count {} but is {}on the free list",
                 b, ref_[b], seen[b] ? "" : "not ");
+    if (has_hash_[b]) {
+      const auto it = by_hash_.find(hash_[b]);
+      FERRY_CHECK(it != by_hash_.end() && it->second == b,
+                  "kv invariant: block {} carries hash {:#x} but the prefix map does not point at it", b, hash_[b]);
+    }
+  }
+  for (const auto& [hash, b] : by_hash_) {
+    FERRY_CHECK(b >= 0 && b < n, "kv invariant: prefix map entry {:#x} -> block {} outside [0, {})", hash, b, n);
+    FERRY_CHECK(has_hash_[b] && hash_[b] == hash, "kv invariant: prefix map entry {:#x} -> block {}, which carries {}",
+                hash, b, has_hash_[b] ? fmt::format("{:#x}", hash_[b]) : std::string("no hash"));
   }
 }
 

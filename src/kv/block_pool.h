@@ -5,22 +5,18 @@
 // Free-list order is LRU: release() appends a block at the tail, allocate() takes the head (the block freed
 // longest ago). Allocation order does not matter today; it is what prefix caching needs (below).
 //
-// PREFIX CACHING (next issue) goes in here, without changing what exists:
-//  - per block, a `uint64_t hash` (+ a has_hash flag) and a map hash -> block. A *full* block's hash is
-//    xxh3(parent block's hash, its block_size token ids), so equal prefixes get equal chains. The block table
-//    registers a block (pool.set_hash(block, hash)) once all its K/V has been written.
-//  - release() to ref 0 keeps the hash and the map entry: the block is free *and* still cached. Blocks at
-//    the head of the free list are the least recently used, so allocate() evicts exactly those: when the
-//    popped block has a hash, it erases the map entry and clears the hash before handing it out.
-//  - a prefix hit on a block with ref > 0 is retain(); on a free block it is a new revive(block):
-//    unlink_free(block) (O(1): that is why the free list is doubly linked) and ref = 1.
-//  - check_invariants() adds: every map entry points at a block carrying that hash, and back.
-//  - n_free() stays "blocks allocate() can hand out" (cached-but-free ones included), so BlockTable::reserve's
-//    capacity check stays right.
+// PREFIX CACHING: a *full* block whose K/V are all written can be registered under its chained hash
+// (kv/block_hash.h) with set_hash(); lookup() finds it again. release() to ref 0 keeps the hash and the map
+// entry: the block is free *and* still cached, and a later prefix hit takes it back with acquire_cached()
+// (revive: unlinked from the free list in O(1), ref 1; or retain when it is still used). Blocks at the head
+// of the free list are the least recently used, so allocate() evicts exactly those: when the popped block has
+// a hash, its map entry is erased before it is handed out. n_free() counts cached-but-free blocks (allocate()
+// can hand them out), so BlockTable::reserve's capacity check stays right.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 namespace ferry {
@@ -34,14 +30,27 @@ class BlockPool {
   void release(int32_t block);        // --ref; at 0 it goes to the tail of the free list. ferry::Error when
                                       // the block is already free (a double release is a bug upstream)
 
+  // Prefix cache. set_hash registers a used block under `hash` and returns true; it returns false, changing
+  // nothing, when another block already holds that hash (two sequences computed the same prefix at once:
+  // the second copy simply stays uncached) or the block already has a hash.
+  bool set_hash(int32_t block, uint64_t hash);
+  std::optional<int32_t> lookup(uint64_t hash) const;  // the block cached under hash, free or not
+  // Takes a block found by lookup(): retain() when it is used, revive (ref 0 -> 1, off the free list) when
+  // it is free-but-cached. Its hash stays.
+  void acquire_cached(int32_t block);
+  std::optional<uint64_t> hash_of(int32_t block) const;
+  int32_t n_cached() const { return static_cast<int32_t>(by_hash_.size()); }  // blocks with a hash
+  int64_t evictions() const { return evictions_; }  // cached blocks handed out again by allocate()
+
   int32_t n_free() const { return n_free_; }
   int32_t n_blocks() const { return static_cast<int32_t>(ref_.size()); }
   int32_t n_used() const { return n_blocks() - n_free_; }
   int32_t ref_count(int32_t block) const;
 
   // ferry::Error on any inconsistency: the free list has no duplicates and no block with ref > 0, its links
-  // agree both ways, and it holds exactly the blocks with ref 0 (n_free of them). O(n_blocks): tests and
-  // debug builds only.
+  // agree both ways, and it holds exactly the blocks with ref 0 (n_free of them); ref counts are never
+  // negative; every hash-map entry points at a block carrying that hash, and every block with a hash is in
+  // the map under it. O(n_blocks): tests and debug builds only.
   void check_invariants() const;
 
  private:
@@ -56,6 +65,10 @@ class BlockPool {
   int32_t head_ = kNone;       // least recently freed
   int32_t tail_ = kNone;       // most recently freed
   int32_t n_free_ = 0;
+  std::vector<uint64_t> hash_;      // (n_blocks) the block's prefix hash, meaningful when has_hash_
+  std::vector<uint8_t> has_hash_;   // (n_blocks) 1: registered in by_hash_
+  std::unordered_map<uint64_t, int32_t> by_hash_;  // hash -> block id
+  int64_t evictions_ = 0;
 };
 
 }  // namespace ferry

@@ -1,0 +1,73 @@
+#include "engine/block_manager.h"
+
+#include <span>
+
+#include "core/check.h"
+#include "kv/block_hash.h"
+
+namespace ferry {
+
+BlockManager::BlockManager(int32_t n_blocks, int32_t block_size, bool prefix_caching)
+    : pool_(n_blocks), block_size_(block_size), prefix_caching_(prefix_caching) {}
+
+bool BlockManager::allocate(Sequence& seq) {
+  FERRY_ASSERT(seq.table.blocks.empty() && seq.table.n_tokens == 0);
+  const int32_t bs = block_size_;
+  const auto n_tokens = int32_t(seq.tokens.size());
+  // Cached full blocks of the prefix, stopping at the first miss. At most (n_tokens - 1) / bs of them, so at
+  // least the last token is computed.
+  std::vector<int32_t> hits;
+  std::vector<uint64_t> hashes;
+  int32_t free_hits = 0;
+  if (prefix_caching_) {
+    uint64_t parent = kNoParentHash;
+    for (int32_t j = 0; j < (n_tokens - 1) / bs; ++j) {
+      const uint64_t h = block_hash(parent, std::span(seq.tokens).subspan(size_t(j) * size_t(bs), size_t(bs)));
+      const std::optional<int32_t> block = pool_.lookup(h);
+      if (!block) break;
+      hits.push_back(*block);
+      hashes.push_back(h);
+      if (pool_.ref_count(*block) == 0) ++free_hits;
+      parent = h;
+    }
+  }
+  const int32_t needed = blocks_for_tokens(n_tokens, bs) - int32_t(hits.size());
+  if (pool_.n_free() - free_hits < needed) return false;
+  for (const int32_t b : hits) pool_.acquire_cached(b);
+  seq.table.blocks = hits;
+  seq.table.n_tokens = int32_t(hits.size()) * bs;
+  seq.block_hashes = std::move(hashes);
+  const bool ok = seq.table.reserve(pool_, n_tokens, bs);
+  FERRY_ASSERT(ok);
+  return true;
+}
+
+bool BlockManager::can_append(const Sequence& seq) const {
+  return seq.table.capacity(block_size_) >= seq.n_computed() + 1 || pool_.n_free() > 0;
+}
+
+void BlockManager::append(Sequence& seq) {
+  const bool ok = seq.table.reserve(pool_, seq.n_computed() + 1, block_size_);
+  FERRY_ASSERT(ok);
+}
+
+void BlockManager::commit(Sequence& seq) {
+  const int32_t bs = block_size_;
+  const int32_t n_full = seq.n_computed() / bs;
+  while (int32_t(seq.block_hashes.size()) < n_full) {
+    const auto j = int32_t(seq.block_hashes.size());
+    const uint64_t parent = j == 0 ? kNoParentHash : seq.block_hashes.back();
+    const uint64_t h = block_hash(parent, std::span(seq.tokens).subspan(size_t(j) * size_t(bs), size_t(bs)));
+    seq.block_hashes.push_back(h);
+    // A block shared from the cache already carries h; a second copy of a prefix computed at the same time
+    // stays uncached (set_hash refuses a hash held by another block).
+    if (prefix_caching_) pool_.set_hash(seq.table.blocks[size_t(j)], h);
+  }
+}
+
+void BlockManager::free(Sequence& seq) {
+  seq.table.release_all(pool_);
+  seq.block_hashes.clear();
+}
+
+}  // namespace ferry

@@ -1,0 +1,50 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace ferry {
+
+void ModelRunner::run(const StepPlan& plan) {
+  const int32_t bs = model_.kv_shape().block_size;
+  Batch& b = batch_;
+  b.tokens.clear();
+  b.positions.clear();
+  b.slots.clear();
+  b.q_start.clear();
+  b.q_len.clear();
+  b.kv_len.clear();
+  b.logit_rows.clear();
+  int32_t mb = 0;
+  for (const ScheduledChunk& c : plan.chunks) mb = std::max(mb, int32_t(c.seq->table.blocks.size()));
+  b.max_blocks_per_seq = mb;
+  b.block_tables.assign(plan.chunks.size() * size_t(mb), -1);
+  for (size_t s = 0; s < plan.chunks.size(); ++s) {
+    const ScheduledChunk& c = plan.chunks[s];
+    const Sequence& seq = *c.seq;
+    const int32_t pos0 = seq.n_computed();
+    FERRY_ASSERT(c.n_tokens > 0 && pos0 + c.n_tokens <= int32_t(seq.tokens.size()));
+    const auto row0 = int32_t(b.tokens.size());
+    for (int32_t i = 0; i < c.n_tokens; ++i) {
+      const int32_t pos = pos0 + i;
+      b.tokens.push_back(seq.tokens[size_t(pos)]);
+      b.positions.push_back(pos);
+      b.slots.push_back(seq.table.slot(pos, bs));
+    }
+    b.q_start.push_back(row0);
+    b.q_len.push_back(c.n_tokens);
+    b.kv_len.push_back(pos0 + c.n_tokens);
+    std::copy(seq.table.blocks.begin(), seq.table.blocks.end(), b.block_tables.begin() + ptrdiff_t(s * size_t(mb)));
+    if (c.sample) b.logit_rows.push_back(row0 + c.n_tokens - 1);
+  }
+  model_.forward(b, logits_);
+}
+
+std::span<const float> ModelRunner::logits(size_t i) const {
+  const auto V = size_t(model_.config().vocab_size);
+  FERRY_ASSERT((i + 1) * V <= logits_.size());
+  return std::span<const float>(logits_).subspan(i * V, V);
+}
+
+}  // namespace ferry

@@ -1,0 +1,332 @@
+// ServingEngine: the public API (submit, stats, shutdown) and the engine loop thread. Each step is
+// schedule (engine/scheduler) -> run (engine/model_runner) -> postprocess (engine/postprocess), with KV
+// blocks and the prefix cache in engine/block_manager.
+#include "ferry/serving.h"
+
+#include <algorithm>
+#include <thread>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "engine/block_manager.h"
+#include "engine/loaded_model.h"
+#include "engine/model_runner.h"
+#include "engine/postprocess.h"
+#include "engine/request_queue.h"
+#include "engine/scheduler.h"
+
+namespace ferry {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int32_t kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 1024;
+constexpr int32_t kMaxLogprobs = 20;
+
+// KV capacity in tokens when ServingOptions.kv_tokens is 0: CPU: max_running sequences of full context, within
+// 50% of RAM; CUDA: 90% of the memory free once the weights are loaded. Never less than one context.
+// Example: SmolLM2-135M (30 layers, 3 KV heads x 64) takes 46 KiB per token; 64 x 4096 tokens = 11.3 GiB, so
+// on a 24 GiB machine the cap of 12 GiB (~266k tokens) leaves the full 262k.
+int64_t automatic_kv_tokens(const EngineOptions& eo, const ServingOptions& so, const ModelConfig& c,
+                            int32_t context) {
+  const double per_token = double(kv_bytes_per_token(c));
+  double budget_tokens = 0;
+  if (eo.device == "cpu") {
+    budget_tokens = 0.5 * host_memory_bytes() / per_token;
+  } else {
+    budget_tokens = 0.9 * device_free_bytes(eo) / per_token;
+  }
+  const double want = std::min(double(so.max_running) * double(context), budget_tokens);
+  return std::max<int64_t>(context, int64_t(want));
+}
+
+void validate_options(const ServingOptions& s) {
+  FERRY_CHECK(s.max_running >= 1 && s.max_running <= 4096, "serving: max_running must be in 1..4096, got {}",
+              s.max_running);
+  FERRY_CHECK(s.max_step_tokens >= s.max_running && s.max_step_tokens <= 65536,
+              "serving: max_step_tokens must be in max_running ({})..65536, got {}", s.max_running, s.max_step_tokens);
+  FERRY_CHECK(s.max_waiting >= 0 && s.max_waiting <= (1 << 20), "serving: max_waiting must be in 0..{}, got {}",
+              1 << 20, s.max_waiting);
+  FERRY_CHECK(s.kv_tokens >= 0, "serving: kv_tokens must be >= 0 (0: automatic), got {}", s.kv_tokens);
+}
+
+}  // namespace
+
+struct ServingEngine::Impl {
+  ServingOptions options;
+  std::unique_ptr<LoadedModel> m;
+  std::unique_ptr<BlockManager> blocks;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<ModelRunner> runner;
+  std::shared_ptr<RequestQueue> queue = std::make_shared<RequestQueue>();
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> live;  // loop thread only
+  std::atomic<uint64_t> next_id{1};
+  mutable std::mutex stats_mu;
+  ServingStats stats;  // guarded by stats_mu (running/waiting filled by stats())
+  std::mutex join_mu;
+  std::thread loop;
+
+  void run_loop();
+  void step();
+  // Ends a sequence: out of the scheduler, blocks back, final update, counters.
+  void finish(Sequence* seq, FinishReason reason, std::string_view text, std::vector<GeneratedToken>&& tokens,
+              std::string error = {});
+  void fail_all(const std::string& error);
+  void publish_stats(double step_seconds, int64_t new_tokens);
+};
+
+void ServingEngine::Impl::finish(Sequence* seq, FinishReason reason, std::string_view text,
+                                 std::vector<GeneratedToken>&& tokens, std::string error) {
+  if (seq->state != SequenceState::Finished) scheduler->remove(seq);
+  seq->channel->finish(text, std::move(tokens), seq->usage, reason, std::move(error));
+  {
+    std::lock_guard lock(stats_mu);
+    switch (reason) {
+      case FinishReason::Stop:
+      case FinishReason::Length: ++stats.requests_finished; break;
+      case FinishReason::Cancelled: ++stats.requests_cancelled; break;
+      case FinishReason::Error: ++stats.requests_failed; break;
+    }
+  }
+  live.erase(seq->id);
+}
+
+void ServingEngine::Impl::fail_all(const std::string& error) {
+  std::vector<Sequence*> all;
+  for (auto& [id, seq] : live) all.push_back(seq.get());
+  for (Sequence* seq : all) {
+    try {
+      finish(seq, FinishReason::Error, {}, {}, error);
+    } catch (const std::exception&) {  // the scheduler's bookkeeping is broken: still answer the caller
+      seq->channel->finish({}, {}, seq->usage, FinishReason::Error, error);
+      live.erase(seq->id);
+    }
+  }
+}
+
+void ServingEngine::Impl::publish_stats(double step_seconds, int64_t new_tokens) {
+  std::lock_guard lock(stats_mu);
+  stats.running = int32_t(scheduler->running().size());
+  stats.kv_blocks_used = blocks->pool().n_used();
+  stats.preemptions = scheduler->preemptions();
+  stats.generated_tokens += new_tokens;
+  if (step_seconds > 0) {
+    ++stats.steps;
+    stats.busy_seconds += step_seconds;
+  }
+}
+
+void ServingEngine::Impl::step() {
+  const auto t0 = Clock::now();
+  StepPlan plan = scheduler->schedule();
+  for (Sequence* seq : plan.admitted) {
+    if (seq->admitted_once) continue;
+    seq->admitted_once = true;
+    seq->usage.prompt_tokens = seq->n_prompt;
+    seq->usage.cached_prompt_tokens = seq->n_computed();
+    seq->sampler.emplace(seq->request.sampling, m->model->config().vocab_size);
+    seq->text.emplace(*m->tokenizer, seq->request.stop);
+    std::lock_guard lock(stats_mu);
+    stats.prompt_tokens += seq->n_prompt;
+    stats.prompt_tokens_cached += seq->n_computed();
+  }
+  if (plan.empty()) {
+    // Nothing runs and nothing can be admitted: the front request needs more blocks than the whole cache
+    // (cannot happen when the cache holds one context, which the constructor ensures; never hang regardless).
+    if (scheduler->running().empty() && !scheduler->waiting().empty())
+      finish(scheduler->waiting().front(), FinishReason::Error, {}, {}, "serving: the request does not fit the KV cache");
+    return;
+  }
+  try {
+    runner->run(plan);
+  } catch (const std::exception& e) {
+    const std::string error = fmt::format("engine step failed: {}", e.what());
+    for (const ScheduledChunk& c : plan.chunks) finish(c.seq, FinishReason::Error, {}, {}, error);
+    publish_stats(std::chrono::duration<double>(Clock::now() - t0).count(), 0);
+    return;
+  }
+  int64_t new_tokens = 0;
+  size_t row = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    Sequence* seq = c.seq;
+    seq->table.n_tokens += c.n_tokens;
+    blocks->commit(*seq);
+    if (!c.sample) continue;
+    const std::span<const float> logits = runner->logits(row++);
+    try {
+      TokenOutcome out = postprocess_token(*seq, logits, *m->tokenizer, m->context);
+      ++new_tokens;
+      if (out.finished) finish(seq, out.reason, out.text, std::move(out.tokens));
+    } catch (const std::exception& e) {
+      finish(seq, FinishReason::Error, {}, {}, fmt::format("sampling failed: {}", e.what()));
+    }
+  }
+  publish_stats(std::chrono::duration<double>(Clock::now() - t0).count(), new_tokens);
+}
+
+void ServingEngine::Impl::run_loop() {
+  for (;;) {
+    std::deque<std::unique_ptr<Sequence>> incoming;
+    bool closed = false, finish_in_flight = true;
+    {
+      std::unique_lock lock(queue->mu);
+      if (live.empty()) queue->cv.wait(lock, [&] { return !queue->incoming.empty() || queue->closed || queue->poked; });
+      queue->poked = false;
+      incoming.swap(queue->incoming);
+      closed = queue->closed;
+      finish_in_flight = queue->finish_in_flight;
+    }
+    try {
+      for (auto& seq : incoming) {
+        Sequence* s = seq.get();
+        live.emplace(s->id, std::move(seq));
+        s->state = SequenceState::Finished;  // not in the scheduler yet
+        if (s->request.max_tokens == 0) {    // nothing to generate: answer at once
+          s->usage.prompt_tokens = s->n_prompt;
+          finish(s, FinishReason::Length, {}, {});
+          continue;
+        }
+        scheduler->add(s);
+      }
+      // Cancellations (and every request when shutting down without finishing).
+      std::vector<Sequence*> cancelled;
+      for (auto& [id, seq] : live)
+        if ((closed && !finish_in_flight) || seq->channel->cancel_requested()) cancelled.push_back(seq.get());
+      for (Sequence* seq : cancelled) finish(seq, FinishReason::Cancelled, {}, {});
+      if (live.empty()) {
+        publish_stats(0, 0);
+        {
+          std::lock_guard lock(queue->mu);
+          queue->loop_waiting = 0;
+        }
+        if (closed) {
+          std::lock_guard lock(queue->mu);
+          if (queue->incoming.empty()) return;
+        }
+        continue;
+      }
+      step();
+    } catch (const std::exception& e) {
+      fail_all(fmt::format("engine error: {}", e.what()));
+    }
+    std::lock_guard lock(queue->mu);
+    queue->loop_waiting = int32_t(scheduler->waiting().size());
+  }
+}
+
+ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) : impl_(std::make_unique<Impl>()) {
+  validate_options(so);
+  Impl& s = *impl_;
+  s.options = so;
+  s.m = load_model(eo, [&](const ModelConfig& c, int32_t context) {
+    const int64_t kv_tokens = so.kv_tokens > 0 ? so.kv_tokens : automatic_kv_tokens(eo, so, c, context);
+    FERRY_CHECK(kv_tokens >= context, "serving: kv_tokens ({}) must hold at least one context ({} tokens)",
+                kv_tokens, context);
+    return KvSizing{.kv_tokens = kv_tokens, .max_step_tokens = so.max_step_tokens};
+  });
+  const KvCacheShape& kv = s.m->model->kv_shape();
+  s.blocks = std::make_unique<BlockManager>(kv.n_blocks, kv.block_size, so.prefix_caching);
+  s.scheduler = std::make_unique<Scheduler>(SchedulerLimits{.max_running = so.max_running,
+                                                            .max_step_tokens = so.max_step_tokens},
+                                            *s.blocks);
+  s.runner = std::make_unique<ModelRunner>(*s.m->model);
+  s.stats.kv_blocks_total = kv.n_blocks;
+  s.loop = std::thread([this] { impl_->run_loop(); });
+}
+
+ServingEngine::~ServingEngine() { shutdown(false); }
+
+const ModelInfo& ServingEngine::info() const { return impl_->m->info; }
+const ServingOptions& ServingEngine::options() const { return impl_->options; }
+
+std::vector<int32_t> ServingEngine::tokenize(std::string_view text, bool add_special, bool parse_special) const {
+  return impl_->m->tokenize(text, add_special, parse_special);
+}
+
+std::string ServingEngine::detokenize(std::span<const int32_t> tokens) const {
+  return impl_->m->tokenizer->decode(tokens);
+}
+
+bool ServingEngine::has_chat_template() const { return impl_->m->chat_template != nullptr; }
+
+std::string ServingEngine::apply_chat_template(const std::vector<ChatTurn>& turns, bool add_generation_prompt) const {
+  return impl_->m->apply_chat_template(turns, add_generation_prompt);
+}
+
+std::shared_ptr<RequestHandle> ServingEngine::submit(GenerationRequest r) {
+  Impl& s = *impl_;
+  const int32_t context = s.m->context;
+  const int32_t vocab = s.m->model->config().vocab_size;
+  FERRY_CHECK(!r.prompt.empty(), "prompt: empty (at least one token is needed)");
+  FERRY_CHECK(int64_t(r.prompt.size()) < context,
+              "prompt: {} tokens do not fit the context of {} tokens (at most {} prompt tokens)", r.prompt.size(),
+              context, context - 1);
+  for (const int32_t t : r.prompt)
+    FERRY_CHECK(t >= 0 && t < vocab, "prompt: token id {} is outside the vocabulary [0, {})", t, vocab);
+  r.sampling.validate();
+  FERRY_CHECK(r.max_tokens >= 0, "max_tokens: must be >= 0, got {}", r.max_tokens);
+  FERRY_CHECK(r.logprobs >= -1 && r.logprobs <= kMaxLogprobs, "logprobs: must be in 0..{} (or -1: none), got {}",
+              kMaxLogprobs, r.logprobs);
+  FERRY_CHECK(int32_t(r.stop.size()) <= kMaxStopStrings, "stop: at most {} stop strings, got {}", kMaxStopStrings,
+              r.stop.size());
+  for (const std::string& st : r.stop)
+    FERRY_CHECK(!st.empty() && st.size() <= kMaxStopBytes, "stop: each stop string must have 1..{} bytes, got {}",
+                kMaxStopBytes, st.size());
+
+  auto seq = std::make_unique<Sequence>();
+  seq->id = s.next_id.fetch_add(1);
+  seq->n_prompt = int32_t(r.prompt.size());
+  seq->tokens = std::move(r.prompt);
+  seq->request = std::move(r);
+  seq->arrival = Clock::now();
+  std::weak_ptr<RequestQueue> weak = s.queue;
+  auto channel = std::make_shared<RequestChannel>(seq->id, [weak] {
+    if (const auto q = weak.lock()) q->poke();
+  });
+  seq->channel = channel;
+  {
+    std::lock_guard lock(s.queue->mu);
+    FERRY_CHECK(!s.queue->closed, "serving: the engine is shutting down; no new requests");
+    const int64_t waiting = int64_t(s.queue->incoming.size()) + s.queue->loop_waiting;
+    if (waiting >= s.options.max_waiting) {
+      {
+        std::lock_guard stats_lock(s.stats_mu);
+        ++s.stats.requests_rejected;
+      }
+      throw QueueFull(fmt::format("serving: {} requests are waiting (max_waiting {}); retry later", waiting,
+                                  s.options.max_waiting));
+    }
+    s.queue->incoming.push_back(std::move(seq));
+  }
+  s.queue->cv.notify_all();
+  return channel;
+}
+
+ServingStats ServingEngine::stats() const {
+  const Impl& s = *impl_;
+  ServingStats out;
+  {
+    std::lock_guard lock(s.stats_mu);
+    out = s.stats;
+  }
+  std::lock_guard lock(s.queue->mu);
+  out.waiting = int32_t(s.queue->incoming.size()) + s.queue->loop_waiting;
+  return out;
+}
+
+void ServingEngine::shutdown(bool finish_in_flight) {
+  Impl& s = *impl_;
+  {
+    std::lock_guard lock(s.queue->mu);
+    if (!s.queue->closed) s.queue->finish_in_flight = finish_in_flight;
+    if (!finish_in_flight) s.queue->finish_in_flight = false;  // a later shutdown(false) cancels what is left
+    s.queue->closed = true;
+  }
+  s.queue->cv.notify_all();
+  std::lock_guard join_lock(s.join_mu);
+  if (s.loop.joinable()) s.loop.join();
+}
+
+}  // namespace ferry

@@ -1,0 +1,88 @@
+// Helpers for the serving engine tests: the tiny fixture model, a request with greedy sampling, and collecting
+// a request's updates until it finishes.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/serving.h"
+#include "fixtures/test_paths.h"
+
+namespace ferry::test {
+
+inline std::string tiny_llama() { return source_dir() + "/tests/fixtures/models/tiny-llama"; }
+
+inline EngineOptions tiny_options(int context = 128, int block_size = 4) {
+  EngineOptions o;
+  o.model_path = tiny_llama();
+  o.context = context;
+  o.block_size = block_size;
+  o.n_threads = 2;
+  return o;
+}
+
+inline GenerationRequest greedy_request(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+struct Collected {
+  std::string text;
+  std::vector<GeneratedToken> tokens;
+  FinishReason finish = FinishReason::Error;
+  std::string error;
+  RequestUsage usage;
+  int updates = 0;
+  bool finished = false;
+
+  std::vector<int32_t> ids() const {
+    std::vector<int32_t> out;
+    for (const GeneratedToken& t : tokens) out.push_back(t.id);
+    return out;
+  }
+};
+
+// Waits for every update of h (fails the test after `limit` without the final one).
+inline Collected collect(RequestHandle& h, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  Collected c;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  RequestUpdate u;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!h.wait(u, std::chrono::milliseconds(100))) continue;
+    ++c.updates;
+    c.text += u.text;
+    for (GeneratedToken& t : u.tokens) c.tokens.push_back(std::move(t));
+    c.usage = u.usage;
+    if (u.finished) {
+      c.finished = true;
+      c.finish = u.finish;
+      c.error = u.error;
+      break;
+    }
+  }
+  EXPECT_TRUE(c.finished) << "request " << h.id() << " did not finish in time";
+  return c;
+}
+
+// Deterministic pseudo-random prompt of n token ids in [3, vocab) (skipping the tiny model's specials 0..2).
+inline std::vector<int32_t> random_prompt(uint64_t seed, int n, int vocab = 512) {
+  std::vector<int32_t> p;
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p.push_back(int32_t(3 + x % uint64_t(vocab - 3)));
+  }
+  return p;
+}
+
+}  // namespace ferry::test
