@@ -80,8 +80,7 @@ struct ServingEngine::Impl {
 void ServingEngine::Impl::finish(Sequence* seq, FinishReason reason, std::string_view text,
                                  std::vector<GeneratedToken>&& tokens, std::string error) {
   if (seq->state != SequenceState::Finished) scheduler->remove(seq);
-  seq->channel->finish(text, std::move(tokens), seq->usage, reason, std::move(error));
-  {
+  {  // the counters first: a caller that sees the final update sees them too
     std::lock_guard lock(stats_mu);
     switch (reason) {
       case FinishReason::Stop:
@@ -89,7 +88,10 @@ void ServingEngine::Impl::finish(Sequence* seq, FinishReason reason, std::string
       case FinishReason::Cancelled: ++stats.requests_cancelled; break;
       case FinishReason::Error: ++stats.requests_failed; break;
     }
+    stats.running = int32_t(scheduler->running().size());
+    stats.kv_blocks_used = blocks->pool().n_used();
   }
+  seq->channel->finish(text, std::move(tokens), seq->usage, reason, std::move(error));
   live.erase(seq->id);
 }
 
@@ -174,6 +176,7 @@ void ServingEngine::Impl::run_loop() {
       std::unique_lock lock(queue->mu);
       if (live.empty()) queue->cv.wait(lock, [&] { return !queue->incoming.empty() || queue->closed || queue->poked; });
       queue->poked = false;
+      queue->loop_waiting += int32_t(queue->incoming.size());  // they still count as waiting until admitted
       incoming.swap(queue->incoming);
       closed = queue->closed;
       finish_in_flight = queue->finish_in_flight;
