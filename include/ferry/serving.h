@@ -36,6 +36,9 @@ struct ServingOptions {
   bool prefix_caching = true; // reuse cached full blocks of equal prompt prefixes
   bool batch_invariant = false;  // a request's output does not depend on what else is in the batch (CUDA;
                                  // the CPU kernels are batch-invariant always)
+  bool check_invariants = false; // tests and debugging: after every step verify the KV bookkeeping (every
+                                 // block's ref count equals the sequences holding it, pool and prefix-map
+                                 // consistency); O(n_blocks) per step. A violation fails the requests in flight.
 };
 
 // One generation request. Every field is validated by submit(), which throws ferry::Error naming the bad one.

@@ -75,7 +75,32 @@ struct ServingEngine::Impl {
               std::string error = {});
   void fail_all(const std::string& error);
   void publish_stats(double step_seconds, int64_t new_tokens);
+  void check_invariants() const;
 };
+
+void ServingEngine::Impl::check_invariants() const {
+  const BlockPool& pool = blocks->pool();
+  pool.check_invariants();
+  std::vector<int32_t> held(size_t(pool.n_blocks()), 0);  // (n_blocks) references the live sequences hold
+  for (const Sequence* seq : scheduler->running()) {
+    FERRY_CHECK(seq->state == SequenceState::Running, "serving invariant: sequence {} is running in state {}",
+                seq->id, int(seq->state));
+    FERRY_CHECK(seq->table.capacity(blocks->block_size()) >= int32_t(seq->tokens.size()) - 1 &&
+                    seq->table.n_tokens <= int32_t(seq->tokens.size()),
+                "serving invariant: sequence {} has {} blocks for {} tokens ({} computed)", seq->id,
+                seq->table.blocks.size(), seq->tokens.size(), seq->table.n_tokens);
+    for (const int32_t b : seq->table.blocks) ++held[size_t(b)];
+  }
+  for (const Sequence* seq : scheduler->waiting())
+    FERRY_CHECK(seq->table.blocks.empty() && seq->table.n_tokens == 0 && seq->state == SequenceState::Waiting,
+                "serving invariant: waiting sequence {} holds {} blocks", seq->id, seq->table.blocks.size());
+  for (int32_t b = 0; b < pool.n_blocks(); ++b)
+    FERRY_CHECK(pool.ref_count(b) == held[size_t(b)],
+                "serving invariant: block {} has ref count {} but {} references are held (leak or double use)", b,
+                pool.ref_count(b), held[size_t(b)]);
+  FERRY_CHECK(int32_t(scheduler->running().size()) <= options.max_running, "serving invariant: {} running > {}",
+              scheduler->running().size(), options.max_running);
+}
 
 void ServingEngine::Impl::finish(Sequence* seq, FinishReason reason, std::string_view text,
                                  std::vector<GeneratedToken>&& tokens, std::string error) {
@@ -166,6 +191,7 @@ void ServingEngine::Impl::step() {
     }
   }
   publish_stats(std::chrono::duration<double>(Clock::now() - t0).count(), new_tokens);
+  if (options.check_invariants) check_invariants();
 }
 
 void ServingEngine::Impl::run_loop() {
@@ -198,6 +224,7 @@ void ServingEngine::Impl::run_loop() {
       for (auto& [id, seq] : live)
         if ((closed && !finish_in_flight) || seq->channel->cancel_requested()) cancelled.push_back(seq.get());
       for (Sequence* seq : cancelled) finish(seq, FinishReason::Cancelled, {}, {});
+      if (options.check_invariants && !cancelled.empty()) check_invariants();
       if (live.empty()) {
         publish_stats(0, 0);
         {
