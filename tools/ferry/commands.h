@@ -16,6 +16,7 @@ Runner add_inspect(CLI::App& app);
 Runner add_gen(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_score(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 // The model path to use: `path` when given, else the default model (SmolLM2-135M-Instruct Q4_1) from
 // $FERRY_MODELS_DIR, the models/ folder next to the binary's build tree, or ./models.

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   add("gen", "write a random-weight model of a named shape (GGUF)", ferry::cli::add_gen);
   add("bench", "measure prompt and generation speed", ferry::cli::add_bench);
   add("score", "write teacher-forced logits of every position of token prompts (float32)", ferry::cli::add_score);
+  add("serve", "OpenAI-compatible HTTP server (continuous batching)", ferry::cli::add_serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,255 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+
+namespace ferry::server {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, "'" + param + "': " + message, param);
+}
+
+// The deepest nesting of [ and { outside strings; stops counting past `limit`. Bounded work, no recursion:
+// nlohmann's DOM would otherwise take any depth (and its destructor recurses).
+size_t json_depth(std::string_view s, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if ((c == ']' || c == '}') && depth > 0) --depth;
+  }
+  return deepest;
+}
+
+// A field that is absent or null reads as absent.
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+double number(const json& v, const std::string& name, double lo, double hi) {
+  if (!v.is_number()) bad(name, "must be a number");
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi) bad(name, "must be between " + json(lo).dump() + " and " + json(hi).dump() + ", got " + v.dump());
+  return x;
+}
+
+int64_t integer(const json& v, const std::string& name, int64_t lo, int64_t hi) {
+  int64_t x = 0;
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) bad(name, "is out of range");
+    x = v.get<int64_t>();
+  } else if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
+             std::abs(v.get<double>()) < 9e15) {
+    x = int64_t(v.get<double>());  // 16.0 is an integer too
+  } else {
+    bad(name, "must be an integer");
+  }
+  if (x < lo || x > hi) bad(name, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + std::to_string(x));
+  return x;
+}
+
+bool boolean(const json& v, const std::string& name) {
+  if (!v.is_boolean()) bad(name, "must be a boolean");
+  return v.get<bool>();
+}
+
+// A message's content: a string, or a list of {"type": "text", "text": "..."} parts (joined).
+std::string message_content(const json& v, const std::string& name) {
+  if (v.is_null()) return {};
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) bad(name, "must be a string or a list of text parts");
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& part = v[i];
+    const std::string pname = name + "[" + std::to_string(i) + "]";
+    if (!part.is_object()) bad(pname, "must be an object");
+    const json* type = field(part, "type");
+    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") bad(pname + ".type", "only \"text\" parts are supported");
+    const json* text = field(part, "text");
+    if (text == nullptr || !text->is_string()) bad(pname + ".text", "must be a string");
+    out += text->get<std::string>();
+  }
+  return out;
+}
+
+void parse_messages(const json& body, ParsedRequest& r) {
+  const json* msgs = field(body, "messages");
+  if (msgs == nullptr) bad("messages", "is required");
+  if (!msgs->is_array() || msgs->empty()) bad("messages", "must be a non-empty list");
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const json& m = (*msgs)[i];
+    const std::string name = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) bad(name, "must be an object");
+    const json* role = field(m, "role");
+    if (role == nullptr || !role->is_string()) bad(name + ".role", "is required and must be a string");
+    std::string r_name = role->get<std::string>();
+    if (r_name == "developer") r_name = "system";
+    if (r_name != "system" && r_name != "user" && r_name != "assistant")
+      bad(name + ".role", "must be one of system, developer, user, assistant, got " + role->dump());
+    const auto content = m.find("content");
+    if (content == m.end()) bad(name + ".content", "is required");
+    r.messages.push_back({r_name, message_content(*content, name + ".content")});
+  }
+}
+
+void parse_prompt(const json& body, ParsedRequest& r) {
+  const json* p = field(body, "prompt");
+  if (p == nullptr) bad("prompt", "is required");
+  const json* v = p;
+  // A list of one prompt (OpenAI's batch form) is accepted; more than one is not.
+  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) v = &(*v)[0];
+  if (v->is_string()) {
+    r.prompt_text = v->get<std::string>();
+    return;
+  }
+  if (!v->is_array() || v->empty()) bad("prompt", "must be a string, a non-empty list of token ids, or a list of one of these");
+  r.prompt_tokens.reserve(v->size());
+  for (const json& t : *v) {
+    if (!t.is_number_integer()) bad("prompt", "must be a string, a non-empty list of token ids, or a list of one of these");
+    const int64_t id = integer(t, "prompt", 0, std::numeric_limits<int32_t>::max());
+    r.prompt_tokens.push_back(int32_t(id));
+  }
+}
+
+void parse_stop(const json& body, ParsedRequest& r, const RequestLimits& limits) {
+  const json* s = field(body, "stop");
+  if (s == nullptr) return;
+  const auto add = [&](const json& v) {
+    if (!v.is_string()) bad("stop", "must be a string or a list of strings");
+    std::string str = v.get<std::string>();
+    if (str.size() > limits.max_stop_bytes) bad("stop", "strings must be at most " + std::to_string(limits.max_stop_bytes) + " bytes");
+    if (!str.empty()) r.stop.push_back(std::move(str));
+  };
+  if (s->is_array()) {
+    if (s->size() > limits.max_stop_strings) bad("stop", "at most " + std::to_string(limits.max_stop_strings) + " stop strings");
+    for (const json& v : *s) add(v);
+  } else {
+    add(*s);
+  }
+}
+
+void parse_logprobs(const json& body, ParsedRequest& r, const RequestLimits& limits) {
+  const json* lp = field(body, "logprobs");
+  const json* top = field(body, "top_logprobs");
+  if (r.endpoint == Endpoint::Chat) {
+    // chat: logprobs is a bool, top_logprobs (0..20) the number of alternatives and needs logprobs: true.
+    const bool on = lp != nullptr && boolean(*lp, "logprobs");
+    if (top != nullptr) {
+      const int32_t n = int32_t(integer(*top, "top_logprobs", 0, limits.max_top_logprobs));
+      if (!on) bad("top_logprobs", "needs \"logprobs\": true");
+      r.logprobs = n;
+    } else if (on) {
+      r.logprobs = 0;
+    }
+  } else {
+    // completions: logprobs is the number of alternatives (0..20).
+    if (top != nullptr) bad("top_logprobs", "is a chat completions parameter; completions take \"logprobs\": N");
+    if (lp != nullptr) r.logprobs = int32_t(integer(*lp, "logprobs", 0, limits.max_top_logprobs));
+  }
+}
+
+void parse_sampling(const json& body, ParsedRequest& r) {
+  SamplingParams& s = r.sampling;
+  s.temperature = 1.0f;  // OpenAI's defaults: plain sampling
+  s.top_p = 1.0f;
+  s.top_k = 0;
+  s.min_p = 0.0f;
+  s.repetition_penalty = 1.0f;
+  s.presence_penalty = 0.0f;
+  s.frequency_penalty = 0.0f;
+  if (const json* v = field(body, "temperature")) s.temperature = float(number(*v, "temperature", 0.0, 2.0));
+  if (const json* v = field(body, "top_p")) {
+    s.top_p = float(number(*v, "top_p", 0.0, 1.0));
+    if (s.top_p <= 0.0f) bad("top_p", "must be in (0, 1]");
+  }
+  if (const json* v = field(body, "top_k")) s.top_k = int32_t(integer(*v, "top_k", -1, 1 << 20));  // -1 or 0: off
+  if (s.top_k < 0) s.top_k = 0;
+  if (const json* v = field(body, "min_p")) s.min_p = float(number(*v, "min_p", 0.0, 1.0));
+  if (const json* v = field(body, "presence_penalty")) s.presence_penalty = float(number(*v, "presence_penalty", -2.0, 2.0));
+  if (const json* v = field(body, "frequency_penalty")) s.frequency_penalty = float(number(*v, "frequency_penalty", -2.0, 2.0));
+  if (const json* v = field(body, "repetition_penalty"))  // vLLM's extension
+    s.repetition_penalty = float(number(*v, "repetition_penalty", 0.01, 100.0));
+  if (const json* v = field(body, "seed")) {
+    if (!v->is_number_integer()) bad("seed", "must be an integer");
+    s.seed = v->is_number_unsigned() ? v->get<uint64_t>() : uint64_t(v->get<int64_t>());
+    r.seed_given = true;
+  }
+}
+
+void reject_unsupported(const json& body) {
+  if (const json* n = field(body, "n"); n != nullptr && integer(*n, "n", 1, 1 << 20) != 1) bad("n", "only n = 1 is supported");
+  if (const json* n = field(body, "best_of"); n != nullptr && integer(*n, "best_of", 1, 1 << 20) != 1) bad("best_of", "only best_of = 1 is supported");
+  if (const json* e = field(body, "echo"); e != nullptr && boolean(*e, "echo")) bad("echo", "echo is not supported");
+  if (const json* b = field(body, "logit_bias"); b != nullptr && !(b->is_object() && b->empty())) bad("logit_bias", "logit_bias is not supported");
+  if (const json* t = field(body, "tools"); t != nullptr && !(t->is_array() && t->empty())) bad("tools", "tools are not supported");
+  if (const json* f = field(body, "response_format")) {
+    const json* type = f->is_object() ? field(*f, "type") : nullptr;
+    if (type == nullptr || *type != "text") bad("response_format", "only {\"type\": \"text\"} is supported");
+  }
+}
+
+}  // namespace
+
+ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text, const RequestLimits& limits) {
+  if (json_depth(body_text, limits.max_json_depth) > limits.max_json_depth)
+    throw ApiError(400, "malformed JSON: nested deeper than " + std::to_string(limits.max_json_depth) + " levels");
+  json body;
+  try {
+    body = json::parse(body_text.begin(), body_text.end());
+  } catch (const json::exception& e) {
+    throw ApiError(400, std::string("malformed JSON: ") + e.what());
+  }
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+
+  ParsedRequest r;
+  r.endpoint = endpoint;
+  try {
+    if (const json* m = field(body, "model")) {
+      if (!m->is_string()) bad("model", "must be a string");
+      r.model = m->get<std::string>();
+    }
+    if (endpoint == Endpoint::Chat) parse_messages(body, r);
+    else parse_prompt(body, r);
+    reject_unsupported(body);
+    parse_sampling(body, r);
+    const char* max_name = "max_tokens";
+    const json* mt = field(body, "max_tokens");
+    if (const json* mct = field(body, "max_completion_tokens"); mct != nullptr) {
+      mt = mct;
+      max_name = "max_completion_tokens";
+    }
+    if (mt != nullptr) r.max_tokens = int32_t(integer(*mt, max_name, 1, std::numeric_limits<int32_t>::max()));
+    parse_stop(body, r, limits);
+    if (const json* v = field(body, "stream")) r.stream = boolean(*v, "stream");
+    if (const json* so = field(body, "stream_options")) {
+      if (!so->is_object()) bad("stream_options", "must be an object");
+      if (!r.stream) bad("stream_options", "is only allowed when \"stream\" is true");
+      if (const json* iu = field(*so, "include_usage")) r.include_usage = boolean(*iu, "stream_options.include_usage");
+    }
+    if (const json* v = field(body, "ignore_eos")) r.ignore_eos = boolean(*v, "ignore_eos");
+    parse_logprobs(body, r, limits);
+  } catch (const json::exception& e) {  // a type surprise inside nlohmann (should not happen): still a 400
+    throw ApiError(400, std::string("bad request: ") + e.what());
+  }
+  return r;
+}
+
+}  // namespace ferry::server

@@ -1,0 +1,46 @@
+// Parses and validates the JSON body of POST /v1/chat/completions and /v1/completions into a ParsedRequest.
+// Everything here is independent of the model (fuzzed by tests/fuzz/openai_request_fuzz.cpp); turning the
+// messages or prompt into tokens happens in the route (build_generation_request). Any bad input throws
+// ApiError(400) naming the parameter; nothing else escapes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/engine.h"
+#include "ferry/sampling.h"
+
+namespace ferry::server {
+
+enum class Endpoint { Chat, Completion };
+
+struct RequestLimits {
+  size_t max_json_depth = 64;     // nesting of arrays/objects (checked before parsing)
+  size_t max_stop_strings = 16;
+  size_t max_stop_bytes = 1024;   // per stop string
+  int32_t max_top_logprobs = 20;
+};
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::Chat;
+  std::string model;                      // "" when absent
+  std::vector<ChatTurn> messages;         // chat: 1+ turns (roles system/user/assistant; developer -> system)
+  std::optional<std::string> prompt_text; // completions: a string prompt
+  std::vector<int32_t> prompt_tokens;     // completions: a prompt given as token ids (not range-checked here)
+  SamplingParams sampling;                // OpenAI defaults (temperature 1, top_p 1, top_k/min_p off)
+  bool seed_given = false;                // false: the route draws a random seed
+  std::optional<int32_t> max_tokens;      // absent: chat -> rest of the context, completions -> 16
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;             // stream_options.include_usage
+  bool ignore_eos = false;                // vLLM's extension: generate exactly max_tokens
+  int32_t logprobs = -1;                  // -1: none; else the number of top alternatives per token
+};
+
+// Throws ApiError(400) for malformed JSON (param null) or a bad parameter (param named).
+ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const RequestLimits& limits = {});
+
+}  // namespace ferry::server

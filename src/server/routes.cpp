@@ -1,0 +1,246 @@
+#include "server/routes.h"
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "server/api_error.h"
+#include "server/openai_response.h"
+#include "server/sse.h"
+
+namespace ferry::server {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kPollInterval = std::chrono::milliseconds(50);  // how often an idle stream checks its client
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  if (e.status() == 429 || e.status() == 503) res.set_header("Retry-After", "1");
+  send_json(res, e.status(), error_json(e));
+}
+
+std::string route_label(const std::string& path) {
+  if (path == "/v1/chat/completions") return "chat";
+  if (path == "/v1/completions") return "completions";
+  if (path.rfind("/v1/models", 0) == 0) return "models";
+  if (path == "/health") return "health";
+  if (path == "/metrics") return "metrics";
+  return "other";
+}
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Per-request timing and token accounting, shared by the streaming and the whole-response paths.
+struct Progress {
+  ServerMetrics& metrics;
+  Clock::time_point arrival;
+  Clock::time_point last{};
+  bool got_token = false;
+  bool finish_counted = false;
+
+  void on_update(const RequestUpdate& u) {
+    const Clock::time_point now = Clock::now();
+    const int64_t n = int64_t(u.tokens.size());
+    if (n > 0) {
+      if (!got_token) {
+        metrics.observe_ttft(std::chrono::duration<double>(now - arrival).count());
+        if (n > 1) metrics.observe_itl(0.0, n - 1);  // coalesced with the first: no gap measured
+      } else {
+        metrics.observe_itl(std::chrono::duration<double>(now - last).count(), n);
+      }
+      got_token = true;
+      last = now;
+      metrics.add_tokens(0, n, now);
+    }
+    if (u.finished) finish(u.finish, u.usage.prompt_tokens, now);
+  }
+  void finish(FinishReason reason, int64_t prompt_tokens, Clock::time_point now) {
+    if (finish_counted) return;
+    finish_counted = true;
+    metrics.count_finish(reason);
+    metrics.add_tokens(prompt_tokens, 0, now);
+    metrics.observe_request_latency(std::chrono::duration<double>(now - arrival).count());
+  }
+};
+
+struct Submitted {
+  std::shared_ptr<RequestHandle> handle;
+  ResponseMeta meta;
+  ParsedRequest parsed;
+};
+
+Submitted submit(RouteContext& ctx, Endpoint endpoint, const httplib::Request& req) {
+  if (ctx.draining.load()) throw ApiError(503, "the server is shutting down", "", "server_shutting_down");
+  Submitted s;
+  s.parsed = parse_request(endpoint, req.body, ctx.limits);
+  check_model(s.parsed.model, ctx.facts);
+  std::random_device rd;  // per request: a fresh seed when the request gave none (OpenAI: nondeterministic)
+  const uint64_t seed = (uint64_t(rd()) << 32) ^ rd();
+  GenerationRequest g = build_generation_request(s.parsed, ctx.engine, ctx.facts, seed);
+  try {
+    s.handle = ctx.engine.submit(std::move(g));
+  } catch (const QueueFull& e) {
+    throw ApiError(429, std::string("the server is busy: ") + e.what(), "", "queue_full");
+  } catch (const Error& e) {  // a parameter the engine rejects, or shutdown
+    if (ctx.draining.load()) throw ApiError(503, "the server is shutting down", "", "server_shutting_down");
+    throw ApiError(400, e.what());
+  }
+  s.meta = {response_id(endpoint, s.handle->id(), ctx.id_salt), unix_seconds(),
+            s.parsed.model.empty() ? ctx.facts.names.front() : s.parsed.model, endpoint};
+  return s;
+}
+
+void respond_whole(RouteContext& ctx, Submitted& s, Clock::time_point arrival, httplib::Response& res) {
+  Progress progress{ctx.metrics, arrival};
+  std::string text;
+  std::vector<GeneratedToken> tokens;
+  RequestUpdate u;
+  for (;;) {
+    if (!s.handle->wait(u, std::chrono::milliseconds(200))) continue;
+    progress.on_update(u);
+    text += u.text;
+    if (s.parsed.logprobs >= 0) tokens.insert(tokens.end(), u.tokens.begin(), u.tokens.end());
+    if (u.finished) break;
+  }
+  if (u.finish == FinishReason::Error) throw ApiError(500, "generation failed: " + u.error);
+  if (u.finish == FinishReason::Cancelled) throw ApiError(503, "the request was cancelled (the server is shutting down)");
+  std::optional<json> lp;
+  if (s.parsed.logprobs >= 0) lp = logprobs_json(s.meta.endpoint, tokens);
+  send_json(res, 200, full_response(s.meta, text, u.finish, u.usage, lp));
+}
+
+// Streams SSE chunks from a chunked content provider (runs on the HTTP worker thread after the handler
+// returned). A failed write means the client left: the request is cancelled and its blocks freed.
+void respond_stream(RouteContext& ctx, Submitted s, Clock::time_point arrival, httplib::Response& res) {
+  struct State {
+    Submitted s;
+    Progress progress;
+    bool role_sent = false;
+    size_t text_offset = 0;
+  };
+  auto st = std::make_shared<State>(State{std::move(s), Progress{ctx.metrics, arrival}});
+  ctx.metrics.stream_started();
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t, httplib::DataSink& sink) {
+        const ResponseMeta& meta = st->s.meta;
+        const ParsedRequest& p = st->s.parsed;
+        const auto write = [&](const std::string& bytes) { return sink.write(bytes.data(), bytes.size()); };
+        if (meta.endpoint == Endpoint::Chat && !st->role_sent) {
+          if (!write(sse_data(stream_chunk(meta, "", true, std::nullopt, std::nullopt)))) return false;
+          st->role_sent = true;
+        }
+        RequestUpdate u;
+        for (;;) {
+          if (!st->s.handle->wait(u, kPollInterval)) {
+            if (!sink.is_writable()) return false;
+            continue;
+          }
+          st->progress.on_update(u);
+          std::optional<json> lp;
+          if (p.logprobs >= 0 && !u.tokens.empty()) lp = logprobs_json(meta.endpoint, u.tokens, st->text_offset);
+          if (!u.text.empty() || lp) {
+            if (!write(sse_data(stream_chunk(meta, u.text, false, std::nullopt, lp)))) return false;
+            st->text_offset += u.text.size();
+          }
+          if (!u.finished) continue;
+          if (u.finish == FinishReason::Error) {
+            if (!write(sse_data(error_json(500, "generation failed: " + u.error)))) return false;
+          } else if (!write(sse_data(stream_chunk(meta, "", false, u.finish, std::nullopt)))) {
+            return false;
+          }
+          if (p.include_usage && !write(sse_data(usage_chunk(meta, u.usage)))) return false;
+          if (!write(sse_done())) return false;
+          sink.done();
+          return true;
+        }
+      },
+      [st, &metrics = ctx.metrics](bool) {
+        // Runs when the response is released, whether it completed or the client went away.
+        if (!st->s.handle->finished()) st->s.handle->cancel();
+        if (!st->progress.finish_counted) st->progress.finish(FinishReason::Cancelled, 0, Clock::now());
+        metrics.stream_ended();
+      });
+}
+
+void handle_generation(RouteContext& ctx, Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  const Clock::time_point arrival = Clock::now();
+  try {
+    Submitted s = submit(ctx, endpoint, req);
+    if (s.parsed.stream) respond_stream(ctx, std::move(s), arrival, res);
+    else respond_whole(ctx, s, arrival, res);
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  }
+}
+
+json model_card(const RouteContext& ctx) {
+  return {{"id", ctx.facts.names.front()}, {"object", "model"}, {"created", 0}, {"owned_by", "ferry"},
+          {"max_model_len", ctx.facts.context}};
+}
+
+}  // namespace
+
+void install_routes(httplib::Server& http, RouteContext& ctx) {
+  http.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    handle_generation(ctx, Endpoint::Chat, req, res);
+  });
+  http.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    handle_generation(ctx, Endpoint::Completion, req, res);
+  });
+  http.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"object", "list"}, {"data", json::array({model_card(ctx)})}});
+  });
+  http.Get("/v1/models/(.+)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    try {
+      check_model(req.matches[1].str(), ctx.facts);
+      send_json(res, 200, model_card(ctx));
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  });
+  http.Get("/health", [&ctx](const httplib::Request&, httplib::Response& res) {
+    if (ctx.draining.load()) send_json(res, 503, {{"status", "draining"}});
+    else send_json(res, 200, {{"status", "ok"}});
+  });
+  http.Get("/metrics", [&ctx](const httplib::Request&, httplib::Response& res) {
+    res.set_content(ctx.metrics.render(ctx.engine.stats(), Clock::now()), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  // Responses with an error status and no body yet (unknown route 404, body too large 413, ...) get
+  // OpenAI's error JSON.
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty() || res.is_chunked_content_provider_) return;
+    std::string message = "HTTP " + std::to_string(res.status);
+    if (res.status == 404) message = "unknown route: " + req.method + " " + req.path;
+    else if (res.status == 413) message = "the request body is too large";
+    else if (res.status == 400) message = "bad HTTP request";
+    send_json(res, res.status, error_json(res.status, message, "", res.status == 404 ? "unknown_route" : ""));
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = std::string("internal error: ") + e.what();
+    } catch (...) {
+    }
+    send_json(res, 500, error_json(500, what));
+  });
+  http.set_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {
+    ctx.metrics.count_request(route_label(req.path), res.status);
+  });
+}
+
+}  // namespace ferry::server

@@ -1,0 +1,74 @@
+#include "server/server.h"
+
+#include <atomic>
+#include <chrono>
+#include <random>
+
+#include <httplib.h>
+
+#include "server/routes.h"
+
+namespace ferry::server {
+
+namespace {
+
+uint64_t random_salt() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  ServingEngine& engine;
+  ServerOptions options;
+  ServerMetrics metrics;
+  std::atomic<bool> draining{false};
+  RouteContext ctx;
+  httplib::Server http;
+
+  Impl(ServingEngine& e, ServerOptions o)
+      : engine(e), options(std::move(o)), ctx{engine, metrics, {}, {}, draining, random_salt()} {
+    FERRY_CHECK(!options.model_names.empty(), "serve: no model name");
+    FERRY_CHECK(options.http_threads >= 1 && options.http_threads <= 65536, "serve: --http-threads must be 1..65536, got {}", options.http_threads);
+    ctx.facts = {options.model_names, engine.info().context, engine.info().vocab_size};
+    // One worker per connection: a stream holds its worker for its whole life, so the pool bounds the
+    // number of concurrent streams (httplib's default is hardware threads - 1).
+    const size_t n_threads = size_t(options.http_threads);
+    http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+    http.set_payload_max_length(options.max_body_bytes);
+    http.set_keep_alive_timeout(options.keep_alive_seconds);
+    http.set_read_timeout(30, 0);
+    http.set_write_timeout(10, 0);  // a client that stops reading for this long is dropped (and cancelled)
+    http.set_tcp_nodelay(true);     // stream chunks leave at once
+    install_routes(http, ctx);
+  }
+};
+
+HttpServer::HttpServer(ServingEngine& engine, ServerOptions options) : impl_(std::make_unique<Impl>(engine, std::move(options))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::bind() {
+  const ServerOptions& o = impl_->options;
+  FERRY_CHECK(o.port >= 0 && o.port <= 65535, "serve: --port must be 0..65535, got {}", o.port);
+  if (o.port == 0) {
+    const int port = impl_->http.bind_to_any_port(o.host);
+    FERRY_CHECK(port > 0, "serve: cannot listen on {} (any port)", o.host);
+    return port;
+  }
+  FERRY_CHECK(impl_->http.bind_to_port(o.host, o.port), "serve: cannot listen on {}:{} (in use, or not an address of this machine)", o.host, o.port);
+  return o.port;
+}
+
+void HttpServer::run() { impl_->http.listen_after_bind(); }
+
+void HttpServer::drain() { impl_->draining.store(true); }
+
+void HttpServer::stop() {
+  if (impl_->http.is_running()) impl_->http.stop();
+}
+
+const ServerMetrics& HttpServer::metrics() const { return impl_->metrics; }
+
+}  // namespace ferry::server

@@ -1,0 +1,129 @@
+// ferry serve: the OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions; GET /v1/models,
+// /health, /metrics) over the continuous-batching serving engine.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "commands.h"
+#include "common_options.h"
+#include "core/check.h"
+#include "ferry/serving.h"
+#include "server/server.h"
+
+namespace ferry::cli {
+namespace {
+
+struct ServeOptions {
+  ModelOptions model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string model_name;
+  ServingOptions serving;
+  bool no_prefix_cache = false;
+  int http_threads = 512;
+  double shutdown_grace = 10.0;
+};
+
+// The name /v1/models reports: --model-name, else the model file's (or folder's) name without .gguf.
+std::string default_model_name(const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.filename().empty()) p = p.parent_path();
+  std::string name = p.filename().string();
+  if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
+  return name;
+}
+
+// Signals without a handler: SIGINT and SIGTERM are blocked in every thread (the mask is inherited by the
+// engine and HTTP threads created after this) and one thread owned by run_serve takes them with sigtimedwait.
+// So no global state at all is shared with asynchronous signal context.
+sigset_t shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+int run_serve(ServeOptions& o) {
+  const sigset_t signals = shutdown_signals();
+  FERRY_CHECK(pthread_sigmask(SIG_BLOCK, &signals, nullptr) == 0, "serve: cannot block signals");
+  signal(SIGPIPE, SIG_IGN);  // a client that went away shows up as a failed write, not a signal
+
+  const std::string path = resolve_model(o.model.model);
+  o.serving.prefix_caching = !o.no_prefix_cache;
+  ServingEngine engine(o.model.engine_options(path), o.serving);
+  const ModelInfo& info = engine.info();
+  server::ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.http_threads = o.http_threads;
+  so.model_names = {o.model_name.empty() ? default_model_name(path) : o.model_name};
+  if (o.model_name.empty()) so.model_names.push_back(path);
+  server::HttpServer http(engine, so);
+  const int port = http.bind();
+  std::fprintf(stderr, "ferry serve: %s (%s, %s), context %d, max running %d, max waiting %d, prefix cache %s\n",
+               so.model_names.front().c_str(), info.arch.c_str(), info.backend.c_str(), info.context,
+               o.serving.max_running, o.serving.max_waiting, o.serving.prefix_caching ? "on" : "off");
+  std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
+  std::fflush(stdout);
+
+  std::atomic<bool> served{false};  // run() returned (owned here; read by the signal thread)
+  std::thread signal_thread([&] {
+    timespec poll{0, 100'000'000};
+    int sig = -1;
+    while (!served.load() && (sig = sigtimedwait(&signals, nullptr, &poll)) < 0) {
+    }
+    if (served.load()) return;
+    std::fprintf(stderr, "ferry serve: %s: no new requests; finishing in-flight ones (up to %.0f s; again to cancel them)\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_grace);
+    http.drain();
+    http.stop();
+    // In-flight requests may finish within the grace period; a second signal or its end cancels the rest.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.shutdown_grace);
+    while (!served.load()) {
+      const ServingStats s = engine.stats();
+      if (s.running == 0 && s.waiting == 0) break;
+      if (std::chrono::steady_clock::now() >= deadline || sigtimedwait(&signals, nullptr, &poll) >= 0) {
+        std::fprintf(stderr, "ferry serve: cancelling %d running and %d waiting requests\n", s.running, s.waiting);
+        break;
+      }
+    }
+    engine.shutdown(false);  // cancels whatever is left; streams end with finish_reason "abort"
+    while (!served.load()) {  // stop() before the listener was up is a no-op: repeat until run() returns
+      http.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  http.run();
+  served.store(true);
+  signal_thread.join();
+  engine.shutdown(false);
+  std::fprintf(stderr, "ferry serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  o->model.add(app);
+  app.add_option("--host", o->host, "address to listen on");
+  app.add_option("--port", o->port, "TCP port (0: any free port, printed)")->check(CLI::Range(0, 65535));
+  app.add_option("--model-name", o->model_name, "the model's name in the API (default: the file name)");
+  app.add_option("--max-running", o->serving.max_running, "sequences in one step at most")->check(CLI::Range(1, 4096));
+  app.add_option("--max-waiting", o->serving.max_waiting, "queued requests beyond which new ones get 429")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--max-step-tokens", o->serving.max_step_tokens, "token budget of one engine step (chunked prefill)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--kv-tokens", o->serving.kv_tokens, "KV cache capacity in tokens (0: automatic)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  app.add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of equal prompt prefixes");
+  app.add_flag("--batch-invariant", o->serving.batch_invariant, "a request's output does not depend on the batch (CUDA)");
+  app.add_option("--http-threads", o->http_threads, "HTTP worker threads (concurrent connections)")->check(CLI::Range(1, 65536));
+  app.add_option("--shutdown-grace", o->shutdown_grace, "seconds in-flight requests may take to finish on SIGINT/SIGTERM")->check(CLI::Range(0.0, 3600.0));
+  return [o] { return run_serve(*o); };
+}
+
+}  // namespace ferry::cli
