@@ -13,6 +13,7 @@
 #define FERRY_X86_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
 #define FERRY_X86_VNNI 1
 #include "backends/cpu/quant_dot_x86.h"
+#include "backends/cpu/quant_dot_x86_512.h"
 #include "core/fp16.h"
 
 #define FERRY_AVX512_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq"))) inline
@@ -117,7 +118,10 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf
 
 void fill_avx512(DotKernels& k, const SimdFeatures& f) {
   if (!f.avx512) return;
-  if (f.avx512_vnni) fill_x86_quant(k);  // otherwise the AVX2 kernels stay
+  if (f.avx512_vnni) {  // otherwise the AVX2 kernels stay
+    fill_x86_quant(k);
+    fill_x86_quant512(k);  // Q4_0, Q5_0, Q8_0 on 512-bit vectors
+  }
   k.by_weight_type[static_cast<size_t>(DType::F32)] = tile_by_rows<float_dot512<F32Load16, F32Load16>>;
   k.by_weight_type[static_cast<size_t>(DType::F16)] = tile_by_rows<float_dot512<F16Load16, F32Load16>>;
   k.by_weight_type[static_cast<size_t>(DType::BF16)] =
