@@ -38,6 +38,26 @@ void ModelRunner::run(const StepPlan& plan) {
     std::copy(seq.table.blocks.begin(), seq.table.blocks.end(), b.block_tables.begin() + ptrdiff_t(s * size_t(mb)));
     if (c.sample) b.logit_rows.push_back(row0 + c.n_tokens - 1);
   }
+  // Pad a pure decode step to a power-of-two number of sequences (see the header).
+  const bool decode = std::all_of(plan.chunks.begin(), plan.chunks.end(),
+                                  [](const ScheduledChunk& c) { return c.n_tokens == 1 && c.sample; });
+  if (scratch_block_ >= 0 && decode) {
+    size_t padded = 1;
+    while (padded < plan.chunks.size()) padded *= 2;
+    padded = std::min(padded, size_t(model_.max_step_tokens()));
+    for (size_t s = plan.chunks.size(); s < padded; ++s) {
+      const auto row = int32_t(b.tokens.size());
+      b.tokens.push_back(0);
+      b.positions.push_back(0);
+      b.slots.push_back(int64_t(scratch_block_) * bs);
+      b.q_start.push_back(row);
+      b.q_len.push_back(1);
+      b.kv_len.push_back(1);
+      b.block_tables.resize(b.block_tables.size() + size_t(mb), -1);
+      b.block_tables[s * size_t(mb)] = scratch_block_;
+      b.logit_rows.push_back(row);
+    }
+  }
   model_.forward(b, logits_);
 }
 

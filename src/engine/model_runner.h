@@ -13,9 +13,16 @@
 
 namespace ferry {
 
+// Decode padding (backends that replay step graphs): a graph is recorded per (tokens, sequences, table width,
+// logit rows), so a decode step of n sequences is padded to the next power of two with dummy sequences (token
+// 0 at position 0, KV in a scratch block no sequence owns, their logits computed and ignored). 1..128 running
+// sequences then need 8 graphs per table-width bucket instead of 128. Worked example: 37 running sequences
+// run as 64; the 27 dummies cost 27/64 of a decode step's activations but no weight traffic (the weights are
+// read once per step whatever the batch), which is what a memory-bound decode step pays for.
 class ModelRunner {
  public:
-  explicit ModelRunner(LlamaModel& model) : model_(model) {}
+  // scratch_block: a KV block reserved for padding rows (-1: no padding).
+  ModelRunner(LlamaModel& model, int32_t scratch_block) : model_(model), scratch_block_(scratch_block) {}
 
   // Runs the plan's chunks. Afterwards logits(i) is the (vocab_size) row of the i-th chunk that samples (in
   // plan order). Does not advance the sequences (the caller commits them).
@@ -24,6 +31,7 @@ class ModelRunner {
 
  private:
   LlamaModel& model_;
+  int32_t scratch_block_;
   Batch batch_;
   std::vector<float> logits_;  // (n_sampling_chunks, vocab_size) row-major
 };

@@ -251,18 +251,25 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   Impl& s = *impl_;
   s.options = so;
   s.m = load_model(eo, [&](const ModelConfig& c, int32_t context) {
-    const int64_t kv_tokens = so.kv_tokens > 0 ? so.kv_tokens : automatic_kv_tokens(eo, so, c, context);
+    // +1 block: the decode padding's scratch block on backends with step graphs.
+    const int64_t kv_tokens =
+        (so.kv_tokens > 0 ? so.kv_tokens : automatic_kv_tokens(eo, so, c, context)) + (eo.device == "cpu" ? 0 : eo.block_size);
     FERRY_CHECK(kv_tokens >= context, "serving: kv_tokens ({}) must hold at least one context ({} tokens)",
                 kv_tokens, context);
     return KvSizing{.kv_tokens = kv_tokens, .max_step_tokens = so.max_step_tokens};
   });
   const KvCacheShape& kv = s.m->model->kv_shape();
-  s.blocks = std::make_unique<BlockManager>(kv.n_blocks, kv.block_size, so.prefix_caching);
+  // With step graphs, the last block is the decode padding's scratch (engine/model_runner.h).
+  const bool pad_decodes = s.m->backend->supports_step_graphs() && kv.n_blocks > 1;
+  const int32_t n_pool_blocks = pad_decodes ? kv.n_blocks - 1 : kv.n_blocks;
+  FERRY_CHECK(int64_t(n_pool_blocks) * kv.block_size >= s.m->context,
+              "serving: kv_tokens must hold at least one context ({} tokens) plus one block", s.m->context);
+  s.blocks = std::make_unique<BlockManager>(n_pool_blocks, kv.block_size, so.prefix_caching);
   s.scheduler = std::make_unique<Scheduler>(SchedulerLimits{.max_running = so.max_running,
                                                             .max_step_tokens = so.max_step_tokens},
                                             *s.blocks);
-  s.runner = std::make_unique<ModelRunner>(*s.m->model);
-  s.stats.kv_blocks_total = kv.n_blocks;
+  s.runner = std::make_unique<ModelRunner>(*s.m->model, pad_decodes ? kv.n_blocks - 1 : -1);
+  s.stats.kv_blocks_total = n_pool_blocks;
   s.loop = std::thread([this] { impl_->run_loop(); });
 }
 
