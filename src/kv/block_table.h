@@ -1,10 +1,9 @@
 // One sequence's KV blocks: token position p lives in blocks[p / block_size] at slot p % block_size.
 // The same table layout is read by the CPU attention, the batching engine and (later) the CUDA kernels.
 //
-// Prefix caching (next issue): before the first reserve(), the scheduler fills `blocks` with the cached
-// full blocks matching the prompt's prefix (retained/revived in the pool) and sets n_tokens to the tokens
-// they cover; reserve() then allocates only the rest. After the runner writes a block's last slot, the
-// engine registers that block's chained hash in the pool. Nothing here changes for that.
+// Prefix caching (engine/block_manager): on admission the table is filled with the cached full blocks that
+// match the prompt's prefix (acquired in the pool) and n_tokens set to the tokens they cover; reserve() then
+// allocates only the rest. After a step writes a block's last slot, its chained hash is registered in the pool.
 #pragma once
 
 #include <cstdint>
