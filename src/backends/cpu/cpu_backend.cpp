@@ -186,21 +186,36 @@ void CpuBackend::rope(const Tensor& x, const Tensor& positions, const Tensor& in
   FERRY_ASSERT(2 * half <= head_dim && positions.numel() == n);
   const int32_t* pos = positions.ptr<int32_t>();
   const float* freq = inv_freq.ptr<float>();
-  pool_.parallel_for(n, 4, [&](int64_t t0, int64_t t1) {
-    std::vector<float> cs(static_cast<size_t>(2 * half));
-    for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t i = 0; i < half; ++i) {
-        // angle in double: positions up to 1e6 times frequencies near 1 keep their precision
-        const double a = double(pos[t]) * double(freq[i]);
-        cs[size_t(2 * i)] = float(std::cos(a));
-        cs[size_t(2 * i + 1)] = float(std::sin(a));
+  // cos/sin per (token, frequency): the same positions come back for q and k of every layer of a step, so
+  // the table is kept and rebuilt only when the positions or frequencies differ from the last call's.
+  RopeTable& tab = rope_table_;
+  const bool same = tab.positions.size() == size_t(n) && tab.inv_freq.size() == size_t(half) &&
+                    std::equal(pos, pos + n, tab.positions.begin()) && std::equal(freq, freq + half, tab.inv_freq.begin());
+  if (!same) {
+    tab.positions.assign(pos, pos + n);
+    tab.inv_freq.assign(freq, freq + half);
+    tab.cos_sin.resize(size_t(n * 2 * half));
+    pool_.parallel_for(n, 16, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* cs = tab.cos_sin.data() + t * 2 * half;
+        for (int64_t i = 0; i < half; ++i) {
+          // angle in double: positions up to 1e6 times frequencies near 1 keep their precision
+          const double a = double(pos[t]) * double(freq[i]);
+          cs[2 * i] = float(std::cos(a));
+          cs[2 * i + 1] = float(std::sin(a));
+        }
       }
+    });
+  }
+  pool_.parallel_for(n, 4, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* cs = tab.cos_sin.data() + t * 2 * half;
       for (int64_t h = 0; h < n_heads; ++h) {
         float* v = x.ptr<float>() + (t * n_heads + h) * head_dim;
         for (int64_t i = 0; i < half; ++i) {
           const int64_t i0 = ordering == RopeOrdering::Interleaved ? 2 * i : i;
           const int64_t i1 = ordering == RopeOrdering::Interleaved ? 2 * i + 1 : i + half;
-          const float c = cs[size_t(2 * i)], s = cs[size_t(2 * i + 1)];
+          const float c = cs[2 * i], s = cs[2 * i + 1];
           const float a = v[i0], b = v[i1];
           v[i0] = a * c - b * s;
           v[i1] = a * s + b * c;

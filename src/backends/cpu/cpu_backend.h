@@ -60,6 +60,12 @@ class CpuBackend final : public Backend {
   DotKernels dot_;
   VecKernels vec_;
   std::vector<uint8_t> act_scratch_;  // quantized activations for matmul_fast: (n, row_bytes(act type, n_in))
+  struct RopeTable {
+    std::vector<int32_t> positions;  // [n] the positions the table was built for
+    std::vector<float> inv_freq;     // [half] and the frequencies
+    std::vector<float> cos_sin;      // [n][half][2]: cos, sin of positions[t] * inv_freq[i]
+  };
+  RopeTable rope_table_;  // rope's cache: q and k of every layer of a step share one table
 };
 
 }  // namespace ferry
