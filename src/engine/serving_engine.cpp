@@ -315,6 +315,7 @@ std::shared_ptr<RequestHandle> ServingEngine::submit(GenerationRequest r) {
   auto seq = std::make_unique<Sequence>();
   seq->id = s.next_id.fetch_add(1);
   seq->n_prompt = int32_t(r.prompt.size());
+  seq->usage.prompt_tokens = seq->n_prompt;
   seq->tokens = std::move(r.prompt);
   seq->request = std::move(r);
   seq->arrival = Clock::now();

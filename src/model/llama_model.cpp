@@ -5,14 +5,19 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "dist/batch_codec.h"
 
 namespace ferry {
 
 LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Backend& backend, KvCacheShape kv,
-                       int32_t max_step_tokens)
+                       int32_t max_step_tokens, ParallelContext parallel)
     : config_(std::move(config)), weights_(std::move(weights)), backend_(backend), kv_(kv),
       max_step_tokens_(max_step_tokens) {
   const ModelConfig& c = config_;
+  if (parallel.comm) comm_ = parallel.comm;
+  vocab_ = parallel.vocab.full > 0 ? parallel.vocab : VocabShard::whole(c.vocab_size);
+  FERRY_CHECK(vocab_.local_rows == c.vocab_size, "vocabulary shard of {} rows for a config of {}", vocab_.local_rows,
+              c.vocab_size);
   FERRY_CHECK(kv.n_blocks > 0 && kv.block_size > 0, "KV cache needs at least one block");
   FERRY_CHECK(max_step_tokens > 0, "max tokens per step must be positive");
   const int64_t per_layer = int64_t(kv.n_blocks) * kv.block_size * c.n_kv_heads * c.head_dim * 4;
@@ -102,7 +107,8 @@ void LlamaModel::stage_inputs(const Batch& batch, const StepLayout& L) {
     if (!v.empty()) std::memcpy(base + off, v.data(), v.size() * sizeof(v[0]));
   };
   put(L.slots, batch.slots);
-  put(L.tokens, batch.tokens);
+  auto* ids = reinterpret_cast<int32_t*>(base + L.tokens);  // rows of this rank's vocabulary shard
+  for (size_t i = 0; i < batch.tokens.size(); ++i) ids[i] = local_vocab_row(vocab_, batch.tokens[i]);
   put(L.positions, batch.positions);
   put(L.q_start, batch.q_start);
   put(L.q_len, batch.q_len);
@@ -117,7 +123,7 @@ void LlamaModel::stage_inputs(const Batch& batch, const StepLayout& L) {
 }
 
 void LlamaModel::ensure_logits(size_t rows, bool staging) {
-  const size_t bytes = rows * size_t(config_.vocab_size) * 4;
+  const size_t bytes = size_t(comm_->world()) * rows * size_t(config_.vocab_size) * 4;  // (world, rows, vocab rows)
   if (logits_capacity_rows_ < rows) {
     drop_graphs();
     logits_ = DeviceBuffer();
@@ -132,6 +138,39 @@ void LlamaModel::ensure_logits(size_t rows, bool staging) {
 }
 
 void LlamaModel::forward(const Batch& batch, std::vector<float>& logits) {
+  FERRY_CHECK(batch.n_tokens() > 0 && batch.n_tokens() <= max_step_tokens_, "step of {} tokens (1..{} allowed)",
+              batch.n_tokens(), max_step_tokens_);
+  for (int32_t t : batch.tokens) local_vocab_row(vocab_, t);  // a bad id fails here, before the followers start
+  // Tensor parallel: the followers run the same step (a no-op at world 1). From here on a failure must end
+  // every rank: they wait in this step's collectives.
+  encode_batch(batch, step_bytes_);
+  try {
+    comm_->broadcast(step_bytes_);
+    run_step(batch, logits);
+  } catch (const std::exception& e) {
+    comm_->abort(e.what());
+    throw;
+  }
+}
+
+bool LlamaModel::follow() {
+  comm_->broadcast(step_bytes_);  // waits for rank 0's next step
+  if (step_bytes_.empty()) return false;
+  try {
+    run_step(decode_batch(step_bytes_), follower_logits_);
+  } catch (const std::exception& e) {
+    comm_->abort(e.what());
+    throw;
+  }
+  return true;
+}
+
+void LlamaModel::end_followers() {
+  step_bytes_.clear();
+  comm_->broadcast(step_bytes_);
+}
+
+void LlamaModel::run_step(const Batch& batch, std::vector<float>& logits) {
   const ModelConfig& c = config_;
   const int64_t n = batch.n_tokens();
   FERRY_CHECK(n > 0 && n <= max_step_tokens_, "step of {} tokens (1..{} allowed)", n, max_step_tokens_);
@@ -139,8 +178,9 @@ void LlamaModel::forward(const Batch& batch, std::vector<float>& logits) {
   FERRY_ASSERT(batch.block_tables.size() == size_t(batch.n_seqs()) * size_t(batch.max_blocks_per_seq));
   FERRY_ASSERT(batch.q_start.size() == batch.q_len.size() && batch.kv_len.size() == batch.q_len.size());
   const int64_t m = int64_t(batch.logit_rows.size());
-  const size_t V = size_t(c.vocab_size);
+  const size_t V = size_t(vocab_.full);
   logits.assign(size_t(m) * V, 0.0f);
+  const int world = comm_->world();
 
   // A decode step (one new token per sequence) on a backend with graphs: one graph launch per step.
   const bool decode = n == batch.n_seqs() &&
@@ -170,11 +210,11 @@ void LlamaModel::forward(const Batch& batch, std::vector<float>& logits) {
         throw;
       }
       ++graph_stats_.captures;
-      std::memcpy(logits.data(), logits_staging_.data(), size_t(m) * V * 4);
+      assemble_logits(vocab_, world, m, static_cast<const float*>(logits_staging_.data()), logits.data());
       return;
     }
     backend_.synchronize();
-    std::memcpy(logits.data(), logits_staging_.data(), size_t(m) * V * 4);
+    assemble_logits(vocab_, world, m, static_cast<const float*>(logits_staging_.data()), logits.data());
     return;
   }
 
@@ -183,7 +223,11 @@ void LlamaModel::forward(const Batch& batch, std::vector<float>& logits) {
   if (m > 0) ensure_logits(size_t(m), false);
   stage_inputs(batch, L);
   const Tensor out = enqueue_step(L, &batch, false);
-  if (m > 0) backend_.copy_to_host(logits.data(), out, size_t(m) * V * 4);
+  if (m > 0) {
+    gathered_host_.resize(size_t(out.numel()));
+    backend_.copy_to_host(gathered_host_.data(), out, gathered_host_.size() * 4);
+    assemble_logits(vocab_, world, m, gathered_host_.data(), logits.data());
+  }
 }
 
 Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, bool async_logits) {
@@ -232,6 +276,7 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   const float scale = 1.0f / std::sqrt(float(D));
 
   backend_.embedding(x, weights_.tok_embd, ids);
+  comm_->all_reduce_sum(x);  // vocab-parallel: each rank filled its own ids' rows, zeros elsewhere
   observe("tok_embd", -1, x);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = weights_.layers[size_t(l)];
@@ -260,6 +305,7 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     backend_.attention(attn, q, k_cache, v_cache, meta, scale);
     observe("attn", l, attn);
     backend_.matmul(delta, flat(attn), L.wo, Tensor{});
+    comm_->all_reduce_sum(delta);  // row-parallel: partial sums over this rank's heads
     observe("attn_out", l, delta);
     backend_.add_rms_norm(xb, x, delta, L.ffn_norm, c.rms_eps);
     observe("ffn_norm", l, xb);
@@ -267,6 +313,7 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     backend_.matmul(up, xb, L.w_up, Tensor{});
     backend_.swiglu(gate, gate, up);
     backend_.matmul(delta, gate, L.w_down, Tensor{});
+    comm_->all_reduce_sum(delta);  // row-parallel: partial sums over this rank's hidden units
     observe("ffn_out", l, delta);
   }
 
@@ -281,10 +328,15 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   const Tensor hn = attn_.view(DType::F32, {m, c.dim});
   backend_.add_rms_norm(hn, hx, hd, weights_.output_norm, c.rms_eps);
   observe("output_norm", -1, hn);
-  const Tensor out = logits_.view(DType::F32, {m, c.vocab_size});
+  // Vocab-parallel logits: this rank's (m, vocab rows) part of gathered (world, m, vocab rows), then all-gather.
+  const int64_t world = comm_->world();
+  const Tensor gathered = logits_.view(DType::F32, {world, m, c.vocab_size});
+  const Tensor out = Tensor::make(DType::F32, {m, c.vocab_size},
+                                  static_cast<float*>(gathered.data) + comm_->rank() * m * c.vocab_size, gathered.device);
   backend_.matmul(out, hn, weights_.output, Tensor{});
-  if (async_logits) backend_.copy_to_host_async(logits_staging_.data(), out, size_t(m) * size_t(c.vocab_size) * 4);
-  return out;
+  comm_->all_gather_inplace(gathered);
+  if (async_logits) backend_.copy_to_host_async(logits_staging_.data(), gathered, size_t(gathered.nbytes()));
+  return gathered;
 }
 
 }  // namespace ferry
