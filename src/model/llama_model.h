@@ -10,6 +10,8 @@
 #include <tuple>
 #include <vector>
 
+#include "dist/communicator.h"
+#include "dist/vocab_shard.h"
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -22,21 +24,39 @@ struct KvCacheShape {
   int32_t block_size = 16;
 };
 
+// Tensor parallelism (src/dist): the model runs this rank's shard of the weights (config = the rank's
+// config) and calls comm->all_reduce_sum after the embedding and each row-parallel matmul (wo, w_down) and
+// comm->all_gather_inplace on the vocab-parallel logits. Defaults: world 1 (identity communicator, the whole
+// vocabulary), the same code path.
+struct ParallelContext {
+  Communicator* comm = nullptr;  // null: world 1; else outlives the model
+  VocabShard vocab;              // full == 0: the whole vocabulary of the config
+};
+
 // Called with every named intermediate when set (debugging against transformers layer by layer).
 using TensorObserver = std::function<void(const std::string& name, int layer, const Tensor& t)>;
 
 class LlamaModel {
  public:
   // max_step_tokens: the most tokens one Batch may hold (sizes the activation buffers).
-  LlamaModel(ModelConfig config, ModelWeights weights, Backend& backend, KvCacheShape kv, int32_t max_step_tokens);
+  LlamaModel(ModelConfig config, ModelWeights weights, Backend& backend, KvCacheShape kv, int32_t max_step_tokens,
+             ParallelContext parallel = {});
 
   const ModelConfig& config() const { return config_; }
+  const VocabShard& vocab() const { return vocab_; }  // logits are (rows, vocab().full)
+  int tp_world() const { return comm_->world(); }
   const KvCacheShape& kv_shape() const { return kv_; }
   int32_t max_step_tokens() const { return max_step_tokens_; }
   size_t kv_bytes() const;
 
-  // logits: resized to (batch.logit_rows.size(), vocab_size), row-major.
+  // logits: resized to (batch.logit_rows.size(), full vocab_size), row-major (every rank gets them).
+  // Tensor parallel (world > 1): called on rank 0 only; it broadcasts the batch to the followers first.
   void forward(const Batch& batch, std::vector<float>& logits);
+  // Tensor-parallel followers (rank > 0) loop on follow(): it waits for rank 0's next step and runs it;
+  // false once rank 0 called end_followers(). A failure on any rank aborts the group: every rank's pending
+  // or next collective throws ferry::Error naming the failed rank.
+  bool follow();
+  void end_followers();  // rank 0: ends the followers' loops (a no-op at world 1)
 
   void set_observer(TensorObserver observer) { observer_ = std::move(observer); }
 
@@ -52,6 +72,7 @@ class LlamaModel {
   const GraphStats& graph_stats() const { return graph_stats_; }
 
  private:
+  void run_step(const Batch& batch, std::vector<float>& logits);  // this rank's part of one step
   // Where each step input sits in the packed input buffer (byte offsets; 8-byte aligned).
   struct StepLayout {
     int32_t n = 0, n_seqs = 0, mb = 0, m = 0;  // tokens, sequences, table stride, logit rows
@@ -90,6 +111,12 @@ class LlamaModel {
   DeviceBuffer inputs_staging_;  // the same bytes on the host (page-locked on a GPU): the copy source
   DeviceBuffer logits_staging_;  // (rows, vocab) f32 host, page-locked: graph steps copy the logits here
   size_t logits_capacity_rows_ = 0;
+  IdentityCommunicator identity_;
+  Communicator* comm_ = &identity_;  // tensor-parallel group (identity at world 1)
+  VocabShard vocab_;                 // this rank's vocabulary rows (the whole vocabulary at world 1)
+  std::vector<float> gathered_host_;
+  std::vector<uint8_t> step_bytes_;     // the step's Batch as broadcast to the followers (batch_codec.h)
+  std::vector<float> follower_logits_;  // followers' logits (unused; every rank assembles them)  // (world, m, local vocab rows) f32: eager steps' logits before assembly
   TensorObserver observer_;
   bool graphs_on_ = true;
   std::map<GraphKey, std::unique_ptr<StepGraph>> graphs_;

@@ -1,0 +1,40 @@
+#include "dist/thread_group.h"
+
+#include "dist/thread_communicator.h"
+
+namespace ferry {
+
+ThreadTpGroup::ThreadTpGroup(int world, const MakeRank& make_rank, std::chrono::milliseconds timeout) {
+  ThreadGroupOptions o;
+  o.world = world;
+  o.timeout = timeout;
+  comms_ = make_thread_group(o);
+  for (int r = 0; r < world; ++r) ranks_.push_back(make_rank(r, *comms_[size_t(r)]));
+  for (int r = 1; r < world; ++r) {
+    threads_.emplace_back([this, r] {
+      try {
+        while (ranks_[size_t(r)].model->follow()) {
+        }
+      } catch (const std::exception& e) {  // follow() has aborted the group; rank 0 throws it to the caller
+        std::lock_guard lock(mu_);
+        if (follower_error_.empty()) follower_error_ = e.what();
+      }
+    });
+  }
+}
+
+ThreadTpGroup::~ThreadTpGroup() {
+  try {
+    if (!ranks_.empty() && !threads_.empty()) ranks_[0].model->end_followers();
+  } catch (const std::exception&) {  // the group failed: the followers have left their loops already
+  }
+  for (std::thread& t : threads_) t.join();
+  ranks_.clear();  // models before their communicators
+}
+
+std::string ThreadTpGroup::follower_error() {
+  std::lock_guard lock(mu_);
+  return follower_error_;
+}
+
+}  // namespace ferry
