@@ -20,6 +20,17 @@ Env Env::read() {
   e.log = get("FERRY_LOG");
   e.testdata = get("FERRY_TESTDATA");
   e.source_dir = get("FERRY_SOURCE_DIR");
+  e.tp_rank = get("FERRY_TP_RANK");
+  e.tp_world = get("FERRY_TP_WORLD");
+  e.tp_fd = get("FERRY_TP_FD");
+  e.tp_timeout = get("FERRY_TP_TIMEOUT");
+  e.mpi_rank = get("OMPI_COMM_WORLD_RANK");
+  if (!e.mpi_rank) e.mpi_rank = get("PMI_RANK");
+  e.mpi_size = get("OMPI_COMM_WORLD_SIZE");
+  if (!e.mpi_size) e.mpi_size = get("PMI_SIZE");
+  e.mpi_local_rank = get("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!e.mpi_local_rank) e.mpi_local_rank = get("MPI_LOCALRANKID");
+  e.nccl_nvls_enable = get("NCCL_NVLS_ENABLE");
   return e;
 }
 

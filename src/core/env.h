@@ -19,6 +19,18 @@ struct Env {
   // script sets it because binaries built here run from another folder there).
   std::optional<std::string> source_dir;
 
+  // Tensor parallelism (src/dist/launcher): set by `--tp N`'s launcher on the N-1 processes it starts.
+  std::optional<std::string> tp_rank;     // FERRY_TP_RANK: this process's rank (1..N-1)
+  std::optional<std::string> tp_world;    // FERRY_TP_WORLD: N
+  std::optional<std::string> tp_fd;       // FERRY_TP_FD: the socket to rank 0 (inherited descriptor number)
+  // FERRY_TP_TIMEOUT: seconds a tensor-parallel step may take before every rank is ended (default 300).
+  std::optional<std::string> tp_timeout;
+  // Set by mpirun (Open MPI: OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK}; MPICH/Intel: PMI_RANK, PMI_SIZE,
+  // MPI_LOCALRANKID): `mpirun -np N ferry ...` runs one rank per process.
+  std::optional<std::string> mpi_rank, mpi_size, mpi_local_rank;
+  // NCCL_NVLS_ENABLE: NCCL's NVLink SHARP switch; the tensor-parallel launcher sets it to 0 when unset.
+  std::optional<std::string> nccl_nvls_enable;
+
   static Env read();  // reads the process environment once; pass the result down
 };
 
