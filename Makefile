@@ -11,6 +11,7 @@ run: deps model configure
 	./$(BUILD)/ferry run --chat -p "$(PROMPT)" -n 128 --temp 0.7 --seed 1
 
 test: deps model build
+	@scripts/install_test_deps.sh $(BUILD)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) asan-test
 

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libxxhash-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-pip python3-venv unzip ca-certificates
+  python3 python3-pip python3-venv unzip ca-certificates curl
 )
 
 missing=()

@@ -1,0 +1,153 @@
+// Parsing and validation of OpenAI request bodies: accepted shapes fill ParsedRequest; every bad input is a
+// 400 ApiError naming the parameter.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/api_error.h"
+#include "server/openai_request.h"
+
+namespace ferry::server {
+namespace {
+
+// The ApiError a body raises (status 0 when it parses).
+ApiError error_of(Endpoint e, const std::string& body) {
+  try {
+    parse_request(e, body);
+  } catch (const ApiError& err) {
+    return err;
+  }
+  return ApiError(0, "no error");
+}
+
+TEST(OpenAIRequest, ChatFullParameterSet) {
+  const ParsedRequest r = parse_request(Endpoint::Chat, R"({
+    "model": "m", "messages": [{"role": "system", "content": "be brief"},
+                               {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+                               {"role": "assistant", "content": null}, {"role": "developer", "content": "x"}],
+    "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.1, "seed": 42,
+    "stop": ["a", "bc"], "presence_penalty": 0.5, "frequency_penalty": -1.5, "logprobs": true, "top_logprobs": 3,
+    "stream": true, "stream_options": {"include_usage": true}, "n": 1, "ignore_eos": true, "user": "ignored"})");
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[1].content, "Hi there");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_EQ(r.messages[3].role, "system");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.1f);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_TRUE(r.seed_given);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -1.5f);
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.ignore_eos);
+}
+
+TEST(OpenAIRequest, DefaultsAreOpenAIs) {
+  const ParsedRequest r = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}]})");
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 1.0f);
+  EXPECT_EQ(r.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.0f);
+  EXPECT_FALSE(r.max_tokens.has_value());
+  EXPECT_FALSE(r.seed_given);
+  EXPECT_EQ(r.logprobs, -1);
+  EXPECT_FALSE(r.stream);
+  r.sampling.validate();  // the defaults are valid sampling parameters
+}
+
+TEST(OpenAIRequest, CompletionPromptForms) {
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "hello"})").prompt_text, "hello");
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": ["hello"]})").prompt_text, "hello");
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": [1, 2, 3]})").prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": [[4, 5]]})").prompt_tokens, (std::vector<int32_t>{4, 5}));
+  const ParsedRequest r = parse_request(Endpoint::Completion, R"({"prompt": "x", "logprobs": 2, "stop": "END", "max_tokens": 3})");
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(r.max_tokens, 3);
+}
+
+TEST(OpenAIRequest, MalformedJsonIs400WithoutParam) {
+  for (const char* body : {"", "{", "{bad", "[1,2]", "\"str\"", "{\"messages\": [}", "\xff\xfe"}) {
+    const ApiError e = error_of(Endpoint::Chat, body);
+    EXPECT_EQ(e.status(), 400) << body;
+    EXPECT_EQ(e.param(), "") << body;
+  }
+  const std::string deep = std::string(200, '[') + std::string(200, ']');
+  EXPECT_EQ(error_of(Endpoint::Chat, "{\"a\":" + deep + "}").status(), 400);
+  // Brackets inside strings do not count as nesting.
+  EXPECT_EQ(parse_request(Endpoint::Completion, "{\"prompt\": \"" + std::string(500, '[') + "\"}").prompt_text, std::string(500, '['));
+}
+
+TEST(OpenAIRequest, BadParametersAreNamed) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"temperature", R"("temperature": 2.5)"},
+      {"temperature", R"("temperature": "hot")"},
+      {"top_p", R"("top_p": 0)"},
+      {"top_p", R"("top_p": 1.5)"},
+      {"top_k", R"("top_k": 1.5)"},
+      {"min_p", R"("min_p": -0.1)"},
+      {"presence_penalty", R"("presence_penalty": 3)"},
+      {"frequency_penalty", R"("frequency_penalty": -2.01)"},
+      {"max_tokens", R"("max_tokens": 0)"},
+      {"max_tokens", R"("max_tokens": -5)"},
+      {"max_tokens", R"("max_tokens": 1e40)"},
+      {"max_completion_tokens", R"("max_completion_tokens": "many")"},
+      {"seed", R"("seed": 1.5)"},
+      {"stop", R"("stop": 5)"},
+      {"stop", R"("stop": ["a", 1])"},
+      {"stop", R"("stop": ["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"])"},
+      {"n", R"("n": 2)"},
+      {"stream", R"("stream": "yes")"},
+      {"stream_options", R"("stream_options": {"include_usage": true})"},
+      {"logprobs", R"("logprobs": 3)"},
+      {"top_logprobs", R"("top_logprobs": 2)"},
+      {"top_logprobs", R"("logprobs": true, "top_logprobs": 21)"},
+      {"model", R"("model": 7)"},
+      {"ignore_eos", R"("ignore_eos": 1)"},
+      {"logit_bias", R"("logit_bias": {"5": 10})"},
+      {"echo", R"("echo": true)"},
+  };
+  for (const auto& [param, field] : cases) {
+    const ApiError e = error_of(Endpoint::Chat, "{" + msgs + ", " + field + "}");
+    EXPECT_EQ(e.status(), 400) << field;
+    EXPECT_EQ(e.param(), param) << field;
+    EXPECT_NE(std::string(e.what()).find(param), std::string::npos) << e.what();
+  }
+}
+
+TEST(OpenAIRequest, BadMessagesAndPrompts) {
+  EXPECT_EQ(error_of(Endpoint::Chat, "{}").param(), "messages");
+  EXPECT_EQ(error_of(Endpoint::Chat, R"({"messages": []})").param(), "messages");
+  EXPECT_EQ(error_of(Endpoint::Chat, R"({"messages": [1]})").param(), "messages[0]");
+  EXPECT_EQ(error_of(Endpoint::Chat, R"({"messages": [{"content": "x"}]})").param(), "messages[0].role");
+  EXPECT_EQ(error_of(Endpoint::Chat, R"({"messages": [{"role": "wizard", "content": "x"}]})").param(), "messages[0].role");
+  EXPECT_EQ(error_of(Endpoint::Chat, R"({"messages": [{"role": "user"}]})").param(), "messages[0].content");
+  EXPECT_EQ(error_of(Endpoint::Chat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})").param(),
+            "messages[0].content[0].type");
+  EXPECT_EQ(error_of(Endpoint::Completion, "{}").param(), "prompt");
+  EXPECT_EQ(error_of(Endpoint::Completion, R"({"prompt": []})").param(), "prompt");
+  EXPECT_EQ(error_of(Endpoint::Completion, R"({"prompt": [1, -2]})").param(), "prompt");
+  EXPECT_EQ(error_of(Endpoint::Completion, R"({"prompt": [1, "a"]})").param(), "prompt");
+  EXPECT_EQ(error_of(Endpoint::Completion, R"({"prompt": ["a", "b"]})").param(), "prompt");
+  EXPECT_EQ(error_of(Endpoint::Completion, R"({"prompt": "x", "top_logprobs": 2})").param(), "top_logprobs");
+  EXPECT_EQ(error_of(Endpoint::Completion, R"({"prompt": "x", "logprobs": 21})").param(), "logprobs");
+}
+
+TEST(OpenAIRequest, NullMeansAbsent) {
+  const ParsedRequest r = parse_request(Endpoint::Chat,
+      R"({"messages": [{"role": "user", "content": "x"}], "temperature": null, "stop": null, "n": null, "max_tokens": null, "seed": null})");
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
+  EXPECT_TRUE(r.stop.empty());
+  EXPECT_FALSE(r.max_tokens.has_value());
+}
+
+}  // namespace
+}  // namespace ferry::server
