@@ -17,6 +17,9 @@ inline void cpu_relax() {
 }
 
 constexpr auto kSpin = std::chrono::microseconds(100);  // how long an idle worker spins before sleeping
+// Polls with a pause before a waiting thread starts yielding its core at every poll: on a machine with
+// more runnable threads than cores the thread it waits for may be the one that needs the core.
+constexpr int kPollsBeforeYield = 1024;
 
 }  // namespace
 
@@ -55,7 +58,8 @@ void ThreadPool::worker_loop() {
       const uint64_t g = generation_.load();
       if (g != seen && g % 2 == 0) break;
       if (stop_.load()) return;
-      if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
+      ++polls;
+      if (polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
         std::unique_lock<std::mutex> lock(mutex_);
         sleepers_.fetch_add(1);
         wake_.wait(lock, [&] {
@@ -65,7 +69,11 @@ void ThreadPool::worker_loop() {
         sleepers_.fetch_sub(1);
         continue;
       }
-      cpu_relax();
+      if (polls > kPollsBeforeYield) {
+        std::this_thread::yield();
+      } else {
+        cpu_relax();
+      }
     }
     if (stop_.load()) return;
     inside_.fetch_add(1);
@@ -97,7 +105,13 @@ void ThreadPool::run_chunks(int64_t n_chunks, const std::function<void(int64_t)>
     wake_.notify_all();
   }
   work();
-  while (done_chunks_.load() < n_chunks) cpu_relax();
+  for (int polls = 0; done_chunks_.load() < n_chunks; ++polls) {
+    if (polls > kPollsBeforeYield) {
+      std::this_thread::yield();  // a worker holding a chunk may be waiting for this core
+    } else {
+      cpu_relax();
+    }
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
