@@ -12,6 +12,7 @@
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/embedding.cuh"
 #include "backends/cuda/gemm_cublaslt.h"
+#include "backends/cuda/gemm_sm90.cuh"
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/rope.cuh"
@@ -52,6 +53,14 @@ int64_t chunk_vals(DType t) {
   }
 }
 
+// The optional bf16 copy of a prepared weight (CudaBackendOptions::prefill_bf16_weights) lives in the same
+// buffer, after the prepared layout, 256-byte aligned: (rows, cols) bf16 row-major at data + this offset.
+// Not for BF16 (already bf16) nor F32 (also what non-native types become on upload).
+bool has_bf16_copy(const CudaBackendOptions& o, DType t) {
+  return o.prefill_bf16_weights && t != DType::BF16 && t != DType::F32;
+}
+size_t bf16_copy_offset(DType t, int64_t rows, int64_t cols) { return (prepared_bytes(t, rows, cols) + 255) / 256 * 256; }
+
 }  // namespace
 
 int CudaBackend::device_count() {
@@ -85,6 +94,10 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   errors_ = static_cast<DeviceErrors*>(host_errors);  // with unified addressing, usable on the device as is
   *errors_ = DeviceErrors{0, 0};
   gemm_ = std::make_unique<CublasLtGemm>();
+  if (options.hopper_gemm) {
+    auto hopper = std::make_unique<Sm90Gemm>(options.device_index);
+    if (hopper->available()) sm90_gemm_ = std::move(hopper);
+  }
 }
 
 CudaBackend::~CudaBackend() {
@@ -147,7 +160,9 @@ Tensor CudaBackend::prepare_weight(const Tensor& host, std::vector<DeviceBuffer>
   FERRY_CHECK(cols % chunk_vals(host.dtype) == 0,
               "CUDA backend: a {} weight needs a multiple of {} columns (shape {})", dtype_name(host.dtype),
               chunk_vals(host.dtype), host.shape_str());
-  DeviceBuffer buf = alloc(prepared_bytes(host.dtype, rows, cols));
+  const bool bf16_copy = has_bf16_copy(options_, host.dtype);
+  const size_t copy_at = bf16_copy_offset(host.dtype, rows, cols);
+  DeviceBuffer buf = alloc(bf16_copy ? copy_at + size_t(rows) * size_t(cols) * 2 : prepared_bytes(host.dtype, rows, cols));
   auto* base = static_cast<uint8_t*>(buf.data());
   if (host.dtype == DType::Q8_0 || host.dtype == DType::Q4_0 || host.dtype == DType::Q4_1) {
     const size_t nb = size_t(cols / kQBlock);
@@ -166,6 +181,7 @@ Tensor CudaBackend::prepare_weight(const Tensor& host, std::vector<DeviceBuffer>
     FERRY_CUDA_CHECK(cudaMemcpyAsync(base, host.data, host.nbytes(), cudaMemcpyHostToDevice, s));
   }
   dev.data = buf.data();
+  if (bf16_copy) dequantize_to_bf16(host.dtype, weight_view(dev), reinterpret_cast<uint16_t*>(base + copy_at), s);
   keep.push_back(std::move(buf));
   return dev;
 }
@@ -335,6 +351,8 @@ void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& 
   const uint16_t* wb = nullptr;
   if (w.dtype == DType::BF16) {
     wb = w.ptr<uint16_t>();
+  } else if (has_bf16_copy(options_, w.dtype)) {
+    wb = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + bf16_copy_offset(w.dtype, n_out, n_in));
   } else {
     ensure(w_bf16_, size_t(n_out) * size_t(n_in) * 2);
     dequantize_to_bf16(w.dtype, weight_view(w), static_cast<uint16_t*>(w_bf16_.data()), stream_);
@@ -342,9 +360,13 @@ void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& 
   }
   ensure(x_bf16_, size_t(n) * size_t(n_in) * 2);
   f32_to_bf16(x.ptr<float>(), static_cast<uint16_t*>(x_bf16_.data()), n * n_in, stream_);
-  ensure(gemm_workspace_, kGemmWorkspaceBytes);
-  gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in,
-             gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+  if (sm90_gemm_ && Sm90Gemm::supports(n, n_out, n_in) && reinterpret_cast<uintptr_t>(out.data) % 8 == 0) {
+    sm90_gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in, stream_);
+  } else {
+    ensure(gemm_workspace_, kGemmWorkspaceBytes);
+    gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in,
+               gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
+  }
   if (!bias.empty()) add_bias(out.ptr<float>(), bias.ptr<float>(), n, n_out, stream_);
 }
 

@@ -7,7 +7,8 @@
 //  - Weights: uploaded once by prepare_weight, in the layout of weight_layout.cuh (GGUF blocks, or split
 //    quants/scales for Q8_0/Q4_0/Q4_1; other block types become F32).
 //  - matmul: n <= kMatvecMaxTokens (16) tokens: matvec kernels that dequantize in registers; more: the
-//    weight is dequantized to a bf16 scratch matrix and cuBLASLt multiplies (bf16 in, fp32 out).
+//    weight is dequantized to a bf16 scratch matrix (or its bf16 copy made at load is used) and ferry's
+//    Hopper GEMM (gemm_sm90.cuh; cuBLASLt on other GPUs and uncovered shapes) multiplies (bf16 in, fp32 out).
 //  - Errors found by kernels in device-side inputs (bad token id, slot, row, block id) are reported at the
 //    next copy_to_host or synchronize, as ferry::Error.
 //  - Step graphs: begin_capture/end_capture record the ops of a step into a CUDA graph (stream capture,
@@ -26,11 +27,18 @@ namespace ferry {
 
 namespace cuda_ops {
 class CublasLtGemm;
+class Sm90Gemm;
 struct DeviceErrors;
 }  // namespace cuda_ops
 
 struct CudaBackendOptions {
   int device_index = 0;  // which CUDA device
+  // matmul for n > 16 tokens: ferry's TMA + wgmma GEMM (gemm_sm90.cuh) on compute capability 9.x where the
+  // shape is covered; false (or another GPU, or an uncovered shape): cuBLASLt.
+  bool hopper_gemm = true;
+  // Quantized/F16/F32 weights also keep a bf16 copy made once at load (2 bytes per weight more), which the
+  // n > 16 matmul reads instead of dequantizing the weight on every call.
+  bool prefill_bf16_weights = false;
 };
 
 class CudaBackend final : public Backend {
@@ -87,6 +95,7 @@ class CudaBackend final : public Backend {
   std::string device_name_;
   CUstream_st* stream_ = nullptr;
   std::unique_ptr<cuda_ops::CublasLtGemm> gemm_;
+  std::unique_ptr<cuda_ops::Sm90Gemm> sm90_gemm_;  // ferry's Hopper GEMM (options_.hopper_gemm)
   cuda_ops::DeviceErrors* errors_ = nullptr;  // mapped pinned host memory, written by kernels
   DeviceBuffer gemm_workspace_;  // cuBLASLt workspace
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path

@@ -48,6 +48,16 @@ __global__ void f32_to_bf16_kernel(const float* x, uint16_t* out, int64_t count)
   if (i < count) out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
 }
 
+// x: (count) f32, 32-byte aligned; out: (count) bf16, 16-byte aligned; count a multiple of 8. One thread per
+// 8 values: two 16-byte loads, one 16-byte store (the scalar kernel's 2-byte stores ran well under copy
+// bandwidth, and this pass precedes every prefill GEMM).
+__global__ void f32_to_bf16_x8_kernel(const float4* x, uint4* out, int64_t count8) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= count8) return;
+  const float4 a = x[2 * i], b = x[2 * i + 1];
+  out[i] = make_uint4(bf16_pair(a.x, a.y), bf16_pair(a.z, a.w), bf16_pair(b.x, b.y), bf16_pair(b.z, b.w));
+}
+
 __global__ void add_bias_kernel(float* out, const float* bias, int64_t rows, int64_t cols) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i < rows * cols) out[i] += bias[i % cols];
@@ -68,6 +78,12 @@ void dequantize_to_bf16(DType wtype, const WeightView& w, uint16_t* out, cudaStr
 
 void f32_to_bf16(const float* x, uint16_t* out, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
+  if (count % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 32 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    f32_to_bf16_x8_kernel<<<grid_for(count / 8, kThreads), kThreads, 0, stream>>>(
+        reinterpret_cast<const float4*>(x), reinterpret_cast<uint4*>(out), count / 8);
+    FERRY_CUDA_CHECK_LAUNCH(f32_to_bf16_x8_kernel);
+    return;
+  }
   f32_to_bf16_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(x, out, count);
   FERRY_CUDA_CHECK_LAUNCH(f32_to_bf16_kernel);
 }

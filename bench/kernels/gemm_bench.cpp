@@ -1,0 +1,240 @@
+// Prefill GEMM harness (needs a compute capability 9.x GPU): ferry's Hopper GEMM (gemm_sm90.cuh) against
+// cuBLASLt (ferry's cached-plan wrapper, same bf16 in / f32 out), measured in the same run.
+//   gemm   : out (M, N) f32 = x (M, K) bf16 . w (N, K)^T on the Llama-3-8B projection shapes N x K = 6144x4096,
+//            4096x4096, 28672x4096, 4096x14336 at M = 512, 1024, 2048, 4096, 8192, plus 4096^3 and 8192^3
+//            (cuBLAS 754 / 779 TFLOP/s there per ../shared/GPU.md). Per row: both tile configs, the
+//            heuristic's pick, cuBLASLt, TFLOP/s and ferry (heuristic) as % of cuBLASLt.
+//   matmul : CudaBackend::matmul at n = 512 / 2048 for BF16, Q8_0, Q4_0 weights: cuBLASLt path (per-call
+//            dequant), Hopper GEMM with per-call dequant, Hopper GEMM with the bf16 copy made at load.
+// Timing: gemm: device events around each call, median of 15 after 3 warm-up calls; matmul: host clock over
+// 10 queued calls. Inputs random (never zeros).
+// Usage: gemm_bench [--json FILE] [gemm|matmul]... (none: both).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/gemm_cublaslt.h"
+#include "backends/cuda/gemm_sm90.cuh"
+#include "formats/quant.h"
+#include "kernel_json.h"
+
+namespace {
+
+using namespace ferry;
+
+#define CK(expr)                                                                       \
+  do {                                                                                 \
+    const cudaError_t e_ = (expr);                                                     \
+    if (e_ != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));                 \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+// Median milliseconds of one call of fn on stream s.
+double median_ms(cudaStream_t s, const std::function<void()>& fn, int reps = 15) {
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a, s));
+    fn();
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return double(t[t.size() / 2]);
+}
+
+// `count` random bf16 values (normal, scale 1) in device memory: a 16 MiB random block copied repeatedly.
+uint16_t* random_bf16(size_t count, uint32_t seed) {
+  uint16_t* d = nullptr;
+  CK(cudaMalloc(&d, count * 2));
+  std::vector<uint16_t> block(size_t(8) << 20);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0, 1);
+  for (uint16_t& v : block) {
+    float f = dist(rng);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    v = uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+    if ((v & 0x7FFF) == 0) v = 0x3C00;
+  }
+  for (size_t at = 0; at < count; at += block.size())
+    CK(cudaMemcpy(d + at, block.data(), std::min(block.size(), count - at) * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+const Shape kShapes[] = {{"qkv 6144x4096", 6144, 4096},
+                         {"wo 4096x4096", 4096, 4096},
+                         {"gate_up 28672x4096", 28672, 4096},
+                         {"down 4096x14336", 4096, 14336}};
+
+void bench_gemm(bench::KernelJson& json) {
+  std::printf("\n== gemm: out (M,N) f32 = x (M,K) bf16 . w (N,K)^T, TFLOP/s (median of 15) ==\n");
+  std::printf("%-20s %5s %9s %9s %6s %9s %9s %7s\n", "shape NxK", "M", "128x128", "128x256", "pick", "ferry",
+              "cuBLASLt", "% cuBLAS");
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  cuda_ops::Sm90Gemm ours(0);
+  if (!ours.available()) {
+    std::printf("not a compute capability 9.x device: skipped\n");
+    return;
+  }
+  cuda_ops::CublasLtGemm lt;
+  const size_t ws_bytes = size_t(32) << 20;
+  void* ws = nullptr;
+  CK(cudaMalloc(&ws, ws_bytes));
+  const int64_t max_m = 8192, max_k = 14336, max_n = 28672;
+  uint16_t* x = random_bf16(size_t(max_m) * size_t(max_k), 1);
+  uint16_t* w = random_bf16(size_t(max_n) * 4096, 2);  // the largest w: 28672 x 4096 (8192^2 and 4096 x 14336 fit)
+  float* out = nullptr;
+  CK(cudaMalloc(&out, size_t(max_m) * size_t(max_n) * 4));
+  std::vector<std::pair<std::string, double>> summary;
+  auto row = [&](const std::string& name, int64_t m, int64_t n, int64_t k) {
+    const double flop = 2.0 * double(m) * double(n) * double(k);
+    const cuda_ops::GemmTile t128 = cuda_ops::GemmTile::k128x128, t256 = cuda_ops::GemmTile::k128x256;
+    const double ms128 = median_ms(s, [&] { ours.run(out, x, w, m, n, k, s, &t128); });
+    const double ms256 = median_ms(s, [&] { ours.run(out, x, w, m, n, k, s, &t256); });
+    const cuda_ops::GemmPlan plan = cuda_ops::make_gemm_plan(m, n, ours.num_sms());
+    const double ms_lt = median_ms(s, [&] { lt.run(out, x, w, m, n, k, ws, ws_bytes, s); });
+    const double ms_ours = median_ms(s, [&] { ours.run(out, x, w, m, n, k, s); });  // heuristic, timed again
+    const double tf = flop / ms_ours * 1e-9, tf_lt = flop / ms_lt * 1e-9;
+    std::printf("%-20s %5ld %9.1f %9.1f %6s %9.1f %9.1f %6.1f%%\n", name.c_str(), long(m), flop / ms128 * 1e-9,
+                flop / ms256 * 1e-9, plan.block_n == 256 ? "256" : "128", tf, tf_lt, 100.0 * tf / tf_lt);
+    const double bytes = double(m * k) * 2 + double(n * k) * 2 + double(m * n) * 4;
+    json.add("gemm sm90 " + name + " M" + std::to_string(m), flop, bytes, ms_ours * 1e-3);
+    json.add("gemm cublasLt " + name + " M" + std::to_string(m), flop, bytes, ms_lt * 1e-3);
+    summary.emplace_back(name + " M" + std::to_string(m), 100.0 * tf / tf_lt);
+  };
+  for (const Shape& sh : kShapes) {
+    for (const int64_t m : {512, 1024, 2048, 4096, 8192}) row(sh.name, m, sh.n, sh.k);
+  }
+  row("square 4096", 4096, 4096, 4096);
+  row("square 8192", 8192, 8192, 8192);
+  double lo = 1e9, sum = 0;
+  for (const auto& [name, pct] : summary) {
+    lo = std::min(lo, pct);
+    sum += pct;
+  }
+  std::printf("ferry / cuBLASLt over %zu rows: mean %.1f%%, worst %.1f%%\n", summary.size(), sum / double(summary.size()), lo);
+  CK(cudaFree(x));
+  CK(cudaFree(w));
+  CK(cudaFree(out));
+  CK(cudaFree(ws));
+  CK(cudaStreamDestroy(s));
+}
+
+void bench_matmul(bench::KernelJson& json) {
+  std::printf("\n== CudaBackend::matmul (f32 activations in, f32 out), ms per call (median of 9 x 10 calls) ==\n");
+  std::printf("%-20s %5s %5s %10s %10s %10s %8s\n", "shape NxK", "n", "type", "cuBLASLt", "sm90", "sm90+copy",
+              "TFLOP/s");
+  CudaBackend be_lt(CudaBackendOptions{.device_index = 0, .hopper_gemm = false, .prefill_bf16_weights = false});
+  CudaBackend be_h(CudaBackendOptions{.device_index = 0, .hopper_gemm = true, .prefill_bf16_weights = false});
+  CudaBackend be_hc(CudaBackendOptions{.device_index = 0, .hopper_gemm = true, .prefill_bf16_weights = true});
+  for (const Shape& sh : kShapes) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> dist(0, 0.5f);
+    std::vector<float> wf(size_t(sh.n * sh.k));
+    for (float& v : wf) v = dist(rng);
+    for (const DType t : {DType::BF16, DType::Q8_0, DType::Q4_0}) {
+      std::vector<uint8_t> wq(size_t(sh.n) * row_bytes(t, sh.k));
+      for (int64_t r = 0; r < sh.n; ++r) quantize_row(t, wf.data() + r * sh.k, wq.data() + size_t(r) * row_bytes(t, sh.k), sh.k);
+      for (const int64_t n : {512, 2048}) {
+        double ms[3];
+        CudaBackend* bes[3] = {&be_lt, &be_h, &be_hc};
+        std::vector<float> xh = std::vector<float>(size_t(n * sh.k));
+        for (float& v : xh) v = dist(rng);
+        for (int b = 0; b < 3; ++b) {
+          CudaBackend& be = *bes[b];
+          std::vector<DeviceBuffer> keep;
+          const Tensor w = be.prepare_weight(Tensor::make(t, {sh.n, sh.k}, wq.data()), keep);
+          keep.push_back(be.alloc(xh.size() * 4));
+          const Tensor x = Tensor::make(DType::F32, {n, sh.k}, keep.back().data(), Device::Cuda);
+          be.copy_to_device(x, xh.data(), xh.size() * 4);
+          keep.push_back(be.alloc(size_t(n * sh.n) * 4));
+          const Tensor out = Tensor::make(DType::F32, {n, sh.n}, keep.back().data(), Device::Cuda);
+          be.synchronize();
+          // The backend runs on its own stream: a host clock around 10 queued calls and a synchronize (launch
+          // costs overlap the device work, as in a forward pass), median of 9 such samples after 2 warm-ups.
+          std::vector<double> t;
+          for (int i = 0; i < 11; ++i) {
+            be.synchronize();
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int j = 0; j < 10; ++j) be.matmul(out, x, w, Tensor{});
+            be.synchronize();
+            if (i >= 2) t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 10);
+          }
+          std::sort(t.begin(), t.end());
+          ms[b] = t[t.size() / 2];
+        }
+        const double flop = 2.0 * double(n) * double(sh.n) * double(sh.k);
+        std::printf("%-20s %5ld %5s %10.3f %10.3f %10.3f %8.1f\n", sh.name, long(n), std::string(dtype_name(t)).c_str(),
+                    ms[0], ms[1], ms[2], flop / std::min(ms[1], ms[2]) * 1e-9);
+        const double bytes = double(wq.size()) + double(n) * double(sh.k + sh.n) * 4;
+        const std::string tag = std::string(dtype_name(t)) + " " + sh.name + " n" + std::to_string(n);
+        json.add("matmul cublasLt " + tag, flop, bytes, ms[0] * 1e-3);
+        json.add("matmul sm90 " + tag, flop, bytes, ms[1] * 1e-3);
+        if (t != DType::BF16) json.add("matmul sm90 bf16-copy " + tag, flop, bytes, ms[2] * 1e-3);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  std::vector<std::string> sections;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (a == "gemm" || a == "matmul") {
+      sections.push_back(a);
+    } else {
+      std::fprintf(stderr, "usage: gemm_bench [--json FILE] [gemm|matmul]...\n");
+      return 2;
+    }
+  }
+  if (sections.empty()) sections = {"gemm", "matmul"};
+  int dev = 0;
+  if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  bench::KernelJson json;
+  try {
+    for (const std::string& sec : sections) {
+      if (sec == "gemm") bench_gemm(json);
+      if (sec == "matmul") bench_matmul(json);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return json.write(json_path) ? 0 : 1;
+}

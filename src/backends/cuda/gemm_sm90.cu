@@ -1,0 +1,208 @@
+#include "backends/cuda/gemm_sm90.cuh"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/hopper.cuh"
+
+namespace ferry::cuda_ops {
+namespace {
+
+using namespace sm90;
+
+constexpr int kBlockM = 128;  // output rows per tile: two consumer warpgroups x 64
+constexpr int kBlockK = 64;   // k per stage: one 128-byte swizzle row of bf16
+constexpr int kThreads = 384; // producer warpgroup + two consumer warpgroups
+
+template <int kBN>
+struct Cfg {
+  static constexpr int kStages = kBN == 256 ? 4 : 6;           // 4 x 48 KB / 6 x 32 KB of the 227 KB
+  static constexpr int kABytes = kBlockM * kBlockK * 2;         // one x tile: 128 rows x 128 bytes
+  static constexpr int kBBytes = kBN * kBlockK * 2;             // one w tile: kBN rows x 128 bytes
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;  // + barriers + alignment
+  static constexpr int kAcc = kBN / 2;                          // f32 accumulators per consumer thread
+};
+
+// Tile `tile` of the walk in gemm_heuristics.h: groups of group_m tile rows, m fastest inside a group.
+__device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int group_m, int& mb, int& nb) {
+  const int per_group = group_m * tiles_n;
+  const int g = tile / per_group, first_m = g * group_m;
+  const int rows_here = min(tiles_m - first_m, group_m);
+  const int r = tile - g * per_group;
+  mb = first_m + r % rows_here;
+  nb = r / rows_here;
+}
+
+// tmap_x: x (m, k) bf16, box 64 (k) x 128 (rows), 128B swizzle; tmap_w: w (n, k) bf16, box 64 x kBN.
+// out: (m, n) f32 row-major.
+template <int kBN>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w,
+                     float* __restrict__ out, int m, int n, int k, int group_m) {
+  using C = Cfg<kBN>;
+  extern __shared__ uint8_t smem_raw[];
+  // 128B-swizzled TMA tiles want 1024-byte alignment.
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* sa = smem;                          // kStages x (128 x 64) bf16
+  uint8_t* sb = smem + C::kStages * C::kABytes;  // kStages x (kBN x 64) bf16
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kStages * C::kStageBytes);  // TMA landed
+  uint64_t* empty = full + C::kStages;                                                // both consumers done
+
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 2);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int tiles_m = (m + kBlockM - 1) / kBlockM, tiles_n = (n + kBN - 1) / kBN;
+  const int tiles = tiles_m * tiles_n, k_iters = (k + kBlockK - 1) / kBlockK;
+
+  if (wg == 0) {
+    reg_dealloc<40>();
+    if (t == 0) {
+      prefetch_tmap(&tmap_x);
+      prefetch_tmap(&tmap_w);
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int mb, nb;
+        tile_coords(tile, tiles_m, tiles_n, group_m, mb, nb);
+        for (int ki = 0; ki < k_iters; ++ki) {
+          mbar_wait(&empty[stage], phase ^ 1);
+          mbar_arrive_expect_tx(&full[stage], C::kStageBytes);
+          tma_load_2d(sa + stage * C::kABytes, &tmap_x, &full[stage], ki * kBlockK, mb * kBlockM);
+          tma_load_2d(sb + stage * C::kBBytes, &tmap_w, &full[stage], ki * kBlockK, nb * kBN);
+          if (++stage == C::kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    reg_alloc<232>();
+    const int c = wg - 1;  // this consumer's rows of the tile: [64 c, 64 c + 64)
+    const int warp = t / 32, lane = t % 32;
+    float acc[C::kAcc];
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      int mb, nb;
+      tile_coords(tile, tiles_m, tiles_n, group_m, mb, nb);
+      int prev = -1;
+      for (int ki = 0; ki < k_iters; ++ki) {
+        mbar_wait(&full[stage], phase);
+        const uint8_t* a = sa + stage * C::kABytes + c * 64 * 128;
+        const uint8_t* b = sb + stage * C::kBBytes;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockK / 16; ++kk) {
+          const uint64_t da = smem_desc_sw128(a + kk * 32), db = smem_desc_sw128(b + kk * 32);
+          if constexpr (kBN == 256) {
+            wgmma_m64n256k16(acc, da, db, (ki > 0 || kk > 0) ? 1 : 0);
+          } else {
+            wgmma_m64n128k16(acc, da, db, (ki > 0 || kk > 0) ? 1 : 0);
+          }
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous stage's wgmmas are done: hand its buffers back
+        if (prev >= 0 && t == 0) mbar_arrive(&empty[prev]);
+        prev = stage;
+        if (++stage == C::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+      fence_operands(acc);
+      if (t == 0) mbar_arrive(&empty[prev]);
+
+      // Epilogue: d[4j + h + 2v] is row 16 warp + lane / 4 + 8 v, column 8 j + 2 (lane % 4) + h.
+      const int row0 = mb * kBlockM + c * 64 + warp * 16 + lane / 4;
+      const int col0 = nb * kBN + 2 * (lane % 4);
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        const int row = row0 + 8 * v;
+        if (row >= m) continue;
+        float* dst = out + size_t(row) * size_t(n);
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          const int col = col0 + 8 * j;
+          if (col < n) *reinterpret_cast<float2*>(dst + col) = make_float2(acc[4 * j + 2 * v], acc[4 * j + 2 * v + 1]);
+        }
+      }
+    }
+  }
+}
+
+// A 2-D bf16 tensor map over rows x cols (row pitch cols x 2 bytes), box 64 columns x box_rows rows.
+CUtensorMap make_tmap(void* encode, const uint16_t* base, int64_t rows, int64_t cols, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
+  const cuuint32_t box[2] = {cuuint32_t(kBlockK), cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode)(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(base), dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FERRY_CUDA_REQUIRE(r == CUDA_SUCCESS);
+  return map;
+}
+
+template <int kBN>
+void launch(void* encode, const GemmPlan& plan, float* out, const uint16_t* x, const uint16_t* w, int64_t m,
+            int64_t n, int64_t k, cudaStream_t stream) {
+  const CUtensorMap tx = make_tmap(encode, x, m, k, kBlockM);
+  const CUtensorMap tw = make_tmap(encode, w, n, k, kBN);
+  gemm_sm90_kernel<kBN><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(tx, tw, out, int(m), int(n), int(k),
+                                                                              plan.group_m);
+  FERRY_CUDA_CHECK_LAUNCH(gemm_sm90_kernel);
+}
+
+}  // namespace
+
+Sm90Gemm::Sm90Gemm(int device) {
+  int major = 0;
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+  if (major != 9) return;
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || fn == nullptr) {
+    (void)cudaGetLastError();
+    return;
+  }
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        Cfg<256>::kSmemBytes));
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        Cfg<128>::kSmemBytes));
+  encode_ = fn;
+}
+
+bool Sm90Gemm::supports(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kMax = int64_t(1) << 31;
+  return m >= 1 && n >= 1 && k >= 1 && m < kMax && n < kMax && k < kMax && k % 8 == 0 && n % 2 == 0;
+}
+
+void Sm90Gemm::run(float* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t n, int64_t k,
+                   cudaStream_t stream, const GemmTile* force) const {
+  FERRY_CUDA_REQUIRE(available() && supports(m, n, k));
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0);
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(out) % 8 == 0);
+  const GemmPlan plan = make_gemm_plan(m, n, num_sms_, force);
+  if (plan.tile == GemmTile::k128x256) {
+    launch<256>(encode_, plan, out, x, w, m, n, k, stream);
+  } else {
+    launch<128>(encode_, plan, out, x, w, m, n, k, stream);
+  }
+}
+
+}  // namespace ferry::cuda_ops

@@ -1,0 +1,47 @@
+// ferry's own prefill GEMM for Hopper (sm_90a): out (m, n) f32 row-major = x (m, k) bf16 row-major .
+// w (n, k) bf16 row-major^T ("TN", fp32 accumulation).
+//
+// Kernel (gemm_sm90.cu): persistent (one block per SM, tiles walked in the order of gemm_heuristics.h),
+// warp-specialized: warpgroup 0 is the producer (one thread issues TMA loads of 128B-swizzled 128 x 64
+// tiles of x and block_n x 64 tiles of w into a ring of shared-memory stages, full/empty mbarriers),
+// warpgroups 1 and 2 are consumers (rows 0..63 and 64..127 of the 128 x block_n output tile, wgmma
+// m64n{block_n}k16 from shared memory, accumulators in registers; setmaxnreg moves registers from the
+// producer to them); the epilogue stores the f32 accumulators straight from registers (8-byte stores,
+// rows >= m and columns >= n skipped). Rows of x beyond m and columns beyond k arrive as zeros (TMA).
+//
+// Host-compilable: no device code here, so cuda_backend.cpp can include it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/gemm_heuristics.h"
+
+namespace ferry::cuda_ops {
+
+class Sm90Gemm {
+ public:
+  // Reads the device's SM count and compute capability; finds cuTensorMapEncodeTiled through the runtime's
+  // driver entry point (no libcuda link). available() is false on anything but compute capability 9.x or
+  // when the entry point is missing; run() must not be called then.
+  explicit Sm90Gemm(int device);
+
+  bool available() const { return encode_ != nullptr; }
+  int num_sms() const { return num_sms_; }
+
+  // Shapes the kernel takes: k a multiple of 8 (16-byte row pitch for TMA), n even (8-byte stores),
+  // m, n, k >= 1 and below 2^31. The pointers must be 16-byte aligned (x, w) and 8-byte aligned (out).
+  static bool supports(int64_t m, int64_t n, int64_t k);
+
+  // out: (m, n) f32 row-major; x: (m, k) bf16 bits row-major; w: (n, k) bf16 bits row-major. On `stream`.
+  // force: a tile shape instead of the heuristic's (tests and benchmarks).
+  void run(float* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
+           const GemmTile* force = nullptr) const;
+
+ private:
+  void* encode_ = nullptr;  // PFN_cuTensorMapEncodeTiled
+  int num_sms_ = 0;
+};
+
+}  // namespace ferry::cuda_ops

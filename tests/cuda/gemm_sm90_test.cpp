@@ -1,0 +1,150 @@
+// ferry's Hopper GEMM (gemm_sm90.cuh) against a float64 CPU reference on random bf16 inputs, every tile
+// config, ragged m/n (not multiples of the tile) and a k tail (k not a multiple of 64: TMA zero-fills).
+// Inputs are exactly representable in bf16 and the kernel accumulates in fp32, so the only error is fp32
+// rounding over k terms: relative L2 <= 1e-5 (bf16-rounded inputs themselves would give ~3e-3, so a wrong
+// fragment or swizzle cannot pass). Outputs are NaN-poisoned first: an unwritten element fails.
+// Then CudaBackend::matmul for n > 16 with the bf16-copy-at-load option (Q4_0/Q8_0/F16) against the CPU
+// backend (bf16 rounding of activations and weights: <= 1e-2, as in matmul_test.cpp).
+// Skips without a device of compute capability 9.x.
+#ifdef FERRY_HAS_CUDA
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <string>
+
+#include "backends/cuda/gemm_sm90.cuh"
+#include "cuda_test_util.h"
+#include "formats/quant.h"
+
+namespace ferry::test {
+namespace {
+
+uint16_t to_bf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+float from_bf16(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+#define CK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+class Sm90GemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    gemm_ = std::make_unique<cuda_ops::Sm90Gemm>(0);
+    if (!gemm_->available()) GTEST_SKIP() << "not a compute capability 9.x device";
+  }
+
+  // out (m, n) = x (m, k) . w (n, k)^T with the given tile (null: the heuristic's).
+  void check(int64_t m, int64_t n, int64_t k, const cuda_ops::GemmTile* tile, uint32_t seed) {
+    const std::vector<float> xf = random_floats(size_t(m * k), seed), wf = random_floats(size_t(n * k), seed + 1);
+    std::vector<uint16_t> xb(xf.size()), wb(wf.size());
+    for (size_t i = 0; i < xf.size(); ++i) xb[i] = to_bf16(xf[i]);
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = to_bf16(wf[i]);
+    std::vector<float> ref(size_t(m * n));
+    std::vector<double> wd(wb.size());
+    for (size_t i = 0; i < wb.size(); ++i) wd[i] = from_bf16(wb[i]);
+    std::vector<double> xr(static_cast<size_t>(k));
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t i = 0; i < k; ++i) xr[size_t(i)] = from_bf16(xb[size_t(r * k + i)]);
+      for (int64_t c = 0; c < n; ++c) {
+        const double* wr = wd.data() + c * k;
+        double s = 0;
+        for (int64_t i = 0; i < k; ++i) s += xr[size_t(i)] * wr[i];
+        ref[size_t(r * n + c)] = float(s);
+      }
+    }
+    uint16_t *dx = nullptr, *dw = nullptr;
+    float* dout = nullptr;
+    CK(cudaMalloc(&dx, xb.size() * 2));
+    CK(cudaMalloc(&dw, wb.size() * 2));
+    CK(cudaMalloc(&dout, ref.size() * 4));
+    CK(cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, wb.data(), wb.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dout, 0xFF, ref.size() * 4));  // NaN
+    gemm_->run(dout, dx, dw, m, n, k, nullptr, tile);
+    CK(cudaDeviceSynchronize());
+    std::vector<float> got(ref.size());
+    CK(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaFree(dx));
+    CK(cudaFree(dw));
+    CK(cudaFree(dout));
+    const double err = rel_l2(got, ref);
+    const std::string what = "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                             (tile == nullptr ? " auto" : *tile == cuda_ops::GemmTile::k128x256 ? " 128x256" : " 128x128");
+    EXPECT_LE(err, 1e-5) << what;
+    std::printf("  %-36s rel L2 %.2e\n", what.c_str(), err);
+  }
+
+  std::unique_ptr<cuda_ops::Sm90Gemm> gemm_;
+};
+
+TEST_F(Sm90GemmTest, EveryTileOnRaggedShapes) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  // full tiles; ragged m; ragged n (not a multiple of 128 or 256); one k step; k tail; several tiles per
+  // block (more tiles than SMs: the persistent loop and the ring's phase wrap across tiles); tiny m.
+  const Shape shapes[] = {{256, 512, 512},  {200, 384, 256},  {129, 1000, 320},   {128, 256, 64},
+                          {77, 264, 520},   {17, 130, 72},    {2000, 2304, 128},  {512, 256, 4096}};
+  uint32_t seed = 10;
+  for (const Shape& s : shapes) {
+    for (const cuda_ops::GemmTile t : {cuda_ops::GemmTile::k128x128, cuda_ops::GemmTile::k128x256}) {
+      check(s.m, s.n, s.k, &t, seed++);
+    }
+  }
+  check(300, 768, 1024, nullptr, seed++);
+}
+
+TEST_F(Sm90GemmTest, RejectsUncoveredShapes) {
+  EXPECT_TRUE(cuda_ops::Sm90Gemm::supports(17, 6144, 4096));
+  EXPECT_FALSE(cuda_ops::Sm90Gemm::supports(17, 6144, 4100));  // k % 8
+  EXPECT_FALSE(cuda_ops::Sm90Gemm::supports(17, 6145, 4096));  // n odd
+  EXPECT_FALSE(cuda_ops::Sm90Gemm::supports(0, 64, 64));
+}
+
+// CudaBackend::matmul (n > 16: activation rounding + Hopper GEMM) with weights that keep a bf16 copy made
+// at load, against the CPU backend's reference matmul.
+class Sm90BackendMatmul : public CudaOpsTest {};
+
+TEST_F(Sm90BackendMatmul, Bf16CopyAtLoad) {
+  for (const bool copy : {false, true}) {
+    CudaBackend gpu(CudaBackendOptions{.device_index = 0, .hopper_gemm = true, .prefill_bf16_weights = copy});
+    std::vector<DeviceBuffer> keep;
+    for (const DType t : {DType::Q4_0, DType::Q8_0, DType::F16, DType::BF16, DType::Q4_K}) {
+      const int64_t n = 150, n_out = 384, n_in = 512;
+      const std::vector<float> f = random_floats(size_t(n_out * n_in), 7 + uint32_t(t), 0.5f);
+      std::vector<uint8_t> wq(size_t(n_out) * row_bytes(t, n_in));
+      for (int64_t r = 0; r < n_out; ++r) quantize_row(t, f.data() + r * n_in, wq.data() + size_t(r) * row_bytes(t, n_in), n_in);
+      std::vector<float> x = random_floats(size_t(n * n_in), 8), ref(size_t(n * n_out)), got(ref.size());
+      const Tensor hw = Tensor::make(t, {n_out, n_in}, wq.data());
+      cpu_.matmul(host(DType::F32, {n, n_out}, ref), host(DType::F32, {n, n_in}, x), hw, Tensor{});
+      const Tensor gw = gpu.prepare_weight(hw, keep);
+      keep.push_back(gpu.alloc(x.size() * 4));
+      const Tensor gx = Tensor::make(DType::F32, {n, n_in}, keep.back().data(), Device::Cuda);
+      gpu.copy_to_device(gx, x.data(), x.size() * 4);
+      keep.push_back(gpu.alloc(ref.size() * 4));
+      const Tensor go = Tensor::make(DType::F32, {n, n_out}, keep.back().data(), Device::Cuda);
+      const std::vector<float> nan(ref.size(), std::numeric_limits<float>::quiet_NaN());
+      gpu.copy_to_device(go, nan.data(), nan.size() * 4);
+      gpu.matmul(go, gx, gw, Tensor{});
+      gpu.copy_to_host(got.data(), go, got.size() * 4);
+      const double err = rel_l2(got, ref);
+      EXPECT_LE(err, 1e-2) << dtype_name(t) << " copy=" << copy;
+      std::printf("  %-6s bf16 copy %d: rel L2 %.2e\n", std::string(dtype_name(t)).c_str(), int(copy), err);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry::test
+
+#endif  // FERRY_HAS_CUDA
