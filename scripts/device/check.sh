@@ -2,7 +2,7 @@
 # The one device script: runs on the lent H200 machine over binaries built on the development machine.
 #
 # Here (dev machine, nvcc present):   scripts/device/pack.sh          # builds and fills .carry/
-# Device call (carry [".carry"]):     bash scripts/device/check.sh [tests|kernels|correctness|bench|all]
+# Device call (carry [".carry"]):     bash scripts/device/check.sh [tests|kernels|correctness|bench|serve|all]
 #
 # tests:   GPU op tests, CUDA-graph test, end-to-end logits checks (CPU and CUDA) against the transformers
 #          goldens, compute-sanitizer memcheck on the op tests;
@@ -11,7 +11,8 @@
 #          transformers (safetensors); `ferry score --device cuda` logits vs transformers' at every position of
 #          3 prompts (cosine >= 0.999, mean KL <= 1e-3; float32 transformers reported alongside);
 # bench:   `ferry bench --device cuda -p 512 -n 128` on Llama-3-8B-shaped random models made on the machine
-#          with `ferry gen` (BF16, Q8_0, Q4_0).
+#          with `ferry gen` (BF16, Q8_0, Q4_0);
+# serve:   `ferry serve --device cuda` on the BF16 model under serve_bench (64 and 256 streaming clients).
 # A summary table is printed last; full logs go under $OUT (tests.log, kernels.log, correctness.log,
 # bench.log, summary.txt).
 set -uo pipefail
@@ -86,5 +87,29 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     rm -f "$m" "$OUT/b.log"
   done
 fi
+if [ "$what" = serve ] || [ "$what" = all ]; then
+  # Load benchmark: `ferry serve --device cuda` on the Llama-3-8B-shaped BF16 model, 512 in / 128 out,
+  # 64 then 256 concurrent streaming clients (issue 4's figures). FERRY_SERVE_ARGS adds server options.
+  log="$OUT/serve.log"
+  : > "$log"
+  m="/tmp/llama3-8b-bf16.gguf"
+  [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type bf16 -o "$m" -t 16 >> "$log" 2>&1
+  port=18080
+  "$C/ferry" serve --device cuda -m "$m" --port $port --ctx 2048 --max-running 256 --max-waiting 2048 \
+    ${FERRY_SERVE_ARGS:-} > "$OUT/server.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
+  for n in 64 256; do
+    timeout 200 "$C/serve_bench" --url "http://127.0.0.1:$port" --clients $n --requests $((n * 3)) \
+      --input-len 512 --output-len 128 --stream --timeout 180 --json "$OUT/serve$n.json" > "$OUT/s.log" 2>&1
+    cat "$OUT/s.log" >> "$log"
+    note "[serve, $n clients, 512/128] $(tr '\n' ' ' < "$OUT/s.log" | tail -c 600)"
+  done
+  curl -s "http://127.0.0.1:$port/metrics" | grep -E "^ferry_(running|waiting|kv_blocks|prefix|requests_total)" >> "$log"
+  kill -TERM $server; wait $server; note "serve exit status: $?"
+  tail -5 "$OUT/server.log" >> "$log"
+  rm -f "$OUT/s.log"
+fi
+
 echo "=== summary ==="
 cat "$summary"

@@ -6,10 +6,13 @@ repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
 grep -qx "/.carry/" .git/info/exclude || echo "/.carry/" >> .git/info/exclude
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
-cmake --build build -j "$(nproc)" --target ferry test_cuda test_e2e matvec_bench prefill_kernels_bench
+cmake --build build -j "$(nproc)" --target ferry test_cuda test_e2e matvec_bench prefill_kernels_bench serve_bench
 rm -rf .carry && mkdir -p .carry
-cp build/ferry build/tests/test_cuda build/tests/test_e2e build/matvec_bench build/prefill_kernels_bench .carry/
-strip .carry/ferry .carry/test_cuda .carry/test_e2e .carry/matvec_bench .carry/prefill_kernels_bench
+cp build/ferry build/tests/test_cuda build/tests/test_e2e build/matvec_bench build/prefill_kernels_bench build/serve_bench .carry/
+strip .carry/ferry .carry/test_cuda .carry/test_e2e .carry/matvec_bench .carry/prefill_kernels_bench .carry/serve_bench
 # Libraries the GPU machine may lack (it has no PCRE2 headers; fmt is there but copy it to be sure).
 cp -L /lib/x86_64-linux-gnu/libfmt.so.9 /lib/x86_64-linux-gnu/libpcre2-8.so.0 .carry/
+# cpp-httplib is a compiled library on Debian (the GPU machine has none); its OpenSSL/zlib/brotli dependencies
+# are there (check.sh reports any library still missing).
+cp -L /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 .carry/
 du -sh .carry
