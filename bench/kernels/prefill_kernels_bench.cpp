@@ -3,10 +3,11 @@
 //            n = 512 and 2048 tokens; TFLOP/s (779 measured for cuBLAS 8192^3 on the H200).
 //   matmul : CudaBackend::matmul end to end (activation rounding + dequant pass + GEMM) for BF16, Q8_0,
 //            Q4_0 weights at n = 512, and the dequantize pass alone in GB/s (read + written; copy 4.30 TB/s).
-//   prefill: causal attention, H 32, KVH 8, D 128, paged f32 cache (block 16), one launch over B sequences
+//   prefill: causal attention, H 32, KVH 8, D 128, paged bf16 cache (block 16), one launch over B sequences
 //            of L tokens (B * L = 16384), flash kernel vs the first-version kernel; TFLOP/s counted as
 //            torch does for causal SDPA (2 * 2 * B * H * L^2 * D / 2); torch SDPA: 433 (L 1024) / 611 (8192).
 //   decode : one query row per sequence at context C, B sequences; GB/s of K + V read (copy 4.30 TB/s).
+//   (bench/kernels/attention_bench.cpp is the fuller attention harness: variants, torch SDPA comparison.)
 // Usage: prefill_kernels_bench [--json FILE] [gemm|matmul|prefill|decode]... (none: all). --json writes every
 // ferry row as {name, flops, bytes, seconds} (bench/kernels/kernel_json.h) for `ferry bench --plot --kernels`;
 // bytes there = the least traffic of one call (operands read once, results written once).
@@ -171,15 +172,15 @@ void make_attention(AttnSetup& a, int B, int q_len, int kv_len, cuda_ops::Device
     a.bufs.push_back(d);
     return static_cast<const int32_t*>(d);
   };
-  const size_t cache = size_t(n_blocks) * bs * KVH * D * 4;
+  const size_t cache = size_t(n_blocks) * bs * KVH * D * 2;  // bf16 (CudaBackend::kv_dtype())
   const size_t n_tok = size_t(B) * size_t(q_len);
   a.bufs.push_back(dev_alloc(cache, 0x3C));
   a.bufs.push_back(dev_alloc(cache, 0x3C));
   a.bufs.push_back(dev_alloc(n_tok * H * D * 4, 0x3C));
   a.bufs.push_back(dev_alloc(n_tok * H * D * 4, 0));
   a.p = cuda_ops::AttentionParams{.out = static_cast<float*>(a.bufs[3]), .q = static_cast<const float*>(a.bufs[2]),
-                                  .k_cache = static_cast<const float*>(a.bufs[0]),
-                                  .v_cache = static_cast<const float*>(a.bufs[1]), .q_start = nullptr,
+                                  .k_cache = static_cast<const __nv_bfloat16*>(a.bufs[0]),
+                                  .v_cache = static_cast<const __nv_bfloat16*>(a.bufs[1]), .q_start = nullptr,
                                   .q_len = nullptr, .kv_len = nullptr, .block_tables = nullptr, .n_seqs = B,
                                   .max_blocks_per_seq = max_blocks, .block_size = bs, .n_blocks = n_blocks,
                                   .n_tokens = int32_t(n_tok), .n_heads = H, .n_kv_heads = KVH, .head_dim = D,
@@ -212,7 +213,7 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, bench::KernelJson& json) {
       simple = std::to_string(flop / ts * 1e-9);
     }
     std::printf("%6d %4d %10.3f %10.1f %10s\n", L, B, t, flop / t * 1e-9, simple.c_str());
-    const double qkvo = double(B) * L * (2.0 * 32 + 2.0 * 8) * 128 * 4;  // q, out; k, v (f32)
+    const double qkvo = double(B) * L * (2.0 * 32 * 4 + 2.0 * 8 * 2) * 128;  // q, out (f32); k, v (bf16)
     json.add("flash prefill attention L" + std::to_string(L) + " B" + std::to_string(B), flop, qkvo, t * 1e-3);
   }
   cudaStreamDestroy(s);
@@ -227,7 +228,7 @@ void bench_decode(cuda_ops::DeviceErrors* errors, bench::KernelJson& json) {
     for (const int C : {4096, 16384, 32768}) {
       AttnSetup a;
       make_attention(a, B, 1, C, errors);
-      const double bytes = double(B) * C * 8 * 128 * 4 * 2;
+      const double bytes = double(B) * C * 8 * 128 * 2 * 2;  // bf16 K + V
       const double t = time_ms(s, [&] { cuda_ops::attention(a.p, s); });
       const double ts = time_ms(s, [&] { cuda_ops::attention_simple(a.p, s); }, 5);
       std::printf("%6d %4d %10.1f %10.0f %10.0f\n", C, B, t * 1e3, bytes / t * 1e-6, bytes / ts * 1e-6);

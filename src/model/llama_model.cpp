@@ -20,7 +20,8 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Backend& backen
               c.vocab_size);
   FERRY_CHECK(kv.n_blocks > 0 && kv.block_size > 0, "KV cache needs at least one block");
   FERRY_CHECK(max_step_tokens > 0, "max tokens per step must be positive");
-  const int64_t per_layer = int64_t(kv.n_blocks) * kv.block_size * c.n_kv_heads * c.head_dim * 4;
+  const int64_t per_layer =
+      int64_t(kv.n_blocks) * kv.block_size * c.n_kv_heads * c.head_dim * int64_t(row_bytes(backend.kv_dtype(), 1));
   for (int l = 0; l < c.n_layers; ++l) {
     k_cache_.push_back(backend.alloc(size_t(per_layer)));
     v_cache_.push_back(backend.alloc(size_t(per_layer)));
@@ -280,8 +281,8 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   observe("tok_embd", -1, x);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = weights_.layers[size_t(l)];
-    const Tensor k_cache = k_cache_[size_t(l)].view(DType::F32, {kv_.n_blocks, kv_.block_size, KVH, D});
-    const Tensor v_cache = v_cache_[size_t(l)].view(DType::F32, {kv_.n_blocks, kv_.block_size, KVH, D});
+    const Tensor k_cache = k_cache_[size_t(l)].view(backend_.kv_dtype(), {kv_.n_blocks, kv_.block_size, KVH, D});
+    const Tensor v_cache = v_cache_[size_t(l)].view(backend_.kv_dtype(), {kv_.n_blocks, kv_.block_size, KVH, D});
 
     if (l == 0) {
       backend_.rms_norm(xb, x, L.attn_norm, c.rms_eps);

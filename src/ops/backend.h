@@ -63,6 +63,9 @@ class Backend {
 
   // ---- memory ----
   virtual DeviceBuffer alloc(size_t bytes) = 0;
+  // Element type of the paged KV cache this backend's store_kv writes and attention reads (F32 or BF16);
+  // the model allocates the cache with it.
+  virtual DType kv_dtype() const { return DType::F32; }
   // Makes a weight usable by matmul/embedding. The CPU backend returns the view itself (weights stay in the
   // mmap); a GPU backend uploads and may repack. `keep` receives the storage the result points into.
   virtual Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) = 0;
@@ -104,8 +107,8 @@ class Backend {
   // (rope scaling is folded into inv_freq by the model). Rotates the first 2*len(inv_freq) dims of each head.
   virtual void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) = 0;
   // Writes the step's keys and values into the paged cache.
-  // k, v: (n, n_kv_heads, head_dim) f32; k_cache, v_cache: (n_blocks, block_size, n_kv_heads, head_dim);
-  // slots: (n) i64, slot = block_id * block_size + offset.
+  // k, v: (n, n_kv_heads, head_dim) f32; k_cache, v_cache: (n_blocks, block_size, n_kv_heads, head_dim)
+  // of kv_dtype() (k/v rounded to it); slots: (n) i64, slot = block_id * block_size + offset.
   virtual void store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
                         const Tensor& slots) = 0;
   // Causal attention of the step's queries over each sequence's cached keys/values (GQA).

@@ -1,5 +1,6 @@
 // The dispatch of attention() (attention.cuh), and the first-version kernel kept as the fallback
-// (attention_simple): correct for any head_dim <= 256, no tensor cores, no split-K.
+// (attention_simple): correct for any head_dim <= 256, no tensor cores, no split-K; bf16 K/V read
+// element-wise and widened to fp32.
 // Grid (n_tokens, n_heads); block = kWarps warps. The block finds its query's sequence by scanning the
 // device-side q_start/q_len, then its warps take the sequence's keys in tiles of kKeys consecutive
 // positions, tile t to warp t % kWarps. Within a warp, lane l holds dims l, l + 32, ... of q, of the running
@@ -73,11 +74,11 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
         }
       }
       if (base[j] >= 0) {
-        const float* kp = p.k_cache + base[j];
+        const __nv_bfloat16* kp = p.k_cache + base[j];
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
           const int d = lane + 32 * i;
-          if (d < D) sc[j] = fmaf(qv[i], kp[d], sc[j]);
+          if (d < D) sc[j] = fmaf(qv[i], __bfloat162float(kp[d]), sc[j]);
         }
       }
     }
@@ -102,11 +103,11 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
       if (base[j] < 0) continue;
       const float w = exp2f(sc[j] - m_new);
       l += w;
-      const float* vp = p.v_cache + base[j];
+      const __nv_bfloat16* vp = p.v_cache + base[j];
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         const int d = lane + 32 * i;
-        if (d < D) acc[i] = fmaf(w, vp[d], acc[i]);
+        if (d < D) acc[i] = fmaf(w, __bfloat162float(vp[d]), acc[i]);
       }
     }
     m = m_new;

@@ -2,13 +2,16 @@
 // row i of sequence s sits at position kv_len[s] - q_len[s] + i and attends to cached positions 0..that.
 // Reads the per-sequence metadata from device memory only (no host mirrors), so a step can be captured.
 //
+// The KV cache is bf16 (CudaBackend::kv_dtype()); queries and outputs are f32.
+//
 // Dispatch (attention()): head_dim 64 or 128: sequences with q_len >= 2 go to the tensor-core prefill
-// kernel (flash_prefill.cuh: f16 tiles, fp32 softmax and accumulation), sequences with q_len == 1 to the
-// split-KV decode kernel (decode_split.cuh: fp32) and its combine step; each kernel skips the other's
-// sequences on the device, so both are launched every call. Other head dims: the simple fp32 kernel below
-// for everything.
+// kernel (flash_prefill.cuh: bf16 tiles, fp32 softmax and accumulation), sequences with q_len == 1 to the
+// split-KV decode kernel (decode_split.cuh: bf16 K/V, fp32 math) whose last block per (sequence, KV head)
+// merges the splits; each kernel skips the other's sequences on the device, so both are launched every
+// call. Other head dims: the simple kernel below for every row.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -20,8 +23,8 @@ namespace ferry::cuda_ops {
 struct AttentionParams {
   float* out;                   // (n, n_heads, head_dim) f32
   const float* q;               // (n, n_heads, head_dim) f32
-  const float* k_cache;         // (n_blocks, block_size, n_kv_heads, head_dim) f32
-  const float* v_cache;         // same shape
+  const __nv_bfloat16* k_cache;  // (n_blocks, block_size, n_kv_heads, head_dim) bf16
+  const __nv_bfloat16* v_cache;  // same shape
   const int32_t* q_start;       // (n_seqs) i32, device
   const int32_t* q_len;         // (n_seqs) i32, device
   const int32_t* kv_len;        // (n_seqs) i32, device
@@ -31,7 +34,9 @@ struct AttentionParams {
   int32_t n_tokens, n_heads, n_kv_heads, head_dim;
   float scale;                  // softmax scale (1/sqrt(head_dim) usually)
   DeviceErrors* errors;
-  float* scratch = nullptr;     // attention_scratch_bytes(*this) bytes of device memory (split-KV partials)
+  float* scratch = nullptr;     // >= attention_scratch_bytes(*this) bytes of device memory (split-KV
+                                // arrival counters, then partials); zeroed once when allocated, the kernels
+                                // leave the counters at zero after every launch
   size_t scratch_bytes = 0;
 };
 
@@ -42,8 +47,8 @@ size_t attention_scratch_bytes(const AttentionParams& p);
 // head_dim <= 256. p.scratch must hold attention_scratch_bytes(p) bytes.
 void attention(const AttentionParams& p, cudaStream_t stream);
 
-// The first-version kernel for every row (fp32, one block per (query row, head), no tensor cores): the
-// fallback for head dims other than 64/128, and a reference point for benchmarks.
+// The first-version kernel for every row (fp32 math on bf16 K/V, one block per (query row, head), no
+// tensor cores): the fallback for head dims other than 64/128, and a reference point for benchmarks.
 void attention_simple(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace ferry::cuda_ops

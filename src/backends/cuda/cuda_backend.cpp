@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/cuda/attention.cuh"
+#include "backends/cuda/attention_store.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/device_errors.h"
@@ -393,13 +394,13 @@ void CudaBackend::store_kv(const Tensor& k_cache, const Tensor& v_cache, const T
   const int64_t n = k.shape[0];
   if (n == 0) return;
   const int64_t row = k.numel() / n;
-  FERRY_ASSERT(k_cache.n_dims == 4 && k_cache.dtype == DType::F32 && v_cache.dtype == DType::F32);
+  FERRY_ASSERT(k_cache.n_dims == 4 && k_cache.dtype == kv_dtype() && v_cache.dtype == kv_dtype());
   FERRY_ASSERT(row == k_cache.shape[2] * k_cache.shape[3] && v.numel() == k.numel() && slots.numel() == n);
-  FERRY_ASSERT(slots.dtype == DType::I64);
-  cuda_ops::store_kv({.k_cache = k_cache.ptr<float>(), .v_cache = v_cache.ptr<float>(), .k = k.ptr<float>(),
-                      .v = v.ptr<float>(), .slots = slots.ptr<int64_t>(), .n = n, .row = row,
-                      .n_slots = k_cache.shape[0] * k_cache.shape[1], .errors = errors_},
-                     stream_);
+  FERRY_ASSERT(slots.dtype == DType::I64 && k.dtype == DType::F32 && v.dtype == DType::F32);
+  cuda_ops::store_kv_bf16({.k_cache = k_cache.ptr<__nv_bfloat16>(), .v_cache = v_cache.ptr<__nv_bfloat16>(),
+                           .k = k.ptr<float>(), .v = v.ptr<float>(), .slots = slots.ptr<int64_t>(), .n = n,
+                           .row = row, .n_slots = k_cache.shape[0] * k_cache.shape[1], .errors = errors_},
+                          stream_);
 }
 
 void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -417,9 +418,10 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
   const int64_t n_kv_heads = k_cache.shape[2];
   FERRY_ASSERT(k_cache.shape[3] == head_dim && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
   FERRY_ASSERT(k_cache.shape[1] == meta.block_size && meta.n_seqs >= 0);
+  FERRY_ASSERT(k_cache.dtype == kv_dtype() && v_cache.dtype == kv_dtype() && q.dtype == DType::F32);
   FERRY_CHECK(head_dim <= 256, "CUDA attention supports head_dim up to 256, not {}", head_dim);
-  AttentionParams ap{.out = out.ptr<float>(), .q = q.ptr<float>(), .k_cache = k_cache.ptr<float>(),
-                     .v_cache = v_cache.ptr<float>(), .q_start = meta.q_start.ptr<int32_t>(),
+  AttentionParams ap{.out = out.ptr<float>(), .q = q.ptr<float>(), .k_cache = k_cache.ptr<__nv_bfloat16>(),
+                     .v_cache = v_cache.ptr<__nv_bfloat16>(), .q_start = meta.q_start.ptr<int32_t>(),
                      .q_len = meta.q_len.ptr<int32_t>(), .kv_len = meta.kv_len.ptr<int32_t>(),
                      .block_tables = meta.block_tables.ptr<int32_t>(), .n_seqs = meta.n_seqs,
                      .max_blocks_per_seq = meta.max_blocks_per_seq, .block_size = meta.block_size,
@@ -427,8 +429,14 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
                      .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
                      .errors = errors_};
   ap.scratch_bytes = attention_scratch_bytes(ap);
-  if (ap.scratch_bytes > 0) ensure(attn_scratch_, ap.scratch_bytes);
+  if (ap.scratch_bytes > 0) {
+    const uint64_t epoch = scratch_epoch_;
+    ensure(attn_scratch_, ap.scratch_bytes);
+    // Fresh scratch: the split-KV arrival counters in it must start at zero (kernels leave them at zero).
+    if (scratch_epoch_ != epoch) FERRY_CUDA_CHECK(cudaMemsetAsync(attn_scratch_.data(), 0, attn_scratch_.bytes(), stream_));
+  }
   ap.scratch = static_cast<float*>(attn_scratch_.data());
+  ap.scratch_bytes = attn_scratch_.bytes();
   cuda_ops::attention(ap, stream_);
 }
 

@@ -13,7 +13,7 @@
 //    next copy_to_host or synchronize, as ferry::Error.
 //  - Step graphs: begin_capture/end_capture record the ops of a step into a CUDA graph (stream capture,
 //    thread-local mode); replay launches it. Kernels read every per-step value from device memory.
-//  - The KV cache is F32 (the model allocates it through alloc).
+//  - The KV cache is BF16 (kv_dtype(); the model allocates it through alloc; store_kv rounds f32 k/v to it).
 #pragma once
 
 #include <memory>
@@ -56,6 +56,7 @@ class CudaBackend final : public Backend {
   std::string name() const override;
 
   DeviceBuffer alloc(size_t bytes) override;
+  DType kv_dtype() const override { return DType::BF16; }  // the attention kernels read bf16 K/V
   Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) override;
   void copy_to_device(const Tensor& dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const Tensor& src, size_t bytes) override;

@@ -1,237 +1,336 @@
-// Work of one block of decode_split_kernel: kWarps warps; warp w takes the block's positions in steps of
-// kKeys, step i of the chunk to warp i % kWarps. Lane l holds dims [l*V, l*V + V) of the q rows, of each
-// K/V row (one 16-byte load per 4 dims: coalesced, 32*V*4 bytes per row per warp) and of the running
-// outputs. The K and V rows of a step are loaded together (2 * kKeys * 512 bytes in flight per warp at
-// head_dim 128) before any is used. Per step: kRows * kKeys dot products (shuffle reductions, independent,
-// so their latencies overlap), one online-softmax update per row in the log2 domain, kKeys V rows
-// accumulated per row. The warps' (m, l, acc) are merged through shared memory into one partial per row.
+// Work of one block of decode_split_kernel (kWarps warps): lane l of a warp holds dims [8c, 8c + 8) with
+// c = l % kLpr (kLpr = D / 8 lanes per K/V row) of key sub = l / kLpr (kRpw = 32 / kLpr keys per warp load:
+// 2 at head_dim 128). A warp iteration covers kRpw * kSteps consecutive positions. K/V reach shared memory
+// by cp.async (16 bytes per lane and row) into a per-warp ring of kStages iterations: each lane reads back
+// only the chunks it copied itself, so no barrier is needed, and the copies of the next two iterations are
+// in flight while one is computed (4 KB per warp per iteration at kSteps 4: ~128 KB in flight per SM). Per step: R dot
+// products (8 FMAs, then a shuffle sum over the kLpr lanes of the row), an online-softmax update per row
+// in the log2 domain, 8 FMAs per row for V. Each key sub-group keeps its own (m, l, acc); they merge by
+// shuffles, the warps through shared memory, the splits through scratch (last block to arrive).
 #include "backends/cuda/decode_split.cuh"
+
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cuda/attention_mma.cuh"
 #include "backends/cuda/common.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
 
+using Limits = DecodeSplitLimits;
 constexpr int kWarps = 4;
-constexpr int kKeys = 4;          // positions per warp per step
-constexpr int kMaxSplits = 128;   // chunks per (sequence, KV head) at most
-constexpr int kMinChunk = 128;    // positions per chunk at least (a block's fixed costs amortised)
-constexpr int kBlocksPerSm = 4;   // aim: this many blocks (of kWarps warps) per SM in a decode launch
-constexpr int kCombineThreads = 128;
+constexpr int kThreads = kWarps * 32;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr unsigned kFull = 0xFFFFFFFFu;
 
-template <int V>  // v: V consecutive floats from p (16-byte aligned when V >= 4, 8 when V == 2)
-__device__ inline void load_vec(const float* p, float (&v)[V]) {
-  if constexpr (V == 1) {
-    v[0] = p[0];
-  } else if constexpr (V == 2) {
-    const float2 t = *reinterpret_cast<const float2*>(p);
-    v[0] = t.x;
-    v[1] = t.y;
-  } else {
+__device__ inline void bf16x8_to_float(const uint4& u, float (&f)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-    for (int i = 0; i < V / 4; ++i) {
-      const float4 t = reinterpret_cast<const float4*>(p)[i];
-      v[4 * i] = t.x;
-      v[4 * i + 1] = t.y;
-      v[4 * i + 2] = t.z;
-      v[4 * i + 3] = t.w;
-    }
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
   }
 }
 
-// partial acc: (n_seqs, n_heads, n_splits, D) f32; partial ml: (n_seqs, n_heads, n_splits, 2) f32.
-template <int V, int R>
-__global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(AttentionParams p, DecodeSplitPlan plan) {
-  constexpr int D = 32 * V;
+struct ScratchLayout {
+  int32_t* counters;  // (kMaxCounters) i32
+  float* acc;         // (n_seqs, n_heads, n_splits, D) f32
+  float* ml;          // (n_seqs, n_heads, n_splits, 2) f32
+};
+
+__host__ __device__ inline ScratchLayout scratch_layout(const AttentionParams& p, int n_splits) {
+  ScratchLayout L;
+  L.counters = reinterpret_cast<int32_t*>(p.scratch);
+  L.acc = p.scratch + Limits::kMaxCounters;
+  L.ml = L.acc + int64_t(p.n_seqs) * p.n_heads * n_splits * p.head_dim;
+  return L;
+}
+
+template <int D, int R, int kSteps>
+struct DecodeShape {
+  static constexpr int kLpr = D / 8, kRpw = 32 / kLpr, kKeysPerWarp = kRpw * kSteps;
+  static constexpr int kStages = 3;  // warp iterations in flight: this one and the next two
+  // Per warp and stage: K then V, kSteps x 32 lanes x 16 bytes each; lane l's chunk j at (j * 32 + l) * 16.
+  static constexpr int kStageBytes = 2 * kSteps * 32 * 16;
+  static constexpr size_t kSmemBytes = size_t(kWarps) * kStages * kStageBytes;
+};
+
+// Issues warp iteration `it`'s copies (positions p0 + j * kRpw + sub, j < kSteps) into its stage; rows past
+// `end` or in bad blocks (reported) are zero-filled.
+template <int D, int R, int kSteps>
+__device__ inline void issue_stage(const AttentionParams& p, const int32_t* table, int kvh, int p0, int end, int sub,
+                                   int c, bool bs_pow2, int bs_shift, unsigned char* stage) {
+  using Sh = DecodeShape<D, R, kSteps>;
+  const int lane = threadIdx.x % 32;
+  const int64_t kv_row = int64_t(p.n_kv_heads) * D;
+  const int bs = p.block_size;
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j) {
+    const int pos = p0 + j * Sh::kRpw + sub;
+    int64_t off = 0;
+    int bytes = 0;
+    if (pos < end) {
+      const int bi = bs_pow2 ? pos >> bs_shift : pos / bs;
+      const int32_t blk = table[bi];
+      if (blk >= 0 && blk < p.n_blocks) {
+        off = (int64_t(blk) * bs + (pos - bi * bs)) * kv_row + int64_t(kvh) * D + 8 * c;
+        bytes = 16;
+      } else if (c == 0) {
+        report_error(p.errors, kBadBlock, blk);
+      }
+    }
+    cp_async_16(stage + (j * 32 + lane) * 16, p.k_cache + off, bytes);
+    cp_async_16(stage + (kSteps + j) * 32 * 16 + lane * 16, p.v_cache + off, bytes);
+  }
+}
+
+template <int D, int R, int kSteps>
+__global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kernel(AttentionParams p, DecodeSplitPlan plan) {
+  using Sh = DecodeShape<D, R, kSteps>;
+  constexpr int kLpr = Sh::kLpr, kRpw = Sh::kRpw, kKeysPerWarp = Sh::kKeysPerWarp, kStages = Sh::kStages;
+  extern __shared__ __align__(16) unsigned char smem_ring[];  // (kWarps, kStages, kStageBytes)
   __shared__ float s_m[kWarps][R], s_l[kWarps][R];
-  __shared__ float s_acc[kWarps][R][D];
+  // After the main loop the ring is free: the warps' accumulators (kWarps, R, D) f32 reuse it.
+  float(*s_acc)[R][D] = reinterpret_cast<float(*)[R][D]>(smem_ring);
+  static_assert(sizeof(float) * kWarps * R * D <= Sh::kSmemBytes);
+  __shared__ float s_w[R][Limits::kMaxSplits];
+  __shared__ float s_inv_l[R];
+  __shared__ int s_last;
+
   const int split = blockIdx.x, s = blockIdx.y;
   const int kvh = int(blockIdx.z) / plan.n_row_groups, rg = int(blockIdx.z) % plan.n_row_groups;
   if (p.q_len[s] != 1) return;  // uniform over the block
   const int kv = p.kv_len[s];
   const int start = split * plan.chunk;
-  if (start >= kv) return;  // the combine step knows this chunk is empty
+  if (start >= kv) return;  // an empty chunk: the merge does not wait for it
   // The last chunk runs to kv_len even past the planned bound (a kv_len beyond max_blocks_per_seq *
   // block_size would be a caller bug; this keeps every position counted).
   const int end = split == plan.n_splits - 1 ? kv : min(kv, start + plan.chunk);
   const int group = p.n_heads / p.n_kv_heads;
   const int r0 = rg * R, n_rows = min(R, group - r0);
   const int row = p.q_start[s];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / kLpr, c = lane % kLpr;
   const int32_t* table = p.block_tables + int64_t(s) * p.max_blocks_per_seq;
-  const int64_t kv_row = int64_t(p.n_kv_heads) * D;
+  const int bs = p.block_size;
+  const bool bs_pow2 = (bs & (bs - 1)) == 0;
+  const int bs_shift = __ffs(bs) - 1;
   const float qscale = p.scale * kLog2e;
+  unsigned char* ring = smem_ring + size_t(warp) * kStages * Sh::kStageBytes;
 
-  float q[R][V], acc[R][V], m[R], l[R];
+  // Warp iteration `it` covers positions [first + it * stride, + kKeysPerWarp).
+  const int first = start + warp * kKeysPerWarp, stride = kWarps * kKeysPerWarp;
+  const int n_iters = first < end ? (end - first + stride - 1) / stride : 0;
+#pragma unroll
+  for (int it = 0; it < kStages - 1; ++it) {
+    if (it < n_iters)
+      issue_stage<D, R, kSteps>(p, table, kvh, first + it * stride, end, sub, c, bs_pow2, bs_shift,
+                                ring + it * Sh::kStageBytes);
+    cp_async_commit();  // empty groups keep the count uniform
+  }
+
+  float q[R][8], acc[R][8], m[R], l[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     m[r] = -INFINITY;
     l[r] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      q[r][i] = 0.0f;
-      acc[r][i] = 0.0f;
-    }
+    for (int i = 0; i < 8; ++i) q[r][i] = acc[r][i] = 0.0f;
     if (r < n_rows) {
-      const int h = kvh * group + r0 + r;
-      load_vec<V>(p.q + (int64_t(row) * p.n_heads + h) * D + lane * V, q[r]);
+      const float* qp = p.q + (int64_t(row) * p.n_heads + kvh * group + r0 + r) * D + 8 * c;
+      const float4 a = reinterpret_cast<const float4*>(qp)[0], b = reinterpret_cast<const float4*>(qp)[1];
+      const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-      for (int i = 0; i < V; ++i) q[r][i] *= qscale;
+      for (int i = 0; i < 8; ++i) q[r][i] = v[i] * qscale;
     }
   }
 
-  for (int p0 = start + warp * kKeys; p0 < end; p0 += kWarps * kKeys) {
-    float k[kKeys][V], v[kKeys][V];
-    bool ok[kKeys];
+  for (int it = 0; it < n_iters; ++it) {
+    const int ahead = it + kStages - 1;
+    if (ahead < n_iters)
+      issue_stage<D, R, kSteps>(p, table, kvh, first + ahead * stride, end, sub, c, bs_pow2, bs_shift,
+                                ring + (ahead % kStages) * Sh::kStageBytes);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // iteration it's copies (this lane's own: no barrier needed) have landed
+    const unsigned char* stage = ring + (it % kStages) * Sh::kStageBytes;
+    const int p0 = first + it * stride;
+    bool ok[kSteps];
+    float sc[R][kSteps];
 #pragma unroll
-    for (int j = 0; j < kKeys; ++j) {
-      const int pos = p0 + j;
+    for (int j = 0; j < kSteps; ++j) {
+      const int pos = p0 + j * kRpw + sub;
       ok[j] = false;
       if (pos < end) {
-        const int32_t blk = table[pos / p.block_size];
-        if (blk >= 0 && blk < p.n_blocks) {
-          ok[j] = true;
-        } else if (lane == 0) {
-          report_error(p.errors, kBadBlock, blk);
-        }
-        if (ok[j]) {
-          const int64_t base = (int64_t(blk) * p.block_size + pos % p.block_size) * kv_row + int64_t(kvh) * D + lane * V;
-          load_vec<V>(p.k_cache + base, k[j]);
-          load_vec<V>(p.v_cache + base, v[j]);
-        }
+        const int bi = bs_pow2 ? pos >> bs_shift : pos / bs;
+        const int32_t blk = table[bi];
+        ok[j] = blk >= 0 && blk < p.n_blocks;
       }
-      if (!ok[j]) {
+      float kf[8];
+      bf16x8_to_float(*reinterpret_cast<const uint4*>(stage + (j * 32 + lane) * 16), kf);
 #pragma unroll
-        for (int i = 0; i < V; ++i) k[j][i] = v[j][i] = 0.0f;
-      }
-    }
-    float sc[R][kKeys];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int j = 0; j < kKeys; ++j) {
+      for (int r = 0; r < R; ++r) {
         float d = 0.0f;
 #pragma unroll
-        for (int i = 0; i < V; ++i) d = fmaf(q[r][i], k[j][i], d);
+        for (int i = 0; i < 8; ++i) d = fmaf(q[r][i], kf[i], d);
         sc[r][j] = d;
       }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
+    for (int off = kLpr / 2; off > 0; off /= 2) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
-        for (int j = 0; j < kKeys; ++j) sc[r][j] += __shfl_xor_sync(0xFFFFFFFFu, sc[r][j], off);
+        for (int j = 0; j < kSteps; ++j) sc[r][j] += __shfl_xor_sync(kFull, sc[r][j], off);
       }
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       float m_new = m[r];
 #pragma unroll
-      for (int j = 0; j < kKeys; ++j) m_new = fmaxf(m_new, ok[j] ? sc[r][j] : -INFINITY);
-      if (m_new == -INFINITY) continue;  // no usable position in this step (uniform over the warp)
+      for (int j = 0; j < kSteps; ++j) m_new = fmaxf(m_new, ok[j] ? sc[r][j] : -INFINITY);
+      if (m_new == -INFINITY) continue;  // no usable position in this step (uniform over the key sub-group)
       const float corr = exp2f(m[r] - m_new);
       l[r] *= corr;
 #pragma unroll
-      for (int i = 0; i < V; ++i) acc[r][i] *= corr;
+      for (int i = 0; i < 8; ++i) acc[r][i] *= corr;
+      m[r] = m_new;
 #pragma unroll
-      for (int j = 0; j < kKeys; ++j) {
+      for (int j = 0; j < kSteps; ++j) {
         const float w = ok[j] ? exp2f(sc[r][j] - m_new) : 0.0f;
         l[r] += w;
+        float vf[8];
+        bf16x8_to_float(*reinterpret_cast<const uint4*>(stage + ((kSteps + j) * 32 + lane) * 16), vf);
 #pragma unroll
-        for (int i = 0; i < V; ++i) acc[r][i] = fmaf(w, v[j][i], acc[r][i]);
+        for (int i = 0; i < 8; ++i) acc[r][i] = fmaf(w, vf[i], acc[r][i]);
       }
-      m[r] = m_new;
     }
   }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with its ring before s_acc overwrites it
 
+  // Merge the key sub-groups of the warp (lanes c, c + kLpr, ...).
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (lane == 0) {
-      s_m[warp][r] = m[r];
-      s_l[warp][r] = l[r];
+  for (int off = kLpr; off < 32; off *= 2) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float mo = __shfl_xor_sync(kFull, m[r], off), lo = __shfl_xor_sync(kFull, l[r], off);
+      const float mn = fmaxf(m[r], mo);
+      const float wa = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - mn);
+      const float wb = mo == -INFINITY ? 0.0f : exp2f(mo - mn);
+      l[r] = l[r] * wa + lo * wb;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float ao = __shfl_xor_sync(kFull, acc[r][i], off);
+        acc[r][i] = acc[r][i] * wa + ao * wb;
+      }
+      m[r] = mn;
     }
+  }
+  if (sub == 0) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) s_acc[warp][r][lane * V + i] = acc[r][i];
+    for (int r = 0; r < R; ++r) {
+      if (c == 0) {
+        s_m[warp][r] = m[r];
+        s_l[warp][r] = l[r];
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s_acc[warp][r][8 * c + i] = acc[r][i];
+    }
   }
   __syncthreads();
+
+  // Merge the warps: one (row, dim) per thread and pass.
   const int64_t n_splits = plan.n_splits;
-  for (int r = 0; r < n_rows; ++r) {
+  const ScratchLayout L = scratch_layout(p, plan.n_splits);
+  for (int idx = threadIdx.x; idx < n_rows * D; idx += kThreads) {
+    const int r = idx / D, d = idx % D;
     const int h = kvh * group + r0 + r;
-    const int64_t part = (int64_t(s) * p.n_heads + h) * n_splits + split;
     float m_all = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, s_m[w][r]);
-    float wgt[kWarps], l_all = 0.0f;
+    float o = 0.0f, l_all = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      wgt[w] = s_m[w][r] == -INFINITY ? 0.0f : exp2f(s_m[w][r] - m_all);
-      l_all = fmaf(s_l[w][r], wgt[w], l_all);
+      const float wgt = s_m[w][r] == -INFINITY ? 0.0f : exp2f(s_m[w][r] - m_all);
+      l_all = fmaf(s_l[w][r], wgt, l_all);
+      o = fmaf(s_acc[w][r][d], wgt, o);
     }
-    float* part_acc = p.scratch + part * D;
-    for (int d = threadIdx.x; d < D; d += kWarps * 32) {
-      float o = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) o = fmaf(s_acc[w][r][d], wgt[w], o);
-      part_acc[d] = o;
-    }
-    if (threadIdx.x == 0) {
-      float* ml = p.scratch + int64_t(p.n_seqs) * p.n_heads * n_splits * D + part * 2;
-      ml[0] = m_all;
-      ml[1] = l_all;
+    if (n_splits == 1) {
+      p.out[(int64_t(row) * p.n_heads + h) * D + d] = o / l_all;
+    } else {
+      const int64_t part = (int64_t(s) * p.n_heads + h) * n_splits + split;
+      L.acc[part * D + d] = o;
+      if (d == 0) {
+        L.ml[part * 2] = m_all;
+        L.ml[part * 2 + 1] = l_all;
+      }
     }
   }
-}
+  if (n_splits == 1) return;
 
-// Grid (n_seqs, n_heads): merges the non-empty chunks of one (sequence, head) into its output row.
-__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(AttentionParams p, DecodeSplitPlan plan) {
-  __shared__ float s_w[kMaxSplits];
-  __shared__ float s_inv_l;
-  const int s = blockIdx.x, h = blockIdx.y;
-  if (p.q_len[s] != 1) return;
-  const int D = p.head_dim;
-  const int n_used = min(plan.n_splits, (p.kv_len[s] + plan.chunk - 1) / plan.chunk);
-  const int64_t part0 = (int64_t(s) * p.n_heads + h) * plan.n_splits;
-  const float* ml = p.scratch + int64_t(p.n_seqs) * p.n_heads * plan.n_splits * D + part0 * 2;
-  if (threadIdx.x < 32) {
-    float m_all = -INFINITY;
-    for (int i = threadIdx.x; i < n_used; i += 32) m_all = fmaxf(m_all, ml[2 * i]);
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) m_all = fmaxf(m_all, __shfl_xor_sync(0xFFFFFFFFu, m_all, off));
-    float l_all = 0.0f;
-    for (int i = threadIdx.x; i < n_used; i += 32) {
-      const float w = ml[2 * i] == -INFINITY ? 0.0f : exp2f(ml[2 * i] - m_all);
-      s_w[i] = w;
-      l_all = fmaf(ml[2 * i + 1], w, l_all);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) l_all += __shfl_xor_sync(0xFFFFFFFFu, l_all, off);
-    if (threadIdx.x == 0) s_inv_l = 1.0f / l_all;
+  // Count this chunk in; the last of the unit's non-empty chunks merges them.
+  const int n_used = min(plan.n_splits, (kv + plan.chunk - 1) / plan.chunk);
+  __threadfence();  // this block's partials are visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* ctr = L.counters + (int64_t(s) * p.n_kv_heads + kvh) * plan.n_row_groups + rg;
+    const int prev = atomicAdd(ctr, 1);
+    s_last = prev == n_used - 1;
+    if (s_last) atomicExch(ctr, 0);  // every chunk has arrived: ready for the next launch
   }
   __syncthreads();
-  const float* acc = p.scratch + part0 * D;
-  float* out = p.out + (int64_t(p.q_start[s]) * p.n_heads + h) * D;
-  for (int d = threadIdx.x; d < D; d += kCombineThreads) {
+  if (!s_last) return;
+  __threadfence();
+
+  for (int r = warp; r < n_rows; r += kWarps) {
+    const int h = kvh * group + r0 + r;
+    const float* ml = L.ml + (int64_t(s) * p.n_heads + h) * n_splits * 2;
+    float m_all = -INFINITY;
+    for (int i = lane; i < n_used; i += 32) m_all = fmaxf(m_all, __ldcg(ml + 2 * i));
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) m_all = fmaxf(m_all, __shfl_xor_sync(kFull, m_all, off));
+    float l_all = 0.0f;
+    for (int i = lane; i < n_used; i += 32) {
+      const float mi = __ldcg(ml + 2 * i);
+      const float w = mi == -INFINITY ? 0.0f : exp2f(mi - m_all);
+      s_w[r][i] = w;
+      l_all = fmaf(__ldcg(ml + 2 * i + 1), w, l_all);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) l_all += __shfl_xor_sync(kFull, l_all, off);
+    if (lane == 0) s_inv_l[r] = 1.0f / l_all;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < n_rows * D; idx += kThreads) {
+    const int r = idx / D, d = idx % D;
+    const int h = kvh * group + r0 + r;
+    const float* acc_p = L.acc + (int64_t(s) * p.n_heads + h) * n_splits * D + d;
     float o = 0.0f;
-    for (int i = 0; i < n_used; ++i) o = fmaf(acc[int64_t(i) * D + d], s_w[i], o);
-    out[d] = o * s_inv_l;
+    for (int i = 0; i < n_used; ++i) o = fmaf(__ldcg(acc_p + int64_t(i) * D), s_w[r][i], o);
+    p.out[(int64_t(row) * p.n_heads + h) * D + d] = o * s_inv_l[r];
   }
 }
 
-template <int V>
-void launch_decode(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
+template <int D, int R, int kSteps>
+void launch_decode_rows(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
+  constexpr size_t kSmem = DecodeShape<D, R, kSteps>::kSmemBytes;
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<D, R, kSteps>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   const dim3 grid(unsigned(plan.n_splits), unsigned(p.n_seqs), unsigned(p.n_kv_heads * plan.n_row_groups));
-  switch (plan.rows) {
-    case 1: decode_split_kernel<V, 1><<<grid, kWarps * 32, 0, stream>>>(p, plan); break;
-    case 2: decode_split_kernel<V, 2><<<grid, kWarps * 32, 0, stream>>>(p, plan); break;
-    case 4: decode_split_kernel<V, 4><<<grid, kWarps * 32, 0, stream>>>(p, plan); break;
-    default: decode_split_kernel<V, 8><<<grid, kWarps * 32, 0, stream>>>(p, plan); break;
-  }
+  decode_split_kernel<D, R, kSteps><<<grid, kThreads, kSmem, stream>>>(p, plan);
   FERRY_CUDA_CHECK_LAUNCH(decode_split_kernel);
+}
+
+template <int D>
+void launch_decode(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
+  switch (plan.rows) {
+    case 1: launch_decode_rows<D, 1, 4>(p, plan, stream); break;
+    case 2: launch_decode_rows<D, 2, 4>(p, plan, stream); break;
+    case 4: launch_decode_rows<D, 4, 4>(p, plan, stream); break;
+    default: launch_decode_rows<D, 8, 4>(p, plan, stream); break;
+  }
 }
 
 }  // namespace
@@ -241,40 +340,31 @@ bool decode_split_supports(int head_dim) {
 }
 
 DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms) {
-  DecodeSplitPlan plan{};
-  const int group = p.n_heads / p.n_kv_heads;
-  plan.rows = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-  plan.n_row_groups = (group + plan.rows - 1) / plan.rows;
-  const int64_t max_kv = std::max<int64_t>(1, int64_t(p.max_blocks_per_seq) * p.block_size);
-  const int64_t units = std::max<int64_t>(1, int64_t(p.n_seqs) * p.n_kv_heads * plan.n_row_groups);
-  int64_t splits = (int64_t(kBlocksPerSm) * std::max(1, n_sms) + units - 1) / units;
-  splits = std::min<int64_t>(splits, (max_kv + kMinChunk - 1) / kMinChunk);
-  splits = std::clamp<int64_t>(splits, 1, kMaxSplits);
-  int64_t chunk = (max_kv + splits - 1) / splits;
-  chunk = (chunk + 15) / 16 * 16;
-  plan.chunk = int32_t(std::min<int64_t>(chunk, int64_t(1) << 30));
-  plan.n_splits = int32_t((max_kv + plan.chunk - 1) / plan.chunk);
-  return plan;
+  return plan_decode_split(p.n_seqs, p.n_kv_heads, p.n_heads / std::max(1, p.n_kv_heads),
+                           int64_t(p.max_blocks_per_seq) * p.block_size, n_sms);
 }
 
 size_t decode_split_scratch_bytes(const AttentionParams& p, const DecodeSplitPlan& plan) {
-  return size_t(p.n_seqs) * size_t(p.n_heads) * size_t(plan.n_splits) * size_t(p.head_dim + 2) * sizeof(float);
+  size_t bytes = size_t(Limits::kMaxCounters) * sizeof(int32_t);
+  if (plan.n_splits > 1)
+    bytes += size_t(p.n_seqs) * size_t(p.n_heads) * size_t(plan.n_splits) * size_t(p.head_dim + 2) * sizeof(float);
+  return bytes;
 }
 
 void decode_split_attention(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
   if (p.n_seqs == 0) return;
   FERRY_CUDA_REQUIRE(decode_split_supports(p.head_dim));
-  FERRY_CUDA_REQUIRE(plan.n_splits >= 1 && plan.n_splits <= kMaxSplits && plan.chunk >= 1);
+  FERRY_CUDA_REQUIRE(plan.n_splits >= 1 && plan.n_splits <= Limits::kMaxSplits && plan.chunk >= 1);
+  FERRY_CUDA_REQUIRE(plan.n_splits == 1 ||
+                     int64_t(p.n_seqs) * p.n_kv_heads * plan.n_row_groups <= Limits::kMaxCounters);
   FERRY_CUDA_REQUIRE(p.scratch != nullptr && p.scratch_bytes >= decode_split_scratch_bytes(p, plan));
   FERRY_CUDA_REQUIRE(p.n_seqs <= 65535 && p.n_heads <= 65535 && p.n_kv_heads * plan.n_row_groups <= 65535);
   switch (p.head_dim) {
-    case 32: launch_decode<1>(p, plan, stream); break;
-    case 64: launch_decode<2>(p, plan, stream); break;
-    case 128: launch_decode<4>(p, plan, stream); break;
-    default: launch_decode<8>(p, plan, stream); break;
+    case 32: launch_decode<32>(p, plan, stream); break;
+    case 64: launch_decode<64>(p, plan, stream); break;
+    case 128: launch_decode<128>(p, plan, stream); break;
+    default: launch_decode<256>(p, plan, stream); break;
   }
-  decode_combine_kernel<<<dim3(unsigned(p.n_seqs), unsigned(p.n_heads)), kCombineThreads, 0, stream>>>(p, plan);
-  FERRY_CUDA_CHECK_LAUNCH(decode_combine_kernel);
 }
 
 }  // namespace ferry::cuda_ops

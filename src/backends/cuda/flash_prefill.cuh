@@ -1,10 +1,14 @@
 // Causal flash attention for the rows of sequences with q_len >= 2 (prefill, chunked prefill), on tensor
-// cores. Grid (query tiles, heads): a block takes kPrefillTileQ = 64 consecutive query rows of one sequence
-// and one head (4 warps, 16 rows each); it walks the sequence's keys in tiles of 64 positions, gathers each
-// K/V tile from the paged f32 cache through the block table, converts it to f16 in shared memory, and
-// computes S = Q·Kᵀ and O += P·V with mma.sync m16n8k16 (f16 in, fp32 accumulate). Softmax is online, in
-// fp32, in the log2 domain (scale·log2e folded into Q). Query tiles are found on the device from q_len
-// (no host mirrors); the grid is sized for the worst case and surplus blocks exit at once.
+// cores, over the paged bf16 KV cache (FlashAttention-2 structure, mma.sync bf16 -> f32).
+// Grid (heads, query tiles): a block (4 warps) takes kTileQ = 64 * MT consecutive query rows of one
+// sequence and one head (warp w: m16 tiles at rows 16w + 64i, i < MT, so every warp sees the same causal
+// extent). Q is converted to bf16 (scale * log2e folded in) into shared memory once; K/V tiles of 64
+// positions are gathered through the block table with cp.async (16 bytes per copy, positions past the end
+// and bad blocks zero-filled), two stages deep, so the next tile loads while this one is computed.
+// S = Q·Kᵀ and O += P·V with mma.sync m16n8k16 (ldmatrix for Q and K, ldmatrix.trans for V); online
+// softmax in fp32 registers in the log2 domain; the causal mask only on tiles that cross a row's own
+// position. Query tiles are found on the device from q_len (no host mirrors); the grid is sized for the
+// worst case and surplus blocks exit at once.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,9 +17,18 @@
 
 namespace ferry::cuda_ops {
 
+// Which kernel variant (benchmarks compare them; attention() uses kDefault).
+enum class FlashPrefillVariant {
+  kDefault,   // = kRows128
+  kRows64,    // MT = 1: 64 query rows per block
+  kRows128,   // MT = 2: 128 query rows per block, 64-position key tiles
+  kRows128Keys32,  // MT = 2 with 32-position key tiles (fewer live score registers)
+};
+
 // head_dim 64 or 128.
 bool flash_prefill_supports(int head_dim);
 // Writes out rows of the sequences with q_len >= 2; leaves every other row alone.
-void flash_prefill_attention(const AttentionParams& p, cudaStream_t stream);
+void flash_prefill_attention(const AttentionParams& p, cudaStream_t stream,
+                             FlashPrefillVariant variant = FlashPrefillVariant::kDefault);
 
 }  // namespace ferry::cuda_ops

@@ -1,0 +1,290 @@
+// Attention harness (needs a GPU; prints one table per section). Same shapes as bench/kernels/sdpa_bench.py,
+// which prints torch SDPA's figures: run both in one device call and compare.
+//   prefill: causal attention over the paged bf16 cache (block 16, blocks shuffled over the cache), H 32,
+//            KVH 8 (GQA 4), head_dim 128 and 64, one launch over B sequences of L tokens (B * L = 16384).
+//            FLOPs counted as for causal SDPA: 4 * B * H * L^2 * D / 2 (two matmuls, 2 FLOP per MAC, half
+//            the L x L scores). Variants (query rows x key positions per tile): 128 x 64 (the
+//            default), 128 x 32 and 64 x 64; "vs 128x64" is the relative
+//            L2 difference of a variant's output from the default's (the default is what the tests check).
+//   decode : one query row per sequence at context C, B sequences (each its own block table, blocks
+//            shuffled), H 32, KVH 8, D 128; GB/s of bf16 K + V read (B * C * 8 * 128 * 2 bytes * 2) against
+//            the 4.30 TB/s copy ceiling. Several copies of the cache (>= 512 MB in all) are cycled so the
+//            L2 (60 MB) never holds the next call's K/V. "stream": back-to-back launches; "graph": the
+//            same calls captured in one CUDA graph and replayed (what a captured decode step sees).
+// Usage: attention_bench [--json FILE] [prefill|decode]... (none: both).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/attention.cuh"
+#include "backends/cuda/decode_split.cuh"
+#include "backends/cuda/device_errors.h"
+#include "backends/cuda/flash_prefill.cuh"
+#include "kernel_json.h"
+
+namespace {
+
+using namespace ferry;
+
+#define CK(expr)                                                               \
+  do {                                                                         \
+    const cudaError_t e_ = (expr);                                             \
+    if (e_ != cudaSuccess) {                                                   \
+      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));         \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+
+constexpr double kCopyGBs = 4300.0;
+
+// Median milliseconds per call of fn (events around each of `iters` calls after warm-up).
+double median_ms(cudaStream_t s, const std::function<void()>& fn, int iters) {
+  for (int i = 0; i < 3; ++i) fn();
+  CK(cudaStreamSynchronize(s));
+  std::vector<float> t(size_t(iters), 0.0f);
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaEventRecord(a, s));
+    fn();
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&t[size_t(i)], a, b));
+  }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return double(t[t.size() / 2]);
+}
+
+// Random bf16 bits of N(0, 1) values.
+std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) {
+    float f = dist(rng);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    x = uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+  return v;
+}
+
+template <typename T>
+T* upload(const std::vector<T>& v, std::vector<void*>& keep) {
+  void* d = nullptr;
+  CK(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))));
+  CK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  keep.push_back(d);
+  return static_cast<T*>(d);
+}
+
+// n_sets independent problems of B sequences (q_len queries at the end of kv_len positions each) over one
+// cache; set i's sequences use their own shuffled blocks. params[i] describes set i.
+struct Problem {
+  std::vector<void*> keep;
+  std::vector<cuda_ops::AttentionParams> params;
+  ~Problem() {
+    for (void* b : keep) cudaFree(b);
+  }
+};
+
+void make_problem(Problem& pr, int n_sets, int B, int q_len, int kv_len, int H, int KVH, int D,
+                  cuda_ops::DeviceErrors* errors, int n_sms) {
+  const int bs = 16;
+  const int max_blocks = (kv_len + bs - 1) / bs;
+  const int64_t n_blocks = int64_t(n_sets) * B * max_blocks;
+  std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
+  const size_t cache_elems = size_t(n_blocks) * bs * KVH * D;
+  // Values: 4 MB of random bf16 tiled over each cache (speed does not depend on them; never zeros).
+  auto fill = [&](uint32_t seed) {
+    const std::vector<uint16_t> pattern = random_bf16(size_t(1) << 21, seed);
+    std::vector<void*> tmp;
+    const uint16_t* pat = upload(pattern, tmp);
+    void* d = nullptr;
+    CK(cudaMalloc(&d, cache_elems * 2));
+    pr.keep.push_back(d);
+    for (size_t i = 0; i < cache_elems; i += pattern.size())
+      CK(cudaMemcpy(static_cast<uint16_t*>(d) + i, pat, std::min(pattern.size(), cache_elems - i) * 2,
+                    cudaMemcpyDeviceToDevice));
+    CK(cudaFree(tmp[0]));
+    return static_cast<const __nv_bfloat16*>(d);
+  };
+  const __nv_bfloat16* kc = fill(3);
+  const __nv_bfloat16* vc = fill(4);
+  const size_t n_tok = size_t(B) * size_t(q_len);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(n_tok * H * D);
+  for (float& x : q) x = dist(rng);
+  const float* qd = upload(q, pr.keep);
+  const size_t nb = static_cast<size_t>(B);
+  std::vector<int32_t> q_start(nb), ql(nb, q_len), kl(nb, kv_len);
+  for (int s = 0; s < B; ++s) q_start[size_t(s)] = s * q_len;
+  const int32_t* qs_d = upload(q_start, pr.keep);
+  const int32_t* ql_d = upload(ql, pr.keep);
+  const int32_t* kl_d = upload(kl, pr.keep);
+  for (int set = 0; set < n_sets; ++set) {
+    std::vector<int32_t> table(size_t(B) * size_t(max_blocks));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = perm[size_t(set) * table.size() + i];
+    void* out = nullptr;
+    CK(cudaMalloc(&out, n_tok * H * D * 4));
+    pr.keep.push_back(out);
+    cuda_ops::AttentionParams p{.out = static_cast<float*>(out), .q = qd, .k_cache = kc, .v_cache = vc,
+                                .q_start = qs_d, .q_len = ql_d, .kv_len = kl_d,
+                                .block_tables = upload(table, pr.keep), .n_seqs = B,
+                                .max_blocks_per_seq = max_blocks, .block_size = bs, .n_blocks = int32_t(n_blocks),
+                                .n_tokens = int32_t(n_tok), .n_heads = H, .n_kv_heads = KVH, .head_dim = D,
+                                .scale = 1.0f / std::sqrt(float(D)), .errors = errors};
+    p.scratch_bytes = cuda_ops::decode_split_scratch_bytes(p, cuda_ops::plan_decode_split(p, n_sms));
+    void* scratch = nullptr;
+    CK(cudaMalloc(&scratch, p.scratch_bytes));
+    CK(cudaMemset(scratch, 0, p.scratch_bytes));  // arrival counters start at zero
+    pr.keep.push_back(scratch);
+    p.scratch = static_cast<float*>(scratch);
+    pr.params.push_back(p);
+  }
+}
+
+std::vector<float> download(const float* d, size_t n) {
+  std::vector<float> v(n);
+  CK(cudaMemcpy(v.data(), d, n * 4, cudaMemcpyDeviceToHost));
+  return v;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return NAN;
+    num += double(a[i] - b[i]) * double(a[i] - b[i]);
+    den += double(b[i]) * double(b[i]);
+  }
+  return std::sqrt(num / den);
+}
+
+void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
+  std::printf("\n== prefill attention, causal, paged bf16 cache, H 32 KVH 8, B*L = 16384 (TFLOP/s = 4*B*H*L^2*D/2 / t) ==\n");
+  std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "128x64 ms", "TF/s", "128x32 ms",
+              "TF/s", "vs 128x64", "64x64 ms", "TF/s", "vs 128x64");
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  for (const int D : {128, 64}) {
+    for (const int L : {512, 1024, 2048, 4096, 8192}) {
+      const int B = 16384 / L;
+      Problem pr;
+      make_problem(pr, 1, B, L, L, 32, 8, D, errors, n_sms);
+      const cuda_ops::AttentionParams& p = pr.params[0];
+      const size_t n_out = size_t(B) * L * 32 * D;
+      const double flop = 4.0 * B * 32 * double(L) * double(L) * D / 2;
+      using V = cuda_ops::FlashPrefillVariant;
+      auto run = [&](V v, std::vector<float>& out) {
+        const double t = median_ms(s, [&] { cuda_ops::flash_prefill_attention(p, s, v); }, 15);
+        out = download(p.out, n_out);
+        return t;
+      };
+      std::vector<float> o_def, o_k32, o_r64;
+      const double t_def = run(V::kRows128, o_def);
+      const double t_k32 = run(V::kRows128Keys32, o_k32);
+      const double t_r64 = run(V::kRows64, o_r64);
+      std::printf("%4d %6d %4d %9.3f %9.1f %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e\n", D, L, B, t_def, flop / t_def * 1e-9,
+                  t_k32, flop / t_k32 * 1e-9, rel_l2(o_k32, o_def), t_r64, flop / t_r64 * 1e-9, rel_l2(o_r64, o_def));
+      const double t1 = std::min(t_def, std::min(t_k32, t_r64)), t2 = t1;
+      const double bytes = double(B) * L * (2.0 * 32 * 4 + 2.0 * 8 * 2) * D;  // q, out f32; k, v bf16
+      json.add("flash prefill attention D" + std::to_string(D) + " L" + std::to_string(L) + " B" + std::to_string(B),
+               flop, bytes, std::min(t1, t2) * 1e-3);
+    }
+  }
+  CK(cudaStreamDestroy(s));
+}
+
+void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
+  std::printf("\n== decode attention, H 32 KVH 8 D 128, bf16 K/V (GB/s of K+V; %% of 4300 copy) ==\n");
+  std::printf("%6s %4s %7s %7s %10s %8s %6s %10s %8s %6s\n", "ctx", "B", "splits", "chunk", "stream us", "GB/s", "%",
+              "graph us", "GB/s", "%");
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  for (const int B : {1, 8, 64}) {
+    for (const int C : {4096, 8192, 16384, 32768}) {
+      const double bytes = double(B) * C * 8 * 128 * 2 * 2;
+      if (bytes > 20e9) continue;
+      const int n_sets = int(std::max(1.0, std::ceil(512e6 / bytes)));
+      Problem pr;
+      make_problem(pr, n_sets, B, 1, C, 32, 8, 128, errors, n_sms);
+      const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(pr.params[0], n_sms);
+      int next = 0;
+      auto call = [&] {
+        cuda_ops::decode_split_attention(pr.params[size_t(next)], plan, s);
+        next = (next + 1) % n_sets;
+      };
+      // Stream: many calls back to back, mean per call.
+      const int n_calls = std::max(20, n_sets);
+      const double ts = median_ms(s, [&] { for (int i = 0; i < n_calls; ++i) call(); }, 5) / n_calls;
+      // Graph: the same sequence of calls captured once.
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < n_calls; ++i) call();
+      CK(cudaStreamEndCapture(s, &graph));
+      CK(cudaGraphInstantiate(&exec, graph, 0));
+      const double tg = median_ms(s, [&] { CK(cudaGraphLaunch(exec, s)); }, 5) / n_calls;
+      CK(cudaGraphExecDestroy(exec));
+      CK(cudaGraphDestroy(graph));
+      const double gs = bytes / ts * 1e-6, gg = bytes / tg * 1e-6;
+      std::printf("%6d %4d %7d %7d %10.2f %8.0f %5.1f%% %10.2f %8.0f %5.1f%%\n", C, B, plan.n_splits, plan.chunk,
+                  ts * 1e3, gs, 100 * gs / kCopyGBs, tg * 1e3, gg, 100 * gg / kCopyGBs);
+      json.add("decode attention ctx" + std::to_string(C) + " B" + std::to_string(B), 4.0 * B * 32 * double(C) * 128,
+               bytes + double(B) * 2 * 32 * 128 * 4, tg * 1e-3);
+    }
+  }
+  CK(cudaStreamDestroy(s));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  std::vector<std::string> want;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
+      json_path = argv[++i];
+    } else {
+      want.emplace_back(argv[i]);
+    }
+  }
+  auto wanted = [&](const char* w) { return want.empty() || std::find(want.begin(), want.end(), w) != want.end(); };
+  int dev = 0, n_sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("device: %s, %d SMs\n", prop.name, n_sms);
+  cuda_ops::DeviceErrors* errors = nullptr;
+  CK(cudaMallocHost(&errors, sizeof(cuda_ops::DeviceErrors)));
+  std::memset(errors, 0, sizeof(*errors));
+  bench::KernelJson json;
+  try {
+    if (wanted("prefill")) bench_prefill(errors, n_sms, json);
+    if (wanted("decode")) bench_decode(errors, n_sms, json);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attention_bench: %s\n", e.what());
+    return 1;
+  }
+  CK(cudaDeviceSynchronize());
+  if (errors->bits != 0) {
+    std::fprintf(stderr, "attention_bench: device error bits %u (value %ld)\n", errors->bits, long(errors->value));
+    return 1;
+  }
+  return json.write(json_path) ? 0 : 1;
+}
