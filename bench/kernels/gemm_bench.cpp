@@ -2,7 +2,7 @@
 // cuBLASLt (ferry's cached-plan wrapper, same bf16 in / f32 out), measured in the same run.
 //   gemm   : out (M, N) f32 = x (M, K) bf16 . w (N, K)^T on the Llama-3-8B projection shapes N x K = 6144x4096,
 //            4096x4096, 28672x4096, 4096x14336 at M = 512, 1024, 2048, 4096, 8192, plus 4096^3 and 8192^3
-//            (cuBLAS 754 / 779 TFLOP/s there per ../shared/GPU.md). Per row: both tile configs, the
+//            (cuBLAS 754 / 779 TFLOP/s there per ../shared/GPU.md). Per row: all three tile configs, the
 //            heuristic's pick, cuBLASLt, TFLOP/s and ferry (heuristic) as % of cuBLASLt.
 //   matmul : CudaBackend::matmul at n = 512 / 2048 for BF16, Q8_0, Q4_0 weights: cuBLASLt path (per-call
 //            dequant), Hopper GEMM with per-call dequant, Hopper GEMM with the bf16 copy made at load.
@@ -92,8 +92,8 @@ const Shape kShapes[] = {{"qkv 6144x4096", 6144, 4096},
 
 void bench_gemm(bench::KernelJson& json) {
   std::printf("\n== gemm: out (M,N) f32 = x (M,K) bf16 . w (N,K)^T, TFLOP/s (median of 15) ==\n");
-  std::printf("%-20s %5s %9s %9s %6s %9s %9s %7s\n", "shape NxK", "M", "128x128", "128x256", "pick", "ferry",
-              "cuBLASLt", "% cuBLAS");
+  std::printf("%-20s %5s %9s %9s %9s %5s %9s %9s %7s\n", "shape NxK", "M", "128x128", "128x192", "128x256", "pick",
+              "ferry", "cuBLASLt", "% cuBLAS");
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   cuda_ops::Sm90Gemm ours(0);
@@ -113,15 +113,17 @@ void bench_gemm(bench::KernelJson& json) {
   std::vector<std::pair<std::string, double>> summary;
   auto row = [&](const std::string& name, int64_t m, int64_t n, int64_t k) {
     const double flop = 2.0 * double(m) * double(n) * double(k);
-    const cuda_ops::GemmTile t128 = cuda_ops::GemmTile::k128x128, t256 = cuda_ops::GemmTile::k128x256;
+    const cuda_ops::GemmTile t128 = cuda_ops::GemmTile::k128x128, t192 = cuda_ops::GemmTile::k128x192,
+                             t256 = cuda_ops::GemmTile::k128x256;
     const double ms128 = median_ms(s, [&] { ours.run(out, x, w, m, n, k, s, &t128); });
+    const double ms192 = median_ms(s, [&] { ours.run(out, x, w, m, n, k, s, &t192); });
     const double ms256 = median_ms(s, [&] { ours.run(out, x, w, m, n, k, s, &t256); });
     const cuda_ops::GemmPlan plan = cuda_ops::make_gemm_plan(m, n, ours.num_sms());
     const double ms_lt = median_ms(s, [&] { lt.run(out, x, w, m, n, k, ws, ws_bytes, s); });
     const double ms_ours = median_ms(s, [&] { ours.run(out, x, w, m, n, k, s); });  // heuristic, timed again
     const double tf = flop / ms_ours * 1e-9, tf_lt = flop / ms_lt * 1e-9;
-    std::printf("%-20s %5ld %9.1f %9.1f %6s %9.1f %9.1f %6.1f%%\n", name.c_str(), long(m), flop / ms128 * 1e-9,
-                flop / ms256 * 1e-9, plan.block_n == 256 ? "256" : "128", tf, tf_lt, 100.0 * tf / tf_lt);
+    std::printf("%-20s %5ld %9.1f %9.1f %9.1f %5d %9.1f %9.1f %6.1f%%\n", name.c_str(), long(m), flop / ms128 * 1e-9,
+                flop / ms192 * 1e-9, flop / ms256 * 1e-9, plan.block_n, tf, tf_lt, 100.0 * tf / tf_lt);
     const double bytes = double(m * k) * 2 + double(n * k) * 2 + double(m * n) * 4;
     json.add("gemm sm90 " + name + " M" + std::to_string(m), flop, bytes, ms_ours * 1e-3);
     json.add("gemm cublasLt " + name + " M" + std::to_string(m), flop, bytes, ms_lt * 1e-3);

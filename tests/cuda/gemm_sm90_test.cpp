@@ -79,7 +79,10 @@ class Sm90GemmTest : public ::testing::Test {
     CK(cudaFree(dout));
     const double err = rel_l2(got, ref);
     const std::string what = "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                             (tile == nullptr ? " auto" : *tile == cuda_ops::GemmTile::k128x256 ? " 128x256" : " 128x128");
+                             (tile == nullptr                             ? " auto"
+                              : *tile == cuda_ops::GemmTile::k128x256 ? " 128x256"
+                              : *tile == cuda_ops::GemmTile::k128x192 ? " 128x192"
+                                                                      : " 128x128");
     EXPECT_LE(err, 1e-5) << what;
     std::printf("  %-36s rel L2 %.2e\n", what.c_str(), err);
   }
@@ -97,7 +100,8 @@ TEST_F(Sm90GemmTest, EveryTileOnRaggedShapes) {
                           {77, 264, 520},   {17, 130, 72},    {2000, 2304, 128},  {512, 256, 4096}};
   uint32_t seed = 10;
   for (const Shape& s : shapes) {
-    for (const cuda_ops::GemmTile t : {cuda_ops::GemmTile::k128x128, cuda_ops::GemmTile::k128x256}) {
+    for (const cuda_ops::GemmTile t :
+         {cuda_ops::GemmTile::k128x128, cuda_ops::GemmTile::k128x192, cuda_ops::GemmTile::k128x256}) {
       check(s.m, s.n, s.k, &t, seed++);
     }
   }

@@ -17,7 +17,7 @@ constexpr int kThreads = 384; // producer warpgroup + two consumer warpgroups
 
 template <int kBN>
 struct Cfg {
-  static constexpr int kStages = kBN == 256 ? 4 : 6;           // 4 x 48 KB / 6 x 32 KB of the 227 KB
+  static constexpr int kStages = kBN == 256 ? 4 : kBN == 192 ? 5 : 6;  // 4 x 48 / 5 x 40 / 6 x 32 KB of 227 KB
   static constexpr int kABytes = kBlockM * kBlockK * 2;         // one x tile: 128 rows x 128 bytes
   static constexpr int kBBytes = kBN * kBlockK * 2;             // one w tile: kBN rows x 128 bytes
   static constexpr int kStageBytes = kABytes + kBBytes;
@@ -106,6 +106,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint64_t da = smem_desc_sw128(a + kk * 32), db = smem_desc_sw128(b + kk * 32);
           if constexpr (kBN == 256) {
             wgmma_m64n256k16(acc, da, db, (ki > 0 || kk > 0) ? 1 : 0);
+          } else if constexpr (kBN == 192) {
+            wgmma_m64n192k16(acc, da, db, (ki > 0 || kk > 0) ? 1 : 0);
           } else {
             wgmma_m64n128k16(acc, da, db, (ki > 0 || kk > 0) ? 1 : 0);
           }
@@ -182,6 +184,8 @@ Sm90Gemm::Sm90Gemm(int device) {
   }
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         Cfg<256>::kSmemBytes));
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<192>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        Cfg<192>::kSmemBytes));
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         Cfg<128>::kSmemBytes));
   encode_ = fn;
@@ -200,6 +204,8 @@ void Sm90Gemm::run(float* out, const uint16_t* x, const uint16_t* w, int64_t m, 
   const GemmPlan plan = make_gemm_plan(m, n, num_sms_, force);
   if (plan.tile == GemmTile::k128x256) {
     launch<256>(encode_, plan, out, x, w, m, n, k, stream);
+  } else if (plan.tile == GemmTile::k128x192) {
+    launch<192>(encode_, plan, out, x, w, m, n, k, stream);
   } else {
     launch<128>(encode_, plan, out, x, w, m, n, k, stream);
   }
