@@ -31,6 +31,8 @@ Env Env::read() {
   e.mpi_local_rank = get("OMPI_COMM_WORLD_LOCAL_RANK");
   if (!e.mpi_local_rank) e.mpi_local_rank = get("MPI_LOCALRANKID");
   e.nccl_nvls_enable = get("NCCL_NVLS_ENABLE");
+  e.cuda_prefill_bf16 = get("FERRY_CUDA_PREFILL_BF16");
+  e.cuda_gemm = get("FERRY_CUDA_GEMM");
   return e;
 }
 

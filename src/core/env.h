@@ -31,6 +31,12 @@ struct Env {
   // NCCL_NVLS_ENABLE: NCCL's NVLink SHARP switch; the tensor-parallel launcher sets it to 0 when unset.
   std::optional<std::string> nccl_nvls_enable;
 
+  // FERRY_CUDA_PREFILL_BF16: "1" keeps a bf16 copy of quantized weights on the GPU for prefill matmuls (2 bytes
+  // per weight more, no per-call dequantization), "0" never; unset: when the copies fit in 40% of free memory.
+  std::optional<std::string> cuda_prefill_bf16;
+  // FERRY_CUDA_GEMM: "cublas" sends prefill matmuls to cuBLASLt instead of ferry's Hopper GEMM (comparisons).
+  std::optional<std::string> cuda_gemm;
+
   static Env read();  // reads the process environment once; pass the result down
 };
 

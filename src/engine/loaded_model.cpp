@@ -12,16 +12,47 @@
 #endif
 #include "core/check.h"
 #include "core/env.h"
+#include "engine/tp_setup.h"
 
 namespace ferry {
 
 namespace {
 
-std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env) {
+#ifdef FERRY_HAS_CUDA
+// Whether prefill matmuls read a bf16 copy of quantized weights (FERRY_CUDA_PREFILL_BF16; see core/env.h).
+// Automatic: when the copies take at most 40% of the device's free memory. Example: Llama-3-8B Q4_0 has 7.5e9
+// weights in quantized matrices -> 15 GB of copies; an H200 with 140 GB free keeps them (limit 56 GB); a
+// 70B Q4_0 (140 GB of copies) does not.
+bool want_bf16_copies(const Env& env, const ModelFile& file, int device_index) {
+  if (env.cuda_prefill_bf16) {
+    FERRY_CHECK(*env.cuda_prefill_bf16 == "0" || *env.cuda_prefill_bf16 == "1",
+                "FERRY_CUDA_PREFILL_BF16 must be 0 or 1, got '{}'", *env.cuda_prefill_bf16);
+    return *env.cuda_prefill_bf16 == "1";
+  }
+  double copy_bytes = 0;
+  for (const auto& [name, t] : file.tensors)
+    if (t.n_dims == 2 && t.dtype != DType::BF16 && t.dtype != DType::F32) copy_bytes += 2.0 * double(t.numel());
+  if (copy_bytes == 0) return false;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaSetDevice(device_index) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;  // the backend's constructor reports the device problem
+  }
+  return copy_bytes <= 0.4 * double(free_bytes);
+}
+#endif
+
+std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, const ModelFile& file, int device_index,
+                                      int n_threads) {
 #ifdef FERRY_HAS_CUDA
   if (o.device == "cuda") {
     FERRY_CHECK(o.kernels == KernelSet::Fast, "--kernels reference is the CPU oracle; use it with --device cpu");
-    return std::make_unique<CudaBackend>(CudaBackendOptions{});  // throws "no CUDA device: ..." without one
+    FERRY_CHECK(!env.cuda_gemm || *env.cuda_gemm == "ferry" || *env.cuda_gemm == "cublas",
+                "FERRY_CUDA_GEMM must be ferry or cublas, got '{}'", *env.cuda_gemm);
+    CudaBackendOptions cuda{.device_index = device_index};
+    cuda.hopper_gemm = !(env.cuda_gemm && *env.cuda_gemm == "cublas");
+    cuda.prefill_bf16_weights = want_bf16_copies(env, file, device_index);
+    return std::make_unique<CudaBackend>(cuda);  // throws "no CUDA device: ..." without one
   }
   FERRY_CHECK(o.device == "cpu", "device '{}' is not available in this build (ferry runs on: cpu, cuda)", o.device);
 #else
@@ -29,7 +60,7 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env) {
 #endif
   CpuBackendOptions cpu;
   cpu.kernels = o.kernels == KernelSet::Reference ? CpuKernels::Reference : CpuKernels::Fast;
-  cpu.n_threads = o.n_threads;
+  cpu.n_threads = n_threads;
   cpu.simd = resolve_simd_level(env.simd);
   return std::make_unique<CpuBackend>(cpu);
 }
@@ -92,23 +123,14 @@ std::string LoadedModel::apply_chat_template(const std::vector<ChatTurn>& turns,
   return chat_template->apply(messages, add_generation_prompt);
 }
 
-std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn& sizing) {
-  FERRY_CHECK(o.n_threads >= 0 && o.n_threads <= 1024, "--threads {} out of range (0..1024)", o.n_threads);
-  FERRY_CHECK(o.context >= 0 && o.context <= (1 << 24), "context {} out of range", o.context);
-  FERRY_CHECK(o.max_step_tokens > 0 && o.max_step_tokens <= 65536, "step size {} out of range", o.max_step_tokens);
-  FERRY_CHECK(o.block_size > 0 && o.block_size <= 1024, "block size {} out of range", o.block_size);
-  const Env env = Env::read();
-  auto loaded = std::make_unique<LoadedModel>();
-  LoadedModel& m = *loaded;
-  m.file = open_model(o.model_path);
-  const ModelConfig& c = m.file.config;
-  m.backend = make_backend(o, env);
-  ModelWeights weights = load_weights(c, *m.file.weights, m.file.gguf_names, *m.backend);
+namespace {
 
-  m.context = resolve_context(o, c);
-  const KvSizing s = sizing(c, m.context);
+// The KV cache shape and step size for a model config (a tensor-parallel rank's shard: its KV heads).
+std::pair<KvCacheShape, int32_t> kv_shape_for(const EngineOptions& o, const ModelConfig& c, int32_t context,
+                                              const KvSizingFn& sizing) {
+  const KvSizing s = sizing(c, context);
   FERRY_CHECK(s.max_step_tokens > 0 && s.max_step_tokens <= 65536, "step size {} out of range", s.max_step_tokens);
-  const int64_t kv_tokens = s.kv_tokens > 0 ? s.kv_tokens : m.context;
+  const int64_t kv_tokens = s.kv_tokens > 0 ? s.kv_tokens : context;
   FERRY_CHECK(kv_tokens <= int64_t(1) << 31, "KV cache of {} tokens is too large", kv_tokens);
   KvCacheShape kv;
   kv.block_size = o.block_size;
@@ -120,7 +142,31 @@ std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn
   FERRY_CHECK(o.device != "cpu" || kv_bytes < 0.8 * host_bytes,
               "KV cache of {} tokens needs {:.1f} GiB, more than this machine's {:.1f} GiB allows; use a smaller --ctx",
               int64_t(kv.n_blocks) * kv.block_size, kv_bytes / (1 << 30), host_bytes / (1 << 30));
-  m.model = std::make_unique<LlamaModel>(c, std::move(weights), *m.backend, kv, s.max_step_tokens);
+  return {kv, s.max_step_tokens};
+}
+
+}  // namespace
+
+std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn& sizing) {
+  FERRY_CHECK(o.n_threads >= 0 && o.n_threads <= 1024, "--threads {} out of range (0..1024)", o.n_threads);
+  FERRY_CHECK(o.context >= 0 && o.context <= (1 << 24), "context {} out of range", o.context);
+  FERRY_CHECK(o.max_step_tokens > 0 && o.max_step_tokens <= 65536, "step size {} out of range", o.max_step_tokens);
+  FERRY_CHECK(o.block_size > 0 && o.block_size <= 1024, "block size {} out of range", o.block_size);
+  const Env env = Env::read();
+  auto loaded = std::make_unique<LoadedModel>();
+  LoadedModel& m = *loaded;
+  m.file = open_model(o.model_path);
+  const ModelConfig& c = m.file.config;
+  m.context = resolve_context(o, c);
+  // Tensor parallelism (o.tp > 1; engine/tp_setup.h): this rank's shard and its communicator. Sizing gets
+  // the shard's config (its share of the KV heads). A follower process never returns from here.
+  ParallelModel pm = build_parallel_model(
+      o, env, m.file,
+      [&](int device_index, int n_threads) { return make_backend(o, env, m.file, device_index, n_threads); },
+      [&](const ModelConfig& local) { return kv_shape_for(o, local, m.context, sizing); });
+  m.backend = std::move(pm.backend);
+  m.model = std::move(pm.model);
+  m.tp = std::move(pm.tp);
   m.tokenizer = std::make_unique<Tokenizer>(m.file.vocab);
   FERRY_CHECK(m.tokenizer->vocab_size() <= c.vocab_size, "{}: tokenizer has {} tokens but the model only {}",
               o.model_path, m.tokenizer->vocab_size(), c.vocab_size);
