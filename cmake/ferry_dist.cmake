@@ -1,20 +1,11 @@
 # src/dist (tensor parallelism): communicators, the sharding plan, the launcher. Included by CMakeLists.txt
-# after the CUDA block. NCCL and MPI are optional: without NCCL, --tp N runs on the CPU only (threads); without
-# MPI, mpirun launches are not recognized (the single-host launcher still works).
+# after the CUDA block. NCCL is optional: without it, --tp N runs on the CPU only (threads). MPI (mpirun across hosts) is not
+# wired yet: the single-host launcher starts the ranks.
 include(${CMAKE_CURRENT_LIST_DIR}/FindNCCL.cmake)
 ferry_library(ferry_dist dist)
 ferry_link(ferry_dist ferry_model)
 if(FERRY_HAS_NCCL)
   ferry_link(ferry_dist ferry::nccl ferry_cuda)
   target_compile_definitions(ferry_dist PUBLIC FERRY_HAS_NCCL)
-endif()
-option(FERRY_MPI "use MPI (when found) to exchange the NCCL id under mpirun" ON)
-if(FERRY_MPI AND FERRY_HAS_NCCL)
-  find_package(MPI COMPONENTS CXX QUIET)
-  if(MPI_CXX_FOUND)
-    ferry_link(ferry_dist MPI::MPI_CXX)
-    target_compile_definitions(ferry_dist PUBLIC FERRY_HAS_MPI)
-    message(STATUS "ferry: MPI ON (${MPI_CXX_LIBRARIES})")
-  endif()
 endif()
 ferry_link(ferry_engine ferry_dist)

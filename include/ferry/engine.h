@@ -28,6 +28,7 @@ struct EngineOptions {
   int context = 0;                       // tokens per sequence; 0: min(model's context, 4096)
   int max_step_tokens = 256;             // prompt chunk size (tokens per forward step)
   int block_size = 16;                   // KV cache block size in tokens
+  int tp = 1;                            // tensor-parallel ranks (cpu: threads; cuda: one process per GPU)
 };
 
 struct ModelInfo {

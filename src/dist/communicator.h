@@ -41,6 +41,8 @@ class Communicator {
   // Marks the group failed with `why` (prefixed with this rank); wakes every rank waiting in a collective.
   // Never throws. Later collectives throw ferry::Error with the first failure's message.
   virtual void abort(const std::string& why) noexcept = 0;
+  // The model calls this when this rank's part of a step is done (a GPU implementation times steps out).
+  virtual void step_done() {}
 };
 
 // World of one: nothing to exchange.

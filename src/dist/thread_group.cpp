@@ -4,18 +4,23 @@
 
 namespace ferry {
 
-ThreadTpGroup::ThreadTpGroup(int world, const MakeRank& make_rank, std::chrono::milliseconds timeout) {
+ThreadTpGroup::ThreadTpGroup(int world, std::chrono::milliseconds timeout) {
   ThreadGroupOptions o;
   o.world = world;
   o.timeout = timeout;
   comms_ = make_thread_group(o);
-  for (int r = 0; r < world; ++r) ranks_.push_back(make_rank(r, *comms_[size_t(r)]));
-  for (int r = 1; r < world; ++r) {
+}
+
+void ThreadTpGroup::start(LlamaModel& leader, const MakeRank& make_follower) {
+  FERRY_ASSERT(leader_ == nullptr);
+  for (int r = 1; r < world(); ++r) ranks_.push_back(make_follower(r, *comms_[size_t(r)]));
+  leader_ = &leader;
+  for (int r = 1; r < world(); ++r) {
     threads_.emplace_back([this, r] {
       try {
-        while (ranks_[size_t(r)].model->follow()) {
+        while (ranks_[size_t(r - 1)].model->follow()) {
         }
-      } catch (const std::exception& e) {  // follow() has aborted the group; rank 0 throws it to the caller
+      } catch (const std::exception& e) {  // follow() has aborted the group; rank 0 throws it to its caller
         std::lock_guard lock(mu_);
         if (follower_error_.empty()) follower_error_ = e.what();
       }
@@ -25,7 +30,7 @@ ThreadTpGroup::ThreadTpGroup(int world, const MakeRank& make_rank, std::chrono::
 
 ThreadTpGroup::~ThreadTpGroup() {
   try {
-    if (!ranks_.empty() && !threads_.empty()) ranks_[0].model->end_followers();
+    if (leader_ && !threads_.empty()) leader_->end_followers();
   } catch (const std::exception&) {  // the group failed: the followers have left their loops already
   }
   for (std::thread& t : threads_) t.join();

@@ -1,6 +1,7 @@
 // N tensor-parallel ranks of one model in one process (the CPU path: tests and `--device cpu --tp N`):
-// rank 0 belongs to the caller, who drives it (forward); ranks 1..N-1 run LlamaModel::follow() loops on
-// their own threads. The ranks talk through a ThreadCommunicator group.
+// rank 0 belongs to the caller, who builds it with comm(0) and drives it (forward); start() builds ranks
+// 1..N-1 and runs their LlamaModel::follow() loops on threads. The ranks talk through a ThreadCommunicator
+// group. Destroy the group before rank 0's model (it ends the followers through it).
 #pragma once
 
 #include <chrono>
@@ -24,24 +25,25 @@ struct RankModel {
 
 class ThreadTpGroup {
  public:
-  // make_rank(rank, comm): builds rank `rank`'s backend and model (its shard, with comm in its
-  // ParallelContext); called for every rank on the caller's thread, rank 0 first. Throws what it throws.
-  using MakeRank = std::function<RankModel(int rank, Communicator& comm)>;
-  ThreadTpGroup(int world, const MakeRank& make_rank, std::chrono::milliseconds timeout = std::chrono::seconds(60));
-  ~ThreadTpGroup();  // ends the followers and joins them
+  explicit ThreadTpGroup(int world, std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  ~ThreadTpGroup();  // ends the followers (through the leader) and joins them
   ThreadTpGroup(const ThreadTpGroup&) = delete;
   ThreadTpGroup& operator=(const ThreadTpGroup&) = delete;
 
   int world() const { return int(comms_.size()); }
-  LlamaModel& leader() { return *ranks_[0].model; }
-  Backend& leader_backend() { return *ranks_[0].backend; }
-  RankModel& rank(int r) { return ranks_[size_t(r)]; }
+  Communicator& comm(int rank) { return *comms_[size_t(rank)]; }
+  // make_follower(rank, comm): builds rank `rank`'s backend and model (its shard, comm in its ParallelContext);
+  // called on the caller's thread for ranks 1..N-1, then their loops start. `leader`: rank 0's model.
+  using MakeRank = std::function<RankModel(int rank, Communicator& comm)>;
+  void start(LlamaModel& leader, const MakeRank& make_follower);
+  RankModel& follower(int rank) { return ranks_[size_t(rank - 1)]; }
   // The first failure a follower thread saw (empty while none).
   std::string follower_error();
 
  private:
   std::vector<std::unique_ptr<Communicator>> comms_;
-  std::vector<RankModel> ranks_;
+  LlamaModel* leader_ = nullptr;
+  std::vector<RankModel> ranks_;  // ranks 1..N-1
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::string follower_error_;

@@ -18,6 +18,8 @@
 
 namespace ferry {
 
+struct TpRuntime;
+
 // How big the KV cache and the step buffers are.
 struct KvSizing {
   // Cache capacity in tokens over all sequences; 0: one context (a single sequence). Rounded up to blocks.
@@ -29,6 +31,7 @@ struct LoadedModel {
   ModelFile file;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<LlamaModel> model;
+  std::shared_ptr<TpRuntime> tp;  // tensor parallelism (engine/tp_setup.h): destroyed before the model
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ChatTemplate> chat_template;
   ModelInfo info;

@@ -18,6 +18,11 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Backend& backen
   vocab_ = parallel.vocab.full > 0 ? parallel.vocab : VocabShard::whole(c.vocab_size);
   FERRY_CHECK(vocab_.local_rows == c.vocab_size, "vocabulary shard of {} rows for a config of {}", vocab_.local_rows,
               c.vocab_size);
+  full_config_ = c;
+  full_config_.n_heads = c.n_heads * comm_->world();
+  full_config_.n_kv_heads = c.n_kv_heads * comm_->world();
+  full_config_.hidden_dim = c.hidden_dim * comm_->world();
+  full_config_.vocab_size = vocab_.full;
   FERRY_CHECK(kv.n_blocks > 0 && kv.block_size > 0, "KV cache needs at least one block");
   FERRY_CHECK(max_step_tokens > 0, "max tokens per step must be positive");
   const int64_t per_layer =
@@ -148,6 +153,7 @@ void LlamaModel::forward(const Batch& batch, std::vector<float>& logits) {
   try {
     comm_->broadcast(step_bytes_);
     run_step(batch, logits);
+    comm_->step_done();
   } catch (const std::exception& e) {
     comm_->abort(e.what());
     throw;
@@ -159,6 +165,7 @@ bool LlamaModel::follow() {
   if (step_bytes_.empty()) return false;
   try {
     run_step(decode_batch(step_bytes_), follower_logits_);
+    comm_->step_done();
   } catch (const std::exception& e) {
     comm_->abort(e.what());
     throw;

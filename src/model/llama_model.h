@@ -42,7 +42,9 @@ class LlamaModel {
   LlamaModel(ModelConfig config, ModelWeights weights, Backend& backend, KvCacheShape kv, int32_t max_step_tokens,
              ParallelContext parallel = {});
 
-  const ModelConfig& config() const { return config_; }
+  // The model as stored (at world > 1: the whole model, not this rank's shard; logits are (rows, vocab_size)).
+  const ModelConfig& config() const { return full_config_; }
+  const ModelConfig& local_config() const { return config_; }  // this rank's shard
   const VocabShard& vocab() const { return vocab_; }  // logits are (rows, vocab().full)
   int tp_world() const { return comm_->world(); }
   const KvCacheShape& kv_shape() const { return kv_; }
@@ -97,7 +99,8 @@ class LlamaModel {
 
   static constexpr size_t kMaxGraphs = 32;
 
-  ModelConfig config_;
+  ModelConfig config_;       // this rank's shard (heads, hidden units, vocabulary rows)
+  ModelConfig full_config_;  // the whole model
   ModelWeights weights_;
   Backend& backend_;
   KvCacheShape kv_;

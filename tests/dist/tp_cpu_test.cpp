@@ -110,8 +110,11 @@ RunResult run_world(const ModelFile& f, int world, CpuKernels kernels) {
     RankModel rm = make_rank(f, 0, 1, nullptr, kernels);
     return run_model(*rm.model, test_prompt(), 32);
   }
-  ThreadTpGroup group(world, [&](int rank, Communicator& comm) { return make_rank(f, rank, world, &comm, kernels); });
-  RunResult r = run_model(group.leader(), test_prompt(), 32);
+  RankModel leader;
+  ThreadTpGroup group(world);  // destroyed first: it ends the followers through the leader
+  leader = make_rank(f, 0, world, &group.comm(0), kernels);
+  group.start(*leader.model, [&](int rank, Communicator& comm) { return make_rank(f, rank, world, &comm, kernels); });
+  RunResult r = run_model(*leader.model, test_prompt(), 32);
   EXPECT_EQ(group.follower_error(), "");
   return r;
 }
@@ -157,22 +160,23 @@ TEST(TpCpuFailure, RankThrowingMidStepEndsEveryRankWithItsMessage) {
   const ModelConfig c = tp_config();
   const ModelFile f = open_model(write_model(c, DType::F32, "fail"));
   auto fut = std::async(std::launch::async, [&]() -> std::string {
-    ThreadTpGroup group(2, [&](int rank, Communicator& comm) {
+    RankModel leader;
+    ThreadTpGroup group(2, std::chrono::seconds(20));
+    leader = make_rank(f, 0, 2, &group.comm(0), CpuKernels::Fast);
+    group.start(*leader.model, [&](int rank, Communicator& comm) {
       RankModel rm = make_rank(f, rank, 2, &comm, CpuKernels::Fast);
-      if (rank == 1) {
-        rm.model->set_observer([](const std::string& name, int layer, const Tensor&) {
-          if (name == "attn" && layer == 1) fail("injected failure in layer {}", layer);
-        });
-      }
+      rm.model->set_observer([](const std::string& name, int layer, const Tensor&) {
+        if (name == "attn" && layer == 1) fail("injected failure in layer {}", layer);
+      });
       return rm;
-    }, std::chrono::seconds(20));
+    });
     std::vector<float> logits;
     try {
-      group.leader().forward(seq_batch(test_prompt(), 0, false), logits);
+      leader.model->forward(seq_batch(test_prompt(), 0, false), logits);
     } catch (const Error& e) {
       // The group is dead: the next step fails at once with the same message.
       try {
-        group.leader().forward(seq_batch({5}, 20, false), logits);
+        leader.model->forward(seq_batch({5}, 20, false), logits);
       } catch (const Error& again) {
         EXPECT_STREQ(again.what(), e.what());
       }

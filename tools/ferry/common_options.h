@@ -14,6 +14,7 @@ struct ModelOptions {
   int threads = 0;
   int context = 0;
   bool reference = false;
+  int tp = 1;
 
   void add(CLI::App& app) {
     app.add_option("-m,--model", model, "model: a .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct Q4_1)");
@@ -21,6 +22,8 @@ struct ModelOptions {
     app.add_option("-t,--threads", threads, "CPU threads (0: all)")->check(CLI::Range(0, 1024));
     app.add_option("-c,--ctx", context, "context size in tokens (0: min(model's, 4096))")->check(CLI::Range(0, 1 << 24));
     app.add_flag("--reference", reference, "use the reference kernels (plain loops; slow, exact)");
+    app.add_option("--tp", tp, "tensor-parallel ranks (cuda: one process per GPU, started here; cpu: threads)")
+        ->check(CLI::Range(1, 64));
   }
   EngineOptions engine_options(const std::string& resolved_model) const {
     EngineOptions o;
@@ -29,6 +32,7 @@ struct ModelOptions {
     o.n_threads = threads;
     o.context = context;
     o.kernels = reference ? KernelSet::Reference : KernelSet::Fast;
+    o.tp = tp;
     return o;
   }
 };

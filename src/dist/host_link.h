@@ -1,0 +1,35 @@
+// Host-side messages between the processes of a tensor-parallel group: rank 0 broadcasts each step's Batch
+// (and, first, the NCCL unique id), barriers, and failure notices. A star of stream sockets (rank 0 to each
+// follower: the single-host launcher's socketpairs), or (later) MPI under mpirun.
+//
+// Every link has a reader thread per peer, so a peer's death (its socket closes) or its abort notice is seen
+// at once even while this rank is blocked in a GPU collective: on_failure(why) is called on that thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+class HostLink {
+ public:
+  virtual ~HostLink() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // From rank 0 to all: rank 0's bytes are sent, the others' replaced. Followers wait without a timeout.
+  virtual void broadcast(std::vector<uint8_t>& bytes) = 0;
+  virtual void barrier() = 0;
+  // Best effort: tells the other ranks that this one failed with `why`. Never throws.
+  virtual void send_abort(const std::string& why) noexcept = 0;
+  // Called once, from a link thread, when a peer fails (its abort notice) or dies (its socket closed).
+  virtual void set_on_failure(std::function<void(const std::string& why)> on_failure) = 0;
+};
+
+// rank 0: fds = sockets to ranks 1..N-1 in order; a follower: fds = {its socket to rank 0}. Takes ownership.
+std::unique_ptr<HostLink> make_socket_link(int rank, int world, std::vector<int> fds);
+
+
+}  // namespace ferry

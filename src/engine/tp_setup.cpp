@@ -1,0 +1,150 @@
+#include "engine/tp_setup.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "core/check.h"
+#include "dist/launcher.h"
+#include "dist/sharding.h"
+#include "dist/thread_group.h"
+#ifdef FERRY_HAS_NCCL
+#include "backends/cuda/cuda_backend.h"
+#include "dist/nccl_communicator.h"
+#endif
+
+namespace ferry {
+
+struct TpRuntime {
+  std::unique_ptr<TpLaunch> launch;          // processes and the host link (GPU)
+  std::unique_ptr<Communicator> comm;        // this process's communicator (GPU)
+  std::unique_ptr<ThreadTpGroup> threads;    // the follower ranks (CPU)
+  LlamaModel* leader = nullptr;
+
+  ~TpRuntime() {
+    threads.reset();  // ends and joins the follower threads through the leader
+    if (comm && leader) {
+      try {
+        leader->end_followers();
+      } catch (const std::exception&) {  // the group failed already
+      }
+    }
+    comm.reset();
+    launch.reset();  // reaps the follower processes
+  }
+};
+
+namespace {
+
+std::chrono::seconds tp_timeout(const Env& env) {
+  if (!env.tp_timeout) return std::chrono::seconds(300);
+  const int s = std::atoi(env.tp_timeout->c_str());
+  FERRY_CHECK(s > 0, "FERRY_TP_TIMEOUT='{}' must be a positive number of seconds", *env.tp_timeout);
+  return std::chrono::seconds(s);
+}
+
+// The kv shape and step size as bytes, for rank 0 to send to the others.
+std::vector<uint8_t> pack(const KvCacheShape& kv, int32_t max_step) {
+  std::vector<uint8_t> b(12);
+  std::memcpy(b.data(), &kv.n_blocks, 4);
+  std::memcpy(b.data() + 4, &kv.block_size, 4);
+  std::memcpy(b.data() + 8, &max_step, 4);
+  return b;
+}
+
+}  // namespace
+
+ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const ModelFile& file,
+                                   const MakeBackendFn& make_backend,
+                                   const std::function<std::pair<KvCacheShape, int32_t>(const ModelConfig&)>& kv_for) {
+  FERRY_CHECK(o.tp >= 1 && o.tp <= 64, "--tp {} out of range (1..64)", o.tp);
+  const ModelConfig& c = file.config;
+  ParallelModel pm;
+
+  if (o.device == "cpu" || o.tp == 1) {
+    // One process: world 1, or N rank threads sharing this machine's cores.
+    const int world = o.tp;
+    const ShardPlan plan0 = make_shard_plan(c, 0, world);  // checks divisibility before anything is loaded
+    // The rank threads share the cores: each rank's pool gets its share (all of them at world 1).
+    const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads_per_rank = world == 1 ? o.n_threads : std::max(1, (o.n_threads > 0 ? o.n_threads : hw) / world);
+    std::unique_ptr<ThreadTpGroup> group;
+    if (world > 1) group = std::make_unique<ThreadTpGroup>(world, tp_timeout(env));
+    pm.backend = make_backend(0, threads_per_rank);
+    ModelWeights w = load_sharded_weights(plan0, *file.weights, file.gguf_names, *pm.backend);
+    const auto [kv, max_step] = kv_for(plan0.local);
+    pm.model = std::make_unique<LlamaModel>(plan0.local, std::move(w), *pm.backend, kv, max_step,
+                                            ParallelContext{group ? &group->comm(0) : nullptr, plan0.vocab});
+    if (group) {
+      group->start(*pm.model, [&, kv = kv, max_step = max_step](int rank, Communicator& comm) {
+        const ShardPlan plan = make_shard_plan(c, rank, world);
+        RankModel rm;
+        rm.backend = make_backend(0, threads_per_rank);
+        ModelWeights wr = load_sharded_weights(plan, *file.weights, file.gguf_names, *rm.backend);
+        rm.model = std::make_unique<LlamaModel>(plan.local, std::move(wr), *rm.backend, kv, max_step,
+                                                ParallelContext{&comm, plan.vocab});
+        return rm;
+      });
+      pm.tp = std::make_shared<TpRuntime>();
+      pm.tp->threads = std::move(group);
+      pm.tp->leader = pm.model.get();
+    }
+    return pm;
+  }
+
+#ifdef FERRY_HAS_NCCL
+  FERRY_CHECK(o.device == "cuda", "--tp {} on device '{}': tensor parallelism runs on cpu or cuda", o.tp, o.device);
+  make_shard_plan(c, 0, o.tp);  // a clear error before any process starts
+  auto rt = std::make_shared<TpRuntime>();
+  rt->launch = launch_tp(o.tp, env);
+  const int rank = rt->launch->rank, world = rt->launch->world;
+  const ShardPlan plan = make_shard_plan(c, rank, world);
+  pm.backend = make_backend(rt->launch->local_rank, o.n_threads);
+  auto* cuda = dynamic_cast<CudaBackend*>(pm.backend.get());
+  FERRY_ASSERT(cuda != nullptr);
+  rt->comm = std::make_unique<NcclCommunicator>(
+      NcclCommunicatorOptions{.link = rt->launch->link.get(), .stream = cuda->stream(), .timeout = tp_timeout(env)});
+  ModelWeights w = load_sharded_weights(plan, *file.weights, file.gguf_names, *pm.backend);
+  // Rank 0 sizes the cache (for its shard) and every rank uses that shape.
+  std::vector<uint8_t> shape;
+  if (rank == 0) {
+    const auto [kv, max_step] = kv_for(plan.local);
+    shape = pack(kv, max_step);
+  }
+  rt->comm->broadcast(shape);
+  FERRY_CHECK(shape.size() == 12, "tensor-parallel rank {}: bad cache-shape message", rank);
+  KvCacheShape kv;
+  int32_t max_step = 0;
+  std::memcpy(&kv.n_blocks, shape.data(), 4);
+  std::memcpy(&kv.block_size, shape.data() + 4, 4);
+  std::memcpy(&max_step, shape.data() + 8, 4);
+  rt->comm->step_done();
+  pm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *pm.backend, kv, max_step,
+                                          ParallelContext{rt->comm.get(), plan.vocab});
+  if (rank == 0) {
+    rt->leader = pm.model.get();
+    pm.tp = std::move(rt);
+    return pm;
+  }
+  // A follower process: run rank 0's steps until it ends the group, then exit (never back to the command).
+  int status = 0;
+  try {
+    while (pm.model->follow()) {
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferry: tensor-parallel rank %d: %s\n", rank, e.what());
+    status = 3;
+  }
+  pm.model.reset();
+  rt.reset();
+  pm.backend.reset();
+  std::fflush(stdout);
+  std::exit(status);
+#else
+  fail("--tp {} on device '{}': this build has no NCCL (configure with -DFERRY_NCCL_ROOT=<nccl folder>)", o.tp,
+       o.device);
+#endif
+}
+
+}  // namespace ferry
