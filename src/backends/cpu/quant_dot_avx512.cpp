@@ -120,7 +120,7 @@ void fill_avx512(DotKernels& k, const SimdFeatures& f) {
   if (!f.avx512) return;
   if (f.avx512_vnni) {  // otherwise the AVX2 kernels stay
     fill_x86_quant(k);
-    fill_x86_quant512(k);  // Q4_0, Q5_0, Q8_0 on 512-bit vectors
+    fill_x86_quant512(k);  // Q4_0, Q5_0 on 512-bit vectors
   }
   k.by_weight_type[static_cast<size_t>(DType::F32)] = tile_by_rows<float_dot512<F32Load16, F32Load16>>;
   k.by_weight_type[static_cast<size_t>(DType::F16)] = tile_by_rows<float_dot512<F16Load16, F32Load16>>;

@@ -1,14 +1,16 @@
-// AVX-512 VNNI tiles for the signed 32-value formats (Q4_0, Q5_0, Q8_0 weights x Q8_0G4 activations) on
+// AVX-512 VNNI tiles for the signed 4/5-bit formats (Q4_0, Q5_0 weights x Q8_0G4 activations) on
 // 512-bit vectors: two consecutive blocks per vector. Included by quant_dot_avx512.cpp after
 // quant_dot_x86.h (whose helpers it uses), only where the CPU has VNNI.
 //
 // Why: the 256-bit tile issues vpsignb + vpdpbusd + cvt + mul + fma per (weight row, token, block) for
-// signed weights; here the sign trick below drops the vpsignb (measured +5-10% on Q4_0/Q8_0 prompt tiles,
+// signed weights; here the sign trick below drops the vpsignb (measured +5% on Q4_0 prompt tiles,
 // docs/perf-log.md). For Q4_1/Q5_1 (unsigned already, plus an m term) this 512-bit form measured slower
 // than the 256-bit tile (register pressure: 16 accumulators + the m lanes), so those keep the 256-bit one.
+// Q8_0 too: +4% on prompt tiles but -7% for one token (decode), and Q8_0 is typically the tied output
+// projection that every decode step streams. (Single-token Q4_0 is -8% in cache, but memory-bound there.)
 //
 // Signed weights without vpsignb (AVX-512 has no 512-bit sign): every format is read as unsigned bytes
-// u = w + bias (bias 8 for Q4_0, 16 for Q5_0, 128 for Q8_0), and
+// u = w + bias (bias 8 for Q4_0, 16 for Q5_0), and
 //   sum_i w_i y_i = vpdpbusd(-bias * sum_i y_i, u, y)
 // where -bias * (sum of each lane's 4 activations) is computed once per token and block pair and shared by
 // every weight row. Integer arithmetic, exact: the same int32 lanes as the 256-bit kernels.
@@ -47,12 +49,6 @@ struct U5_0 {
   FERRY_X512_FN static __m256i u(const W& b) {
     return _mm256_or_si256(unpack_nibbles(b.qs), _mm256_and_si256(expand_bits(b.qh), _mm256_set1_epi8(0x10)));
   }
-};
-struct U8_0 {
-  using W = BlockQ8_0;
-  using X = BlockQ8_0G4;
-  static constexpr int kBias = 128;
-  FERRY_X512_FN static __m256i u(const W& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(char(0x80))); }
 };
 
 FERRY_X512_FN __m512i join256(__m256i lo, __m256i hi) {
@@ -146,12 +142,11 @@ __attribute__((target(FERRY_X512_TARGET))) void g4_dot512(const DotTile& p) {
   }
 }
 
-// Overrides the signed 32-value formats' kernels with the 512-bit tiles.
+// Overrides the Q4_0 and Q5_0 kernels with the 512-bit tiles.
 inline void fill_x86_quant512(DotKernels& k) {
   auto set = [&](DType t, DotFn fn) { k.by_weight_type[static_cast<size_t>(t)] = fn; };
   set(DType::Q4_0, g4_dot512<U4_0>);
   set(DType::Q5_0, g4_dot512<U5_0>);
-  set(DType::Q8_0, g4_dot512<U8_0>);
 }
 
 }  // namespace
