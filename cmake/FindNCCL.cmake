@@ -3,7 +3,7 @@
 # system paths are searched too. Sets FERRY_HAS_NCCL and the imported target ferry::nccl.
 set(FERRY_NCCL_ROOT "" CACHE PATH "where NCCL is (include/nccl.h, lib/libnccl.so); empty: system paths")
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${FERRY_NCCL_ROOT} ENV NCCL_ROOT PATH_SUFFIXES include)
-find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${FERRY_NCCL_ROOT} ENV NCCL_ROOT PATH_SUFFIXES lib lib64)
+find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${FERRY_NCCL_ROOT} ENV NCCL_ROOT PATH_SUFFIXES lib lib64)
 set(FERRY_HAS_NCCL OFF)
 if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND FERRY_WITH_CUDA)
   add_library(ferry::nccl UNKNOWN IMPORTED)

@@ -51,6 +51,8 @@ class CudaBackend final : public Backend {
 
   // Number of usable CUDA devices; 0 when there is no device or driver (never throws).
   static int device_count();
+  // The stream every op is enqueued on (tensor parallelism enqueues its NCCL collectives on it too).
+  CUstream_st* stream() const { return stream_; }
 
   Device device() const override { return Device::Cuda; }
   std::string name() const override;
