@@ -22,7 +22,8 @@ repo="$(cd "$(dirname "$0")/../.." && pwd)"
 C="$repo/.carry"
 OUT="${OUT:-/tmp/ferry-out}"
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# NCCL (ferry links it for tensor parallelism) is the machine's torch-venv copy.
+export LD_LIBRARY_PATH="$C:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # The tests find their data here (they were built in another folder).
 export FERRY_SOURCE_DIR="$repo"
 summary="$OUT/summary.txt"

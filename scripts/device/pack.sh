@@ -5,11 +5,22 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
 grep -qx "/.carry/" .git/info/exclude || echo "/.carry/" >> .git/info/exclude
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
-cmake --build build -j "$(nproc)" --target ferry test_cuda test_e2e matvec_bench prefill_kernels_bench serve_bench
+# NCCL for tensor parallelism: headers and library from PyPI's nvidia-nccl-cu13 wheel (only linked against here;
+# the GPU machine's own copy, in its torch venv, is used at run time: check.sh / tp_check.sh set LD_LIBRARY_PATH).
+nccl="$repo/build/nccl/nvidia/nccl"
+if [ ! -f "$nccl/include/nccl.h" ]; then
+  mkdir -p build/nccl-wheel
+  python3 -m pip download -q --no-deps nvidia-nccl-cu13 -d build/nccl-wheel
+  (cd build/nccl && unzip -qo ../nccl-wheel/nvidia_nccl_cu13-*.whl 'nvidia/nccl/*')
+fi
+[ -e "$nccl/lib/libnccl.so" ] || ln -sf libnccl.so.2 "$nccl/lib/libnccl.so"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_NCCL_ROOT="$nccl" > /dev/null
+cmake --build build -j "$(nproc)" --target ferry test_cuda test_e2e matvec_bench prefill_kernels_bench serve_bench \
+  attention_bench gemm_bench allreduce_bench
 rm -rf .carry && mkdir -p .carry
-cp build/ferry build/tests/test_cuda build/tests/test_e2e build/matvec_bench build/prefill_kernels_bench build/serve_bench .carry/
-strip .carry/ferry .carry/test_cuda .carry/test_e2e .carry/matvec_bench .carry/prefill_kernels_bench .carry/serve_bench
+cp build/ferry build/tests/test_cuda build/tests/test_e2e build/matvec_bench build/prefill_kernels_bench build/serve_bench \
+  build/attention_bench build/gemm_bench build/allreduce_bench .carry/
+strip .carry/ferry .carry/test_cuda .carry/test_e2e .carry/matvec_bench .carry/prefill_kernels_bench .carry/serve_bench .carry/attention_bench .carry/gemm_bench .carry/allreduce_bench
 # Libraries the GPU machine may lack (it has no PCRE2 headers; fmt is there but copy it to be sure).
 cp -L /lib/x86_64-linux-gnu/libfmt.so.9 /lib/x86_64-linux-gnu/libpcre2-8.so.0 .carry/
 # cpp-httplib is a compiled library on Debian (the GPU machine has none); its OpenSSL/zlib/brotli dependencies
