@@ -28,6 +28,9 @@ struct EngineOptions {
   int context = 0;                       // tokens per sequence; 0: min(model's context, 4096)
   int max_step_tokens = 256;             // prompt chunk size (tokens per forward step)
   int block_size = 16;                   // KV cache block size in tokens
+  bool batch_invariant = false;          // CUDA: every row computed the same way whatever else is in the batch
+                                         // (one GEMM kernel for all token counts, batch-independent attention
+                                         // splits); the CPU kernels are batch-invariant always
   int tp = 1;                            // tensor-parallel ranks (cpu: threads; cuda: one process per GPU)
 };
 

@@ -52,6 +52,7 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
     CudaBackendOptions cuda{.device_index = device_index};
     cuda.hopper_gemm = !(env.cuda_gemm && *env.cuda_gemm == "cublas");
     cuda.prefill_bf16_weights = want_bf16_copies(env, file, device_index);
+    cuda.batch_invariant = o.batch_invariant;
     return std::make_unique<CudaBackend>(cuda);  // throws "no CUDA device: ..." without one
   }
   FERRY_CHECK(o.device == "cpu", "device '{}' is not available in this build (ferry runs on: cpu, cuda)", o.device);

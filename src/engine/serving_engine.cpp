@@ -250,7 +250,9 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   validate_options(so);
   Impl& s = *impl_;
   s.options = so;
-  s.m = load_model(eo, [&](const ModelConfig& c, int32_t context) {
+  EngineOptions engine_options = eo;
+  engine_options.batch_invariant = eo.batch_invariant || so.batch_invariant;
+  s.m = load_model(engine_options, [&](const ModelConfig& c, int32_t context) {
     // +1 block: the decode padding's scratch block on backends with step graphs.
     const int64_t kv_tokens =
         (so.kv_tokens > 0 ? so.kv_tokens : automatic_kv_tokens(eo, so, c, context)) + (eo.device == "cpu" ? 0 : eo.block_size);

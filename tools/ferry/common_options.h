@@ -15,6 +15,7 @@ struct ModelOptions {
   int context = 0;
   bool reference = false;
   int tp = 1;
+  bool batch_invariant = false;
 
   void add(CLI::App& app) {
     app.add_option("-m,--model", model, "model: a .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct Q4_1)");
@@ -24,6 +25,9 @@ struct ModelOptions {
     app.add_flag("--reference", reference, "use the reference kernels (plain loops; slow, exact)");
     app.add_option("--tp", tp, "tensor-parallel ranks (cuda: one process per GPU, started here; cpu: threads)")
         ->check(CLI::Range(1, 64));
+    app.add_flag("--batch-invariant", batch_invariant,
+                 "cuda: a row's result does not depend on the rest of the batch (one GEMM kernel for every token "
+                 "count, fixed attention splits; slower decode). The CPU kernels are batch-invariant always");
   }
   EngineOptions engine_options(const std::string& resolved_model) const {
     EngineOptions o;
@@ -33,6 +37,7 @@ struct ModelOptions {
     o.context = context;
     o.kernels = reference ? KernelSet::Reference : KernelSet::Fast;
     o.tp = tp;
+    o.batch_invariant = batch_invariant;
     return o;
   }
 };

@@ -120,7 +120,6 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--max-step-tokens", o->serving.max_step_tokens, "token budget of one engine step (chunked prefill)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--kv-tokens", o->serving.kv_tokens, "KV cache capacity in tokens (0: automatic)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   app.add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of equal prompt prefixes");
-  app.add_flag("--batch-invariant", o->serving.batch_invariant, "a request's output does not depend on the batch (CUDA)");
   app.add_option("--http-threads", o->http_threads, "HTTP worker threads (concurrent connections)")->check(CLI::Range(1, 65536));
   app.add_option("--shutdown-grace", o->shutdown_grace, "seconds in-flight requests may take to finish on SIGINT/SIGTERM")->check(CLI::Range(0.0, 3600.0));
   return [o] { return run_serve(*o); };

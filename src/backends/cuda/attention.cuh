@@ -38,6 +38,7 @@ struct AttentionParams {
                                 // arrival counters, then partials); zeroed once when allocated, the kernels
                                 // leave the counters at zero after every launch
   size_t scratch_bytes = 0;
+  bool batch_invariant = false;  // decode splits cut contexts into fixed-size chunks (not sized to the batch)
 };
 
 // Device scratch that attention(p) needs (0 when the dispatch needs none); depends only on the host-side

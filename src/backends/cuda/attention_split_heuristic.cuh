@@ -58,4 +58,18 @@ inline DecodeSplitPlan plan_decode_split(int64_t n_seqs, int64_t n_kv_heads, int
   return plan;
 }
 
+// Batch-invariant plan (CudaBackendOptions::batch_invariant): chunks of a fixed kFixedChunk positions from 0,
+// and always the partials + merge path (at least 2 splits), so a row's arithmetic depends on its own kv_len
+// only: chunks past its kv_len are empty and merge in as exact zeros. Example: Llama-3-8B, context bound 4096
+// -> 16 chunks of 256 whether the step holds 1 sequence or 64.
+inline constexpr int64_t kFixedChunk = 256;
+inline DecodeSplitPlan plan_decode_split_fixed(int64_t group, int64_t max_kv) {
+  DecodeSplitPlan plan{};
+  plan.rows = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+  plan.n_row_groups = int32_t((group + plan.rows - 1) / plan.rows);
+  plan.chunk = int32_t(kFixedChunk);
+  plan.n_splits = int32_t(std::max<int64_t>(2, (std::max<int64_t>(1, max_kv) + kFixedChunk - 1) / kFixedChunk));
+  return plan;
+}
+
 }  // namespace ferry::cuda_ops

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/cuda/attention.cuh"
+#include "backends/cuda/attention_split_heuristic.cuh"
 #include "backends/cuda/attention_store.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/dequant.cuh"
@@ -95,9 +96,14 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   errors_ = static_cast<DeviceErrors*>(host_errors);  // with unified addressing, usable on the device as is
   *errors_ = DeviceErrors{0, 0};
   gemm_ = std::make_unique<CublasLtGemm>();
-  if (options.hopper_gemm) {
+  if (options.hopper_gemm || options.batch_invariant) {
     auto hopper = std::make_unique<Sm90Gemm>(options.device_index);
     if (hopper->available()) sm90_gemm_ = std::move(hopper);
+  }
+  if (options.batch_invariant) {
+    FERRY_CHECK(sm90_gemm_ != nullptr, "batch-invariant mode needs ferry's Hopper GEMM (compute capability 9.x); "
+                "device {} ({}) is {}.{}", options.device_index, device_name_, prop.major, prop.minor);
+    options_.prefill_bf16_weights = true;  // one GEMM for every token count reads bf16 weights
   }
 }
 
@@ -337,7 +343,7 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   FERRY_ASSERT(is_native_weight_type(w.dtype));
   const int64_t n = x.rows();
   if (n == 0) return;
-  if (n <= kMatvecMaxTokens) {
+  if (n <= kMatvecMaxTokens && !options_.batch_invariant) {
     cuda_ops::matvec(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(),
                                .bias = bias.empty() ? nullptr : bias.ptr<float>(), .out = out.ptr<float>(),
                                .n_tokens = int(n)},
@@ -361,7 +367,14 @@ void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& 
   }
   ensure(x_bf16_, size_t(n) * size_t(n_in) * 2);
   f32_to_bf16(x.ptr<float>(), static_cast<uint16_t*>(x_bf16_.data()), n * n_in, stream_);
-  if (sm90_gemm_ && Sm90Gemm::supports(n, n_out, n_in) && reinterpret_cast<uintptr_t>(out.data) % 8 == 0) {
+  const bool sm90_fits = sm90_gemm_ && Sm90Gemm::supports(n, n_out, n_in) && reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
+  if (options_.batch_invariant) {
+    // One tile shape for every token count: a row's K-order of accumulation is then the same in any batch.
+    FERRY_CHECK(sm90_fits, "batch-invariant mode: the Hopper GEMM does not take a {}x{} weight (k must be a multiple "
+                "of 8, n even)", n_out, n_in);
+    const cuda_ops::GemmTile fixed = cuda_ops::GemmTile::k128x128;
+    sm90_gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in, stream_, &fixed);
+  } else if (sm90_fits) {
     sm90_gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in, stream_);
   } else {
     ensure(gemm_workspace_, kGemmWorkspaceBytes);
@@ -427,7 +440,17 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
                      .max_blocks_per_seq = meta.max_blocks_per_seq, .block_size = meta.block_size,
                      .n_blocks = int32_t(k_cache.shape[0]), .n_tokens = int32_t(n), .n_heads = int32_t(n_heads),
                      .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
-                     .errors = errors_};
+                     .errors = errors_, .batch_invariant = options_.batch_invariant};
+  if (options_.batch_invariant) {
+    using cuda_ops::DecodeSplitLimits;
+    const int64_t max_kv = int64_t(meta.max_blocks_per_seq) * meta.block_size;
+    FERRY_CHECK(max_kv <= int64_t(DecodeSplitLimits::kMaxSplits) * cuda_ops::kFixedChunk,
+                "batch-invariant decode attention takes contexts up to {} tokens, not {}",
+                int64_t(DecodeSplitLimits::kMaxSplits) * cuda_ops::kFixedChunk, max_kv);
+    FERRY_CHECK(int64_t(meta.n_seqs) * n_kv_heads * 8 <= DecodeSplitLimits::kMaxCounters,
+                "batch-invariant decode attention takes at most {} sequences here, not {}",
+                DecodeSplitLimits::kMaxCounters / (n_kv_heads * 8), meta.n_seqs);
+  }
   ap.scratch_bytes = attention_scratch_bytes(ap);
   if (ap.scratch_bytes > 0) {
     const uint64_t epoch = scratch_epoch_;

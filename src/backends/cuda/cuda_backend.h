@@ -39,6 +39,11 @@ struct CudaBackendOptions {
   // Quantized/F16/F32 weights also keep a bf16 copy made once at load (2 bytes per weight more), which the
   // n > 16 matmul reads instead of dequantizing the weight on every call.
   bool prefill_bf16_weights = false;
+  // Batch-invariant kernels: a row's result does not depend on the other rows of the step. Every matmul (any
+  // token count) runs ferry's Hopper GEMM with one fixed tile on bf16 weights (quantized ones get their bf16
+  // copy), and split-KV decode attention cuts contexts into fixed-size chunks instead of sizing splits to the
+  // batch. Slower decode (no matvec): its cost is measured in docs/perf-log.md.
+  bool batch_invariant = false;
 };
 
 class CudaBackend final : public Backend {

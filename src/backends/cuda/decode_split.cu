@@ -340,6 +340,9 @@ bool decode_split_supports(int head_dim) {
 }
 
 DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms) {
+  // Batch-invariant mode: CudaBackend::attention has checked the plan's limits (sequences, context).
+  if (p.batch_invariant)
+    return plan_decode_split_fixed(p.n_heads / std::max(1, p.n_kv_heads), int64_t(p.max_blocks_per_seq) * p.block_size);
   return plan_decode_split(p.n_seqs, p.n_kv_heads, p.n_heads / std::max(1, p.n_kv_heads),
                            int64_t(p.max_blocks_per_seq) * p.block_size, n_sms);
 }
