@@ -1,13 +1,17 @@
 // The decode matvec kernels on the GPU: for each weight type, shape (rows x cols) and token count M, the time
-// per call (CUDA events, median of 50 after 5 warm-ups), the weight bytes per second, their share of the
+// per call (CUDA events around batches of 20 back-to-back calls, median of 15 batches after 5 warm-up calls;
+// the calls rotate over enough copies of the weight (>= 150 MB in all) that none is still in the 60 MB L2,
+// as in a decode step where every layer has its own weights), the weight bytes per second, their share of the
 // 4.30 TB/s copy roofline (GPU.md), and cuBLAS bf16 (cublasGemmEx, fp32 accumulation) on the same shape and M
 // measured in the same run: its time, GB/s of its bf16 weight, and "vs cuBLAS" = cuBLAS time / ferry time
 // (> 1: ferry faster). Weights: 64 random rows, quantized on the host and repeated (speed does not depend on
 // the values). Every (type, shape, M) runs each kernel version (MatvecParams::version; column v: 2 = staged
-// activations first, one block per 16 rows; 3 = cluster split-K, weight loads before cp.async staging; 4 = v2
-// with f16 activations and HFMA2 math for Q8_0/Q4_0/Q4_1, v2's kernel for the other types), "vs v2" = v2 time /
-// this version's time (> 1: faster than v2), and the v3 / v4 rows end with their relative L2 against v2
-// ("MISMATCH" above 1e-4, or above 1e-3 for v4 on Q8_0/Q4_0/Q4_1). Usage: matvec_bench [--quick] [--json FILE] (quick: M = 1 only;
+// activations first, one block per 16 rows; 4 = v2 with f16 activations and HFMA2 math for Q8_0/Q4_0/Q4_1, v2's
+// kernel for the other types; 5 = persistent blocks, tensor cores for BF16 M >= 2, dp4a for the quantized
+// types, its activation pre-pass included in the time), "vs v2" = v2 time / this version's time (> 1: faster
+// than v2), and the v4 / v5 rows end with their relative L2 against v2 ("MISMATCH" above 1e-4, or above 1e-3
+// for v4 on Q8_0/Q4_0/Q4_1). v3 (slower than v2, perf-log) is not run.
+// Usage: matvec_bench [--quick] [--json FILE] (quick: M = 1 only;
 // --json: every row as {name, flops, bytes, seconds} for `ferry bench --plot --kernels`, bench/kernels/kernel_json.h;
 // bytes there = weight + activations read + outputs written).
 #include <cublas_v2.h>
@@ -56,26 +60,46 @@ std::vector<uint8_t> random_weight(DType t, int64_t rows, int64_t cols) {
   return w;
 }
 
+// Median time per call of launch(i) (i = the call's index, for rotating over weight copies).
 template <class F>
 double median_us(cudaStream_t s, F&& launch) {
+  constexpr int kBatch = 20, kSamples = 15;
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
-  for (int i = 0; i < 5; ++i) launch();
+  int call = 0;
+  for (int i = 0; i < 5; ++i) launch(call++);
   std::vector<float> ms;
-  for (int i = 0; i < 50; ++i) {
+  for (int i = 0; i < kSamples; ++i) {
     CK(cudaEventRecord(a, s));
-    launch();
+    for (int j = 0; j < kBatch; ++j) launch(call++);
     CK(cudaEventRecord(b, s));
     CK(cudaEventSynchronize(b));
     float t = 0;
     CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
+    ms.push_back(t / kBatch);
   }
   std::sort(ms.begin(), ms.end());
   CK(cudaEventDestroy(a));
   CK(cudaEventDestroy(b));
   return double(ms[ms.size() / 2]) * 1e3;
+}
+
+// Device copies of `bytes` at src (the first is src itself) so that the copies together hold >= 150 MB.
+std::vector<void*> l2_copies(const void* src, size_t bytes) {
+  const size_t n = std::max<size_t>(1, (size_t(150) << 20) / bytes + 1);
+  std::vector<void*> v{const_cast<void*>(src)};
+  for (size_t i = 1; i < n; ++i) {
+    void* d = nullptr;
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemcpy(d, src, bytes, cudaMemcpyDeviceToDevice));
+    v.push_back(d);
+  }
+  return v;
+}
+void free_copies(std::vector<void*>& v) {
+  for (size_t i = 1; i < v.size(); ++i) CK(cudaFree(v[i]));
+  v.clear();
 }
 
 }  // namespace
@@ -103,13 +127,15 @@ int main(int argc, char** argv) {
   cublasSetStream(h, s);
   std::vector<int> ms = quick ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8, 16};
   struct Shape { int64_t rows, cols; };
-  const Shape shapes[] = {{14336, 4096}, {4096, 14336}, {4096, 4096}, {1024, 4096}, {128256, 4096}};
+  const Shape shapes[] = {{14336, 4096}, {4096, 14336}, {4096, 4096}, {6144, 4096}, {1024, 4096}, {128256, 4096}};
   float* x = nullptr;
   float* out = nullptr;
   uint16_t* xb = nullptr;
   CK(cudaMalloc(&x, 16 * 14336 * 4));
   CK(cudaMalloc(&xb, 16 * 14336 * 2));
   CK(cudaMalloc(&out, size_t(16) * 128256 * 4));
+  void* scratch = nullptr;  // version 5's activation scratch (quantized weights)
+  CK(cudaMalloc(&scratch, cuda_ops::matvec_scratch_bytes(DType::Q4_0, 5, 16, 14336)));
   {
     std::vector<float> hx(16 * 14336);
     std::mt19937 rng(3);
@@ -128,15 +154,17 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&wbd, wb.size()));
     CK(cudaMemcpy(wbd, wb.data(), wb.size(), cudaMemcpyHostToDevice));
     std::vector<double> cublas_us;
+    std::vector<void*> wcopies = l2_copies(wbd, wb.size());
     for (const int m : ms) {
       const float alpha = 1.0f, beta = 0.0f;
-      cublas_us.push_back(median_us(s, [&] {
+      cublas_us.push_back(median_us(s, [&](int call) {
         // Column-major view: W is (cols, rows) col-major = row-major (rows, cols); C (rows, M) = Wᵀ · X.
-        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(sh.rows), m, int(sh.cols), &alpha, wbd, CUDA_R_16BF,
-                     int(sh.cols), xb, CUDA_R_16BF, int(sh.cols), &beta, out, CUDA_R_32F, int(sh.rows),
-                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(sh.rows), m, int(sh.cols), &alpha,
+                     wcopies[size_t(call) % wcopies.size()], CUDA_R_16BF, int(sh.cols), xb, CUDA_R_16BF,
+                     int(sh.cols), &beta, out, CUDA_R_32F, int(sh.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       }));
     }
+    free_copies(wcopies);
     CK(cudaFree(wbd));
     for (size_t i = 0; i < ms.size(); ++i)
       json.add("cuBLAS BF16 " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " M" + std::to_string(ms[i]),
@@ -153,14 +181,21 @@ int main(int argc, char** argv) {
                                       (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1)
                                           ? cuda_ops::scales_offset(t, sh.rows, sh.cols) : 0};
       const double bytes = double(cuda_ops::prepared_bytes(t, sh.rows, sh.cols));
+      std::vector<void*> copies = l2_copies(w.data, cuda_ops::prepared_bytes(t, sh.rows, sh.cols));
+      const auto view_of = [&](int call) {
+        cuda_ops::WeightView v = view;
+        v.data = static_cast<const uint8_t*>(copies[size_t(call) % copies.size()]);
+        return v;
+      };
       for (size_t i = 0; i < ms.size(); ++i) {
         const int m = ms[i];
         // v3 and v4 against v2 on this shape (v3: another summation order; v4: f16 activations and partials for
         // the quantized types): relative L2, printed on the v3 / v4 rows.
-        constexpr int kVersions[] = {2, 3, 4};
+        constexpr int kVersions[] = {2, 4, 5};
         std::vector<float> res[3];
         for (int k = 0; k < 3; ++k) {
-          cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m, .version = kVersions[k]},
+          cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m, .version = kVersions[k],
+                               .scratch = scratch},
                            s);
           res[k].resize(size_t(m) * size_t(sh.rows));
           CK(cudaMemcpyAsync(res[k].data(), out, res[k].size() * 4, cudaMemcpyDeviceToHost, s));
@@ -174,14 +209,16 @@ int main(int argc, char** argv) {
             num += double(res[k][j] - res[0][j]) * double(res[k][j] - res[0][j]);
             den += double(res[0][j]) * double(res[0][j]);
           }
-          const double diff = std::sqrt(num / den), bound = k == 2 && f16_math ? 1e-3 : 1e-4;
+          const double diff = std::sqrt(num / den), bound = kVersions[k] == 4 && f16_math ? 1e-3 : 1e-4;
           std::snprintf(note[k], sizeof note[k], "v%d-v2 rel L2 %.1e%s", kVersions[k], diff,
                         diff <= bound ? "" : " MISMATCH");
         }
         double v2_us = 0;
-        for (const int version : kVersions) {
-          const double us = median_us(s, [&] {
-            cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m, .version = version},
+        for (int k = 0; k < 3; ++k) {
+          const int version = kVersions[k];
+          const double us = median_us(s, [&](int call) {
+            cuda_ops::matvec(t, {.w = view_of(call), .x = x, .bias = nullptr, .out = out, .n_tokens = m,
+                                 .version = version, .scratch = scratch},
                              s);
           });
           if (version == 2) v2_us = us;
@@ -194,9 +231,11 @@ int main(int argc, char** argv) {
           std::printf("%-6s %6lldx%-6lld %3d %2d %9.2f %8.0f %5.1f%% | %9.2f %8.0f %8.2fx | %5.2fx %s\n",
                       std::string(dtype_name(t)).c_str(), (long long)sh.rows, (long long)sh.cols, m, version, us, gbs,
                       100.0 * gbs * 1e9 / kRoofline, cublas_us[i], cgbs, cublas_us[i] / us, v2_us / us,
-                      note[version - 2]);
+                      note[k]);
+          std::fflush(stdout);
         }
       }
+      free_copies(copies);
     }
   }
   CK(cudaStreamSynchronize(s));

@@ -7,9 +7,14 @@
 // values into the products exactly, matvec.cuh), far inside the 1e-3 allowed for quantized weights; version 4
 // on Q8_0/Q4_0/Q4_1 rounds the (block-scaled) activations to f16 and sums <= 16 products per f16 partial:
 // expected ~2e-4..5e-4, held to the 1e-3 allowed for quantized weights (kTolF16), its own check inside run().
+// Version 5 (not yet the default) quantizes the activations for Q8_0/Q4_0/Q4_1/Q4_K into two int8 levels per 32 values
+// (~2e-5 relative) and splits them into bf16 hi + lo for the BF16 tensor-core path: held to kTol against the
+// f32 reference here, and, in Version5MatchesQuantizedActivations, to 1e-5 against the CPU reference fed the
+// same quantized activations (only the summation order differs there).
 #ifdef FERRY_HAS_CUDA
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -60,11 +65,12 @@ class CudaMatvec : public CudaOpsTest {
     const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), n_out, n_in,
                                     split ? cuda_ops::scales_offset(type, n_out, n_in) : 0};
     const bool f16_math = split;  // version 4 uses f16 math exactly for the split types
-    for (const int version : {2, 3, 4}) {
+    for (const int version : {2, 3, 4, 5}) {
       const Tensor o = poisoned({n, n_out});
+      void* scratch = this->scratch(type, version, n, n_in);
       gpu_->synchronize();  // the backend's stream is done with the inputs and the poison before ours starts
       cuda_ops::matvec(type, {.w = view, .x = gx.ptr<float>(), .bias = bias ? gb.ptr<float>() : nullptr,
-                              .out = o.ptr<float>(), .n_tokens = int(n), .version = version},
+                              .out = o.ptr<float>(), .n_tokens = int(n), .version = version, .scratch = scratch},
                        nullptr);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const double err = rel_l2(download(o), ref);
@@ -79,6 +85,13 @@ class CudaMatvec : public CudaOpsTest {
       }
     }
     return worst;
+  }
+  // Device scratch for (type, version, n, n_in), or null when the version needs none.
+  void* scratch(DType type, int version, int64_t n, int64_t n_in) {
+    const size_t bytes = cuda_ops::matvec_scratch_bytes(type, version, int(n), n_in);
+    if (bytes == 0) return nullptr;
+    keep_.push_back(gpu_->alloc(bytes));
+    return keep_.back().data();
   }
   void TearDown() override {
     if (v4_worst_ > 0)
@@ -145,6 +158,75 @@ TEST_F(CudaMatvec, F16ActivationRange) {
       EXPECT_LE(run(t, n, 40, 2048, false, 92 + uint32_t(n), 1.0f, 1000.0f), kTol);
     }
   }
+}
+
+// Version 5's activation quantization (matvec_v5.cuh) redone on the host: per 32 values dx = max|x| / 127,
+// q1 = rint(x / dx), q2 = clamp(rint(fma(-dx, q1, x) / (dx / 256)), +-127), x~ = dx / 256 (256 q1 + q2).
+std::vector<float> v5_quantized(const std::vector<float>& x) {
+  std::vector<float> out(x.size());
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0.0f;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float dx = amax / 127.0f, dx2 = dx * (1.0f / 256.0f);
+    for (size_t i = b; i < b + 32; ++i) {
+      int q1 = 0, q2 = 0;
+      if (amax > 0.0f) {
+        q1 = std::clamp(int(std::nearbyint(x[i] / dx)), -127, 127);
+        const float r = std::fma(-dx, float(q1), x[i]);
+        q2 = std::clamp(int(std::nearbyint(r / dx2)), -127, 127);
+      }
+      out[i] = float(double(dx2) * double(256 * q1 + q2));
+    }
+  }
+  return out;
+}
+
+// Version 5 on the quantized types against the CPU reference fed the same quantized activations (tight: only
+// the summation order differs) and against the f32 reference (the error the quantization adds, printed).
+// Shapes: few rows (K split among warps: S > 1), 2000 rows (several row groups per block), K = 4096.
+TEST_F(CudaMatvec, Version5MatchesQuantizedActivations) {
+  struct Shape {
+    int64_t n_out, n_in;
+  };
+  double worst_q = 0, worst_f = 0;
+  for (const Shape s : {Shape{70, 768}, Shape{2000, 512}, Shape{300, 4096}}) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+      for (const int64_t n : {1, 3, 16}) {
+        const uint32_t seed = 500 + uint32_t(n) + uint32_t(s.n_out);
+        const std::vector<float> f = random_floats(size_t(s.n_out * s.n_in), seed, 0.5f);
+        std::vector<uint8_t> w(size_t(s.n_out) * row_bytes(t, s.n_in));
+        for (int64_t r = 0; r < s.n_out; ++r)
+          quantize_row(t, f.data() + r * s.n_in, w.data() + size_t(r) * row_bytes(t, s.n_in), s.n_in);
+        std::vector<float> x = random_floats(size_t(n * s.n_in), seed + 1);
+        for (size_t i = 0; i < x.size(); ++i) x[i] += 0.3f * float((i % size_t(s.n_in)) % 7) - 0.9f;
+        std::vector<float> xq = v5_quantized(x);
+        const Tensor hw = Tensor::make(t, {s.n_out, s.n_in}, w.data());
+        std::vector<float> ref(size_t(n * s.n_out)), ref_q(size_t(n * s.n_out));
+        cpu_.matmul(host(DType::F32, {n, s.n_out}, ref), host(DType::F32, {n, s.n_in}, x), hw, Tensor{});
+        cpu_.matmul(host(DType::F32, {n, s.n_out}, ref_q), host(DType::F32, {n, s.n_in}, xq), hw, Tensor{});
+        const Tensor gw = gpu_->prepare_weight(hw, keep_);
+        const Tensor gx = upload(DType::F32, {n, s.n_in}, x);
+        const Tensor o = poisoned({n, s.n_out});
+        const bool split = t != DType::Q4_K;
+        const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), s.n_out, s.n_in,
+                                        split ? cuda_ops::scales_offset(t, s.n_out, s.n_in) : 0};
+        void* scr = scratch(t, 5, n, s.n_in);
+        gpu_->synchronize();
+        cuda_ops::matvec(t, {.w = view, .x = gx.ptr<float>(), .bias = nullptr, .out = o.ptr<float>(),
+                             .n_tokens = int(n), .version = 5, .scratch = scr},
+                         nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> got = download(o);
+        const double eq = rel_l2(got, ref_q), ef = rel_l2(got, ref);
+        EXPECT_LE(eq, 1e-5) << dtype_name(t) << " n=" << n << " " << s.n_out << "x" << s.n_in;
+        EXPECT_LE(ef, kTol) << dtype_name(t) << " n=" << n << " " << s.n_out << "x" << s.n_in;
+        worst_q = std::max(worst_q, eq);
+        worst_f = std::max(worst_f, ef);
+      }
+    }
+  }
+  std::printf("version 5 quantized types: worst relative L2 %.2e vs the same-quantization reference, %.2e vs f32\n",
+              worst_q, worst_f);
 }
 
 }  // namespace

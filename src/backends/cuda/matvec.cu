@@ -22,6 +22,7 @@
 #include <cuda_fp16.h>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/matvec_v5.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -754,11 +755,21 @@ void launch(const MatvecParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+size_t matvec_scratch_bytes(DType wtype, int version, int n_tokens, int64_t n_in) {
+  const bool quant = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1 || wtype == DType::Q4_K;
+  return version == 5 && quant ? matvec_v5_scratch_bytes(n_tokens, n_in) : 0;
+}
+
 void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n_tokens >= 1 && p.n_tokens <= kMatvecMaxTokens && p.w.rows >= 1 && p.w.cols >= 1);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  FERRY_CUDA_REQUIRE(p.version >= 2 && p.version <= 4);
+  FERRY_CUDA_REQUIRE(p.version >= 2 && p.version <= 5);
+  if (p.version == 5) {
+    FERRY_CUDA_REQUIRE(is_native_weight_type(wtype));
+    matvec_v5(wtype, p, stream);
+    return;
+  }
   const bool ok = visit_decoder(wtype, [&]<class D>() {
     FERRY_CUDA_REQUIRE(p.w.cols % D::kVals == 0);
     if (p.n_tokens == 1) {

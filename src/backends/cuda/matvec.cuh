@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
 #include "backends/cuda/weight_layout.cuh"
 
 namespace ferry::cuda_ops {
@@ -17,7 +19,12 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //  4: v2 for F32/F16/BF16/Q4_K; for Q8_0/Q4_0/Q4_1 v2's structure with f16 math: activations staged as f16
 //     (a power-of-two scale per 32 values), weights turned into exact f16 pairs by bit tricks, HFMA2 within a
 //     chunk (16 or 32 values), f32 accumulation across chunks. About half the instructions per value of v2.
-// v2 is the default: measured on the H200 (2026-11-29) v3 was 0.73-0.88x of v2 at M=1 (docs/perf-log.md).
+//  5: persistent blocks, row groups split evenly over the SMs, K split among warps when rows are few, no
+//     staging; tensor cores for BF16 at 2..16 tokens; dp4a against two-level int8 activations (a pre-pass into
+//     MatvecParams::scratch) for Q8_0/Q4_0/Q4_1/Q4_K (matvec_v5.cuh).
+// Measured on the H200 (2026-11-29) v3 was 0.73-0.88x of v2 at M=1 (docs/perf-log.md). v5 compiles and its
+// tests and bench rows exist, but it has not yet run on a GPU (perf-log, "Matvec v5"): v2 stays the default
+// until one device run passes tests/cuda/matvec_test.cpp and matvec_bench shows v5 ahead.
 inline constexpr int kMatvecDefaultVersion = 2;
 
 struct MatvecParams {
@@ -26,8 +33,12 @@ struct MatvecParams {
   const float* bias;   // (n_out) f32 or null
   float* out;          // (n, n_out) f32
   int n_tokens;        // 1 <= n <= kMatvecMaxTokens
-  int version = kMatvecDefaultVersion;  // 2, 3 or 4 (see above)
+  int version = kMatvecDefaultVersion;  // 2, 3, 4 or 5 (see above)
+  void* scratch = nullptr;  // version 5, quantized weights: >= matvec_scratch_bytes() device bytes, 16-aligned
 };
+
+// Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.
+size_t matvec_scratch_bytes(DType wtype, int version, int n_tokens, int64_t n_in);
 
 // One launch on `stream` (no host synchronisation, no allocation: capturable in a CUDA graph). Requires a
 // native weight type (weight_layout.cuh). Numerics: fp32 activations and fp32 accumulation; the quantized

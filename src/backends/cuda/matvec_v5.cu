@@ -1,0 +1,627 @@
+// Matvec version 5 (design: matvec_v5.cuh, docs/perf-log.md "Matvec v5").
+//  - Grid: one block of kWarps warps per SM (fewer when there are fewer row groups). The weight's rows are
+//    cut into groups of kR rows (16 for the tensor-core path); block b owns groups [b G / grid, (b+1) G /
+//    grid): the SMs get equal bytes to +-1 group. An "item" = (group, K-slice s of S); warp w runs items
+//    w, w + kWarps, ... S (1..16) is picked on the host so the items fill the warps evenly (e.g. 4096 rows:
+//    8 groups of 4 per SM, S = 2 -> 16 items); with S > 1 the slices' partial sums meet in shared memory
+//    and are added in slice order after one barrier (deterministic, no atomics).
+//  - Within an item, lane l takes units (chunks of weight_layout.cuh, or 32-column steps for mma)
+//    c_lo + l, + 32, ...; kU units x kR rows of 16-byte weight loads are issued before any math.
+#include "backends/cuda/matvec_v5.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <type_traits>
+#include <utility>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/matvec.cuh"
+
+namespace ferry::cuda_ops {
+namespace {
+
+constexpr int kWarps = 16;
+constexpr int kThreads = kWarps * 32;
+constexpr size_t kMaxPartialBytes = 160 * 1024;  // shared memory for the split-K partials of one block
+
+// Host-chosen work split (see the file comment).
+struct Plan {
+  int64_t n_groups;  // row groups of kR rows
+  int64_t n_units;   // units per row (chunks, or 32-column steps)
+  int64_t slice;     // units per K-slice
+  int split;         // S: slices per group
+  int gpb;           // most groups any block owns
+};
+
+// Programmatic dependent launch (sm_90): every v5 kernel is launched with programmatic stream serialization,
+// so its blocks may start while the previous kernel in the stream is still running. wait_prior() blocks until
+// that kernel has completed and its writes are visible: called after the first weight loads are issued (the
+// weights are constants) and before any activation read or output write. allow_dependents() lets the next
+// kernel's blocks launch early (the pre-pass calls it first, so the matvec's weight loads overlap it).
+// Without a programmatic predecessor both are no-ops.
+__device__ __forceinline__ void wait_prior() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+// ---- activation pre-pass (matvec_v5.cuh's scratch layout) ----------------------------------------------
+// One warp per 32-value block. x: (n, K) f32; hi, lo: (n, K) int8; meta: (n, K / 32) float4.
+__global__ void quantize_act_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ hi,
+                                    int8_t* __restrict__ lo, float4* __restrict__ meta) {
+  allow_dependents();
+  wait_prior();  // x is the previous kernel's output
+  const int64_t blk = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (blk >= n_blocks) return;  // whole warps leave together
+  const int64_t i = blk * 32 + lane;
+  const float v = x[i];
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  const float dx = amax / 127.0f, dx2 = dx * (1.0f / 256.0f);
+  int q1 = 0, q2 = 0;
+  if (amax > 0.0f) {
+    q1 = max(-127, min(127, __float2int_rn(v / dx)));
+    const float r = fmaf(-dx, float(q1), v);
+    q2 = max(-127, min(127, __float2int_rn(r / dx2)));
+  }
+  hi[i] = int8_t(q1);
+  lo[i] = int8_t(q2);
+  int s = 256 * q1 + q2;
+#pragma unroll
+  for (int o = 1; o < 16; o *= 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
+  const int s_hi = __shfl_xor_sync(0xFFFFFFFFu, s, 16);
+  if (lane == 0) meta[blk] = make_float4(dx2, dx2 * float(s), dx2 * float(s_hi), __int_as_float(s + s_hi));
+}
+
+// The scratch as the dp4a paths read it.
+struct ActView {
+  const int8_t* hi;   // (n, K)
+  const int8_t* lo;   // (n, K)
+  const float4* meta; // (n, K / 32)
+  int64_t k;          // K
+};
+
+__device__ __forceinline__ ActView act_view(const MatvecParams& p) {
+  const size_t nk = size_t(p.n_tokens) * size_t(p.w.cols);
+  const auto* base = static_cast<const int8_t*>(p.scratch);
+  return {base, base + nk, reinterpret_cast<const float4*>(base + (2 * nk + 15) / 16 * 16), p.w.cols};
+}
+__device__ __forceinline__ uint4 ldg16(const int8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a(int(a), int(b), c); }
+
+// ---- chunk paths: Raw = one chunk's weight loads, X = one token's activations for it ----------------------
+// units() is also called on the host (the launch plan): a __device__-only function called there compiles, in a
+// template, to exit(1) on the host (nvcc 13), which is how the first version of this file failed on the H200.
+// Float path (F32, F16, BF16): f32 activations straight from x.
+template <class D>
+struct FloatPath {
+  using Raw = typename D::Raw;
+  struct X { float v[D::kVals]; };
+  using Ctx = const float*;
+  __device__ __forceinline__ static Ctx context(const MatvecParams& p) { return p.x; }
+  __host__ __device__ static int64_t units(int64_t cols) { return D::chunks(cols); }
+  __device__ __forceinline__ static X load_x(Ctx x, int64_t k, int t, int64_t c) {
+    X r;
+    const float4* src = reinterpret_cast<const float4*>(x + size_t(t) * size_t(k) + size_t(c) * D::kVals);
+#pragma unroll
+    for (int i = 0; i < D::kVals / 4; ++i) {
+      const float4 f = __ldg(src + i);
+      r.v[4 * i] = f.x;
+      r.v[4 * i + 1] = f.y;
+      r.v[4 * i + 2] = f.z;
+      r.v[4 * i + 3] = f.w;
+    }
+    return r;
+  }
+  __device__ __forceinline__ static float dot(const Raw& w, const X& x) {
+    float v[D::kVals];
+    D::decode(w, v);
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < D::kVals; i += 2) {
+      s0 = fmaf(v[i], x.v[i], s0);
+      s1 = fmaf(v[i + 1], x.v[i + 1], s1);
+    }
+    return s0 + s1;
+  }
+};
+
+// Q8_0 (split layout): a chunk = 16 int8 quants = half a block.
+struct Q8Path {
+  using Raw = DecodeQ8_0::Raw;
+  struct X { uint4 h, l; float dx2; };
+  using Ctx = ActView;
+  __device__ __forceinline__ static Ctx context(const MatvecParams& p) { return act_view(p); }
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 16; }
+  __device__ __forceinline__ static X load_x(const Ctx& a, int64_t k, int t, int64_t c) {
+    const size_t off = size_t(t) * size_t(k) + size_t(c) * 16;
+    return {ldg16(a.hi + off), ldg16(a.lo + off), __ldg(&a.meta[size_t(t) * size_t(k / 32) + size_t(c / 2)].x)};
+  }
+  __device__ __forceinline__ static float dot(const Raw& w, const X& x) {
+    int s = dp4a(w.q.x, x.h.x, 0);
+    s = dp4a(w.q.y, x.h.y, s);
+    s = dp4a(w.q.z, x.h.z, s);
+    s = dp4a(w.q.w, x.h.w, s);
+    s = dp4a(w.q.x, x.l.x, s << 8);
+    s = dp4a(w.q.y, x.l.y, s);
+    s = dp4a(w.q.z, x.l.z, s);
+    s = dp4a(w.q.w, x.l.w, s);
+    return __half2float(__ushort_as_half(w.d)) * x.dx2 * float(s);
+  }
+};
+
+// Σ over the 32 values of one Q4 chunk (16 bytes: low nibbles = values 0..15, high = 16..31) against
+// activation words h0 (values 0..15), h1 (16..31): 8 dp4a.
+__device__ __forceinline__ int dot_nibbles(const uint32_t (&q)[4], const uint4& x0, const uint4& x1, int acc) {
+  const uint32_t a0[4] = {x0.x, x0.y, x0.z, x0.w}, a1[4] = {x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = dp4a(q[i] & 0x0F0F0F0Fu, a0[i], acc);
+    acc = dp4a((q[i] >> 4) & 0x0F0F0F0Fu, a1[i], acc);
+  }
+  return acc;
+}
+
+// Q4_0 / Q4_1 (split layout): a chunk = one block's 16 quant bytes.
+template <bool kHasMin>
+struct Q4Path {
+  using Raw = typename DecodeQ4<kHasMin>::Raw;
+  struct X { uint4 h0, h1, l0, l1; float4 m; };
+  using Ctx = ActView;
+  __device__ __forceinline__ static Ctx context(const MatvecParams& p) { return act_view(p); }
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  __device__ __forceinline__ static X load_x(const Ctx& a, int64_t k, int t, int64_t c) {
+    const size_t off = size_t(t) * size_t(k) + size_t(c) * 32;
+    return {ldg16(a.hi + off), ldg16(a.hi + off + 16), ldg16(a.lo + off), ldg16(a.lo + off + 16),
+            __ldg(&a.meta[size_t(t) * size_t(k / 32) + size_t(c)])};
+  }
+  __device__ __forceinline__ static float dot(const Raw& w, const X& x) {
+    const uint32_t q[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+    int s = dot_nibbles(q, x.h0, x.h1, 0);
+    s = dot_nibbles(q, x.l0, x.l1, s << 8);
+    const float d = __half2float(__ushort_as_half(uint16_t(w.s & 0xFFFF)));
+    if constexpr (kHasMin) {
+      const float m = __half2float(__ushort_as_half(uint16_t(w.s >> 16)));
+      return fmaf(d * x.m.x, float(s), m * (x.m.y + x.m.z));
+    } else {
+      return d * x.m.x * float(s - 8 * __float_as_int(x.m.w));  // Σ (q - 8) v, exact in int32
+    }
+  }
+};
+
+// Q4_K (GGUF blocks): chunk c = (super-block c / 8, k = c % 8): 16 quant bytes whose low nibbles are values
+// 64 (k/2) + 16 (k%2) + j of sub-block 2 (k/2) and high nibbles the same + 32 (sub-block 2 (k/2) + 1).
+struct Q4KPath {
+  using Raw = DecodeQ4K::Raw;
+  struct X { uint4 ah, bh, al, bl; float4 ma, mb; };
+  using Ctx = ActView;
+  __device__ __forceinline__ static Ctx context(const MatvecParams& p) { return act_view(p); }
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  __device__ __forceinline__ static X load_x(const Ctx& a, int64_t k, int t, int64_t c) {
+    const int kk = int(c % 8);
+    const int64_t v0 = (c / 8) * kKBlock + 64 * (kk / 2);  // first value of sub-block 2 (k/2)
+    const size_t off = size_t(t) * size_t(k) + size_t(v0) + 16 * size_t(kk % 2);
+    const size_t m = size_t(t) * size_t(k / 32) + size_t(v0 / 32);
+    return {ldg16(a.hi + off), ldg16(a.hi + off + 32), ldg16(a.lo + off), ldg16(a.lo + off + 32),
+            __ldg(&a.meta[m]), __ldg(&a.meta[m + 1])};
+  }
+  __device__ __forceinline__ static float dot(const Raw& w, const X& x) {
+    const uint32_t q[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+    int sa = 0, sb = 0;
+    const uint32_t ah[4] = {x.ah.x, x.ah.y, x.ah.z, x.ah.w}, bh[4] = {x.bh.x, x.bh.y, x.bh.z, x.bh.w};
+    const uint32_t al[4] = {x.al.x, x.al.y, x.al.z, x.al.w}, bl[4] = {x.bl.x, x.bl.y, x.bl.z, x.bl.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sa = dp4a(q[i] & 0x0F0F0F0Fu, ah[i], sa);
+      sb = dp4a((q[i] >> 4) & 0x0F0F0F0Fu, bh[i], sb);
+    }
+    sa <<= 8;
+    sb <<= 8;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sa = dp4a(q[i] & 0x0F0F0F0Fu, al[i], sa);
+      sb = dp4a((q[i] >> 4) & 0x0F0F0F0Fu, bl[i], sb);
+    }
+    const float d = __half2float(__ushort_as_half(uint16_t(w.head.x & 0xFFFF)));
+    const float dmin = __half2float(__ushort_as_half(uint16_t(w.head.x >> 16)));
+    const int g = 2 * (w.k / 2);
+    float sc0, mn0, sc1, mn1;
+    DecodeQ4K::scale_min(w.head, g, &sc0, &mn0);
+    DecodeQ4K::scale_min(w.head, g + 1, &sc1, &mn1);
+    const bool second = (w.k % 2) != 0;
+    const float s_a = second ? x.ma.z : x.ma.y, s_b = second ? x.mb.z : x.mb.y;
+    float r = (d * sc0) * x.ma.x * float(sa);
+    r = fmaf((d * sc1) * x.mb.x, float(sb), r);
+    r = fmaf(-dmin * mn0, s_a, r);
+    return fmaf(-dmin * mn1, s_b, r);
+  }
+};
+
+template <class D>
+struct PathOf;
+template <> struct PathOf<DecodeF32> { using type = FloatPath<DecodeF32>; };
+template <> struct PathOf<DecodeHalf<false>> { using type = FloatPath<DecodeHalf<false>>; };
+template <> struct PathOf<DecodeHalf<true>> { using type = FloatPath<DecodeHalf<true>>; };
+template <> struct PathOf<DecodeQ8_0> { using type = Q8Path; };
+template <> struct PathOf<DecodeQ4<false>> { using type = Q4Path<false>; };
+template <> struct PathOf<DecodeQ4<true>> { using type = Q4Path<true>; };
+template <> struct PathOf<DecodeQ4K> { using type = Q4KPath; };
+
+// The block's group range and the end of the block: partials (gpb, S, kR, kTok) summed in slice order.
+struct BlockRange {
+  int64_t g_begin, g_end;
+};
+__device__ __forceinline__ BlockRange block_range(const Plan& pl) {
+  return {int64_t(blockIdx.x) * pl.n_groups / gridDim.x, int64_t(blockIdx.x + 1) * pl.n_groups / gridDim.x};
+}
+
+// Writes one (row, token) result of an item: straight to out when S == 1, else to the partials.
+template <int kR, int kTok>
+__device__ __forceinline__ void put(const MatvecParams& p, const Plan& pl, float* partials, int64_t g_local,
+                                    int s, int64_t row0, int r, int t, float v) {
+  const int64_t row = row0 + r;
+  if (pl.split == 1) {
+    if (row < p.w.rows && t < p.n_tokens)
+      p.out[size_t(t) * size_t(p.w.rows) + size_t(row)] = v + (p.bias ? __ldg(p.bias + row) : 0.0f);
+  } else {
+    partials[((g_local * pl.split + s) * kR + r) * kTok + t] = v;
+  }
+}
+
+template <int kR, int kTok>
+__device__ __forceinline__ void finish_split(const MatvecParams& p, const Plan& pl, const BlockRange& br,
+                                             const float* partials) {
+  if (pl.split == 1) return;
+  __syncthreads();
+  const int64_t n = (br.g_end - br.g_begin) * kR * kTok;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t g = i / (kR * kTok);
+    const int r = int(i / kTok % kR), t = int(i % kTok);
+    const int64_t row = (br.g_begin + g) * kR + r;
+    if (row >= p.w.rows || t >= p.n_tokens) continue;
+    float v = 0.0f;
+    for (int s = 0; s < pl.split; ++s) v += partials[((g * pl.split + s) * kR + r) * kTok + t];
+    p.out[size_t(t) * size_t(p.w.rows) + size_t(row)] = v + (p.bias ? __ldg(p.bias + row) : 0.0f);
+  }
+}
+
+// ---- CUDA-core kernel (float and dp4a paths) ---------------------------------------------------------------
+template <class D, int kTok, int kR, int kU>
+__global__ void __launch_bounds__(kThreads, 1) matvec_v5_kernel(MatvecParams p, Plan pl) {
+  using P = typename PathOf<D>::type;
+  extern __shared__ float4 v5_smem[];
+  float* partials = reinterpret_cast<float*>(v5_smem);  // (gpb, S, kR, kTok) when S > 1
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const BlockRange br = block_range(pl);
+  const int64_t n_items = (br.g_end - br.g_begin) * pl.split;
+  const int n_tok = p.n_tokens < kTok ? p.n_tokens : kTok;
+  const auto ctx = P::context(p);
+  const int64_t k = p.w.cols;
+  bool waited = false;
+
+  for (int64_t item = warp; item < n_items; item += kWarps) {
+    const int64_t g_local = item / pl.split;
+    const int s = int(item % pl.split);
+    const int64_t row0 = (br.g_begin + g_local) * kR;
+    const int rows_here = int(p.w.rows - row0 < kR ? p.w.rows - row0 : kR);
+    const int64_t c_lo = int64_t(s) * pl.slice;
+    const int64_t c_hi = c_lo + pl.slice < pl.n_units ? c_lo + pl.slice : pl.n_units;
+    float acc[kR][kTok];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) acc[r][t] = 0.0f;
+    }
+    for (int64_t c0 = c_lo + lane; c0 < c_hi; c0 += 32 * kU) {
+      typename P::Raw raw[kU][kR];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          if (c0 + 32 * u < c_hi && r < rows_here) raw[u][r] = D::load(p.w, row0 + r, c0 + 32 * u);
+        }
+      }
+      if (!waited) {
+        wait_prior();
+        waited = true;
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t c = c0 + 32 * u;
+        if (c >= c_hi) break;
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) {
+          if (t >= n_tok) break;
+          const typename P::X xv = P::load_x(ctx, k, t, c);
+#pragma unroll
+          for (int r = 0; r < kR; ++r) {
+            if (r < rows_here) acc[r][t] += P::dot(raw[u][r], xv);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], o);
+      }
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) put<kR, kTok>(p, pl, partials, g_local, s, row0, r, t, acc[r][t]);
+      }
+    }
+  }
+  if (!waited) wait_prior();  // a warp without items still writes in finish_split
+  finish_split<kR, kTok>(p, pl, br, partials);
+}
+
+// ---- BF16 tensor-core kernel (2..16 tokens) ----------------------------------------------------------------
+// A unit = 32 columns. Lane (g = lane / 4, q = lane % 4) loads 16 bytes (columns 8q..8q+7 of the unit) of rows
+// g and g + 8 of the warp's 16-row group, and columns 8q..8q+7 of token g's (and g + 8's) activations. The
+// 32 columns are fed to two m16n8k16 MMAs in a permuted k order that A and B share: MMA h takes the lane's
+// columns 8q + 4h + {0, 1} as k = 2q + {0, 1} and 8q + 4h + {2, 3} as k = 8 + 2q + {0, 1}.
+// Tokens: kTok = 4: B columns 0..3 = bf16 hi of tokens 0..3, columns 4..7 = their lo (one MMA per k16, the two
+// halves added by a shuffle at the end); kTok = 8: hi and lo MMAs into one accumulator; kTok = 16: two n-tiles.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t bf2_bits(__nv_bfloat162 v) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return u;
+}
+// x's two pairs (x.x, x.y), (x.z, x.w) as bf16x2 hi parts (h0, h1) and the rounded remainders (l0, l1).
+__device__ __forceinline__ void split_bf16(const float4& x, uint32_t& h0, uint32_t& h1, uint32_t& l0, uint32_t& l1) {
+  const __nv_bfloat162 a = __floats2bfloat162_rn(x.x, x.y), b = __floats2bfloat162_rn(x.z, x.w);
+  const float2 af = __bfloat1622float2(a), bf = __bfloat1622float2(b);
+  h0 = bf2_bits(a);
+  h1 = bf2_bits(b);
+  l0 = bf2_bits(__floats2bfloat162_rn(x.x - af.x, x.y - af.y));
+  l1 = bf2_bits(__floats2bfloat162_rn(x.z - bf.x, x.w - bf.y));
+}
+
+template <int kTok, int kU>
+__global__ void __launch_bounds__(kThreads, 1) matvec_v5_mma_kernel(MatvecParams p, Plan pl) {
+  constexpr int kR = 16;
+  constexpr int kNT = kTok == 16 ? 2 : 1;  // n-tiles of 8 tokens
+  extern __shared__ float4 v5_smem[];
+  float* partials = reinterpret_cast<float*>(v5_smem);  // (gpb, S, 16, kTok) when S > 1
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, q = lane % 4;
+  const BlockRange br = block_range(pl);
+  const int64_t n_items = (br.g_end - br.g_begin) * pl.split;
+  const int64_t k = p.w.cols, n_out = p.w.rows;
+  const int n_tok = p.n_tokens;
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(p.w.data);
+  // B rows this lane feeds: kTok 4: token g % 4 (hi for g < 4, lo otherwise); else token g (+ 8 for tile 1).
+  const float* xrow[kNT];
+  bool xvalid[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    const int tok = kTok == 4 ? g % 4 : g + 8 * nt;
+    xvalid[nt] = tok < n_tok;
+    xrow[nt] = p.x + size_t(xvalid[nt] ? tok : 0) * size_t(k) + 8 * q;
+  }
+  const bool take_lo = kTok == 4 && g >= 4;
+  bool waited = false;
+
+  for (int64_t item = warp; item < n_items; item += kWarps) {
+    const int64_t g_local = item / pl.split;
+    const int s = int(item % pl.split);
+    const int64_t row0 = (br.g_begin + g_local) * kR;
+    const int64_t ra = row0 + g < n_out ? row0 + g : n_out - 1, rb = row0 + g + 8 < n_out ? row0 + g + 8 : n_out - 1;
+    const uint16_t* wa = w + size_t(ra) * size_t(k) + 8 * q;
+    const uint16_t* wb = w + size_t(rb) * size_t(k) + 8 * q;
+    const int64_t u_lo = int64_t(s) * pl.slice;
+    const int64_t u_hi = u_lo + pl.slice < pl.n_units ? u_lo + pl.slice : pl.n_units;
+    float c[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.0f;
+    for (int64_t u0 = u_lo; u0 < u_hi; u0 += kU) {
+      uint4 a[kU][2];
+      float4 x[kU][kNT][2];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (u0 + u < u_hi) {
+          const size_t col = size_t(u0 + u) * 32;
+          a[u][0] = __ldg(reinterpret_cast<const uint4*>(wa + col));
+          a[u][1] = __ldg(reinterpret_cast<const uint4*>(wb + col));
+        }
+      }
+      if (!waited) {
+        wait_prior();
+        waited = true;
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (u0 + u < u_hi) {
+          const size_t col = size_t(u0 + u) * 32;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            x[u][nt][0] = xvalid[nt] ? __ldg(reinterpret_cast<const float4*>(xrow[nt] + col)) : z;
+            x[u][nt][1] = xvalid[nt] ? __ldg(reinterpret_cast<const float4*>(xrow[nt] + col + 4)) : z;
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (u0 + u >= u_hi) break;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t a0 = h == 0 ? a[u][0].x : a[u][0].z, a1 = h == 0 ? a[u][1].x : a[u][1].z;
+          const uint32_t a2 = h == 0 ? a[u][0].y : a[u][0].w, a3 = h == 0 ? a[u][1].y : a[u][1].w;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            uint32_t h0, h1, l0, l1;
+            split_bf16(x[u][nt][h], h0, h1, l0, l1);
+            if (kTok == 4) {
+              mma_bf16(c[nt], a0, a1, a2, a3, take_lo ? l0 : h0, take_lo ? l1 : h1);
+            } else {
+              mma_bf16(c[nt], a0, a1, a2, a3, h0, h1);
+              mma_bf16(c[nt], a0, a1, a2, a3, l0, l1);
+            }
+          }
+        }
+      }
+    }
+    // c[nt]: rows g (0, 1) and g + 8 (2, 3), B columns 2q, 2q + 1 of tile nt.
+    if (kTok == 4) {  // lanes q = 2, 3 hold the lo columns: fold them into q = 0, 1
+#pragma unroll
+      for (int i = 0; i < 4; ++i) c[0][i] += __shfl_xor_sync(0xFFFFFFFFu, c[0][i], 2);
+    }
+#pragma unroll
+    for (int nt = 0; nt < (kTok == 4 && q >= 2 ? 0 : kNT); ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int t = 8 * nt + 2 * q + (i & 1), r = g + (i >= 2 ? 8 : 0);
+        if (t < kTok) put<kR, kTok>(p, pl, partials, g_local, s, row0, r, t, c[nt][i]);
+      }
+    }
+  }
+  if (!waited) wait_prior();
+  finish_split<kR, kTok>(p, pl, br, partials);
+}
+
+// ---- host ---------------------------------------------------------------------------------------------------
+int sm_count() {
+  int dev = 0, n = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&dev));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+// Picks the grid and S: items per block (gpb S) as close to a multiple of kWarps as S in 1..16 allows, every
+// slice >= min_slice units, partials within kMaxPartialBytes. Returns the grid size.
+int make_plan(int64_t rows, int r_per_group, int64_t n_units, int64_t min_slice, size_t partial_bytes_per_item,
+              Plan* pl) {
+  pl->n_groups = (rows + r_per_group - 1) / r_per_group;
+  pl->n_units = n_units;
+  const int64_t grid = std::min<int64_t>(sm_count(), pl->n_groups);
+  pl->gpb = int((pl->n_groups + grid - 1) / grid);
+  pl->split = 1;
+  pl->slice = n_units;
+  double best = 0.0;
+  for (int s = 1; s <= 16; s *= 2) {
+    const int64_t slice = (n_units + s - 1) / s;
+    if (s > 1 && (slice < min_slice || size_t(pl->gpb) * size_t(s) * partial_bytes_per_item > kMaxPartialBytes))
+      break;
+    const int64_t items = int64_t(pl->gpb) * s;
+    const double eff = double(items) / double((items + kWarps - 1) / kWarps * kWarps);
+    if (eff > best + 1e-9) {
+      best = eff;
+      pl->split = s;
+      pl->slice = slice;
+    }
+  }
+  return int(grid);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization (see wait_prior).
+template <class... KArgs, class... Args>
+cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+template <class K>
+void launch_kernel(K kernel, int grid, size_t smem, cudaStream_t stream, const MatvecParams& p, const Plan& pl) {
+  if (smem > 48 * 1024)  // above the default limit: opt in (not a stream operation: fine while capturing)
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  FERRY_CUDA_CHECK(launch_pdl(kernel, dim3(unsigned(grid)), dim3(kThreads), smem, stream, p, pl));
+}
+
+template <class D, int kTok>
+void launch_cuda_core(const MatvecParams& p, cudaStream_t stream) {
+  using P = typename PathOf<D>::type;
+  // Rows per group and units per lane in flight, sized to stay within 128 registers without spills
+  // (ptxas -v, sm_90a): fewer for 32-value chunks, Q4_K's extra header registers and many tokens.
+  constexpr bool kQuant = !std::is_same_v<P, FloatPath<D>>;
+  constexpr bool k32 = D::kVals >= 32;
+  constexpr bool kQ4K = std::is_same_v<D, DecodeQ4K>;
+  constexpr int kR = kTok == 16 && kQuant ? 2 : 4;
+  constexpr int kU = kTok >= 8 || kQ4K ? 1 : (kTok == 4 || k32 || (kQuant && kTok == 2) ? 2 : 4);
+  Plan pl;
+  const int grid = make_plan(p.w.rows, kR, P::units(p.w.cols), 32, size_t(kR) * kTok * sizeof(float), &pl);
+  const size_t smem = pl.split > 1 ? size_t(pl.gpb) * pl.split * kR * kTok * sizeof(float) : 0;
+  launch_kernel(matvec_v5_kernel<D, kTok, kR, kU>, grid, smem, stream, p, pl);
+}
+
+template <int kTok>
+void launch_mma(const MatvecParams& p, cudaStream_t stream) {
+  constexpr int kU = kTok == 16 ? 2 : 4;
+  Plan pl;
+  const int grid = make_plan(p.w.rows, 16, p.w.cols / 32, kU, size_t(16) * kTok * sizeof(float), &pl);
+  const size_t smem = pl.split > 1 ? size_t(pl.gpb) * pl.split * 16 * kTok * sizeof(float) : 0;
+  launch_kernel(matvec_v5_mma_kernel<kTok, kU>, grid, smem, stream, p, pl);
+}
+
+template <class D>
+void launch_tokens(const MatvecParams& p, cudaStream_t stream) {
+  const int n = p.n_tokens;
+  if (n == 1) {
+    launch_cuda_core<D, 1>(p, stream);
+  } else if (n == 2) {
+    launch_cuda_core<D, 2>(p, stream);
+  } else if (n <= 4) {
+    launch_cuda_core<D, 4>(p, stream);
+  } else if (n <= 8) {
+    launch_cuda_core<D, 8>(p, stream);
+  } else {
+    launch_cuda_core<D, 16>(p, stream);
+  }
+}
+
+}  // namespace
+
+void matvec_v5(DType wtype, const MatvecParams& p, cudaStream_t stream) {
+  const bool quant = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1 || wtype == DType::Q4_K;
+  if (quant) {
+    FERRY_CUDA_REQUIRE(p.scratch != nullptr && reinterpret_cast<uintptr_t>(p.scratch) % 16 == 0);
+    FERRY_CUDA_REQUIRE(p.w.cols % 32 == 0);
+    const int64_t n_blocks = int64_t(p.n_tokens) * (p.w.cols / 32);
+    const size_t nk = size_t(p.n_tokens) * size_t(p.w.cols);
+    auto* base = static_cast<int8_t*>(p.scratch);
+    FERRY_CUDA_CHECK(launch_pdl(quantize_act_kernel, dim3(grid_for(n_blocks * 32, 256)), dim3(256), 0, stream,
+                                p.x, n_blocks, base, base + nk,
+                                reinterpret_cast<float4*>(base + (2 * nk + 15) / 16 * 16)));
+  }
+  if (wtype == DType::BF16 && p.n_tokens >= 2 && p.w.cols % 32 == 0) {
+    if (p.n_tokens <= 4) {
+      launch_mma<4>(p, stream);
+    } else if (p.n_tokens <= 8) {
+      launch_mma<8>(p, stream);
+    } else {
+      launch_mma<16>(p, stream);
+    }
+    return;
+  }
+  const bool ok = visit_decoder(wtype, [&]<class D>() {
+    FERRY_CUDA_REQUIRE(p.w.cols % D::kVals == 0);
+    launch_tokens<D>(p, stream);
+  });
+  FERRY_CUDA_REQUIRE(ok);
+}
+
+}  // namespace ferry::cuda_ops
