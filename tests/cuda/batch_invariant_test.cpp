@@ -4,6 +4,8 @@
 // shape with random BF16 weights (head_dim 64: the tensor-core attention kernels; dims multiples of 8: the
 // Hopper GEMM). Without the mode the default kernels (matvec for <= 16 tokens, GEMM above, batch-sized
 // attention splits) may differ by rounding; that is printed, not asserted.
+#ifdef FERRY_HAS_CUDA
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -106,3 +108,5 @@ TEST_F(CudaBatchInvariance, DefaultKernelsReportWhetherTheyDiffer) {
 
 }  // namespace
 }  // namespace ferry
+
+#endif  // FERRY_HAS_CUDA
