@@ -18,6 +18,7 @@
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/rope.cuh"
+#include "backends/cuda/sampling.cuh"
 #include "backends/cuda/step_graph.h"
 #include "backends/cuda/weight_layout.cuh"
 #include "backends/cuda/weight_repack.h"
@@ -486,6 +487,32 @@ void CudaBackend::gather_rows(const Tensor& out, const Tensor& x, const Tensor& 
   cuda_ops::gather_rows({.out = out.data, .x = x.data, .rows = rows.ptr<int32_t>(), .m = m, .x_rows = x.rows(),
                          .row_words = int64_t(x.row_bytes() / 4), .errors = errors_},
                         stream_);
+}
+
+void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
+                         std::span<const uint64_t> positions) {
+  FERRY_CHECK(!capturing_, "CUDA backend: sample() cannot be captured in a step graph yet");
+  require_cuda(out, "sample output");
+  require_cuda(logits, "sample logits");
+  const int64_t m = logits.rows();
+  FERRY_ASSERT(logits.dtype == DType::F32 && out.dtype == DType::I32 && out.numel() == m);
+  FERRY_ASSERT(params.size() == size_t(m) && positions.size() == size_t(m));
+  if (m == 0) return;
+  std::vector<cuda_ops::SampleRowParams> rows(static_cast<size_t>(m));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SamplingParams& sp = params[i];
+    FERRY_CHECK(!sp.penalties_active(), "CUDA sampling: penalties are not supported on the GPU (row {})", i);
+    rows[i] = {sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.seed, positions[i]};
+  }
+  ensure(sample_rows_, rows.size() * sizeof(rows[0]));
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.data(), rows.data(), rows.size() * sizeof(rows[0]),
+                                   cudaMemcpyHostToDevice, stream_));
+  cuda_ops::sample_rows({.logits = logits.ptr<float>(), .m = m, .vocab = logits.cols(),
+                         .rows = static_cast<const cuda_ops::SampleRowParams*>(sample_rows_.data()),
+                         .out = out.ptr<int32_t>()},
+                        stream_);
+  // rows (pageable host memory) must outlive the copy: cudaMemcpyAsync from pageable memory returns only after
+  // the source has been staged, so the vector may go out of scope here.
 }
 
 }  // namespace ferry

@@ -17,8 +17,10 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 
+#include "ferry/sampling.h"
 #include "ops/backend.h"
 
 struct CUstream_st;  // cudaStream_t without including the CUDA headers here
@@ -91,6 +93,13 @@ class CudaBackend final : public Backend {
   void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) override;
 
+  // GPU sampling (sampling.cuh; not in the Backend interface yet): out (m) i32 on the device = one token per row
+  // of logits (m, vocab) f32 on the device, drawn as engine/sampler.cpp would for params[i] at positions[i]
+  // (the Philox counter); -1 for a row with no finite logit. Penalties must be off (apply them to the logits
+  // first). Enqueued on the backend's stream; params are copied from host memory (not capturable yet).
+  void sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
+              std::span<const uint64_t> positions);
+
  private:
   void matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias);
   // Grows `buf` to at least `bytes` (contents are not kept); a reallocation makes captured graphs stale
@@ -111,6 +120,7 @@ class CudaBackend final : public Backend {
   bool capturing_ = false;       // between begin_capture and end_capture/cancel_capture
   uint64_t scratch_epoch_ = 0;   // bumped whenever ensure() reallocates a scratch buffer
   DeviceBuffer attn_scratch_;    // attention_scratch_bytes(): split-KV decode partials
+  DeviceBuffer sample_rows_;     // (m) cuda_ops::SampleRowParams for sample()
 };
 
 }  // namespace ferry

@@ -1,0 +1,110 @@
+// GPU sampling (backends/cuda/sampling.cuh) at vocab 128256 (Llama 3) for m = 1..64 rows and three settings:
+// greedy, the CLI default (T 0.8, top-k 40, top-p 0.95, min-p 0.05) and dense top-p (T 1, top-p 0.9). Time per
+// call (CUDA events around batches of 20 calls, median of 15 batches), the logits' bytes (m x vocab x 4, read
+// once: the op's minimum), GB/s and the share of the 4.30 TB/s copy roofline. Usage: sampling_bench [--json F].
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/sampling.cuh"
+#include "kernel_json.h"
+
+namespace {
+
+using namespace ferry;
+constexpr double kRoofline = 4.30e12;
+
+#define CK(x)                                                       \
+  do {                                                              \
+    const cudaError_t e_ = (x);                                     \
+    if (e_ != cudaSuccess) {                                        \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                 \
+    }                                                               \
+  } while (0)
+
+template <class F>
+double median_us(cudaStream_t s, F&& launch) {
+  constexpr int kBatch = 20, kSamples = 15;
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<float> ms;
+  for (int i = 0; i < kSamples; ++i) {
+    CK(cudaEventRecord(a, s));
+    for (int j = 0; j < kBatch; ++j) launch();
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t / kBatch);
+  }
+  std::sort(ms.begin(), ms.end());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return double(ms[ms.size() / 2]) * 1e3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  for (int a = 1; a < argc; ++a) {
+    const std::string arg = argv[a];
+    if (arg == "--json" && a + 1 < argc) {
+      json_path = argv[++a];
+    } else {
+      std::fprintf(stderr, "usage: sampling_bench [--json FILE]\n");
+      return 2;
+    }
+  }
+  constexpr int64_t kVocab = 128256, kMaxM = 64;
+  ferry::bench::KernelJson json;
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  float* logits = nullptr;                  // (kMaxM, kVocab) f32
+  cuda_ops::SampleRowParams* rows = nullptr;  // (kMaxM)
+  int32_t* out = nullptr;                   // (kMaxM)
+  {
+    std::vector<float> h(size_t(kMaxM * kVocab));
+    std::mt19937 rng(1);
+    std::normal_distribution<float> d(0.0f, 3.0f);
+    for (float& v : h) v = d(rng);
+    CK(cudaMalloc(&logits, h.size() * 4));
+    CK(cudaMemcpy(logits, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&rows, kMaxM * sizeof(cuda_ops::SampleRowParams)));
+    CK(cudaMalloc(&out, kMaxM * 4));
+  }
+  struct Setting {
+    const char* name;
+    float t;
+    int32_t k;
+    float p, min_p;
+  };
+  const Setting settings[] = {{"greedy", 0.0f, 0, 1.0f, 0.0f},
+                              {"T0.8_k40_p0.95_minp0.05", 0.8f, 40, 0.95f, 0.05f},
+                              {"T1_p0.9", 1.0f, 0, 0.9f, 0.0f}};
+  std::printf("%-26s %4s %9s %8s %7s\n", "setting", "m", "us", "GB/s", "%roof");
+  for (const Setting& st : settings) {
+    std::vector<cuda_ops::SampleRowParams> h(kMaxM);
+    for (int64_t r = 0; r < kMaxM; ++r) h[size_t(r)] = {st.t, st.k, st.p, st.min_p, uint64_t(r + 1), 100};
+    CK(cudaMemcpy(rows, h.data(), h.size() * sizeof(h[0]), cudaMemcpyHostToDevice));
+    for (const int64_t m : {1, 4, 16, 64}) {
+      const double us = median_us(s, [&] {
+        cuda_ops::sample_rows({.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out}, s);
+      });
+      const double bytes = double(m) * kVocab * 4, gbs = bytes / (us * 1e-6) / 1e9;
+      std::printf("%-26s %4lld %9.2f %8.0f %6.1f%%\n", st.name, (long long)m, us, gbs, 100.0 * gbs * 1e9 / kRoofline);
+      std::fflush(stdout);
+      json.add(std::string("sample ") + st.name + " m" + std::to_string(m), 0.0, bytes, us * 1e-6);
+    }
+  }
+  CK(cudaStreamSynchronize(s));
+  return json.write(json_path) ? 0 : 1;
+}

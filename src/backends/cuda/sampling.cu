@@ -1,0 +1,232 @@
+// GPU sampling (design: sampling.cuh). One block of kSampleThreads per row; every pass walks the row in
+// tiles of kSampleThreads consecutive ids (coalesced 4-byte reads; the row stays in L2 between passes).
+#include "backends/cuda/sampling.cuh"
+
+#include "backends/cuda/common.cuh"
+
+namespace ferry::cuda_ops {
+namespace {
+
+constexpr int kT = kSampleThreads;
+constexpr int kW = kT / 32;
+
+struct SampleSmem {
+  double mass[256];     // radix pass: weight per digit
+  uint32_t count[256];  // radix pass: entries per digit
+  double red_d[kW];     // block reductions / scans: one value per warp
+  uint32_t red_u[kW];
+  int64_t red_l[kW];
+  double scan_base;     // scan_find: mass before the current tile
+  int32_t found;        // scan_find: the id found, -1 before
+  uint32_t digit;       // radix pass: the chosen digit, 256 when none
+  double before;        // radix pass: mass (or count) ranked before the current prefix
+};
+
+__device__ double block_sum(double v, SampleSmem& s) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) s.red_d[threadIdx.x / 32] = v;
+  __syncthreads();
+  double t = 0.0;
+  for (int w = 0; w < kW; ++w) t += s.red_d[w];  // same order in every thread
+  return t;
+}
+
+// Max of (key << 32 | ~id) over the block: the largest key, ties -> lowest id.
+__device__ int64_t block_max(int64_t v, SampleSmem& s) {
+  for (int o = 16; o > 0; o /= 2) {
+    const int64_t u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    v = u > v ? u : v;
+  }
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) s.red_l[threadIdx.x / 32] = v;
+  __syncthreads();
+  int64_t m = s.red_l[0];
+  for (int w = 1; w < kW; ++w) m = s.red_l[w] > m ? s.red_l[w] : m;
+  return m;
+}
+
+// The first id i (ascending) where the running sum of value(i) over ids <= i reaches target (kStrict: exceeds
+// it); -1 when it never does. value(i) >= 0. Walks tiles until the crossing one.
+template <bool kStrict, class F>
+__device__ int32_t scan_find(int64_t vocab, double target, F&& value, SampleSmem& s) {
+  if (threadIdx.x == 0) {
+    s.scan_base = 0.0;
+    s.found = -1;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t t0 = 0; t0 < vocab; t0 += kT) {
+    const int64_t i = t0 + threadIdx.x;
+    const double v = i < vocab ? value(i) : 0.0;
+    double incl = v;  // warp inclusive scan
+    for (int o = 1; o < 32; o *= 2) {
+      const double u = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+      if (lane >= o) incl += u;
+    }
+    double excl = __shfl_up_sync(0xFFFFFFFFu, incl, 1);  // the previous lane's inclusive sum, exactly
+    if (lane == 0) excl = 0.0;
+    if (lane == 31) s.red_d[warp] = incl;
+    __syncthreads();
+    double before = s.scan_base;
+    for (int w = 0; w < warp; ++w) before += s.red_d[w];
+    // prev is computed exactly as the previous id's cum (also across warps and tiles), so one id crosses first.
+    const double cum = before + incl, prev = before + excl;
+    const bool hit = kStrict ? cum > target : cum >= target;
+    const bool hit_prev = kStrict ? prev > target : prev >= target;
+    if (i < vocab && hit && !hit_prev) s.found = int32_t(i);
+    __syncthreads();
+    if (s.found >= 0) break;
+    if (threadIdx.x == 0) {
+      double t = s.scan_base;
+      for (int w = 0; w < kW; ++w) t += s.red_d[w];
+      s.scan_base = t;
+    }
+    __syncthreads();
+  }
+  const int32_t r = s.found;
+  __syncthreads();
+  return r;
+}
+
+// Radix select over 32-bit keys, best (largest) first: among ids with in(i) and key(i) != 0, the key T at
+// which the running `measure` (1 per entry, or its weight) of all larger keys plus T's own first reaches
+// target. *before = the measure of keys > T. Returns 0 when the total never reaches target.
+template <class In, class Key, class Measure>
+__device__ uint32_t radix_select(int64_t vocab, double target, In&& in, Key&& key, Measure&& measure,
+                                 SampleSmem& s, double* before_out) {
+  uint32_t prefix = 0, mask = 0;
+  if (threadIdx.x == 0) s.before = 0.0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int d = threadIdx.x; d < 256; d += kT) s.mass[d] = 0.0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < vocab; i += kT) {
+      if (!in(i)) continue;
+      const uint32_t k = key(i);
+      if (k == 0 || (k & mask) != prefix) continue;
+      atomicAdd(&s.mass[(k >> shift) & 255u], measure(i));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double b = s.before;
+      uint32_t digit = 256;
+      for (int d = 255; d >= 0; --d) {
+        if (b + s.mass[d] >= target) {
+          digit = uint32_t(d);
+          break;
+        }
+        b += s.mass[d];
+      }
+      s.digit = digit;
+      if (digit < 256) s.before = b;
+    }
+    __syncthreads();
+    const uint32_t digit = s.digit;
+    __syncthreads();
+    if (digit == 256) return 0;
+    prefix |= digit << shift;
+    mask |= 255u << shift;
+  }
+  *before_out = s.before;
+  __syncthreads();
+  return prefix;
+}
+
+__global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
+  __shared__ SampleSmem s;
+  const int64_t row = blockIdx.x, vocab = p.vocab;
+  const float* lg = p.logits + size_t(row) * size_t(vocab);
+  const SampleRowParams rp = p.rows[row];
+  const auto key = [&](int64_t i) { return logit_key(__ldg(lg + i)); };
+
+  // 1. argmax and the number of candidates.
+  int64_t best = 0;
+  double n_valid = 0.0;
+  for (int64_t i = threadIdx.x; i < vocab; i += kT) {
+    const uint32_t k = key(i);
+    const int64_t v = int64_t(uint64_t(k) << 31 | uint64_t(0x7FFFFFFF - i));
+    best = v > best ? v : best;
+    n_valid += k != 0 ? 1.0 : 0.0;
+  }
+  best = block_max(best, s);
+  const uint32_t best_key = uint32_t(uint64_t(best) >> 31);
+  const int32_t arg = int32_t(0x7FFFFFFF - (best & 0x7FFFFFFF));
+  if (best_key == 0 || rp.temperature == 0.0f) {
+    if (threadIdx.x == 0) p.out[row] = best_key == 0 ? -1 : arg;
+    return;
+  }
+  n_valid = block_sum(n_valid, s);
+
+  // 2. top-k: keys > tk, plus the first ties (ascending id) up to id tk_cut.
+  const bool use_k = rp.top_k > 0 && rp.top_k < vocab && double(rp.top_k) < n_valid;
+  uint32_t tk = 0;
+  int32_t tk_cut = int32_t(vocab);
+  if (use_k) {
+    double above = 0.0;
+    tk = radix_select(
+        vocab, double(rp.top_k), [](int64_t) { return true; }, key, [](int64_t) { return 1.0; }, s, &above);
+    tk_cut = scan_find<false>(vocab, double(rp.top_k) - above, [&](int64_t i) { return key(i) == tk ? 1.0 : 0.0; }, s);
+  }
+  const auto in_k = [&](int64_t i) {
+    const uint32_t k = key(i);
+    return k != 0 && (!use_k || k > tk || (k == tk && i <= tk_cut));
+  };
+
+  // 3. weights, their total over the top-k set, min-p.
+  const float max_logit = key_logit(best_key);
+  const float inv_t = fminf(1.0f / rp.temperature, 3.402823466e38f);
+  const auto weight = [&](int64_t i) {
+    return sampler_exp(mul_rn(add_rn(key_logit(key(i)), -max_logit), inv_t));
+  };
+  double total = 0.0;
+  for (int64_t i = threadIdx.x; i < vocab; i += kT) total += in_k(i) ? double(weight(i)) : 0.0;
+  total = block_sum(total, s);
+  const auto in_m = [&](int64_t i) { return in_k(i) && (rp.min_p <= 0.0f || weight(i) >= rp.min_p); };
+
+  // 4. top-p over the survivors, ranked by key then id.
+  bool use_p = rp.top_p < 1.0f;
+  uint32_t tp = 0;
+  int32_t tp_cut = int32_t(vocab);
+  if (use_p) {
+    const double target = double(rp.top_p) * total;
+    double above = 0.0;
+    tp = radix_select(vocab, target, in_m, key, [&](int64_t i) { return double(weight(i)); }, s, &above);
+    if (tp == 0) {
+      use_p = false;  // rounding kept the mass below target: keep everything (as the CPU does)
+    } else {
+      tp_cut = scan_find<false>(vocab, target - above,
+                                [&](int64_t i) { return key(i) == tp && in_m(i) ? double(weight(i)) : 0.0; }, s);
+      if (tp_cut < 0) tp_cut = int32_t(vocab);
+    }
+  }
+  const auto kept_w = [&](int64_t i) {
+    if (!in_m(i)) return 0.0;
+    const uint32_t k = key(i);
+    if (use_p && !(k > tp || (k == tp && i <= tp_cut))) return 0.0;
+    return double(weight(i));
+  };
+
+  // 5. the draw.
+  double kept = 0.0;
+  for (int64_t i = threadIdx.x; i < vocab; i += kT) kept += kept_w(i);
+  kept = block_sum(kept, s);
+  const double target = double(sampler_uniform(rp.seed, rp.position)) * kept;
+  int32_t pick = scan_find<true>(vocab, target, kept_w, s);
+  if (pick < 0) {  // u * sum rounded up to the sum: the last kept id with weight > 0
+    int64_t last = -1;
+    for (int64_t i = threadIdx.x; i < vocab; i += kT) last = kept_w(i) > 0.0 ? i : last;
+    pick = int32_t(block_max(last, s));
+  }
+  if (threadIdx.x == 0) p.out[row] = pick;
+}
+
+}  // namespace
+
+void sample_rows(const SampleParams& p, cudaStream_t stream) {
+  if (p.m == 0) return;
+  FERRY_CUDA_REQUIRE(p.vocab > 0 && p.vocab < 0x7FFFFFFF && p.m <= 0x7FFFFFFF);
+  sample_kernel<<<unsigned(p.m), kT, 0, stream>>>(p);
+  FERRY_CUDA_CHECK_LAUNCH(sample_kernel);
+}
+
+}  // namespace ferry::cuda_ops
