@@ -18,6 +18,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/matvec.cuh"
+#include "backends/cuda/matvec_v5_paths.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -26,14 +27,6 @@ constexpr int kWarps = 16;
 constexpr int kThreads = kWarps * 32;
 constexpr size_t kMaxPartialBytes = 160 * 1024;  // shared memory for the split-K partials of one block
 
-// Host-chosen work split (see the file comment).
-struct Plan {
-  int64_t n_groups;  // row groups of kR rows
-  int64_t n_units;   // units per row (chunks, or 32-column steps)
-  int64_t slice;     // units per K-slice
-  int split;         // S: slices per group
-  int gpb;           // most groups any block owns
-};
 
 // Programmatic dependent launch (sm_90): every v5 kernel is launched with programmatic stream serialization,
 // so its blocks may start while the previous kernel in the stream is still running. wait_prior() blocks until
@@ -58,195 +51,27 @@ __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t n_block
   float amax = fabsf(v);
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-  const float dx = amax / 127.0f, dx2 = dx * (1.0f / 256.0f);
-  int q1 = 0, q2 = 0;
-  if (amax > 0.0f) {
-    q1 = max(-127, min(127, __float2int_rn(v / dx)));
-    const float r = fmaf(-dx, float(q1), v);
-    q2 = max(-127, min(127, __float2int_rn(r / dx2)));
-  }
+  const float dx2 = amax / 127.0f * (1.0f / 256.0f);
+  int q1, q2;
+  quantize_value(v, amax, &q1, &q2);
   hi[i] = int8_t(q1);
   lo[i] = int8_t(q2);
   int s = 256 * q1 + q2;
 #pragma unroll
   for (int o = 1; o < 16; o *= 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
   const int s_hi = __shfl_xor_sync(0xFFFFFFFFu, s, 16);
-  if (lane == 0) meta[blk] = make_float4(dx2, dx2 * float(s), dx2 * float(s_hi), __int_as_float(s + s_hi));
+  if (lane == 0) meta[blk] = make_meta(dx2, s, s_hi);
 }
 
-// The scratch as the dp4a paths read it.
-struct ActView {
-  const int8_t* hi;   // (n, K)
-  const int8_t* lo;   // (n, K)
-  const float4* meta; // (n, K / 32)
-  int64_t k;          // K
-};
-
-__device__ __forceinline__ ActView act_view(const MatvecParams& p) {
-  const size_t nk = size_t(p.n_tokens) * size_t(p.w.cols);
-  const auto* base = static_cast<const int8_t*>(p.scratch);
-  return {base, base + nk, reinterpret_cast<const float4*>(base + (2 * nk + 15) / 16 * 16), p.w.cols};
+// Where path P reads activations: x (float paths) or the pre-pass scratch (dp4a paths).
+template <class P>
+__device__ __forceinline__ typename P::Ctx context_of(const MatvecParams& p) {
+  if constexpr (std::is_same_v<typename P::Ctx, ActView>) {
+    return act_view(p.scratch, p.n_tokens, p.w.cols);
+  } else {
+    return p.x;
+  }
 }
-__device__ __forceinline__ uint4 ldg16(const int8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a(int(a), int(b), c); }
-
-// ---- chunk paths: Raw = one chunk's weight loads, X = one token's activations for it ----------------------
-// units() is also called on the host (the launch plan): a __device__-only function called there compiles, in a
-// template, to exit(1) on the host (nvcc 13), which is how the first version of this file failed on the H200.
-// Float path (F32, F16, BF16): f32 activations straight from x.
-template <class D>
-struct FloatPath {
-  using Raw = typename D::Raw;
-  struct X { float v[D::kVals]; };
-  using Ctx = const float*;
-  __device__ __forceinline__ static Ctx context(const MatvecParams& p) { return p.x; }
-  __host__ __device__ static int64_t units(int64_t cols) { return D::chunks(cols); }
-  __device__ __forceinline__ static X load_x(Ctx x, int64_t k, int t, int64_t c) {
-    X r;
-    const float4* src = reinterpret_cast<const float4*>(x + size_t(t) * size_t(k) + size_t(c) * D::kVals);
-#pragma unroll
-    for (int i = 0; i < D::kVals / 4; ++i) {
-      const float4 f = __ldg(src + i);
-      r.v[4 * i] = f.x;
-      r.v[4 * i + 1] = f.y;
-      r.v[4 * i + 2] = f.z;
-      r.v[4 * i + 3] = f.w;
-    }
-    return r;
-  }
-  __device__ __forceinline__ static float dot(const Raw& w, const X& x) {
-    float v[D::kVals];
-    D::decode(w, v);
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int i = 0; i < D::kVals; i += 2) {
-      s0 = fmaf(v[i], x.v[i], s0);
-      s1 = fmaf(v[i + 1], x.v[i + 1], s1);
-    }
-    return s0 + s1;
-  }
-};
-
-// Q8_0 (split layout): a chunk = 16 int8 quants = half a block.
-struct Q8Path {
-  using Raw = DecodeQ8_0::Raw;
-  struct X { uint4 h, l; float dx2; };
-  using Ctx = ActView;
-  __device__ __forceinline__ static Ctx context(const MatvecParams& p) { return act_view(p); }
-  __host__ __device__ static int64_t units(int64_t cols) { return cols / 16; }
-  __device__ __forceinline__ static X load_x(const Ctx& a, int64_t k, int t, int64_t c) {
-    const size_t off = size_t(t) * size_t(k) + size_t(c) * 16;
-    return {ldg16(a.hi + off), ldg16(a.lo + off), __ldg(&a.meta[size_t(t) * size_t(k / 32) + size_t(c / 2)].x)};
-  }
-  __device__ __forceinline__ static float dot(const Raw& w, const X& x) {
-    int s = dp4a(w.q.x, x.h.x, 0);
-    s = dp4a(w.q.y, x.h.y, s);
-    s = dp4a(w.q.z, x.h.z, s);
-    s = dp4a(w.q.w, x.h.w, s);
-    s = dp4a(w.q.x, x.l.x, s << 8);
-    s = dp4a(w.q.y, x.l.y, s);
-    s = dp4a(w.q.z, x.l.z, s);
-    s = dp4a(w.q.w, x.l.w, s);
-    return __half2float(__ushort_as_half(w.d)) * x.dx2 * float(s);
-  }
-};
-
-// Σ over the 32 values of one Q4 chunk (16 bytes: low nibbles = values 0..15, high = 16..31) against
-// activation words h0 (values 0..15), h1 (16..31): 8 dp4a.
-__device__ __forceinline__ int dot_nibbles(const uint32_t (&q)[4], const uint4& x0, const uint4& x1, int acc) {
-  const uint32_t a0[4] = {x0.x, x0.y, x0.z, x0.w}, a1[4] = {x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = dp4a(q[i] & 0x0F0F0F0Fu, a0[i], acc);
-    acc = dp4a((q[i] >> 4) & 0x0F0F0F0Fu, a1[i], acc);
-  }
-  return acc;
-}
-
-// Q4_0 / Q4_1 (split layout): a chunk = one block's 16 quant bytes.
-template <bool kHasMin>
-struct Q4Path {
-  using Raw = typename DecodeQ4<kHasMin>::Raw;
-  struct X { uint4 h0, h1, l0, l1; float4 m; };
-  using Ctx = ActView;
-  __device__ __forceinline__ static Ctx context(const MatvecParams& p) { return act_view(p); }
-  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
-  __device__ __forceinline__ static X load_x(const Ctx& a, int64_t k, int t, int64_t c) {
-    const size_t off = size_t(t) * size_t(k) + size_t(c) * 32;
-    return {ldg16(a.hi + off), ldg16(a.hi + off + 16), ldg16(a.lo + off), ldg16(a.lo + off + 16),
-            __ldg(&a.meta[size_t(t) * size_t(k / 32) + size_t(c)])};
-  }
-  __device__ __forceinline__ static float dot(const Raw& w, const X& x) {
-    const uint32_t q[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
-    int s = dot_nibbles(q, x.h0, x.h1, 0);
-    s = dot_nibbles(q, x.l0, x.l1, s << 8);
-    const float d = __half2float(__ushort_as_half(uint16_t(w.s & 0xFFFF)));
-    if constexpr (kHasMin) {
-      const float m = __half2float(__ushort_as_half(uint16_t(w.s >> 16)));
-      return fmaf(d * x.m.x, float(s), m * (x.m.y + x.m.z));
-    } else {
-      return d * x.m.x * float(s - 8 * __float_as_int(x.m.w));  // Σ (q - 8) v, exact in int32
-    }
-  }
-};
-
-// Q4_K (GGUF blocks): chunk c = (super-block c / 8, k = c % 8): 16 quant bytes whose low nibbles are values
-// 64 (k/2) + 16 (k%2) + j of sub-block 2 (k/2) and high nibbles the same + 32 (sub-block 2 (k/2) + 1).
-struct Q4KPath {
-  using Raw = DecodeQ4K::Raw;
-  struct X { uint4 ah, bh, al, bl; float4 ma, mb; };
-  using Ctx = ActView;
-  __device__ __forceinline__ static Ctx context(const MatvecParams& p) { return act_view(p); }
-  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
-  __device__ __forceinline__ static X load_x(const Ctx& a, int64_t k, int t, int64_t c) {
-    const int kk = int(c % 8);
-    const int64_t v0 = (c / 8) * kKBlock + 64 * (kk / 2);  // first value of sub-block 2 (k/2)
-    const size_t off = size_t(t) * size_t(k) + size_t(v0) + 16 * size_t(kk % 2);
-    const size_t m = size_t(t) * size_t(k / 32) + size_t(v0 / 32);
-    return {ldg16(a.hi + off), ldg16(a.hi + off + 32), ldg16(a.lo + off), ldg16(a.lo + off + 32),
-            __ldg(&a.meta[m]), __ldg(&a.meta[m + 1])};
-  }
-  __device__ __forceinline__ static float dot(const Raw& w, const X& x) {
-    const uint32_t q[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
-    int sa = 0, sb = 0;
-    const uint32_t ah[4] = {x.ah.x, x.ah.y, x.ah.z, x.ah.w}, bh[4] = {x.bh.x, x.bh.y, x.bh.z, x.bh.w};
-    const uint32_t al[4] = {x.al.x, x.al.y, x.al.z, x.al.w}, bl[4] = {x.bl.x, x.bl.y, x.bl.z, x.bl.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      sa = dp4a(q[i] & 0x0F0F0F0Fu, ah[i], sa);
-      sb = dp4a((q[i] >> 4) & 0x0F0F0F0Fu, bh[i], sb);
-    }
-    sa <<= 8;
-    sb <<= 8;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      sa = dp4a(q[i] & 0x0F0F0F0Fu, al[i], sa);
-      sb = dp4a((q[i] >> 4) & 0x0F0F0F0Fu, bl[i], sb);
-    }
-    const float d = __half2float(__ushort_as_half(uint16_t(w.head.x & 0xFFFF)));
-    const float dmin = __half2float(__ushort_as_half(uint16_t(w.head.x >> 16)));
-    const int g = 2 * (w.k / 2);
-    float sc0, mn0, sc1, mn1;
-    DecodeQ4K::scale_min(w.head, g, &sc0, &mn0);
-    DecodeQ4K::scale_min(w.head, g + 1, &sc1, &mn1);
-    const bool second = (w.k % 2) != 0;
-    const float s_a = second ? x.ma.z : x.ma.y, s_b = second ? x.mb.z : x.mb.y;
-    float r = (d * sc0) * x.ma.x * float(sa);
-    r = fmaf((d * sc1) * x.mb.x, float(sb), r);
-    r = fmaf(-dmin * mn0, s_a, r);
-    return fmaf(-dmin * mn1, s_b, r);
-  }
-};
-
-template <class D>
-struct PathOf;
-template <> struct PathOf<DecodeF32> { using type = FloatPath<DecodeF32>; };
-template <> struct PathOf<DecodeHalf<false>> { using type = FloatPath<DecodeHalf<false>>; };
-template <> struct PathOf<DecodeHalf<true>> { using type = FloatPath<DecodeHalf<true>>; };
-template <> struct PathOf<DecodeQ8_0> { using type = Q8Path; };
-template <> struct PathOf<DecodeQ4<false>> { using type = Q4Path<false>; };
-template <> struct PathOf<DecodeQ4<true>> { using type = Q4Path<true>; };
-template <> struct PathOf<DecodeQ4K> { using type = Q4KPath; };
 
 // The block's group range and the end of the block: partials (gpb, S, kR, kTok) summed in slice order.
 struct BlockRange {
@@ -296,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v5_kernel(MatvecParams p, 
   const BlockRange br = block_range(pl);
   const int64_t n_items = (br.g_end - br.g_begin) * pl.split;
   const int n_tok = p.n_tokens < kTok ? p.n_tokens : kTok;
-  const auto ctx = P::context(p);
+  const auto ctx = context_of<P>(p);
   const int64_t k = p.w.cols;
   bool waited = false;
 
@@ -502,30 +327,10 @@ int sm_count() {
   return n;
 }
 
-// Picks the grid and S: items per block (gpb S) as close to a multiple of kWarps as S in 1..16 allows, every
-// slice >= min_slice units, partials within kMaxPartialBytes. Returns the grid size.
-int make_plan(int64_t rows, int r_per_group, int64_t n_units, int64_t min_slice, size_t partial_bytes_per_item,
-              Plan* pl) {
-  pl->n_groups = (rows + r_per_group - 1) / r_per_group;
-  pl->n_units = n_units;
-  const int64_t grid = std::min<int64_t>(sm_count(), pl->n_groups);
-  pl->gpb = int((pl->n_groups + grid - 1) / grid);
-  pl->split = 1;
-  pl->slice = n_units;
-  double best = 0.0;
-  for (int s = 1; s <= 16; s *= 2) {
-    const int64_t slice = (n_units + s - 1) / s;
-    if (s > 1 && (slice < min_slice || size_t(pl->gpb) * size_t(s) * partial_bytes_per_item > kMaxPartialBytes))
-      break;
-    const int64_t items = int64_t(pl->gpb) * s;
-    const double eff = double(items) / double((items + kWarps - 1) / kWarps * kWarps);
-    if (eff > best + 1e-9) {
-      best = eff;
-      pl->split = s;
-      pl->slice = slice;
-    }
-  }
-  return int(grid);
+int plan_for(int64_t rows, int r_per_group, int64_t n_units, int64_t min_slice, size_t partial_bytes_per_item,
+             Plan* pl) {
+  return make_plan(rows, r_per_group, n_units, min_slice, partial_bytes_per_item, sm_count(), kWarps,
+                   kMaxPartialBytes, pl);
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization (see wait_prior).
@@ -555,15 +360,9 @@ void launch_kernel(K kernel, int grid, size_t smem, cudaStream_t stream, const M
 template <class D, int kTok>
 void launch_cuda_core(const MatvecParams& p, cudaStream_t stream) {
   using P = typename PathOf<D>::type;
-  // Rows per group and units per lane in flight, sized to stay within 128 registers without spills
-  // (ptxas -v, sm_90a): fewer for 32-value chunks, Q4_K's extra header registers and many tokens.
-  constexpr bool kQuant = !std::is_same_v<P, FloatPath<D>>;
-  constexpr bool k32 = D::kVals >= 32;
-  constexpr bool kQ4K = std::is_same_v<D, DecodeQ4K>;
-  constexpr int kR = kTok == 16 && kQuant ? 2 : 4;
-  constexpr int kU = kTok >= 8 || kQ4K ? 1 : (kTok == 4 || k32 || (kQuant && kTok == 2) ? 2 : 4);
+  constexpr int kR = CoreShape<D, kTok>::kR, kU = CoreShape<D, kTok>::kU;
   Plan pl;
-  const int grid = make_plan(p.w.rows, kR, P::units(p.w.cols), 32, size_t(kR) * kTok * sizeof(float), &pl);
+  const int grid = plan_for(p.w.rows, kR, P::units(p.w.cols), 32, size_t(kR) * kTok * sizeof(float), &pl);
   const size_t smem = pl.split > 1 ? size_t(pl.gpb) * pl.split * kR * kTok * sizeof(float) : 0;
   launch_kernel(matvec_v5_kernel<D, kTok, kR, kU>, grid, smem, stream, p, pl);
 }
@@ -572,7 +371,7 @@ template <int kTok>
 void launch_mma(const MatvecParams& p, cudaStream_t stream) {
   constexpr int kU = kTok == 16 ? 2 : 4;
   Plan pl;
-  const int grid = make_plan(p.w.rows, 16, p.w.cols / 32, kU, size_t(16) * kTok * sizeof(float), &pl);
+  const int grid = plan_for(p.w.rows, 16, p.w.cols / 32, kU, size_t(16) * kTok * sizeof(float), &pl);
   const size_t smem = pl.split > 1 ? size_t(pl.gpb) * pl.split * 16 * kTok * sizeof(float) : 0;
   launch_kernel(matvec_v5_mma_kernel<kTok, kU>, grid, smem, stream, p, pl);
 }
