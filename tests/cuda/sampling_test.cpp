@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -59,6 +60,144 @@ TEST(CudaSamplingPorts, KeysOrderLikeLogits) {
   EXPECT_EQ(cuda_ops::logit_key(-inf), 0u);
   EXPECT_EQ(cuda_ops::logit_key(std::numeric_limits<float>::quiet_NaN()), 0u);
   EXPECT_GT(cuda_ops::logit_key(-3.4e38f), 0u);
+}
+
+// The kernel's algorithm (sampling.cu: argmax, radix-select top-k with the tie cut in id order, weights and
+// total, min-p, radix-select top-p on mass with its tie cut, the draw), step for step but serially, so its
+// equivalence with the CPU sampler is checked on many cases without a GPU.
+int32_t algorithm_on_host(const float* lg, int64_t vocab, const cuda_ops::SampleRowParams& rp) {
+  using cuda_ops::logit_key;
+  const auto key = [&](int64_t i) { return logit_key(lg[i]); };
+  uint32_t best_key = 0;
+  int32_t arg = -1;
+  double n_valid = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (key(i) > best_key) {
+      best_key = key(i);
+      arg = int32_t(i);
+    }
+    n_valid += key(i) != 0;
+  }
+  if (best_key == 0 || rp.temperature == 0.0f) return best_key == 0 ? -1 : arg;
+  // Radix select as the kernel's radix_select: returns the key, *above = measure of larger keys; 0 = none.
+  const auto radix = [&](double target, auto&& in, auto&& measure, double* above) -> uint32_t {
+    uint32_t prefix = 0, mask = 0;
+    double before = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      double hist[256] = {};
+      for (int64_t i = 0; i < vocab; ++i)
+        if (in(i) && key(i) != 0 && (key(i) & mask) == prefix) hist[(key(i) >> shift) & 255u] += measure(i);
+      int digit = -1;
+      for (int d = 255; d >= 0; --d) {
+        if (before + hist[d] >= target) {
+          digit = d;
+          break;
+        }
+        before += hist[d];
+      }
+      if (digit < 0) return 0;
+      prefix |= uint32_t(digit) << shift;
+      mask |= 255u << shift;
+    }
+    *above = before;
+    return prefix;
+  };
+  const auto first_reaching = [&](double target, bool strict, auto&& value) -> int32_t {
+    double cum = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double prev = cum;
+      cum += value(i);
+      if ((strict ? cum > target : cum >= target) && !(strict ? prev > target : prev >= target)) return int32_t(i);
+    }
+    return -1;
+  };
+  const bool use_k = rp.top_k > 0 && rp.top_k < vocab && double(rp.top_k) < n_valid;
+  uint32_t tk = 0;
+  int32_t tk_cut = int32_t(vocab);
+  if (use_k) {
+    double above = 0;
+    tk = radix(double(rp.top_k), [](int64_t) { return true; }, [](int64_t) { return 1.0; }, &above);
+    tk_cut = first_reaching(double(rp.top_k) - above, false, [&](int64_t i) { return key(i) == tk ? 1.0 : 0.0; });
+  }
+  const auto in_k = [&](int64_t i) {
+    const uint32_t k = key(i);
+    return k != 0 && (!use_k || k > tk || (k == tk && i <= tk_cut));
+  };
+  const float max_logit = cuda_ops::key_logit(best_key);
+  const float inv_t = std::min(1.0f / rp.temperature, 3.402823466e38f);
+  const auto weight = [&](int64_t i) {
+    return cuda_ops::sampler_exp(cuda_ops::mul_rn(cuda_ops::add_rn(cuda_ops::key_logit(key(i)), -max_logit), inv_t));
+  };
+  double total = 0;
+  for (int64_t i = 0; i < vocab; ++i) total += in_k(i) ? double(weight(i)) : 0.0;
+  const auto in_m = [&](int64_t i) { return in_k(i) && (rp.min_p <= 0.0f || weight(i) >= rp.min_p); };
+  bool use_p = rp.top_p < 1.0f;
+  uint32_t tp = 0;
+  int32_t tp_cut = int32_t(vocab);
+  if (use_p) {
+    const double target = double(rp.top_p) * total;
+    double above = 0;
+    tp = radix(target, in_m, [&](int64_t i) { return double(weight(i)); }, &above);
+    if (tp == 0) {
+      use_p = false;
+    } else {
+      tp_cut = first_reaching(target - above, false,
+                              [&](int64_t i) { return key(i) == tp && in_m(i) ? double(weight(i)) : 0.0; });
+      if (tp_cut < 0) tp_cut = int32_t(vocab);
+    }
+  }
+  const auto kept_w = [&](int64_t i) {
+    if (!in_m(i)) return 0.0;
+    if (use_p && !(key(i) > tp || (key(i) == tp && i <= tp_cut))) return 0.0;
+    return double(weight(i));
+  };
+  double kept = 0;
+  for (int64_t i = 0; i < vocab; ++i) kept += kept_w(i);
+  const double target = double(cuda_ops::sampler_uniform(rp.seed, rp.position)) * kept;
+  int32_t pick = first_reaching(target, true, kept_w);
+  if (pick < 0)
+    for (int64_t i = 0; i < vocab; ++i) pick = kept_w(i) > 0.0 ? int32_t(i) : pick;
+  return pick;
+}
+
+TEST(CudaSamplingPorts, KernelAlgorithmMatchesTheCpuSampler) {
+  const cuda_ops::SampleRowParams settings[] = {
+      {0.0f, 40, 0.95f, 0.05f, 0, 0}, {1.0f, 0, 1.0f, 0.0f, 0, 0},   {0.8f, 40, 0.95f, 0.05f, 0, 0},
+      {0.7f, 0, 0.9f, 0.0f, 0, 0},    {1.3f, 0, 1.0f, 0.1f, 0, 0},   {0.5f, 5, 1.0f, 0.0f, 0, 0},
+      {1.0f, 100000, 0.5f, 0.0f, 0, 0}, {2.0f, 1000, 0.99f, 0.01f, 0, 0}, {1e-3f, 0, 0.3f, 0.0f, 0, 0},
+      {1.0f, 1, 1.0f, 0.0f, 0, 0}};
+  int total = 0;
+  for (const int64_t vocab : {17, 1000, 20000}) {
+    std::mt19937 rng(static_cast<uint32_t>(vocab));
+    std::normal_distribution<float> d(0.0f, 3.0f);
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    for (int rep = 0; rep < 12; ++rep) {
+      for (float& l : logits) {
+        l = std::round(d(rng) * 4.0f) / 4.0f;  // ties
+        if (rng() % 97 == 0) l = std::numeric_limits<float>::quiet_NaN();
+        if (rng() % 89 == 0) l = -std::numeric_limits<float>::infinity();
+        if (rng() % 4001 == 0) l = std::numeric_limits<float>::infinity();
+      }
+      for (cuda_ops::SampleRowParams rp : settings) {
+        rp.seed = rng();
+        rp.position = rng() % 500;
+        SamplingParams sp;
+        sp.temperature = rp.temperature;
+        sp.top_k = rp.top_k;
+        sp.top_p = rp.top_p;
+        sp.min_p = rp.min_p;
+        sp.seed = rp.seed;
+        Sampler cpu(sp, int32_t(vocab));
+        const std::vector<int32_t> history(static_cast<size_t>(rp.position), 0);
+        const int32_t want = cpu.sample({logits.data(), size_t(vocab)}, history);
+        ASSERT_EQ(algorithm_on_host(logits.data(), vocab, rp), want)
+            << "vocab " << vocab << " rep " << rep << " T " << rp.temperature << " k " << rp.top_k << " p "
+            << rp.top_p << " min_p " << rp.min_p;
+        ++total;
+      }
+    }
+  }
+  std::printf("kernel algorithm on the host: %d draws, all equal to the CPU sampler's\n", total);
 }
 
 TEST(CudaSampling, SameTokenAsTheCpuSampler) {
