@@ -346,7 +346,7 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = stream != nullptr ? 1 : 0;  // the legacy default stream: a plain launch (wait_prior: no-op)
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
