@@ -19,16 +19,30 @@ __global__ void embedding_kernel(EmbeddingParams p) {
   }
   const int64_t dim = p.table.cols;
   float* dst = p.out + size_t(i) * size_t(dim);
-  for (int64_t c = threadIdx.x; c < D::chunks(dim); c += kThreads) {
-    float v[D::kVals];
-    D::decode(D::load(p.table, id, c), v);
+  // kLoadsAhead chunks per thread are loaded before any is decoded and stored: with one load per iteration a
+  // block made a DRAM round trip per 2 KB (measured 43-55% of copy bandwidth at 512..8192 tokens, BF16).
+  constexpr int kLoadsAhead = 4;
+  const int64_t chunks = D::chunks(dim);
+  for (int64_t c0 = threadIdx.x; c0 < chunks; c0 += kThreads * kLoadsAhead) {
+    typename D::Raw raw[kLoadsAhead];
 #pragma unroll
-    for (int r = 0; r < D::kRuns; ++r) {
-      float4* o = reinterpret_cast<float4*>(dst + D::run_start(c, r));
+    for (int u = 0; u < kLoadsAhead; ++u) {
+      if (c0 + u * kThreads < chunks) raw[u] = D::load(p.table, id, c0 + u * kThreads);
+    }
 #pragma unroll
-      for (int j = 0; j < D::kRunLen / 4; ++j) {
-        const float* s = v + r * D::kRunLen + 4 * j;
-        o[j] = make_float4(s[0], s[1], s[2], s[3]);
+    for (int u = 0; u < kLoadsAhead; ++u) {
+      const int64_t c = c0 + u * kThreads;
+      if (c >= chunks) break;
+      float v[D::kVals];
+      D::decode(raw[u], v);
+#pragma unroll
+      for (int r = 0; r < D::kRuns; ++r) {
+        float4* o = reinterpret_cast<float4*>(dst + D::run_start(c, r));
+#pragma unroll
+        for (int j = 0; j < D::kRunLen / 4; ++j) {
+          const float* s = v + r * D::kRunLen + 4 * j;
+          o[j] = make_float4(s[0], s[1], s[2], s[3]);
+        }
       }
     }
   }
