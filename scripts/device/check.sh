@@ -53,7 +53,8 @@ fi
 if [ "$what" = kernels ] || [ "$what" = all ]; then
   log="$OUT/kernels.log"
   timeout 300 "$C/matvec_bench" --json "$OUT/matvec.json" > "$log" 2>&1
-  timeout 300 "$C/prefill_kernels_bench" --json "$OUT/prefill.json" >> "$log" 2>&1
+  [ "${FERRY_QUICK:-0}" = 1 ] || timeout 300 "$C/prefill_kernels_bench" --json "$OUT/prefill.json" >> "$log" 2>&1
+  for b in fused_ops_bench sampling_bench; do [ -x "$C/$b" ] && timeout 120 "$C/$b" >> "$log" 2>&1; done
   note "kernels: see kernels.log ($(wc -l < "$log") lines)"
 fi
 
@@ -85,7 +86,19 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     cat "$OUT/b.log" >> "$log"
     note "$(grep -E 'pp512|tg128' "$OUT/b.log" | sed "s/^/[$t] /")"
     grep -i error "$OUT/b.log" | head -3
-    rm -f "$m" "$OUT/b.log"
+    # The other decode matvec versions (FERRY_CUDA_MATVEC) on the same model, generation only.
+    for v in ${FERRY_MATVEC_VERSIONS:-5}; do
+      FERRY_CUDA_MATVEC=$v "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
+      cat "$OUT/b.log" >> "$log"
+      note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, matvec v$v] /")"
+    done
+    if [ "$t" = bf16 ]; then  # the cost of --batch-invariant (one GEMM kernel for every token count)
+      "$C/ferry" bench --device cuda -m "$m" -p 512 -n 128 -r 3 --batch-invariant > "$OUT/b.log" 2>&1
+      cat "$OUT/b.log" >> "$log"
+      note "$(grep -E 'pp512|tg128|rror' "$OUT/b.log" | sed "s/^/[$t, --batch-invariant] /")"
+    fi
+    [ "$t" = bf16 ] || rm -f "$m"  # the BF16 model stays for the serve stage
+    rm -f "$OUT/b.log"
   done
 fi
 if [ "$what" = serve ] || [ "$what" = all ]; then

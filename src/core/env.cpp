@@ -33,6 +33,7 @@ Env Env::read() {
   e.nccl_nvls_enable = get("NCCL_NVLS_ENABLE");
   e.cuda_prefill_bf16 = get("FERRY_CUDA_PREFILL_BF16");
   e.cuda_gemm = get("FERRY_CUDA_GEMM");
+  e.cuda_matvec = get("FERRY_CUDA_MATVEC");
   return e;
 }
 

@@ -347,11 +347,13 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   if (n <= kMatvecMaxTokens && !options_.batch_invariant) {
     // The matvec's activation scratch (quantized weights: int8 activations) reuses x_bf16_, which only the
     // GEMM path otherwise uses, in stream order.
-    const size_t scratch = cuda_ops::matvec_scratch_bytes(w.dtype, cuda_ops::kMatvecDefaultVersion, int(n), w.cols());
+    const int mv_version = options_.matvec_version > 0 ? options_.matvec_version : cuda_ops::kMatvecDefaultVersion;
+    const size_t scratch = cuda_ops::matvec_scratch_bytes(w.dtype, mv_version, int(n), w.cols());
     if (scratch > 0) ensure(x_bf16_, scratch);
     cuda_ops::matvec(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(),
                                .bias = bias.empty() ? nullptr : bias.ptr<float>(), .out = out.ptr<float>(),
-                               .n_tokens = int(n), .scratch = scratch > 0 ? x_bf16_.data() : nullptr},
+                               .n_tokens = int(n), .version = mv_version,
+                               .scratch = scratch > 0 ? x_bf16_.data() : nullptr},
                      stream_);
   } else {
     matmul_gemm(out, x, w, bias);
