@@ -20,6 +20,9 @@ set -uo pipefail
 what="${1:-all}"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 C="$repo/.carry"
+if [ -f "$C/bins.tar.xz" ]; then  # pack.sh compresses the binaries to fit a call
+  mkdir -p /tmp/ferry-bin && tar xJf "$C/bins.tar.xz" -C /tmp/ferry-bin && C=/tmp/ferry-bin
+fi
 OUT="${OUT:-/tmp/ferry-out}"
 mkdir -p "$OUT"
 # NCCL (ferry links it for tensor parallelism) is the machine's torch-venv copy.

@@ -9,7 +9,7 @@ grep -qx "/.carry/" .git/info/exclude || echo "/.carry/" >> .git/info/exclude
 # the GPU machine's own copy, in its torch venv, is used at run time: check.sh / tp_check.sh set LD_LIBRARY_PATH).
 nccl="$repo/build/nccl/nvidia/nccl"
 if [ ! -f "$nccl/include/nccl.h" ]; then
-  mkdir -p build/nccl-wheel
+  mkdir -p build/nccl-wheel build/nccl
   python3 -m pip download -q --no-deps nvidia-nccl-cu13 -d build/nccl-wheel
   (cd build/nccl && unzip -qo ../nccl-wheel/nvidia_nccl_cu13-*.whl 'nvidia/nccl/*')
 fi
@@ -32,4 +32,7 @@ cp -L /lib/x86_64-linux-gnu/libfmt.so.9 /lib/x86_64-linux-gnu/libpcre2-8.so.0 .c
 # cpp-httplib is a compiled library on Debian (the GPU machine has none); its OpenSSL/zlib/brotli dependencies
 # are there (check.sh reports any library still missing).
 cp -L /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 .carry/
+# Compressed: the binaries are ~100 MB, a device call carries at most 64 MiB with the repository (check.sh
+# unpacks this on the machine).
+(cd .carry && tar cf - * | xz -T2 -6 > ../.carry-bins.tar.xz && rm -f ./* && mv ../.carry-bins.tar.xz bins.tar.xz)
 du -sh .carry
