@@ -29,6 +29,7 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$C:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # The tests find their data here (they were built in another folder).
 export FERRY_SOURCE_DIR="$repo"
+has() { [ "$what" = all ] || [[ ",$what," == *",$1,"* ]]; }  # stages: a comma-separated list, or all
 summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
@@ -38,22 +39,24 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | t
 missing=$(ldd "$C/ferry" | grep "not found" || true)
 [ -n "$missing" ] && note "missing libraries: $missing"
 
-if [ "$what" = tests ] || [ "$what" = all ]; then
+if has tests; then
   log="$OUT/tests.log"
   : > "$log"
-  "$C/test_cuda" > "$OUT/t.log" 2>&1; cat "$OUT/t.log" >> "$log"
-  note "test_cuda: $(gtest_result "$OUT/t.log")"
+  timeout 400 "$C/test_cuda" > "$OUT/t.log" 2>&1; rc=$?; cat "$OUT/t.log" >> "$log"
+  note "test_cuda: $(gtest_result "$OUT/t.log") (exit status $rc)"
+  [ "$rc" = 0 ] || tail -5 "$OUT/t.log"
+  grep -E "default kernels: alone" "$OUT/t.log" | tee -a "$summary"
   grep -E "^\[  FAILED|Failure" "$OUT/t.log" | head -20
   "$C/test_e2e" > "$OUT/t.log" 2>&1; cat "$OUT/t.log" >> "$log"
   note "test_e2e (cpu): $(gtest_result "$OUT/t.log")"
-  timeout 400 compute-sanitizer --tool memcheck "$C/test_cuda" \
+  [ "${FERRY_QUICK:-0}" = 1 ] || timeout 400 compute-sanitizer --tool memcheck "$C/test_cuda" \
     --gtest_filter='CudaOps.*:CudaAttention.*:CudaMatmul.*:CudaMatvec.*:CudaStepGraph.*:-CudaOps.OutOfMemory*' > "$OUT/t.log" 2>&1
   cat "$OUT/t.log" >> "$log"
   note "memcheck: $(grep -E 'ERROR SUMMARY' "$OUT/t.log" | tail -1) $(gtest_result "$OUT/t.log")"
   rm -f "$OUT/t.log"
 fi
 
-if [ "$what" = kernels ] || [ "$what" = all ]; then
+if has kernels; then
   log="$OUT/kernels.log"
   timeout 300 "$C/matvec_bench" --json "$OUT/matvec.json" > "$log" 2>&1
   [ "${FERRY_QUICK:-0}" = 1 ] || timeout 300 "$C/prefill_kernels_bench" --json "$OUT/prefill.json" >> "$log" 2>&1
@@ -61,7 +64,7 @@ if [ "$what" = kernels ] || [ "$what" = all ]; then
   note "kernels: see kernels.log ($(wc -l < "$log") lines)"
 fi
 
-if [ "$what" = correctness ] || [ "$what" = all ]; then
+if has correctness; then
   log="$OUT/correctness.log"
   py=python3
   "$py" -c "import torch, transformers" 2>/dev/null || py=/opt/torch/.venv/bin/python
@@ -72,7 +75,7 @@ if [ "$what" = correctness ] || [ "$what" = all ]; then
   [ "$rc" = 0 ] || grep -E "error|Error|failed" "$log" | head -5
 fi
 
-if [ "$what" = bench ] || [ "$what" = all ]; then
+if has bench; then
   log="$OUT/bench.log"
   : > "$log"
   for t in bf16 q8_0 q4_0; do
@@ -104,7 +107,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     rm -f "$OUT/b.log"
   done
 fi
-if [ "$what" = serve ] || [ "$what" = all ]; then
+if has serve; then
   # Load benchmark: `ferry serve --device cuda` on the Llama-3-8B-shaped BF16 model, 512 in / 128 out,
   # 64 then 256 concurrent streaming clients (issue 4's figures). FERRY_SERVE_ARGS adds server options.
   log="$OUT/serve.log"
