@@ -8,12 +8,14 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/env.h"
 #include "engine/block_manager.h"
 #include "engine/loaded_model.h"
 #include "engine/model_runner.h"
 #include "engine/postprocess.h"
 #include "engine/request_queue.h"
 #include "engine/scheduler.h"
+#include "engine/step_profile.h"
 
 namespace ferry {
 
@@ -65,6 +67,8 @@ struct ServingEngine::Impl {
   std::atomic<uint64_t> next_id{1};
   mutable std::mutex stats_mu;
   ServingStats stats;  // guarded by stats_mu (running/waiting filled by stats())
+  StepProfile profile;  // loop thread only; printed at the end with FERRY_LOG=debug
+  bool debug = false;
   std::mutex join_mu;
   std::thread loop;
 
@@ -166,6 +170,7 @@ void ServingEngine::Impl::step() {
       finish(scheduler->waiting().front(), FinishReason::Error, {}, {}, "serving: the request does not fit the KV cache");
     return;
   }
+  const auto t1 = Clock::now();
   try {
     runner->run(plan);
   } catch (const std::exception& e) {
@@ -174,6 +179,7 @@ void ServingEngine::Impl::step() {
     publish_stats(std::chrono::duration<double>(Clock::now() - t0).count(), 0);
     return;
   }
+  const auto t2 = Clock::now();
   int64_t new_tokens = 0;
   size_t row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
@@ -190,7 +196,13 @@ void ServingEngine::Impl::step() {
       finish(seq, FinishReason::Error, {}, {}, fmt::format("sampling failed: {}", e.what()));
     }
   }
-  publish_stats(std::chrono::duration<double>(Clock::now() - t0).count(), new_tokens);
+  const auto t3 = Clock::now();
+  publish_stats(std::chrono::duration<double>(t3 - t0).count(), new_tokens);
+  const bool has_prefill = std::any_of(plan.chunks.begin(), plan.chunks.end(),
+                                       [](const ScheduledChunk& c) { return c.n_tokens > 1 || !c.sample; });
+  using Seconds = std::chrono::duration<double>;
+  profile.add(has_prefill, plan.n_tokens, int64_t(plan.chunks.size()), Seconds(t1 - t0).count(),
+              Seconds(t2 - t1).count(), Seconds(t3 - t2).count());
   if (options.check_invariants) check_invariants();
 }
 
@@ -233,7 +245,10 @@ void ServingEngine::Impl::run_loop() {
         }
         if (closed) {
           std::lock_guard lock(queue->mu);
-          if (queue->incoming.empty()) return;
+          if (queue->incoming.empty()) {
+            if (debug) fmt::print(stderr, "{}\n", profile.summary());
+            return;
+          }
         }
         continue;
       }
@@ -250,6 +265,7 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   validate_options(so);
   Impl& s = *impl_;
   s.options = so;
+  s.debug = Env::read().log.value_or("") == "debug";
   EngineOptions engine_options = eo;
   engine_options.batch_invariant = eo.batch_invariant || so.batch_invariant;
   s.m = load_model(engine_options, [&](const ModelConfig& c, int32_t context) {

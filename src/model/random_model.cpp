@@ -133,7 +133,7 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
   w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
   w.set(p + "vocab_size", GgufValue::u32(uint32_t(c.vocab_size)));
 
-  // Synthetic byte-level BPE vocabulary: specials, the 256 byte symbols, reserved tokens to vocab_size.
+  // Synthetic byte-level BPE vocabulary: specials, the 256 byte symbols, merges, plain words to vocab_size.
   std::vector<std::string> tokens = {"<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"};
   std::vector<int32_t> types = {3, 3, 3, 3};
   for (int b = 0; b < 256; ++b) {  // GPT-2 byte-to-unicode mapping
@@ -170,9 +170,12 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
     tokens.push_back(a + b);
     types.push_back(1);
   }
+  // The rest: plain words " w<id>" (no merge makes them, so encoding never produces them). They render as
+  // text, so a random model's output streams visibly (a serving benchmark measures the time between chunks of
+  // text; control tokens would render as nothing).
   while (int(tokens.size()) < c.vocab_size) {
-    tokens.push_back("<|reserved_" + std::to_string(tokens.size()) + "|>");
-    types.push_back(3);
+    tokens.push_back(space + "w" + std::to_string(tokens.size()));
+    types.push_back(1);
   }
   w.set("tokenizer.ggml.model", GgufValue::str("gpt2"));
   w.set("tokenizer.ggml.pre", GgufValue::str("gpt-2"));

@@ -16,8 +16,8 @@ std::vector<std::string> random_model_shapes();  // tiny, smollm2-135m, llama3-8
 // The config of a named shape; throws ferry::Error listing the known names.
 ModelConfig random_model_config(const std::string& shape);
 
-// Writes a GGUF model with a synthetic byte-level vocabulary (256 byte tokens, a few specials, the rest
-// reserved control tokens) so that it loads, tokenizes and generates like a real one.
+// Writes a GGUF model with a synthetic byte-level vocabulary (a few specials, 256 byte tokens, letter merges, the
+// rest plain words " w<id>") so that it loads, tokenizes and generates visible text like a real one.
 // weight_type: F32, F16, BF16, Q8_0, Q4_0, Q4_1 (matmul weights); norms stay F32.
 void write_random_model(const std::string& path, const ModelConfig& config, DType weight_type, uint64_t seed,
                         int n_threads = 0);
