@@ -16,6 +16,11 @@ set -uo pipefail
 what="${1:-all}"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 C="${FERRY_CARRY:-$repo/.carry}"
+if [ -f "$C/bins.tar.xz" ]; then  # pack.sh compresses the binaries to fit a call
+  mkdir -p /tmp/ferry-bin && tar xJf "$C/bins.tar.xz" -C /tmp/ferry-bin && C=/tmp/ferry-bin
+fi
+T_RUN="${TP_RUN_TIMEOUT:-240}"  # seconds any one ferry command may take (a first run may hang: bound it)
+export FERRY_TP_TIMEOUT="${FERRY_TP_TIMEOUT:-90}"
 OUT="${OUT:-/tmp/ferry-out}"
 W="${TP_WORK:-/tmp/ferry-tp}"
 mkdir -p "$OUT" "$W"
@@ -36,7 +41,7 @@ gen() {  # gen SHAPE TYPE PATH
 }
 
 bench_tg() {  # bench_tg MODEL TP LOG -> prints tok/s of the tg line
-  timeout 500 "$F" bench -m "$1" --device cuda --tp "$2" -p 0 -n 128 -r 3 > "$3" 2>&1
+  timeout "$T_RUN" "$F" bench -m "$1" --device cuda --tp "$2" -p 0 -n 128 -r 3 > "$3" 2>&1
   grep -E "tg ?128" "$3" | head -1
 }
 
@@ -53,7 +58,7 @@ prompts = [[random.randrange(256, 128000) for _ in range(n)] for n in (48, 96, 1
 json.dump({"prompts": prompts}, open(sys.argv[1], "w"))
 PYEOF
   for tp in 1 2; do
-    timeout 500 "$F" score -m "$M8" --device cuda --tp $tp --tokens "$W/prompts.json" -o "$W/logits_tp$tp.bin" \
+    timeout "$T_RUN" "$F" score -m "$M8" --device cuda --tp $tp --tokens "$W/prompts.json" -o "$W/logits_tp$tp.bin" \
       > "$OUT/score_tp$tp.log" 2>&1 || row "score --tp $tp" "FAILED (score_tp$tp.log)"
   done
   res=$("$PY" - "$W/logits_tp1.bin" "$W/logits_tp2.bin" <<'PYEOF'
