@@ -113,9 +113,10 @@ if has serve; then
   log="$OUT/serve.log"
   : > "$log"
   m="/tmp/llama3-8b-bf16.gguf"
+  [ -f "$m" ] || [ ! -f /tmp/ferry-tp/llama3-8b-bf16.gguf ] || ln -s /tmp/ferry-tp/llama3-8b-bf16.gguf "$m"
   [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type bf16 -o "$m" -t 16 >> "$log" 2>&1
   port=18080
-  "$C/ferry" serve --device cuda -m "$m" --port $port --ctx 2048 --max-running 256 --max-waiting 2048 \
+  FERRY_LOG=debug "$C/ferry" serve --device cuda -m "$m" --port $port --ctx 2048 --max-running 256 --max-waiting 2048 \
     ${FERRY_SERVE_ARGS:-} > "$OUT/server.log" 2>&1 &
   server=$!
   for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
@@ -125,9 +126,9 @@ if has serve; then
     cat "$OUT/s.log" >> "$log"
     note "[serve, $n clients, 512/128] $(tr '\n' ' ' < "$OUT/s.log" | tail -c 600)"
   done
-  curl -s "http://127.0.0.1:$port/metrics" | grep -E "^ferry_(running|waiting|kv_blocks|prefix|requests_total)" >> "$log"
+  curl -s "http://127.0.0.1:$port/metrics" | grep -E "^ferry_" | grep -vE "_bucket" >> "$log"
   kill -TERM $server; wait $server; note "serve exit status: $?"
-  tail -5 "$OUT/server.log" >> "$log"
+  tail -5 "$OUT/server.log" | tee -a "$log" | tee -a "$summary"
   rm -f "$OUT/s.log"
 fi
 

@@ -38,6 +38,9 @@ struct HttpServer::Impl {
     http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
     http.set_payload_max_length(options.max_body_bytes);
     http.set_keep_alive_timeout(options.keep_alive_seconds);
+    // httplib closes a connection after 5 requests by default; a load generator (or a proxy) reuses its
+    // connections for many more.
+    http.set_keep_alive_max_count(1 << 20);
     http.set_read_timeout(30, 0);
     http.set_write_timeout(10, 0);  // a client that stops reading for this long is dropped (and cancelled)
     http.set_tcp_nodelay(true);     // stream chunks leave at once
