@@ -120,7 +120,7 @@ if has serve; then
     ${FERRY_SERVE_ARGS:-} > "$OUT/server.log" 2>&1 &
   server=$!
   for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
-  for n in 64 256; do
+  for n in ${FERRY_SERVE_CLIENTS:-64 256}; do
     timeout 200 "$C/serve_bench" --url "http://127.0.0.1:$port" --clients $n --requests $((n * 3)) \
       --input-len 512 --output-len 128 --stream --timeout 180 --json "$OUT/serve$n.json" > "$OUT/s.log" 2>&1
     cat "$OUT/s.log" >> "$log"

