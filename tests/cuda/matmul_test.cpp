@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "backends/cuda/matmul_dispatch.h"
 #include "cuda_test_util.h"
 #include "formats/quant.h"
 
@@ -44,7 +45,11 @@ class CudaMatmul : public CudaOpsTest {
     const Tensor out = poisoned({c.n, c.n_out});
     gpu_->matmul(out, upload(DType::F32, {c.n, c.n_in}, x), gw,
                  c.bias ? upload(DType::F32, {c.n_out}, b) : Tensor{});
-    const double tol = c.n <= 16 ? 1e-4 : 1e-2;
+    // Matvec kernels keep f32 activations (1e-4); the GEMM paths round them to bf16 (1e-2). Which one runs is
+    // the backend's dispatch rule (matmul_dispatch.h; this backend keeps no bf16 copies of other types).
+    const bool matvec = cuda_ops::choose_matmul_path(c.n, c.type == DType::BF16, false, false) ==
+                        cuda_ops::MatmulPath::Matvec;
+    const double tol = matvec ? 1e-4 : 1e-2;
     const double err = rel_l2(download(out), ref);
     EXPECT_LE(err, tol) << describe(c);
     std::printf("  %-28s rel L2 %.2e\n", describe(c).c_str(), err);

@@ -20,6 +20,7 @@
 
 #include <cuda_runtime.h>
 
+#include "backends/cuda/matmul_dispatch.h"
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/weight_layout.cuh"
 #include "cuda_test_util.h"
@@ -59,7 +60,16 @@ class CudaMatvec : public CudaOpsTest {
     const Tensor gx = upload(DType::F32, {n, n_in}, x);
     const Tensor gb = bias ? upload(DType::F32, {n_out}, b) : Tensor{};
     gpu_->matmul(out, gx, gw, gb);
-    double worst = rel_l2(download(out), ref);
+    double worst = 0;
+    {
+      // The backend's own dispatch (matmul_dispatch.h): bf16 weights with 5..16 tokens go to cuBLASLt, which
+      // rounds the activations to bf16 (8-bit mantissa: ~2e-3 relative): the GEMM path's bound, 1e-2.
+      const double err = rel_l2(download(out), ref);
+      if (cuda_ops::choose_matmul_path(n, type == DType::BF16, false, false) == cuda_ops::MatmulPath::Matvec)
+        worst = err;
+      else
+        EXPECT_LE(err, 1e-2) << dtype_name(type) << " backend (cuBLASLt) n=" << n;
+    }
     // Every kept version directly (the prepared weight's layout: weight_layout.cuh).
     const bool split = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
     const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), n_out, n_in,
