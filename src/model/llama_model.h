@@ -10,12 +10,12 @@
 #include <tuple>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/vocab_shard.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/vocab_shard.h"
 #include "model/weights.h"
 #include "ops/backend.h"
+#include "ops/communicator.h"
 
 namespace ferry {
 
@@ -106,7 +106,7 @@ class LlamaModel {
   KvCacheShape kv_;
   int32_t max_step_tokens_;
   Tensor inv_freq_;  // (rope_dims/2) f32
-  // Paged KV cache, per layer: (n_blocks, block_size, n_kv_heads, head_dim) f32.
+  // Paged KV cache, per layer: (n_blocks, block_size, n_kv_heads, head_dim) in backend.kv_dtype() (CPU f32, CUDA bf16).
   std::vector<DeviceBuffer> k_cache_, v_cache_;
   // Activations, sized for max_step_tokens rows.
   DeviceBuffer x_, xb_, q_, k_, v_, attn_, out_, gate_, up_, logits_hidden_, logits_, inv_freq_buf_;
@@ -119,7 +119,7 @@ class LlamaModel {
   VocabShard vocab_;                 // this rank's vocabulary rows (the whole vocabulary at world 1)
   std::vector<float> gathered_host_;
   std::vector<uint8_t> step_bytes_;     // the step's Batch as broadcast to the followers (batch_codec.h)
-  std::vector<float> follower_logits_;  // followers' logits (unused; every rank assembles them)  // (world, m, local vocab rows) f32: eager steps' logits before assembly
+  std::vector<float> follower_logits_;  // a follower rank's logits of the step (m, vocab) f32: assembled like rank 0's, then unused
   TensorObserver observer_;
   bool graphs_on_ = true;
   std::map<GraphKey, std::unique_ptr<StepGraph>> graphs_;
