@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-#include "dist/communicator.h"
+#include "ops/communicator.h"
 #include "dist/host_link.h"
 
 struct CUstream_st;

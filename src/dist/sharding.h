@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/vocab_shard.h"
 #include "model/config.h"
+#include "model/vocab_shard.h"
 #include "model/weights.h"
 
 namespace ferry {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "ops/communicator.h"
 
 namespace ferry {
 

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "dist/communicator.h"
 #include "model/llama_model.h"
 #include "ops/backend.h"
+#include "ops/communicator.h"
 
 namespace ferry {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "dist/batch_codec.h"
+#include "model/batch_codec.h"
 
 namespace ferry {
 

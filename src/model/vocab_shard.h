@@ -1,5 +1,6 @@
-// The vocabulary shard of a tensor-parallel rank (see sharding.h): header-only, so the model can use it
-// without linking the dist library.
+// The vocabulary shard of a tensor-parallel rank: plain data the model reads (which embedding / lm-head rows
+// this rank holds, how to reassemble the gathered logits). The sharding plan that makes it is
+// dist/sharding.h; the model never depends on src/dist.
 #pragma once
 
 #include <algorithm>
