@@ -28,43 +28,15 @@
 #include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/device_errors.h"
 #include "backends/cuda/flash_prefill.cuh"
+#include "cuda_bench.h"
 #include "kernel_json.h"
 
 namespace {
 
 using namespace ferry;
 
-#define CK(expr)                                                               \
-  do {                                                                         \
-    const cudaError_t e_ = (expr);                                             \
-    if (e_ != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));         \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
-
-constexpr double kCopyGBs = 4300.0;
-
-// Median milliseconds per call of fn (events around each of `iters` calls after warm-up).
-double median_ms(cudaStream_t s, const std::function<void()>& fn, int iters) {
-  for (int i = 0; i < 3; ++i) fn();
-  CK(cudaStreamSynchronize(s));
-  std::vector<float> t(size_t(iters), 0.0f);
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < iters; ++i) {
-    CK(cudaEventRecord(a, s));
-    fn();
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    CK(cudaEventElapsedTime(&t[size_t(i)], a, b));
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return double(t[t.size() / 2]);
-}
+constexpr double kCopyGBs = bench::kCopyBytesPerSecond / 1e9;
+using bench::median_ms;  // median_ms(s, fn, iters): per call, after 3 warm-up calls
 
 // Random bf16 bits of N(0, 1) values.
 std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
@@ -83,8 +55,8 @@ std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
 template <typename T>
 T* upload(const std::vector<T>& v, std::vector<void*>& keep) {
   void* d = nullptr;
-  CK(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))));
-  CK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  BENCH_CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))));
+  BENCH_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
   keep.push_back(d);
   return static_cast<T*>(d);
 }
@@ -114,12 +86,12 @@ void make_problem(Problem& pr, int n_sets, int B, int q_len, int kv_len, int H, 
     std::vector<void*> tmp;
     const uint16_t* pat = upload(pattern, tmp);
     void* d = nullptr;
-    CK(cudaMalloc(&d, cache_elems * 2));
+    BENCH_CUDA_CHECK(cudaMalloc(&d, cache_elems * 2));
     pr.keep.push_back(d);
     for (size_t i = 0; i < cache_elems; i += pattern.size())
-      CK(cudaMemcpy(static_cast<uint16_t*>(d) + i, pat, std::min(pattern.size(), cache_elems - i) * 2,
+      BENCH_CUDA_CHECK(cudaMemcpy(static_cast<uint16_t*>(d) + i, pat, std::min(pattern.size(), cache_elems - i) * 2,
                     cudaMemcpyDeviceToDevice));
-    CK(cudaFree(tmp[0]));
+    BENCH_CUDA_CHECK(cudaFree(tmp[0]));
     return static_cast<const __nv_bfloat16*>(d);
   };
   const __nv_bfloat16* kc = fill(3);
@@ -140,7 +112,7 @@ void make_problem(Problem& pr, int n_sets, int B, int q_len, int kv_len, int H, 
     std::vector<int32_t> table(size_t(B) * size_t(max_blocks));
     for (size_t i = 0; i < table.size(); ++i) table[i] = perm[size_t(set) * table.size() + i];
     void* out = nullptr;
-    CK(cudaMalloc(&out, n_tok * H * D * 4));
+    BENCH_CUDA_CHECK(cudaMalloc(&out, n_tok * H * D * 4));
     pr.keep.push_back(out);
     cuda_ops::AttentionParams p{.out = static_cast<float*>(out), .q = qd, .k_cache = kc, .v_cache = vc,
                                 .q_start = qs_d, .q_len = ql_d, .kv_len = kl_d,
@@ -150,8 +122,8 @@ void make_problem(Problem& pr, int n_sets, int B, int q_len, int kv_len, int H, 
                                 .scale = 1.0f / std::sqrt(float(D)), .errors = errors};
     p.scratch_bytes = cuda_ops::decode_split_scratch_bytes(p, cuda_ops::plan_decode_split(p, n_sms));
     void* scratch = nullptr;
-    CK(cudaMalloc(&scratch, p.scratch_bytes));
-    CK(cudaMemset(scratch, 0, p.scratch_bytes));  // arrival counters start at zero
+    BENCH_CUDA_CHECK(cudaMalloc(&scratch, p.scratch_bytes));
+    BENCH_CUDA_CHECK(cudaMemset(scratch, 0, p.scratch_bytes));  // arrival counters start at zero
     pr.keep.push_back(scratch);
     p.scratch = static_cast<float*>(scratch);
     pr.params.push_back(p);
@@ -160,7 +132,7 @@ void make_problem(Problem& pr, int n_sets, int B, int q_len, int kv_len, int H, 
 
 std::vector<float> download(const float* d, size_t n) {
   std::vector<float> v(n);
-  CK(cudaMemcpy(v.data(), d, n * 4, cudaMemcpyDeviceToHost));
+  BENCH_CUDA_CHECK(cudaMemcpy(v.data(), d, n * 4, cudaMemcpyDeviceToHost));
   return v;
 }
 
@@ -179,7 +151,7 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
   std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "128x64 ms", "TF/s", "128x32 ms",
               "TF/s", "vs 128x64", "64x64 ms", "TF/s", "vs 128x64");
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   for (const int D : {128, 64}) {
     for (const int L : {512, 1024, 2048, 4096, 8192}) {
       const int B = 16384 / L;
@@ -206,7 +178,7 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
                flop, bytes, std::min(t1, t2) * 1e-3);
     }
   }
-  CK(cudaStreamDestroy(s));
+  BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
@@ -214,7 +186,7 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
   std::printf("%6s %4s %7s %7s %10s %8s %6s %10s %8s %6s\n", "ctx", "B", "splits", "chunk", "stream us", "GB/s", "%",
               "graph us", "GB/s", "%");
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   for (const int B : {1, 8, 64}) {
     for (const int C : {4096, 8192, 16384, 32768}) {
       const double bytes = double(B) * C * 8 * 128 * 2 * 2;
@@ -234,13 +206,13 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
       // Graph: the same sequence of calls captured once.
       cudaGraph_t graph;
       cudaGraphExec_t exec;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      BENCH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       for (int i = 0; i < n_calls; ++i) call();
-      CK(cudaStreamEndCapture(s, &graph));
-      CK(cudaGraphInstantiate(&exec, graph, 0));
-      const double tg = median_ms(s, [&] { CK(cudaGraphLaunch(exec, s)); }, 5) / n_calls;
-      CK(cudaGraphExecDestroy(exec));
-      CK(cudaGraphDestroy(graph));
+      BENCH_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      BENCH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      const double tg = median_ms(s, [&] { BENCH_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 5) / n_calls;
+      BENCH_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      BENCH_CUDA_CHECK(cudaGraphDestroy(graph));
       const double gs = bytes / ts * 1e-6, gg = bytes / tg * 1e-6;
       std::printf("%6d %4d %7d %7d %10.2f %8.0f %5.1f%% %10.2f %8.0f %5.1f%%\n", C, B, plan.n_splits, plan.chunk,
                   ts * 1e3, gs, 100 * gs / kCopyGBs, tg * 1e3, gg, 100 * gg / kCopyGBs);
@@ -248,7 +220,7 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
                bytes + double(B) * 2 * 32 * 128 * 4, tg * 1e-3);
     }
   }
-  CK(cudaStreamDestroy(s));
+  BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 }  // namespace
@@ -265,13 +237,13 @@ int main(int argc, char** argv) {
   }
   auto wanted = [&](const char* w) { return want.empty() || std::find(want.begin(), want.end(), w) != want.end(); };
   int dev = 0, n_sms = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev));
+  BENCH_CUDA_CHECK(cudaGetDevice(&dev));
+  BENCH_CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev));
   cudaDeviceProp prop{};
-  CK(cudaGetDeviceProperties(&prop, dev));
+  BENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   std::printf("device: %s, %d SMs\n", prop.name, n_sms);
   cuda_ops::DeviceErrors* errors = nullptr;
-  CK(cudaMallocHost(&errors, sizeof(cuda_ops::DeviceErrors)));
+  BENCH_CUDA_CHECK(cudaMallocHost(&errors, sizeof(cuda_ops::DeviceErrors)));
   std::memset(errors, 0, sizeof(*errors));
   bench::KernelJson json;
   try {
@@ -281,7 +253,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;
   }
-  CK(cudaDeviceSynchronize());
+  BENCH_CUDA_CHECK(cudaDeviceSynchronize());
   if (errors->bits != 0) {
     std::fprintf(stderr, "attention_bench: device error bits %u (value %ld)\n", errors->bits, long(errors->value));
     return 1;

@@ -16,44 +16,17 @@
 #include "backends/cuda/embedding.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/rope.cuh"
+#include "cuda_bench.h"
 #include "kernel_json.h"
 
 namespace {
 
 using namespace ferry;
-constexpr double kRoofline = 4.30e12;
+constexpr double kRoofline = bench::kCopyBytesPerSecond;
 
-#define CK(x)                                                       \
-  do {                                                              \
-    const cudaError_t e_ = (x);                                     \
-    if (e_ != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                 \
-    }                                                               \
-  } while (0)
-
+// Microseconds per call: batches of 20 calls (the launch gap of short kernels hidden), median of 15.
 template <class F>
-double median_us(cudaStream_t s, F&& launch) {
-  constexpr int kBatch = 20, kSamples = 15;
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 5; ++i) launch();
-  std::vector<float> ms;
-  for (int i = 0; i < kSamples; ++i) {
-    CK(cudaEventRecord(a, s));
-    for (int j = 0; j < kBatch; ++j) launch();
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t / kBatch);
-  }
-  std::sort(ms.begin(), ms.end());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return double(ms[ms.size() / 2]) * 1e3;
-}
+double median_us(cudaStream_t s, F&& launch) { return 1e3 * bench::median_ms(s, launch, 15, 20, 5); }
 
 // A device buffer of `count` random floats (Normal(0, 1)).
 float* random_device(size_t count, uint32_t seed) {
@@ -62,8 +35,8 @@ float* random_device(size_t count, uint32_t seed) {
   std::normal_distribution<float> d(0.0f, 1.0f);
   for (float& v : h) v = d(rng);
   float* p = nullptr;
-  CK(cudaMalloc(&p, count * 4));
-  CK(cudaMemcpy(p, h.data(), count * 4, cudaMemcpyHostToDevice));
+  BENCH_CUDA_CHECK(cudaMalloc(&p, count * 4));
+  BENCH_CUDA_CHECK(cudaMemcpy(p, h.data(), count * 4, cudaMemcpyHostToDevice));
   return p;
 }
 
@@ -83,7 +56,7 @@ int main(int argc, char** argv) {
   constexpr int64_t kDim = 4096, kHidden = 14336, kVocab = 128256, kHeads = 32, kHeadDim = 128, kMaxN = 8192;
   ferry::bench::KernelJson json;
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   float* x = random_device(size_t(kMaxN) * kHidden, 1);      // (n, up to hidden)
   float* y = random_device(size_t(kMaxN) * kHidden, 2);      // (n, up to hidden)
   float* out = random_device(size_t(kMaxN) * kHidden, 3);    // (n, up to hidden)
@@ -95,10 +68,10 @@ int main(int argc, char** argv) {
     std::vector<int32_t> h(kMaxN);
     std::mt19937 rng(6);
     for (int32_t& v : h) v = int32_t(rng() % kVocab);
-    CK(cudaMalloc(&ids, h.size() * 4));
-    CK(cudaMemcpy(ids, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMalloc(&table, size_t(kVocab) * kDim * 2));
-    CK(cudaMemset(table, 0x3c, size_t(kVocab) * kDim * 2));
+    BENCH_CUDA_CHECK(cudaMalloc(&ids, h.size() * 4));
+    BENCH_CUDA_CHECK(cudaMemcpy(ids, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA_CHECK(cudaMalloc(&table, size_t(kVocab) * kDim * 2));
+    BENCH_CUDA_CHECK(cudaMemset(table, 0x3c, size_t(kVocab) * kDim * 2));
   }
   std::printf("%-22s %6s %9s %9s %8s %7s\n", "op", "n", "us", "MB", "GB/s", "%roof");
   const auto report = [&](const char* op, int64_t n, double bytes, double us) {
@@ -135,6 +108,6 @@ int main(int argc, char** argv) {
       cuda_ops::embedding(DType::BF16, {.table = tv, .ids = ids, .out = out, .n = n, .errors = nullptr}, s);
     }));
   }
-  CK(cudaStreamSynchronize(s));
+  BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
   return json.write(json_path) ? 0 : 1;
 }

@@ -24,48 +24,18 @@
 #include "backends/cuda/gemm_cublaslt.h"
 #include "backends/cuda/gemm_sm90.cuh"
 #include "formats/quant.h"
+#include "cuda_bench.h"
 #include "kernel_json.h"
 
 namespace {
 
 using namespace ferry;
-
-#define CK(expr)                                                                       \
-  do {                                                                                 \
-    const cudaError_t e_ = (expr);                                                     \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));                 \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
-
-// Median milliseconds of one call of fn on stream s.
-double median_ms(cudaStream_t s, const std::function<void()>& fn, int reps = 15) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a, s));
-    fn();
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaGetLastError());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return double(t[t.size() / 2]);
-}
+using bench::median_ms;  // per call, median of 15 after 3 warm-up calls
 
 // `count` random bf16 values (normal, scale 1) in device memory: a 16 MiB random block copied repeatedly.
 uint16_t* random_bf16(size_t count, uint32_t seed) {
   uint16_t* d = nullptr;
-  CK(cudaMalloc(&d, count * 2));
+  BENCH_CUDA_CHECK(cudaMalloc(&d, count * 2));
   std::vector<uint16_t> block(size_t(8) << 20);
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0, 1);
@@ -77,7 +47,7 @@ uint16_t* random_bf16(size_t count, uint32_t seed) {
     if ((v & 0x7FFF) == 0) v = 0x3C00;
   }
   for (size_t at = 0; at < count; at += block.size())
-    CK(cudaMemcpy(d + at, block.data(), std::min(block.size(), count - at) * 2, cudaMemcpyHostToDevice));
+    BENCH_CUDA_CHECK(cudaMemcpy(d + at, block.data(), std::min(block.size(), count - at) * 2, cudaMemcpyHostToDevice));
   return d;
 }
 
@@ -95,7 +65,7 @@ void bench_gemm(bench::KernelJson& json) {
   std::printf("%-20s %5s %9s %9s %9s %5s %9s %9s %7s\n", "shape NxK", "M", "128x128", "128x192", "128x256", "pick",
               "ferry", "cuBLASLt", "% cuBLAS");
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   cuda_ops::Sm90Gemm ours(0);
   if (!ours.available()) {
     std::printf("not a compute capability 9.x device: skipped\n");
@@ -104,12 +74,12 @@ void bench_gemm(bench::KernelJson& json) {
   cuda_ops::CublasLtGemm lt;
   const size_t ws_bytes = size_t(32) << 20;
   void* ws = nullptr;
-  CK(cudaMalloc(&ws, ws_bytes));
+  BENCH_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
   const int64_t max_m = 8192, max_k = 14336, max_n = 28672;
   uint16_t* x = random_bf16(size_t(max_m) * size_t(max_k), 1);
   uint16_t* w = random_bf16(size_t(max_n) * 4096, 2);  // the largest w: 28672 x 4096 (8192^2 and 4096 x 14336 fit)
   float* out = nullptr;
-  CK(cudaMalloc(&out, size_t(max_m) * size_t(max_n) * 4));
+  BENCH_CUDA_CHECK(cudaMalloc(&out, size_t(max_m) * size_t(max_n) * 4));
   std::vector<std::pair<std::string, double>> summary;
   auto row = [&](const std::string& name, int64_t m, int64_t n, int64_t k) {
     const double flop = 2.0 * double(m) * double(n) * double(k);
@@ -140,11 +110,11 @@ void bench_gemm(bench::KernelJson& json) {
     sum += pct;
   }
   std::printf("ferry / cuBLASLt over %zu rows: mean %.1f%%, worst %.1f%%\n", summary.size(), sum / double(summary.size()), lo);
-  CK(cudaFree(x));
-  CK(cudaFree(w));
-  CK(cudaFree(out));
-  CK(cudaFree(ws));
-  CK(cudaStreamDestroy(s));
+  BENCH_CUDA_CHECK(cudaFree(x));
+  BENCH_CUDA_CHECK(cudaFree(w));
+  BENCH_CUDA_CHECK(cudaFree(out));
+  BENCH_CUDA_CHECK(cudaFree(ws));
+  BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 void bench_matmul(bench::KernelJson& json) {
@@ -226,7 +196,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   cudaDeviceProp prop{};
-  CK(cudaGetDeviceProperties(&prop, 0));
+  BENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   bench::KernelJson json;
   try {

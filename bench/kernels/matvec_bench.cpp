@@ -29,21 +29,13 @@
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/weight_layout.cuh"
 #include "formats/quant.h"
+#include "cuda_bench.h"
 #include "kernel_json.h"
 
 namespace {
 
 using namespace ferry;
-constexpr double kRoofline = 4.30e12;
-
-#define CK(x)                                                                    \
-  do {                                                                           \
-    const cudaError_t e_ = (x);                                                  \
-    if (e_ != cudaSuccess) {                                                     \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));              \
-      std::exit(1);                                                              \
-    }                                                                            \
-  } while (0)
+constexpr double kRoofline = bench::kCopyBytesPerSecond;
 
 std::vector<uint8_t> random_weight(DType t, int64_t rows, int64_t cols) {
   constexpr int64_t kDistinct = 64;
@@ -65,23 +57,23 @@ template <class F>
 double median_us(cudaStream_t s, F&& launch) {
   constexpr int kBatch = 20, kSamples = 15;
   cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  BENCH_CUDA_CHECK(cudaEventCreate(&a));
+  BENCH_CUDA_CHECK(cudaEventCreate(&b));
   int call = 0;
   for (int i = 0; i < 5; ++i) launch(call++);
   std::vector<float> ms;
   for (int i = 0; i < kSamples; ++i) {
-    CK(cudaEventRecord(a, s));
+    BENCH_CUDA_CHECK(cudaEventRecord(a, s));
     for (int j = 0; j < kBatch; ++j) launch(call++);
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
+    BENCH_CUDA_CHECK(cudaEventRecord(b, s));
+    BENCH_CUDA_CHECK(cudaEventSynchronize(b));
     float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
+    BENCH_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t / kBatch);
   }
   std::sort(ms.begin(), ms.end());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
+  BENCH_CUDA_CHECK(cudaEventDestroy(a));
+  BENCH_CUDA_CHECK(cudaEventDestroy(b));
   return double(ms[ms.size() / 2]) * 1e3;
 }
 
@@ -91,14 +83,14 @@ std::vector<void*> l2_copies(const void* src, size_t bytes) {
   std::vector<void*> v{const_cast<void*>(src)};
   for (size_t i = 1; i < n; ++i) {
     void* d = nullptr;
-    CK(cudaMalloc(&d, bytes));
-    CK(cudaMemcpy(d, src, bytes, cudaMemcpyDeviceToDevice));
+    BENCH_CUDA_CHECK(cudaMalloc(&d, bytes));
+    BENCH_CUDA_CHECK(cudaMemcpy(d, src, bytes, cudaMemcpyDeviceToDevice));
     v.push_back(d);
   }
   return v;
 }
 void free_copies(std::vector<void*>& v) {
-  for (size_t i = 1; i < v.size(); ++i) CK(cudaFree(v[i]));
+  for (size_t i = 1; i < v.size(); ++i) BENCH_CUDA_CHECK(cudaFree(v[i]));
   v.clear();
 }
 
@@ -121,7 +113,7 @@ int main(int argc, char** argv) {
   ferry::bench::KernelJson json;
   CudaBackend backend;
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   cublasHandle_t h;
   if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 1;
   cublasSetStream(h, s);
@@ -131,18 +123,18 @@ int main(int argc, char** argv) {
   float* x = nullptr;
   float* out = nullptr;
   uint16_t* xb = nullptr;
-  CK(cudaMalloc(&x, 16 * 14336 * 4));
-  CK(cudaMalloc(&xb, 16 * 14336 * 2));
-  CK(cudaMalloc(&out, size_t(16) * 128256 * 4));
+  BENCH_CUDA_CHECK(cudaMalloc(&x, 16 * 14336 * 4));
+  BENCH_CUDA_CHECK(cudaMalloc(&xb, 16 * 14336 * 2));
+  BENCH_CUDA_CHECK(cudaMalloc(&out, size_t(16) * 128256 * 4));
   void* scratch = nullptr;  // version 5's activation scratch (quantized weights)
-  CK(cudaMalloc(&scratch, cuda_ops::matvec_scratch_bytes(DType::Q4_0, 5, 16, 14336)));
+  BENCH_CUDA_CHECK(cudaMalloc(&scratch, cuda_ops::matvec_scratch_bytes(DType::Q4_0, 5, 16, 14336)));
   {
     std::vector<float> hx(16 * 14336);
     std::mt19937 rng(3);
     std::normal_distribution<float> d(0.0f, 1.0f);
     for (float& v : hx) v = d(rng);
-    CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemset(xb, 0x3c, 16 * 14336 * 2));
+    BENCH_CUDA_CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA_CHECK(cudaMemset(xb, 0x3c, 16 * 14336 * 2));
   }
   std::printf("%-6s %-13s %3s %2s %9s %8s %6s | %9s %8s %9s | %6s\n", "type", "rows x cols", "M", "v", "us", "GB/s",
               "%roof", "cuBLAS us", "GB/s", "vs cuBLAS", "vs v2");
@@ -151,8 +143,8 @@ int main(int argc, char** argv) {
     // cuBLAS bf16 reference on the same shape: out (M, rows) = x (M, cols) · Wᵀ.
     const std::vector<uint8_t> wb = random_weight(DType::BF16, sh.rows, sh.cols);
     void* wbd = nullptr;
-    CK(cudaMalloc(&wbd, wb.size()));
-    CK(cudaMemcpy(wbd, wb.data(), wb.size(), cudaMemcpyHostToDevice));
+    BENCH_CUDA_CHECK(cudaMalloc(&wbd, wb.size()));
+    BENCH_CUDA_CHECK(cudaMemcpy(wbd, wb.data(), wb.size(), cudaMemcpyHostToDevice));
     std::vector<double> cublas_us;
     std::vector<void*> wcopies = l2_copies(wbd, wb.size());
     for (const int m : ms) {
@@ -165,7 +157,7 @@ int main(int argc, char** argv) {
       }));
     }
     free_copies(wcopies);
-    CK(cudaFree(wbd));
+    BENCH_CUDA_CHECK(cudaFree(wbd));
     for (size_t i = 0; i < ms.size(); ++i)
       json.add("cuBLAS BF16 " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " M" + std::to_string(ms[i]),
                2.0 * ms[i] * double(sh.rows) * double(sh.cols),
@@ -198,8 +190,8 @@ int main(int argc, char** argv) {
                                .scratch = scratch},
                            s);
           res[k].resize(size_t(m) * size_t(sh.rows));
-          CK(cudaMemcpyAsync(res[k].data(), out, res[k].size() * 4, cudaMemcpyDeviceToHost, s));
-          CK(cudaStreamSynchronize(s));
+          BENCH_CUDA_CHECK(cudaMemcpyAsync(res[k].data(), out, res[k].size() * 4, cudaMemcpyDeviceToHost, s));
+          BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
         }
         const bool f16_math = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1;
         char note[3][64] = {"", "", ""};
@@ -238,7 +230,7 @@ int main(int argc, char** argv) {
       free_copies(copies);
     }
   }
-  CK(cudaStreamSynchronize(s));
+  BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
   cublasDestroy(h);
   return json.write(json_path) ? 0 : 1;
 }

@@ -27,42 +27,22 @@
 #include "backends/cuda/gemm_cublaslt.h"
 #include "backends/cuda/device_errors.h"
 #include "formats/quant.h"
+#include "cuda_bench.h"
 #include "kernel_json.h"
 
 namespace {
 
 using namespace ferry;
 
-#define CK(expr)                                                                       \
-  do {                                                                                 \
-    const cudaError_t e_ = (expr);                                                     \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));                 \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
-
-// Mean milliseconds per call of fn on stream s (events; warm-up calls first).
+// Mean milliseconds per call over `iters` back-to-back calls (one event pair), after 3 warm-up calls.
 double time_ms(cudaStream_t s, const std::function<void()>& fn, int iters = 20) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  CK(cudaEventRecord(a, s));
-  for (int i = 0; i < iters; ++i) fn();
-  CK(cudaEventRecord(b, s));
-  CK(cudaEventSynchronize(b));
-  float ms = 0;
-  CK(cudaEventElapsedTime(&ms, a, b));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return double(ms) / iters;
+  return bench::median_ms(s, fn, 1, iters, 3);
 }
 
 void* dev_alloc(size_t bytes, uint8_t fill) {
   void* p = nullptr;
-  CK(cudaMalloc(&p, bytes));
-  CK(cudaMemset(p, fill, bytes));  // 0x3C...: small finite floats / bf16s; speed does not depend on values
+  BENCH_CUDA_CHECK(cudaMalloc(&p, bytes));
+  BENCH_CUDA_CHECK(cudaMemset(p, fill, bytes));  // 0x3C...: small finite floats / bf16s; speed does not depend on values
   return p;
 }
 
@@ -76,7 +56,7 @@ const Shape kShapes[] = {{"wq/wo 4096x4096", 4096, 4096}, {"wk/wv 1024x4096", 10
 void bench_gemm(bench::KernelJson& json) {
   std::printf("\n== gemm: bf16, fp32 out (TFLOP/s) ==\n%-22s %6s %12s %12s\n", "shape", "n", "ferry Lt", "cublasGemmEx");
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   cublasHandle_t h;
   cublasCreate(&h);
   cublasSetStream(h, s);
@@ -127,7 +107,7 @@ void bench_matmul(bench::KernelJson& json) {
       const Tensor w = be.prepare_weight(Tensor::make(t, {sh.n_out, sh.n_in}, wq.data()), keep);
       keep.push_back(be.alloc(size_t(n * sh.n_in) * 4));
       const Tensor x = Tensor::make(DType::F32, {n, sh.n_in}, keep.back().data(), Device::Cuda);
-      CK(cudaMemset(x.data, 0x3C, x.nbytes()));
+      BENCH_CUDA_CHECK(cudaMemset(x.data, 0x3C, x.nbytes()));
       keep.push_back(be.alloc(size_t(n * sh.n_out) * 4));
       const Tensor out = Tensor::make(DType::F32, {n, sh.n_out}, keep.back().data(), Device::Cuda);
       for (int i = 0; i < 3; ++i) be.matmul(out, x, w, Tensor{});
@@ -168,7 +148,7 @@ void make_attention(AttnSetup& a, int B, int q_len, int kv_len, cuda_ops::Device
   }
   auto upload = [&](const std::vector<int32_t>& v) {
     void* d = dev_alloc(v.size() * 4, 0);
-    CK(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
     a.bufs.push_back(d);
     return static_cast<const int32_t*>(d);
   };
@@ -200,7 +180,7 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, bench::KernelJson& json) {
   std::printf("\n== prefill attention, H 32 KVH 8 D 128, B*L = 16384 (TFLOP/s causal) ==\n%6s %4s %10s %10s %10s\n",
               "L", "B", "flash ms", "TFLOP/s", "simple");
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   for (const int L : {512, 1024, 2048, 4096, 8192}) {
     const int B = 16384 / L;
     AttnSetup a;
@@ -223,7 +203,7 @@ void bench_decode(cuda_ops::DeviceErrors* errors, bench::KernelJson& json) {
   std::printf("\n== decode attention, H 32 KVH 8 D 128 (GB/s of K+V; copy 4300) ==\n%6s %4s %10s %10s %10s\n",
               "ctx", "B", "split us", "GB/s", "simple");
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   for (const int B : {1, 8, 32}) {
     for (const int C : {4096, 16384, 32768}) {
       AttnSetup a;
@@ -273,7 +253,7 @@ int main(int argc, char** argv) {
     return false;
   };
   void* host_errors = nullptr;
-  CK(cudaHostAlloc(&host_errors, sizeof(cuda_ops::DeviceErrors), cudaHostAllocMapped));
+  BENCH_CUDA_CHECK(cudaHostAlloc(&host_errors, sizeof(cuda_ops::DeviceErrors), cudaHostAllocMapped));
   auto* errors = static_cast<cuda_ops::DeviceErrors*>(host_errors);
   *errors = cuda_ops::DeviceErrors{0, 0};
   if (want("gemm")) bench_gemm(json);
@@ -283,7 +263,7 @@ int main(int argc, char** argv) {
   }
   if (want("prefill")) bench_prefill(errors, json);
   if (want("decode")) bench_decode(errors, json);
-  CK(cudaDeviceSynchronize());
+  BENCH_CUDA_CHECK(cudaDeviceSynchronize());
   std::printf("\ndevice error word: bits %u (0 expected)\n", errors->bits);
   cudaFreeHost(host_errors);
   return json.write(json_path) ? 0 : 1;

@@ -12,44 +12,17 @@
 #include <vector>
 
 #include "backends/cuda/sampling.cuh"
+#include "cuda_bench.h"
 #include "kernel_json.h"
 
 namespace {
 
 using namespace ferry;
-constexpr double kRoofline = 4.30e12;
+constexpr double kRoofline = bench::kCopyBytesPerSecond;
 
-#define CK(x)                                                       \
-  do {                                                              \
-    const cudaError_t e_ = (x);                                     \
-    if (e_ != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                 \
-    }                                                               \
-  } while (0)
-
+// Microseconds per call: batches of 20 calls (the launch gap of short kernels hidden), median of 15.
 template <class F>
-double median_us(cudaStream_t s, F&& launch) {
-  constexpr int kBatch = 20, kSamples = 15;
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<float> ms;
-  for (int i = 0; i < kSamples; ++i) {
-    CK(cudaEventRecord(a, s));
-    for (int j = 0; j < kBatch; ++j) launch();
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t / kBatch);
-  }
-  std::sort(ms.begin(), ms.end());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return double(ms[ms.size() / 2]) * 1e3;
-}
+double median_us(cudaStream_t s, F&& launch) { return 1e3 * bench::median_ms(s, launch, 15, 20, 5); }
 
 }  // namespace
 
@@ -67,7 +40,7 @@ int main(int argc, char** argv) {
   constexpr int64_t kVocab = 128256, kMaxM = 64;
   ferry::bench::KernelJson json;
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   float* logits = nullptr;                  // (kMaxM, kVocab) f32
   cuda_ops::SampleRowParams* rows = nullptr;  // (kMaxM)
   int32_t* out = nullptr;                   // (kMaxM)
@@ -76,10 +49,10 @@ int main(int argc, char** argv) {
     std::mt19937 rng(1);
     std::normal_distribution<float> d(0.0f, 3.0f);
     for (float& v : h) v = d(rng);
-    CK(cudaMalloc(&logits, h.size() * 4));
-    CK(cudaMemcpy(logits, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMalloc(&rows, kMaxM * sizeof(cuda_ops::SampleRowParams)));
-    CK(cudaMalloc(&out, kMaxM * 4));
+    BENCH_CUDA_CHECK(cudaMalloc(&logits, h.size() * 4));
+    BENCH_CUDA_CHECK(cudaMemcpy(logits, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA_CHECK(cudaMalloc(&rows, kMaxM * sizeof(cuda_ops::SampleRowParams)));
+    BENCH_CUDA_CHECK(cudaMalloc(&out, kMaxM * 4));
   }
   struct Setting {
     const char* name;
@@ -94,7 +67,7 @@ int main(int argc, char** argv) {
   for (const Setting& st : settings) {
     std::vector<cuda_ops::SampleRowParams> h(kMaxM);
     for (int64_t r = 0; r < kMaxM; ++r) h[size_t(r)] = {st.t, st.k, st.p, st.min_p, uint64_t(r + 1), 100};
-    CK(cudaMemcpy(rows, h.data(), h.size() * sizeof(h[0]), cudaMemcpyHostToDevice));
+    BENCH_CUDA_CHECK(cudaMemcpy(rows, h.data(), h.size() * sizeof(h[0]), cudaMemcpyHostToDevice));
     for (const int64_t m : {1, 4, 16, 64}) {
       const double us = median_us(s, [&] {
         cuda_ops::sample_rows({.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out}, s);
@@ -105,6 +78,6 @@ int main(int argc, char** argv) {
       json.add(std::string("sample ") + st.name + " m" + std::to_string(m), 0.0, bytes, us * 1e-6);
     }
   }
-  CK(cudaStreamSynchronize(s));
+  BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
   return json.write(json_path) ? 0 : 1;
 }
