@@ -6,7 +6,7 @@
 #include "commands.h"
 #include "common_options.h"
 #include "core/check.h"
-#include "tokenizer/utf8.h"
+#include "ferry/tools.h"
 
 namespace ferry::cli {
 

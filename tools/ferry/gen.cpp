@@ -2,8 +2,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "core/check.h"
-#include "model/random_model.h"
+#include "ferry/tools.h"
 
 namespace ferry::cli {
 
@@ -15,19 +14,18 @@ Runner add_gen(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   std::string shapes;
-  for (const auto& s : random_model_shapes()) shapes += (shapes.empty() ? "" : ", ") + s;
+  for (const auto& s : random_model_shape_names()) shapes += (shapes.empty() ? "" : ", ") + s;
   app.add_option("--shape", o->shape, "model shape: " + shapes);
   app.add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1");
   app.add_option("-o,--output", o->out, "output .gguf path")->required();
   app.add_option("--seed", o->seed, "random seed");
   app.add_option("-t,--threads", o->threads, "threads (0: all)");
   return [o] {
-    const ModelConfig c = random_model_config(o->shape);
-    const auto t = dtype_from_name(o->type);
-    FERRY_CHECK(t.has_value(), "unknown weight type '{}'", o->type);
+    const RandomModelSpec spec{o->out, o->shape, o->type, o->seed, o->threads};
+    const int64_t n_params = random_model_n_params(spec);  // checks the shape and the weight type
     std::fprintf(stderr, "writing %s: %s shape, %s weights, %.1f M parameters\n", o->out.c_str(), o->shape.c_str(),
-                 o->type.c_str(), double(c.n_params()) / 1e6);
-    write_random_model(o->out, c, *t, o->seed, o->threads);
+                 o->type.c_str(), double(n_params) / 1e6);
+    gen_random_model(spec);
     return 0;
   };
 }
