@@ -63,13 +63,14 @@ int main(int argc, char** argv) {
   app.add_option("--output-len", w.output_len, "generated tokens (the mean with --mix sharegpt)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--mix", mix, "fixed, or sharegpt (seeded log-normal lengths around the means)")->check(CLI::IsMember({"fixed", "sharegpt"}));
   app.add_option("--seed", w.seed, "workload seed");
-  app.add_option("--token-range", w.token_hi, "prompt token ids are drawn from [1000, N)")->check(CLI::Range(1001, 1 << 30));
+  app.add_option("--token-range", w.token_hi, "prompt token ids are drawn from [1000, N) (N <= 1000: [N/4, N), for tiny vocabularies)")->check(CLI::Range(2, 1 << 30));
   app.add_option("--model", model, "model name (default: the first of GET /v1/models)");
   app.add_option("--temperature", c.temperature, "sampling temperature");
   app.add_flag("--stream", stream, "stream (SSE): measures TTFT and inter-token latency");
   app.add_option("--timeout", timeout_s, "per-request read timeout in seconds");
   app.add_option("--json", json_path, "also write the figures to this JSON file");
   CLI11_PARSE(app, argc, argv);
+  if (w.token_hi <= w.token_lo) w.token_lo = w.token_hi / 4;
   w.mix = mix == "sharegpt" ? ferry::bench::LengthMix::ShareGpt : ferry::bench::LengthMix::Fixed;
   c.stream = stream;
 
