@@ -36,7 +36,7 @@ struct Env {
   std::optional<std::string> cuda_prefill_bf16;
   // FERRY_CUDA_GEMM: "cublas" sends prefill matmuls to cuBLASLt instead of ferry's Hopper GEMM (comparisons).
   std::optional<std::string> cuda_gemm;
-  // FERRY_CUDA_MATVEC: the decode matvec version (2, 4 or 5; default: matvec.cuh's) for comparisons.
+  // FERRY_CUDA_MATVEC: the decode matvec version (2 or 5; default: matvec.cuh's) for comparisons.
   std::optional<std::string> cuda_matvec;
 
   static Env read();  // reads the process environment once; pass the result down

@@ -47,7 +47,7 @@ struct CudaBackendOptions {
   // copy), and split-KV decode attention cuts contexts into fixed-size chunks instead of sizing splits to the
   // batch. Slower decode (no matvec): its cost is measured in docs/perf-log.md.
   bool batch_invariant = false;
-  // Decode matvec kernel version for n <= 16 tokens (matvec.cuh: 2, 4, 5); 0: matvec.cuh's default.
+  // Decode matvec kernel version (matvec.cuh: 2 or 5); 0: matvec.cuh's default.
   int matvec_version = 0;
 };
 

@@ -11,21 +11,14 @@
 namespace ferry::cuda_ops {
 
 inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for n <= this, cuBLASLt above
-// Kernel generations (both kept so one benchmark run compares them; the backend uses the default):
-//  2: activations staged with plain loads before any weight load, one block per 16 rows over all of K.
-//  3: split-K over a thread-block cluster (1..8 blocks per 16 rows, partials summed in fixed order through
-//     distributed shared memory: deterministic), weight loads issued before the cp.async activation staging,
-//     double-buffered weight loads in the main loop.
-//  4: v2 for F32/F16/BF16/Q4_K; for Q8_0/Q4_0/Q4_1 v2's structure with f16 math: activations staged as f16
-//     (a power-of-two scale per 32 values), weights turned into exact f16 pairs by bit tricks, HFMA2 within a
-//     chunk (16 or 32 values), f32 accumulation across chunks. About half the instructions per value of v2.
+// Kernel generations (both kept so one benchmark run compares them; the backend uses the default). Versions 3
+// (split-K over clusters: 0.73-0.88x of v2) and 4 (f16 math: 1.0-1.2x of v2) were measured and removed; their
+// designs and figures are in docs/perf-log.md ("CUDA decode").
+//  2: activations staged with plain loads before any weight load, one block per 16 rows over all of K; f32 math.
 //  5: persistent blocks, row groups split evenly over the SMs, K split among warps when rows are few, no
 //     staging; tensor cores for BF16 at 2..16 tokens; dp4a against two-level int8 activations (a pre-pass into
-//     MatvecParams::scratch) for Q8_0/Q4_0/Q4_1/Q4_K (matvec_v5.cuh).
-// Measured on the H200 (2026-11-29) v3 was 0.73-0.88x of v2 at M=1 (docs/perf-log.md). v5 compiles and its
-// tests and bench rows exist, but it has not yet run on a GPU (perf-log, "Matvec v5"): v2 stays the default
-// until one device run passes tests/cuda/matvec_test.cpp and matvec_bench shows v5 ahead.
-inline constexpr int kMatvecDefaultVersion = 5;  // v5 beat v2 at every shape and M on the H200 (perf-log)
+//     MatvecParams::scratch) for Q8_0/Q4_0/Q4_1/Q4_K (matvec_v5.cuh). Measured on the H200: 1.06-6.3x v2.
+inline constexpr int kMatvecDefaultVersion = 5;
 
 struct MatvecParams {
   WeightView w;        // (n_out, n_in) prepared weight (weight_layout.cuh), dtype given separately
@@ -33,7 +26,7 @@ struct MatvecParams {
   const float* bias;   // (n_out) f32 or null
   float* out;          // (n, n_out) f32
   int n_tokens;        // 1 <= n <= kMatvecMaxTokens
-  int version = kMatvecDefaultVersion;  // 2, 3, 4 or 5 (see above)
+  int version = kMatvecDefaultVersion;  // 2 or 5 (see above)
   void* scratch = nullptr;  // version 5, quantized weights: >= matvec_scratch_bytes() device bytes, 16-aligned
 };
 
