@@ -106,13 +106,35 @@ struct KQ4_0 {
   FERRY_X86_FN static __m256i dot(const WSigned& w, __m256i y) { return dot_signed(w, y); }
 };
 
+// Q4_1. With VNNI the high nibbles stay in place (16 x value, 0..240: vpdpbusd has no int16 intermediate
+// to saturate, and |lane| <= 4 * 240 * 127 < 2^24 converts exactly): the unpack is one broadcast load and
+// one AND instead of load + shift + insert + AND. Lanes 4..7 then carry 16 x the true sum, which the
+// activation scales of values 16..31 (kHighX16 below) divide by 16: exact powers of two, so every product
+// is bit-identical to the shifted form. maddubs (AVX2) would saturate its int16 pairs: it keeps the shift.
 struct KQ4_1 {
   using W = BlockQ4_1;
   using X = BlockQ8_1G4;
   static constexpr bool kHasMin = true;
-  FERRY_X86_FN static WUnsigned load_w(const W& b) { return {unpack_nibbles(b.qs), fp16(b.d), fp16(b.m)}; }
+  static constexpr bool kHighX16 = FERRY_X86_VNNI != 0;
+  FERRY_X86_FN static WUnsigned load_w(const W& b) {
+#if FERRY_X86_VNNI
+    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
+    const __m256i mask = _mm256_setr_epi64x(0x0F0F0F0F0F0F0F0F, 0x0F0F0F0F0F0F0F0F, int64_t(0xF0F0F0F0F0F0F0F0ull),
+                                            int64_t(0xF0F0F0F0F0F0F0F0ull));
+    return {_mm256_and_si256(both, mask), fp16(b.d), fp16(b.m)};
+#else
+    return {unpack_nibbles(b.qs), fp16(b.d), fp16(b.m)};
+#endif
+  }
   FERRY_X86_FN static __m256i dot(const WUnsigned& w, __m256i y) { return dot_u8_i8(w.q, y); }
 };
+
+// Whether K's dot leaves lanes 4..7 (values 16..31) at 16 x their sum (see KQ4_1).
+template <typename K>
+constexpr bool high_x16() {
+  if constexpr (requires { K::kHighX16; }) return K::kHighX16;
+  return false;
+}
 
 struct KQ5_0 {
   using W = BlockQ5_0;
@@ -163,6 +185,8 @@ FERRY_X86_FN void g4_tile(int64_t nb, const typename K::W* const* w, const typen
     for (int t = 0; t < T; ++t) {
       y[t] = load256(x[t][b].qs);
       dx[t] = _mm256_loadu_ps(x[t][b].d);
+      if constexpr (high_x16<K>())
+        dx[t] = _mm256_mul_ps(dx[t], _mm256_setr_ps(1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f));
     }
     __m128 s = _mm_setzero_ps();
     if constexpr (K::kHasMin) {  // lanes built in registers (a 16-byte load of 4 scalar stores would stall)
