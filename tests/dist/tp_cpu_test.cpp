@@ -1,6 +1,7 @@
 // Tensor parallelism on the CPU: N ranks as threads (ThreadCommunicator), each running its shard of a tiny
 // random model; logits and greedy tokens compared with the unsharded model (world 1).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -38,10 +39,15 @@ ModelConfig tp_config() {
   return c;
 }
 
-std::string write_model(const ModelConfig& c, DType wt, const std::string& tag) {
-  const std::string path = test::temp_path("tp_" + tag + ".gguf");
+// Writes the model, maps it and removes the file (the mapping stays valid). The process id in the name:
+// ctest -j runs the cases of this file as parallel processes, and one rewriting the file another has mapped
+// ends that one with SIGBUS.
+ModelFile open_random_model(const ModelConfig& c, DType wt, const std::string& tag) {
+  const std::string path = test::temp_path("tp_" + tag + "_" + std::to_string(getpid()) + ".gguf");
   write_random_model(path, c, wt, 7, 1);
-  return path;
+  ModelFile f = open_model(path);
+  std::remove(path.c_str());
+  return f;
 }
 
 constexpr int32_t kBlock = 16;
@@ -134,7 +140,7 @@ class TpCpu : public ::testing::TestWithParam<Case> {};
 TEST_P(TpCpu, LogitsAndGreedyTokensMatchWorldOne) {
   const Case k = GetParam();
   const ModelConfig c = tp_config();
-  const ModelFile f = open_model(write_model(c, k.wt, std::string(dtype_name(k.wt))));
+  const ModelFile f = open_random_model(c, k.wt, std::string(dtype_name(k.wt)));
   const RunResult ref = run_world(f, 1, k.kernels);
   const RunResult got = run_world(f, k.world, k.kernels);
   ASSERT_EQ(got.prompt_logits.size(), ref.prompt_logits.size());
@@ -158,7 +164,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TpCpu,
 
 TEST(TpCpuFailure, RankThrowingMidStepEndsEveryRankWithItsMessage) {
   const ModelConfig c = tp_config();
-  const ModelFile f = open_model(write_model(c, DType::F32, "fail"));
+  const ModelFile f = open_random_model(c, DType::F32, "fail");
   auto fut = std::async(std::launch::async, [&]() -> std::string {
     RankModel leader;
     ThreadTpGroup group(2, std::chrono::seconds(20));
@@ -265,7 +271,7 @@ TEST(TpPlan, HeadsNotDivisibleIsAClearError) {
 TEST(TpPlan, QuantizedSplitOffBlockBoundaryIsAClearError) {
   ModelConfig c = tp_config();
   c.hidden_dim = 160;  // 80 columns of w_down per rank at --tp 2: not whole Q4_0 blocks of 32
-  const ModelFile f = open_model(write_model(c, DType::Q4_0, "offblock"));
+  const ModelFile f = open_random_model(c, DType::Q4_0, "offblock");
   IdentityCommunicator comm;
   try {
     make_rank(f, 0, 2, &comm, CpuKernels::Fast);
