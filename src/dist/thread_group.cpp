@@ -23,6 +23,7 @@ void ThreadTpGroup::start(LlamaModel& leader, const MakeRank& make_follower) {
       } catch (const std::exception& e) {  // follow() has aborted the group; rank 0 throws it to its caller
         std::lock_guard lock(mu_);
         if (follower_error_.empty()) follower_error_ = e.what();
+        error_cv_.notify_all();
       }
     });
   }
@@ -39,6 +40,12 @@ ThreadTpGroup::~ThreadTpGroup() {
 
 std::string ThreadTpGroup::follower_error() {
   std::lock_guard lock(mu_);
+  return follower_error_;
+}
+
+std::string ThreadTpGroup::wait_follower_error(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  error_cv_.wait_for(lock, timeout, [&] { return !follower_error_.empty(); });
   return follower_error_;
 }
 

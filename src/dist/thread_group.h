@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -37,8 +38,10 @@ class ThreadTpGroup {
   using MakeRank = std::function<RankModel(int rank, Communicator& comm)>;
   void start(LlamaModel& leader, const MakeRank& make_follower);
   RankModel& follower(int rank) { return ranks_[size_t(rank - 1)]; }
-  // The first failure a follower thread saw (empty while none).
+  // The first failure a follower thread saw (empty while none). A follower aborts the group before its thread
+  // records the error, so rank 0 may see the failure first: wait_follower_error waits up to `timeout` for it.
   std::string follower_error();
+  std::string wait_follower_error(std::chrono::milliseconds timeout);
 
  private:
   std::vector<std::unique_ptr<Communicator>> comms_;
@@ -46,6 +49,7 @@ class ThreadTpGroup {
   std::vector<RankModel> ranks_;  // ranks 1..N-1
   std::vector<std::thread> threads_;
   std::mutex mu_;
+  std::condition_variable error_cv_;  // signalled when follower_error_ is set
   std::string follower_error_;
 };
 

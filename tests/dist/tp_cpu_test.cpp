@@ -186,7 +186,8 @@ TEST(TpCpuFailure, RankThrowingMidStepEndsEveryRankWithItsMessage) {
       } catch (const Error& again) {
         EXPECT_STREQ(again.what(), e.what());
       }
-      EXPECT_NE(group.follower_error().find("injected failure in layer 1"), std::string::npos);
+      const std::string follower = group.wait_follower_error(std::chrono::seconds(10));
+      EXPECT_NE(follower.find("injected failure in layer 1"), std::string::npos) << follower;
       return e.what();
     }
     return "no error";
