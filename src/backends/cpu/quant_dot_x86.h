@@ -250,61 +250,61 @@ __attribute__((target(FERRY_X86_TARGET))) void g4_dot(const DotTile& p) {
 // Per group of 4: d = amax / 127, id = d ? 1 / d : 0, q = cvtps2dq(x * id) (round half to even, as the
 // scalar quantizer's nearest_int); s = sum over groups in order of d * (sum of the group's q).
 
-// 8 floats (two groups) -> their quantized values (int32) and the two scales, each repeated over its group.
-FERRY_X86_FN __m256i quantize_g4_pair(__m256 v, __m256* d_out) {
-  const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
-  __m256 m = _mm256_max_ps(a, _mm256_permute_ps(a, 0xB1));  // swap neighbours
-  m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));         // swap pairs: the group max in all 4 lanes
-  const __m256 d = _mm256_div_ps(m, _mm256_set1_ps(127.0f));
-  const __m256 nonzero = _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_OQ);
-  const __m256 id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d), nonzero);
-  *d_out = d;
-  return _mm256_cvtps_epi32(_mm256_mul_ps(v, id));
-}
-
-// One block: 32 floats -> d[8], qs[32].
-FERRY_X86_FN void quantize_g4_block(const float* x, float* d, int8_t* qs) {
-  __m256i q[4];
-  alignas(32) float dv[4][8];
-  for (int k = 0; k < 4; ++k) {
-    __m256 dk;
-    q[k] = quantize_g4_pair(_mm256_loadu_ps(x + 8 * k), &dk);
-    _mm256_store_ps(dv[k], dk);
+// One block: 32 floats -> d[8], qs[32]. The 8 group maxima are gathered into one vector so the two
+// divisions (d = amax / 127, id = 1 / d) run once per block, not once per pair of groups (vdivps is the
+// slowest step: 8 -> 2 per block); the values and scales are the same bits as before.
+// With s != nullptr also *s = sum over groups in order of d[g] * (sum of group g's values), for Q8_1G4;
+// the group sums come from the int32 values in registers (hadd), not from the stored bytes.
+template <bool kSum>
+FERRY_X86_FN void quantize_g4_block(const float* x, float* d, int8_t* qs, float* s) {
+  __m256 v[4], m[4];
+  for (int k = 0; k < 4; ++k) {  // v[k]: values 8k..8k+7 = groups 2k (lanes 0..3) and 2k + 1 (lanes 4..7)
+    v[k] = _mm256_loadu_ps(x + 8 * k);
+    const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v[k]);
+    m[k] = _mm256_max_ps(a, _mm256_permute_ps(a, 0xB1));  // swap neighbours
+    m[k] = _mm256_max_ps(m[k], _mm256_permute_ps(m[k], 0x4E));  // swap pairs: the group max in all 4 lanes
   }
-  const __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+  // gm lanes = the maxima of groups [0, 2, 4, 6 | 1, 3, 5, 7] (lane k of m[k] in each 128-bit half)
+  const __m256 gm = _mm256_blend_ps(_mm256_blend_ps(m[0], m[1], 0x22), _mm256_blend_ps(m[2], m[3], 0x88), 0xCC);
+  const __m256 gd = _mm256_div_ps(gm, _mm256_set1_ps(127.0f));
+  const __m256 nonzero = _mm256_cmp_ps(gd, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+  const __m256 gid = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), gd), nonzero);
+  _mm256_storeu_ps(d, _mm256_permutevar8x32_ps(gd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  // lane k of each half, repeated over the half: the scales of groups 2k and 2k + 1 over v[k]'s lanes
+  const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], _mm256_permute_ps(gid, 0x00)));
+  const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], _mm256_permute_ps(gid, 0x55)));
+  const __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], _mm256_permute_ps(gid, 0xAA)));
+  const __m256i q3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], _mm256_permute_ps(gid, 0xFF)));
+  const __m256i p01 = _mm256_packs_epi32(q0, q1), p23 = _mm256_packs_epi32(q2, q3);
   const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
                                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), bytes);
-  for (int k = 0; k < 4; ++k) d[2 * k] = dv[k][0], d[2 * k + 1] = dv[k][4];
+  if constexpr (kSum) {
+    // hadd pairs per 128-bit half; two rounds give the group sums in gd's order [0, 2, 4, 6 | 1, 3, 5, 7]
+    const __m256i gs = _mm256_hadd_epi32(_mm256_hadd_epi32(q0, q1), _mm256_hadd_epi32(q2, q3));
+    // products rounded on their own (an explicit multiply: no FMA contraction into the sum below), then
+    // summed in group order: the scalar quantizer's exact operations.
+    const __m256 prod = _mm256_mul_ps(gd, _mm256_cvtepi32_ps(gs));
+    const __m128 even = _mm256_castps256_ps128(prod), odd = _mm256_extractf128_ps(prod, 1);
+    __m128 sum = _mm_add_ss(even, odd);                                   // g0 + g1
+    sum = _mm_add_ss(sum, _mm_movehdup_ps(even));                         // + g2
+    sum = _mm_add_ss(sum, _mm_movehdup_ps(odd));                          // + g3
+    sum = _mm_add_ss(sum, _mm_movehl_ps(even, even));                     // + g4
+    sum = _mm_add_ss(sum, _mm_movehl_ps(odd, odd));                       // + g5
+    sum = _mm_add_ss(sum, _mm_shuffle_ps(even, even, 3));                 // + g6
+    sum = _mm_add_ss(sum, _mm_shuffle_ps(odd, odd, 3));                   // + g7
+    *s = _mm_cvtss_f32(sum);
+  }
 }
 
 __attribute__((target(FERRY_X86_TARGET))) void quantize_act_q8_0g4(const float* x, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ8_0G4*>(dst);
-  for (int64_t b = 0; b < n / kQK; ++b) quantize_g4_block(x + b * kQK, out[b].d, out[b].qs);
+  for (int64_t b = 0; b < n / kQK; ++b) quantize_g4_block<false>(x + b * kQK, out[b].d, out[b].qs, nullptr);
 }
 
 __attribute__((target(FERRY_X86_TARGET))) void quantize_act_q8_1g4(const float* x, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ8_1G4*>(dst);
-  for (int64_t b = 0; b < n / kQK; ++b) {
-    BlockQ8_1G4& o = out[b];
-    quantize_g4_block(x + b * kQK, o.d, o.qs);
-    // group sums of q: sign-extend to int16, pairwise add to int32 (madd with ones), then add pairs
-    const __m256i q16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o.qs)));
-    const __m256i q16b = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o.qs + 16)));
-    const __m256i pairs_a = _mm256_madd_epi16(q16, _mm256_set1_epi16(1));   // values 0..15, pairs
-    const __m256i pairs_b = _mm256_madd_epi16(q16b, _mm256_set1_epi16(1));  // values 16..31, pairs
-    // hadd works per 128-bit lane: [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7] = groups
-    // [0, 1, 4, 5 | 2, 3, 6, 7]; the permute puts them in order.
-    const __m256i groups = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(pairs_a, pairs_b),
-                                                       _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-    // products rounded on their own (an explicit multiply: no FMA contraction into the sum below), then
-    // summed in group order: the scalar quantizer's exact operations.
-    alignas(32) float prod[kQK / kG4];
-    _mm256_store_ps(prod, _mm256_mul_ps(_mm256_loadu_ps(o.d), _mm256_cvtepi32_ps(groups)));
-    float sum = 0.0f;
-    for (int g = 0; g < kQK / kG4; ++g) sum += prod[g];
-    o.s = sum;
-  }
+  for (int64_t b = 0; b < n / kQK; ++b) quantize_g4_block<true>(x + b * kQK, out[b].d, out[b].qs, &out[b].s);
 }
 
 // ---- the K-quants (x: Q8_K) ---------------------------------------------------------------------------
