@@ -27,6 +27,26 @@ float weight_of(float logit, float max_logit, float inv_t) {
   return exp_nonpositive((finite_top(logit) - max_logit) * inv_t);  // NaN, -inf -> 0
 }
 
+// w[i] = weight_of(src[i], max_logit, inv_t) over (n) f32. Also compiled for AVX2 (8 lanes instead of
+// SSE2's 4; no FMA, so the same roundings and the same weights bit for bit), used when the CPU has it.
+void dense_weights_generic(const float* src, float* w, size_t n, float max_logit, float inv_t) {
+  for (size_t i = 0; i < n; ++i) w[i] = weight_of(src[i], max_logit, inv_t);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) void dense_weights_avx2(const float* src, float* w, size_t n, float max_logit,
+                                                        float inv_t) {
+  for (size_t i = 0; i < n; ++i) w[i] = weight_of(src[i], max_logit, inv_t);
+}
+#endif
+
+void dense_weights(const float* src, float* w, size_t n, float max_logit, float inv_t) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx2")) return dense_weights_avx2(src, w, n, max_logit, inv_t);
+#endif
+  dense_weights_generic(src, w, n, max_logit, inv_t);
+}
+
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size) : params_(params), vocab_size_(vocab_size) {
@@ -115,8 +135,43 @@ int32_t Sampler::sample_sparse(std::span<const float> logits, uint64_t position)
 }
 
 int32_t Sampler::draw(const float* weight, size_t n, uint64_t position) {
-  kept_sum_ = sum_lanes(weight, n);
+  kept_sum_ = sum_with_blocks(weight, n, block_sums_);
   const double target = static_cast<double>(philox_uniform(params_.seed, position)) * kept_sum_;
+  const int32_t i = draw_blocked(weight, n, target, kept_sum_, block_sums_);
+  // u * sum can round up to the sum: then the last token with weight (the max has weight 1, so there is one).
+  FERRY_ASSERT(i >= 0);
+  return i;
+}
+
+double sum_with_blocks(const float* w, size_t n, std::vector<double>& blocks) {
+  static_assert(kDrawBlock % 8 == 0, "blocks must hold whole 8-lane groups of sum_lanes");
+  const size_t n8 = n / 8 * 8;  // sum_lanes' lanes cover [0, n8); the tail is added on its own
+  const size_t n_blocks = (n + kDrawBlock - 1) / kDrawBlock;
+  blocks.resize(n_blocks);
+  double lane[8] = {};  // sum_lanes' lanes, in its order
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const size_t begin = b * kDrawBlock;
+    const size_t end = std::min(n, begin + kDrawBlock);
+    const size_t end8 = std::min(end, n8);
+    double block_lane[8] = {};
+    for (size_t i = begin; i + 8 <= end8; i += 8) {
+      for (size_t j = 0; j < 8; ++j) {
+        lane[j] += w[i + j];
+        block_lane[j] += w[i + j];
+      }
+    }
+    double sum = 0.0;
+    for (const double l : block_lane) sum += l;
+    for (size_t i = std::max(begin, n8); i < end; ++i) sum += w[i];
+    blocks[b] = sum;
+  }
+  double total = 0.0;
+  for (size_t i = n8; i < n; ++i) total += w[i];
+  for (const double l : lane) total += l;
+  return total;
+}
+
+int32_t draw_sequential(const float* weight, size_t n, double target) {
   double cum = 0.0;
   int32_t last_positive = -1;
   for (size_t i = 0; i < n; ++i) {
@@ -124,9 +179,30 @@ int32_t Sampler::draw(const float* weight, size_t n, uint64_t position) {
     if (cum > target) return static_cast<int32_t>(i);
     if (weight[i] > 0.0f) last_positive = static_cast<int32_t>(i);
   }
-  // u * sum can round up to the sum: then the last token with weight (the max has weight 1, so there is one).
-  FERRY_ASSERT(last_positive >= 0);
   return last_positive;
+}
+
+// The sequential cumulative sums c_i are nondecreasing (weights >= 0, rounding is monotone) and within
+// gamma_i * total of the exact prefix sums; the estimates E_i (block sums, then a walk) within gamma_m *
+// total, m < 2n + 64 roundings. So |c_i - E_i| <= tol, and E_{i-1} <= target - tol < target + tol < E_i
+// proves c_{i-1} <= target < c_i: draw_sequential's answer. Otherwise the exact walk decides.
+int32_t draw_blocked(const float* weight, size_t n, double target, double total, std::span<const double> blocks) {
+  const double tol = (4.0 * static_cast<double>(n) + 256.0) * 0x1p-53 * total;
+  double before = 0.0;  // E at the start of block k
+  size_t k = 0;
+  for (; k < blocks.size() && before + blocks[k] <= target - tol; ++k) before += blocks[k];
+  if (k < blocks.size()) {
+    double e = before;
+    for (size_t i = k * kDrawBlock; i < n; ++i) {
+      const double prev = e;
+      e += weight[i];
+      if (e > target + tol) {
+        if (prev <= target - tol) return static_cast<int32_t>(i);
+        break;  // the crossing is within rounding of target
+      }
+    }
+  }
+  return draw_sequential(weight, n, target);
 }
 
 std::vector<TokenProb> Sampler::kept() const {
@@ -158,8 +234,8 @@ int32_t Sampler::sample_dense(std::span<const float> logits, uint64_t position) 
   dense_.resize(n);
   float* w = dense_.data();           // (vocab_size) weights
   const float* src = logits.data();   // (vocab_size) logits
-  for (size_t i = 0; i < n; ++i) w[i] = weight_of(src[i], max_logit, inv_t);
-  const double total = sum_lanes(w, n);
+  dense_weights(src, w, n, max_logit, inv_t);
+  const double total = params_.top_p < 1.0f ? sum_lanes(w, n) : 0.0;  // only top-p measures against it
   if (params_.min_p > 0.0f) {
     const float min_p = params_.min_p;
     for (size_t i = 0; i < n; ++i) w[i] = w[i] < min_p ? 0.0f : w[i];

@@ -17,6 +17,7 @@
 // NaN/-inf there is nothing to draw, and sample() throws ferry::Error (the engine fails that request only).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -30,6 +31,19 @@ struct TokenProb {
   int32_t id = 0;
   float prob = 0.0f;
 };
+
+// The draw's two halves, exposed so tests can pin them to the definition. weight: (n) f32 >= 0, finite.
+// sum_with_blocks returns sum_lanes(weight, n) bit for bit and fills blocks with (ceil(n / kDrawBlock)) sums
+// of consecutive kDrawBlock-weight blocks (estimates: any summation order). draw_sequential is the
+// definition: the first i whose cumulative weight (summed in double in id order) exceeds target, else the
+// last i with weight > 0 (-1 when none). draw_blocked returns the same index faster: it finds the crossing
+// from the block sums and walks one block, which is exact whenever target is farther than a rigorous
+// rounding bound (~4n * 2^-53 * total) from the crossing, and otherwise (about one draw in 2^30) runs
+// draw_sequential. total: sum_with_blocks' result; blocks: its block sums.
+inline constexpr size_t kDrawBlock = 512;
+double sum_with_blocks(const float* weight, size_t n, std::vector<double>& blocks);
+int32_t draw_sequential(const float* weight, size_t n, double target);
+int32_t draw_blocked(const float* weight, size_t n, double target, double total, std::span<const double> blocks);
 
 class Sampler {
  public:
@@ -78,6 +92,7 @@ class Sampler {
   Path last_path_ = Path::kNone;   // which of greedy_token_ / cand_ / dense_ holds the last call's result
   int32_t greedy_token_ = -1;
   double kept_sum_ = 0.0;          // sum of the kept weights of the last call
+  std::vector<double> block_sums_;  // (ceil(n / kDrawBlock)) draw: sums of blocks of kept weights
 };
 
 }  // namespace ferry
