@@ -1,5 +1,6 @@
 #include "engine/postprocess.h"
 
+#include "core/check.h"
 #include "engine/logprobs.h"
 
 namespace ferry {
@@ -12,11 +13,30 @@ TokenLogprobOut logprob_out(const TokenLogprob& lp, const Tokenizer& tokenizer) 
 
 }  // namespace
 
-TokenOutcome postprocess_token(Sequence& seq, std::span<const float> logits, const Tokenizer& tokenizer,
-                               int32_t context) {
+void sample_rows(std::span<SampleRow> rows, ThreadPool* pool) {
+  auto one = [&](int64_t i) {
+    SampleRow& r = rows[size_t(i)];
+    try {
+      Sequence& seq = *r.seq;
+      r.token = seq.sampler->sample(r.logits, seq.tokens);
+      r.has_logprobs = seq.request.logprobs >= 0;
+      if (r.has_logprobs) r.logprobs = token_logprobs(r.logits, r.token, seq.request.logprobs);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+  };
+  if (pool == nullptr || pool->size() <= 1 || rows.size() <= 1) {
+    for (size_t i = 0; i < rows.size(); ++i) one(int64_t(i));
+  } else {
+    pool->run_chunks(int64_t(rows.size()), one);  // one row per chunk: ~20-100 us each on a 128k vocabulary
+  }
+}
+
+TokenOutcome finish_token(const SampleRow& row, const Tokenizer& tokenizer, int32_t context) {
+  Sequence& seq = *row.seq;
   TokenOutcome out;
   const GenerationRequest& req = seq.request;
-  const int32_t tok = seq.sampler->sample(logits, seq.tokens);
+  const int32_t tok = row.token;
   ++seq.n_generated;
   if (!req.ignore_eos && tokenizer.is_eog(tok)) {  // the end-of-generation token itself is not output
     out.finished = true;
@@ -28,10 +48,9 @@ TokenOutcome postprocess_token(Sequence& seq, std::span<const float> logits, con
   seq.usage.completion_tokens += 1;
   GeneratedToken g;
   g.id = tok;
-  if (req.logprobs >= 0) {
-    const TokenLogprobs lp = token_logprobs(logits, tok, req.logprobs);
-    g.chosen = logprob_out(lp.chosen, tokenizer);
-    for (const TokenLogprob& t : lp.top) g.top.push_back(logprob_out(t, tokenizer));
+  if (row.has_logprobs) {
+    g.chosen = logprob_out(row.logprobs.chosen, tokenizer);
+    for (const TokenLogprob& t : row.logprobs.top) g.top.push_back(logprob_out(t, tokenizer));
   } else {
     g.chosen.id = tok;
   }
@@ -52,6 +71,16 @@ TokenOutcome postprocess_token(Sequence& seq, std::span<const float> logits, con
     out.tokens.clear();
   }
   return out;
+}
+
+TokenOutcome postprocess_token(Sequence& seq, std::span<const float> logits, const Tokenizer& tokenizer,
+                               int32_t context) {
+  SampleRow row;
+  row.seq = &seq;
+  row.logits = logits;
+  sample_rows(std::span(&row, 1), nullptr);
+  if (!row.error.empty()) fail("{}", row.error);
+  return finish_token(row, tokenizer, context);
 }
 
 }  // namespace ferry

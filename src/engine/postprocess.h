@@ -2,6 +2,11 @@
 // with the request's own Sampler, compute logprobs from the raw logits, stream its text (stop strings held
 // back), and decide whether the request is finished (end-of-generation token, stop string, max_tokens,
 // context full). Posts the update to the request's channel unless it finished (the caller finishes it).
+//
+// Two halves, so that a step's rows can sample in parallel: sample_rows (the sampler and logprobs: touches
+// only each row's own Sequence.sampler and reads its tokens; rows are independent and each has its own seed,
+// so the result is the same in any order or thread) and finish_token (detokenize, stop strings, posting:
+// serial, in row order).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
+#include "engine/logprobs.h"
 #include "engine/sequence.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,7 +28,24 @@ struct TokenOutcome {
   std::vector<GeneratedToken> tokens;   // the last tokens to send with the final update
 };
 
-// logits: (vocab_size) f32, the raw logits after seq.tokens. context: the per-sequence token limit.
+// One row of a step to sample: the input (seq, logits: (vocab_size) f32) and what sample_rows made of it.
+struct SampleRow {
+  Sequence* seq = nullptr;
+  std::span<const float> logits;
+  int32_t token = -1;
+  bool has_logprobs = false;  // seq->request.logprobs >= 0
+  TokenLogprobs logprobs;     // from the raw logits, when has_logprobs
+  std::string error;          // non-empty: sampling failed (every logit NaN/-inf); the caller fails the request
+};
+
+// Samples every row (and computes its logprobs), spread over pool's threads (nullptr or size 1: in order on
+// this thread). Never throws for a row's error: it is stored in that row.
+void sample_rows(std::span<SampleRow> rows, ThreadPool* pool);
+
+// The serial half for one sampled row: the rest of postprocess_token.
+TokenOutcome finish_token(const SampleRow& row, const Tokenizer& tokenizer, int32_t context);
+
+// Both halves for one sequence. logits: (vocab_size) f32, the raw logits after seq.tokens. context: the per-sequence token limit.
 // Throws ferry::Error when the logits cannot be sampled (every one NaN/-inf): the caller fails the request.
 TokenOutcome postprocess_token(Sequence& seq, std::span<const float> logits, const Tokenizer& tokenizer,
                                int32_t context);
