@@ -34,6 +34,8 @@ struct ServingOptions {
   int64_t kv_tokens = 0;      // KV cache capacity in tokens over all sequences; 0: automatic (CPU: enough for
                               // max_running sequences of full context within 50% of RAM; CUDA: 90% of free memory)
   bool prefix_caching = true; // reuse cached full blocks of equal prompt prefixes
+  int postprocess_threads = 0;   // threads sampling the step's rows in parallel; 0: automatic (1 on the CPU, whose
+                                 // cores the backend uses; min(8, hardware threads / 2) on CUDA)
   bool batch_invariant = false;  // a request's output does not depend on what else is in the batch (CUDA;
                                  // the CPU kernels are batch-invariant always)
   bool check_invariants = false; // tests and debugging: after every step verify the KV bookkeeping (every

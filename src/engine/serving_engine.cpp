@@ -50,7 +50,8 @@ int64_t automatic_kv_tokens(const EngineOptions& eo, const ServingOptions& so, c
 // the host cores are idle while the step runs, and 55 rows x 128k-vocab sampling (~50-90 us each) was 5 ms
 // of a 21 ms decode step on the H200's host: min(8, hardware threads / 2) leaves half the cores to the HTTP
 // threads.
-int postprocess_threads(const EngineOptions& eo) {
+int postprocess_threads(const EngineOptions& eo, const ServingOptions& so) {
+  if (so.postprocess_threads > 0) return so.postprocess_threads;
   if (eo.device == "cpu") return 1;
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
   return std::clamp(hw / 2, 1, 8);
@@ -61,6 +62,8 @@ void validate_options(const ServingOptions& s) {
               s.max_running);
   FERRY_CHECK(s.max_step_tokens >= s.max_running && s.max_step_tokens <= 65536,
               "serving: max_step_tokens must be in max_running ({})..65536, got {}", s.max_running, s.max_step_tokens);
+  FERRY_CHECK(s.postprocess_threads >= 0 && s.postprocess_threads <= 256,
+              "serving: postprocess_threads must be in 0..256, got {}", s.postprocess_threads);
   FERRY_CHECK(s.max_waiting >= 0 && s.max_waiting <= (1 << 20), "serving: max_waiting must be in 0..{}, got {}",
               1 << 20, s.max_waiting);
   FERRY_CHECK(s.kv_tokens >= 0, "serving: kv_tokens must be >= 0 (0: automatic), got {}", s.kv_tokens);
@@ -312,7 +315,7 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
                                             *s.blocks);
   s.runner = std::make_unique<ModelRunner>(*s.m->model, pad_decodes ? kv.n_blocks - 1 : -1);
   s.stats.kv_blocks_total = n_pool_blocks;
-  if (const int n = postprocess_threads(eo); n > 1) s.postprocess_pool = std::make_unique<ThreadPool>(n);
+  if (const int n = postprocess_threads(eo, so); n > 1) s.postprocess_pool = std::make_unique<ThreadPool>(n);
   s.loop = std::thread([this] { impl_->run_loop(); });
 }
 

@@ -45,7 +45,7 @@ std::chrono::seconds tp_timeout(const Env& env) {
 }
 
 // The kv shape and step size as bytes, for rank 0 to send to the others.
-std::vector<uint8_t> pack(const KvCacheShape& kv, int32_t max_step) {
+[[maybe_unused]] std::vector<uint8_t> pack(const KvCacheShape& kv, int32_t max_step) {
   std::vector<uint8_t> b(12);
   std::memcpy(b.data(), &kv.n_blocks, 4);
   std::memcpy(b.data() + 4, &kv.block_size, 4);

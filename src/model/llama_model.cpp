@@ -179,7 +179,6 @@ void LlamaModel::end_followers() {
 }
 
 void LlamaModel::run_step(const Batch& batch, std::vector<float>& logits) {
-  const ModelConfig& c = config_;
   const int64_t n = batch.n_tokens();
   FERRY_CHECK(n > 0 && n <= max_step_tokens_, "step of {} tokens (1..{} allowed)", n, max_step_tokens_);
   FERRY_ASSERT(batch.positions.size() == size_t(n) && batch.slots.size() == size_t(n));

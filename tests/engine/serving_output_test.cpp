@@ -116,7 +116,9 @@ TEST(ServingOutput, LogprobsEqualTokenLogprobsOfAScore) {
     for (size_t j = 0; j < g.top.size(); ++j) {
       EXPECT_EQ(g.top[j].id, want.top[j].id) << "token " << i << " rank " << j;
       EXPECT_NEAR(g.top[j].logprob, want.top[j].logprob, 1e-4f * std::max(1.0f, std::fabs(want.top[j].logprob)));
-      if (j > 0) EXPECT_GE(g.top[j - 1].logprob, g.top[j].logprob);
+      if (j > 0) {
+        EXPECT_GE(g.top[j - 1].logprob, g.top[j].logprob);
+      }
     }
     // Greedy: the chosen token is the most likely one.
     EXPECT_EQ(g.top[0].id, g.id);

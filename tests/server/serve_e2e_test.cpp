@@ -75,7 +75,9 @@ class ServeE2E : public ::testing::Test {
     server_ = new ServeProcess({});
   }
   static void TearDownTestSuite() {
-    if (server_ != nullptr && server_->port() > 0) EXPECT_EQ(server_->terminate(30), 0) << "SIGTERM must exit 0";
+    if (server_ != nullptr && server_->port() > 0) {
+      EXPECT_EQ(server_->terminate(30), 0) << "SIGTERM must exit 0";
+    }
     delete server_;
     server_ = nullptr;
   }

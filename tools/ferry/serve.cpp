@@ -117,6 +117,8 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--model-name", o->model_name, "the model's name in the API (default: the file name)");
   app.add_option("--max-running", o->serving.max_running, "sequences in one step at most")->check(CLI::Range(1, 4096));
   app.add_option("--max-waiting", o->serving.max_waiting, "queued requests beyond which new ones get 429")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--sample-threads", o->serving.postprocess_threads,
+                 "threads sampling a step's rows in parallel (0: automatic)")->check(CLI::Range(0, 256));
   app.add_option("--max-step-tokens", o->serving.max_step_tokens, "token budget of one engine step (chunked prefill)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--kv-tokens", o->serving.kv_tokens, "KV cache capacity in tokens (0: automatic)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   app.add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of equal prompt prefixes");
