@@ -1,6 +1,7 @@
 // CPU matmul harness: CpuBackend::matmul (fast kernels) on SmolLM2-135M's layer shapes, per weight type,
 // SIMD level, token count and thread count. Prints the best of --reps timings (robust on a shared machine)
-// and the median, as GMAC/s over the whole layer (q, k, v, o, gate, up, down).
+// and the median, as GMAC/s over the whole layer (q, k, v, o, gate, up, down). Weights go through
+// CpuBackend::prepare_weight first, as the model loader does (Q4_1 is repacked at avx512).
 // Usage: cpu_matmul_bench [--types q4_1,q4_0,...] [--tokens 1,128] [--threads 1,2] [--reps N] [--simd LEVEL]
 #include <algorithm>
 #include <chrono>
@@ -78,6 +79,11 @@ int main(int argc, char** argv) {
       if (!cpu_supports(level)) continue;
       for (const std::string& th : threads) {
         CpuBackend be({.kernels = CpuKernels::Fast, .n_threads = std::atoi(th.c_str()), .simd = level});
+        // as the model loader does: the backend may repack (Q4_1 at avx512: q4_1x8.h)
+        std::vector<DeviceBuffer> keep;
+        std::vector<Tensor> prepared;
+        for (size_t i = 0; i < layer.size(); ++i)
+          prepared.push_back(be.prepare_weight(Tensor::make(wt, {layer[i].n_out, layer[i].n_in}, w[i].data()), keep));
         for (const std::string& tk : tokens) {
           const int64_t n = std::atoll(tk.c_str());
           std::vector<float> x(size_t(n * 1536)), y(size_t(n * 1536));
@@ -89,8 +95,7 @@ int main(int argc, char** argv) {
             for (size_t i = 0; i < layer.size(); ++i) {
               const Tensor tx = Tensor::make(DType::F32, {n, layer[i].n_in}, x.data());
               const Tensor ty = Tensor::make(DType::F32, {n, layer[i].n_out}, y.data());
-              const Tensor tw = Tensor::make(wt, {layer[i].n_out, layer[i].n_in}, w[i].data());
-              be.matmul(ty, tx, tw, Tensor{});
+              be.matmul(ty, tx, prepared[i], Tensor{});
             }
             const double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
             if (rep >= 2) us.push_back(t), cpu.push_back(process_cpu_us() - c0);

@@ -8,6 +8,8 @@
 // kernels to the loose tolerance of dot_test (so a kernel that returned garbage consistently would fail).
 // n_out = 37 (not a multiple of any tile or chunk size) and two threads, so tiles and chunks have remainders;
 // n_in holds an odd number of 32-value blocks (the 512-bit kernels' half-vector tail) where the type allows.
+// Weights go through CpuBackend::prepare_weight first (Q4_1 at avx512: repacked 8 rows per block, kOut = 37
+// leaves a partial last group).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,7 +72,10 @@ TEST(BatchInvariance, MatmulRowsAloneEqualRowsInBatch) {
       SCOPED_TRACE(std::string(simd_level_name(level)) + " " + std::string(dtype_name(wt)));
       const int64_t n_in = is_k_quant(wt) ? 3 * kQKK : 17 * kQK;  // 17 blocks of 32: odd
       auto w = random_weights(wt, n_in, 11u + uint32_t(wt));
-      const Tensor tw = Tensor::make(wt, {kOut, n_in}, w.data());
+      // through prepare_weight, as the model loader does (Q4_1 at avx512 is repacked: q4_1x8.h)
+      std::vector<DeviceBuffer> keep;
+      const Tensor tw_host = Tensor::make(wt, {kOut, n_in}, w.data());
+      const Tensor tw = fast.prepare_weight(tw_host, keep);
       auto x = test::random_floats(size_t(kPool * n_in), 5u + uint32_t(wt));
       for (int64_t i = 0; i < kPool * n_in; i += 61) x[size_t(i)] *= 20.0f;  // a few outliers, as in LLMs
 
@@ -91,7 +96,7 @@ TEST(BatchInvariance, MatmulRowsAloneEqualRowsInBatch) {
         EXPECT_EQ(mismatches, 0) << "batch of " << n << " rows starting at pool row " << s;
         if (n == kMaxBatch) {  // the batch is also right, not only consistent
           std::vector<float> want(size_t(n * kOut));
-          ref.matmul(Tensor::make(DType::F32, {n, kOut}, want.data()), tx, tw, Tensor{});
+          ref.matmul(Tensor::make(DType::F32, {n, kOut}, want.data()), tx, tw_host, Tensor{});
           // activation quantization error: per-4 scales (G4 types) or float activations stay within 1e-2;
           // one scale per 32 (Q8_1) or 256 (K-quants) loses more on the 20x outliers
           const DType at = activation_type(wt);

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <unordered_set>
 
 #include "backends/cpu/quant_dot.h"
 #include "backends/cpu/vec_kernels.h"
@@ -54,11 +56,29 @@ class CpuBackend final : public Backend {
  private:
   void matmul_reference(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias);
   void matmul_fast(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias);
+  // matmul_fast for a repacked Q4_1 weight: act = the quantized activations (n, act_row bytes).
+  void matmul_q4_1x8(float* out, const uint8_t* act, size_t act_row, int64_t n, const Tensor& w);
 
   CpuBackendOptions options_;
   ThreadPool pool_;
   DotKernels dot_;
   VecKernels vec_;
+  // Data pointers of the weights prepare_weight repacked to BlockQ4_1x8 (q4_1x8.h): matmul_fast and
+  // embedding read those in the repacked layout. Only Fast kernels at the Avx512 level with VNNI repack.
+  // Shared with the buffers' release functions, which remove their pointer when the weights are freed
+  // (the memory may come back from the allocator later holding an ordinary tensor).
+  struct RepackedSet {
+    std::mutex mutex;
+    std::unordered_set<const void*> ptrs;
+    bool contains(const void* p) {
+      std::lock_guard<std::mutex> lock(mutex);
+      return ptrs.count(p) != 0;
+    }
+  };
+  std::shared_ptr<RepackedSet> repacked_q4_1_ = std::make_shared<RepackedSet>();
+  bool is_repacked(const Tensor& w) const {
+    return w.dtype == DType::Q4_1 && w.n_dims == 2 && repacked_q4_1_->contains(w.data);
+  }
   std::vector<uint8_t> act_scratch_;  // quantized activations for matmul_fast: (n, row_bytes(act type, n_in))
   struct RopeTable {
     std::vector<int32_t> positions;  // [n] the positions the table was built for
