@@ -49,16 +49,20 @@ void release_pages(const void* p, size_t bytes) {
 }  // namespace
 
 Tensor CpuBackend::prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) {
-  // Q4_1 at the AVX-512 level: repacked 8 rows per block (q4_1x8.h: +58% prompt matmul); everything
+  // Q4_1 / Q4_0 at the AVX-512 level: repacked 8 rows per block (q4_1x8.h: +58% Q4_1 prompt matmul); everything
   // else is used in place from the mmap.
   const bool repack = options_.kernels == CpuKernels::Fast && options_.simd == SimdLevel::Avx512 &&
-                      host.dtype == DType::Q4_1 && host.n_dims == 2 && host.cols() % kQK == 0 &&
+                      q4_x8_type(host.dtype) && host.n_dims == 2 && host.cols() % kQK == 0 &&
                       host.rows() > 0 && q4_1x8_supported();
   if (!repack) return host;
   const int64_t n_out = host.rows(), n_in = host.cols();
   const size_t bytes = q4_1x8_bytes(n_out, n_in);  // (ceil(n_out / 8), n_in / 32) BlockQ4_1x8
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   FERRY_CHECK(p != nullptr, "out of host memory allocating {} bytes", bytes);
+  if (!repack_q4_1x8(host.dtype, host.data, n_out, n_in, static_cast<BlockQ4_1x8*>(p))) {
+    std::free(p);  // a Q4_0 scale too large for the m = -8 d form: the row-major kernels take it
+    return host;
+  }
   {
     std::lock_guard<std::mutex> lock(repacked_q4_1_->mutex);
     repacked_q4_1_->ptrs.insert(p);
@@ -71,7 +75,6 @@ Tensor CpuBackend::prepare_weight(const Tensor& host, std::vector<DeviceBuffer>&
     }
     std::free(q);
   });
-  repack_q4_1x8(host.data, n_out, n_in, static_cast<BlockQ4_1x8*>(p));
   release_pages(host.data, host.nbytes());
   Tensor t = host;
   t.data = p;
@@ -97,7 +100,7 @@ void CpuBackend::embedding(const Tensor& out, const Tensor& table, const Tensor&
   for (int64_t i = 0; i < n; ++i) {
     FERRY_CHECK(id[i] >= 0 && id[i] < vocab, "token id {} out of range (vocabulary of {})", id[i], vocab);
     if (repacked) {
-      dequantize_q4_1x8_row(static_cast<const BlockQ4_1x8*>(table.data), dim, id[i], out.row<float>(i));
+      dequantize_q4_1x8_row(table.dtype, static_cast<const BlockQ4_1x8*>(table.data), dim, id[i], out.row<float>(i));
     } else {
       dequantize_row(table.dtype, table.row(id[i]), out.row<float>(i), dim);
     }
@@ -188,7 +191,9 @@ static_assert(kMatmulRowGrain % kMaxDotWeightRows == 0);
 
 void CpuBackend::matmul_fast(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
   const int64_t n = x.rows(), n_in = x.cols(), n_out = w.rows();
-  const DType at = activation_type(w.dtype);
+  // repacked Q4_0 runs the Q4_1 kernel (m = -8 d), which needs the activation sums of Q8_1G4
+  const bool repacked = is_repacked(w);
+  const DType at = repacked ? DType::Q8_1G4 : activation_type(w.dtype);
   FERRY_CHECK(n_in % dtype_info(w.dtype).block_elems == 0 && n_in % dtype_info(at).block_elems == 0,
               "matmul: {} inputs are not whole blocks of {} / {}", n_in, dtype_name(w.dtype), dtype_name(at));
   // Quantize the activations once: x (n, n_in) f32 -> act (n, act_row bytes) of the partner format.
@@ -204,7 +209,7 @@ void CpuBackend::matmul_fast(const Tensor& out, const Tensor& x, const Tensor& w
   } else {
     pool_.parallel_for(n, 4, quantize_rows);
   }
-  if (is_repacked(w)) {
+  if (repacked) {
     matmul_q4_1x8(out.ptr<float>(), act, act_row, n, w);
     if (!bias.empty()) {
       float* o = out.ptr<float>();

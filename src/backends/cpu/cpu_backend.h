@@ -63,7 +63,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   DotKernels dot_;
   VecKernels vec_;
-  // Data pointers of the weights prepare_weight repacked to BlockQ4_1x8 (q4_1x8.h): matmul_fast and
+  // Data pointers of the weights (Q4_1, Q4_0) prepare_weight repacked to BlockQ4_1x8 (q4_1x8.h): matmul_fast and
   // embedding read those in the repacked layout. Only Fast kernels at the Avx512 level with VNNI repack.
   // Shared with the buffers' release functions, which remove their pointer when the weights are freed
   // (the memory may come back from the allocator later holding an ordinary tensor).
@@ -77,7 +77,7 @@ class CpuBackend final : public Backend {
   };
   std::shared_ptr<RepackedSet> repacked_q4_1_ = std::make_shared<RepackedSet>();
   bool is_repacked(const Tensor& w) const {
-    return w.dtype == DType::Q4_1 && w.n_dims == 2 && repacked_q4_1_->contains(w.data);
+    return (w.dtype == DType::Q4_1 || w.dtype == DType::Q4_0) && w.n_dims == 2 && repacked_q4_1_->contains(w.data);
   }
   std::vector<uint8_t> act_scratch_;  // quantized activations for matmul_fast: (n, row_bytes(act type, n_in))
   struct RopeTable {

@@ -1,9 +1,11 @@
 #include "backends/cpu/q4_1x8.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/simd.h"
 #include "core/check.h"
+#include "core/fp16.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -16,38 +18,57 @@ size_t q4_1x8_bytes(int64_t n_out, int64_t n_in) {
   return size_t((n_out + kQ41x8Rows - 1) / kQ41x8Rows) * size_t(n_in / kQK) * sizeof(BlockQ4_1x8);
 }
 
-void repack_q4_1x8(const void* w, int64_t n_out, int64_t n_in, BlockQ4_1x8* dst) {
+bool repack_q4_1x8(DType t, const void* w, int64_t n_out, int64_t n_in, BlockQ4_1x8* dst) {
+  FERRY_CHECK(q4_x8_type(t), "repack of {} weights (Q4_1 / Q4_0 only)", dtype_name(t));
   const int64_t nb = n_in / kQK, groups = (n_out + kQ41x8Rows - 1) / kQ41x8Rows;
-  const auto* src = static_cast<const BlockQ4_1*>(w);  // (n_out, nb) blocks
+  const size_t bb = size_t(dtype_info(t).block_bytes);
+  const auto* src = static_cast<const uint8_t*>(w);  // (n_out, nb) blocks of bb bytes
   for (int64_t p = 0; p < groups; ++p) {
     for (int64_t b = 0; b < nb; ++b) {
       BlockQ4_1x8& o = dst[p * nb + b];
       std::memset(&o, 0, sizeof(o));
       for (int r = 0; r < kQ41x8Rows && p * kQ41x8Rows + r < n_out; ++r) {
-        const BlockQ4_1& s = src[(p * kQ41x8Rows + r) * nb + b];
-        o.d[r] = s.d;
-        o.m[r] = s.m;
+        const uint8_t* blk = src + size_t((p * kQ41x8Rows + r) * nb + b) * bb;
+        const uint8_t* qs;
+        if (t == DType::Q4_1) {
+          const auto& s = *reinterpret_cast<const BlockQ4_1*>(blk);
+          o.d[r] = s.d, o.m[r] = s.m, qs = s.qs;
+        } else {
+          const auto& s = *reinterpret_cast<const BlockQ4_0*>(blk);
+          const float d = fp16_to_f32(s.d);
+          if (!(std::fabs(d) < 8192.0f)) return false;  // -8 d would not fit fp16 (or d is inf / NaN)
+          o.d[r] = s.d, o.m[r] = f32_to_fp16(-8.0f * d), qs = s.qs;
+        }
         for (int j = 0; j < 4; ++j)
           for (int i = 0; i < 4; ++i) {  // value 4j + i is a low nibble, 16 + 4j + i a high one
-            const uint8_t lo = s.qs[4 * j + i] & 0x0F, hi = s.qs[4 * j + i] >> 4;
+            const uint8_t lo = qs[4 * j + i] & 0x0F, hi = qs[4 * j + i] >> 4;
             o.q[j][4 * r + i] = uint8_t(lo | hi << 4);
           }
       }
     }
   }
+  return true;
 }
 
-void dequantize_q4_1x8_row(const BlockQ4_1x8* w, int64_t n_in, int64_t row, float* dst) {
+void dequantize_q4_1x8_row(DType t, const BlockQ4_1x8* w, int64_t n_in, int64_t row, float* dst) {
   const int64_t nb = n_in / kQK;
   const BlockQ4_1x8* g = w + (row / kQ41x8Rows) * nb;
   const int r = int(row % kQ41x8Rows);
   for (int64_t b = 0; b < nb; ++b) {
-    BlockQ4_1 blk;  // the original block: qs[k] = value k | value 16 + k << 4
-    blk.d = g[b].d[r];
-    blk.m = g[b].m[r];
+    uint8_t qs[kQK / 2];  // the original nibbles: qs[k] = value k | value 16 + k << 4
     for (int j = 0; j < 4; ++j)
-      for (int i = 0; i < 4; ++i) blk.qs[4 * j + i] = g[b].q[j][4 * r + i];
-    dequantize_row(DType::Q4_1, &blk, dst + b * kQK, kQK);
+      for (int i = 0; i < 4; ++i) qs[4 * j + i] = g[b].q[j][4 * r + i];
+    if (t == DType::Q4_1) {
+      BlockQ4_1 blk;
+      blk.d = g[b].d[r], blk.m = g[b].m[r];
+      std::memcpy(blk.qs, qs, sizeof(qs));
+      dequantize_row(t, &blk, dst + b * kQK, kQK);
+    } else {
+      BlockQ4_0 blk;
+      blk.d = g[b].d[r];
+      std::memcpy(blk.qs, qs, sizeof(qs));
+      dequantize_row(t, &blk, dst + b * kQK, kQK);
+    }
   }
 }
 

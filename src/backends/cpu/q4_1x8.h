@@ -33,15 +33,23 @@ struct BlockQ4_1x8 {
 };
 static_assert(sizeof(BlockQ4_1x8) == kQ41x8Rows * sizeof(BlockQ4_1));
 
-// Bytes of the repacked form of an (n_out, n_in) Q4_1 matrix: ceil(n_out / 8) * (n_in / 32) blocks.
+// Q4_0 weights use the same layout and kernel: d * (q - 8) = d * q + m with m = -8 d, exact in fp16 (a
+// power-of-two multiple) unless |d| >= 8192 (then the matrix is not repacked). The Q4_0 original is
+// rebuilt from d alone.
+
+// Whether weights of type t can be repacked (Q4_1, Q4_0).
+inline bool q4_x8_type(DType t) { return t == DType::Q4_1 || t == DType::Q4_0; }
+
+// Bytes of the repacked form of an (n_out, n_in) Q4_1 / Q4_0 matrix: ceil(n_out / 8) * (n_in / 32) blocks.
 size_t q4_1x8_bytes(int64_t n_out, int64_t n_in);
 
-// w: n_out rows of n_in Q4_1 values (row-major, as stored) -> dst: q4_1x8_bytes(n_out, n_in) bytes.
-void repack_q4_1x8(const void* w, int64_t n_out, int64_t n_in, BlockQ4_1x8* dst);
+// w: n_out rows of n_in values of type t (Q4_1 or Q4_0; row-major, as stored) -> dst: q4_1x8_bytes(n_out,
+// n_in) bytes. Returns false (dst partly written) for a Q4_0 scale whose -8 d does not fit fp16.
+bool repack_q4_1x8(DType t, const void* w, int64_t n_out, int64_t n_in, BlockQ4_1x8* dst);
 
-// Row `row` of a repacked matrix as floats (n_in of them): the same values as dequantize_row(Q4_1) of the
-// original row (it rebuilds the row's Q4_1 blocks and dequantizes those).
-void dequantize_q4_1x8_row(const BlockQ4_1x8* w, int64_t n_in, int64_t row, float* dst);
+// Row `row` of a repacked matrix of type t as floats (n_in of them): the same values as dequantize_row(t)
+// of the original row (it rebuilds the row's blocks and dequantizes those).
+void dequantize_q4_1x8_row(DType t, const BlockQ4_1x8* w, int64_t n_in, int64_t row, float* dst);
 
 // One row group x up to 4 tokens: out[t * ld + r] = dot(row r of the group, token t) for r < n_rows (1..8),
 // t < n_x (1..4). w: the group's n_in / 32 blocks; x: n_x activation rows of Q8_1G4 blocks, x_row_bytes
