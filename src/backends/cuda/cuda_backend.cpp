@@ -2,7 +2,10 @@
 
 #include <cuda_runtime.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "backends/cuda/attention.cuh"
@@ -18,6 +21,7 @@
 #include "backends/cuda/matmul_dispatch.h"
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/norm.cuh"
+#include "backends/cuda/op_profiler.h"
 #include "backends/cuda/rope.cuh"
 #include "backends/cuda/sampling.cuh"
 #include "backends/cuda/step_graph.h"
@@ -65,6 +69,14 @@ bool has_bf16_copy(const CudaBackendOptions& o, DType t) {
 }
 size_t bf16_copy_offset(DType t, int64_t rows, int64_t cols) { return (prepared_bytes(t, rows, cols) + 255) / 256 * 256; }
 
+// The profile key's token count: exact up to 16, then the power-of-two bucket at or above it.
+int64_t token_bucket(int64_t n) {
+  if (n <= 16) return n;
+  int64_t p = 32;
+  while (p < n) p *= 2;
+  return p;
+}
+
 }  // namespace
 
 int CudaBackend::device_count() {
@@ -107,12 +119,18 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
                 "device {} ({}) is {}.{}", options.device_index, device_name_, prop.major, prop.minor);
     options_.prefill_bf16_weights = true;  // one GEMM for every token count reads bf16 weights
   }
+  if (options.profile_ops) profiler_ = std::make_unique<OpProfiler>(stream_);
 }
 
 CudaBackend::~CudaBackend() {
   // Errors are ignored here: a destructor must not throw, and the process may be going down anyway.
   cancel_capture();
   if (stream_) cudaStreamSynchronize(stream_);
+  if (profiler_) {
+    const std::string table = profiler_->report();
+    if (!table.empty()) std::fprintf(stderr, "%s", table.c_str());
+    profiler_.reset();
+  }
   gemm_.reset();
   if (errors_) cudaFreeHost(errors_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -199,6 +217,7 @@ void CudaBackend::copy_to_device(const Tensor& dst, const void* src, size_t byte
   require_cuda(dst, "copy_to_device destination");
   FERRY_ASSERT(bytes <= dst.nbytes());
   if (bytes == 0) return;
+  const OpProfiler::Scope prof(profiler_.get(), "copy host->device", double(bytes));
   FERRY_CUDA_CHECK(cudaMemcpyAsync(dst.data, src, bytes, cudaMemcpyHostToDevice, stream_));
 }
 
@@ -206,14 +225,19 @@ void CudaBackend::copy_to_host(void* dst, const Tensor& src, size_t bytes) {
   FERRY_CHECK(!capturing_, "CUDA backend: copy_to_host while capturing a step graph");
   require_cuda(src, "copy_to_host source");
   FERRY_ASSERT(bytes <= src.nbytes());
-  if (bytes > 0) FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, bytes, cudaMemcpyDeviceToHost, stream_));
+  {
+    const OpProfiler::Scope prof(profiler_.get(), "copy device->host", double(bytes));
+    if (bytes > 0) FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (profiler_) profiler_->collect();
   check_device_errors();
 }
 
 void CudaBackend::synchronize() {
   FERRY_CHECK(!capturing_, "CUDA backend: synchronize while capturing a step graph");
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (profiler_) profiler_->collect();
   check_device_errors();
 }
 
@@ -256,6 +280,7 @@ DeviceBuffer CudaBackend::alloc_host(size_t bytes) {
 void CudaBackend::copy_to_host_async(void* dst, const Tensor& src, size_t bytes) {
   require_cuda(src, "copy_to_host_async source");
   FERRY_ASSERT(bytes <= src.nbytes());
+  const OpProfiler::Scope prof(profiler_.get(), "copy device->host", double(bytes));
   if (bytes > 0) FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, bytes, cudaMemcpyDeviceToHost, stream_));
 }
 
@@ -297,6 +322,8 @@ bool CudaBackend::replay(const StepGraph& graph) {
 // ---- ops ----
 
 void CudaBackend::embedding(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  const OpProfiler::Scope prof(profiler_.get(), fmt::format("embedding {}", dtype_name(table.dtype)),
+                               double(out.nbytes()) * 1.5);
   require_cuda(out, "embedding output");
   require_cuda(table, "embedding table");
   require_cuda(ids, "token ids");
@@ -309,6 +336,7 @@ void CudaBackend::embedding(const Tensor& out, const Tensor& table, const Tensor
 }
 
 void CudaBackend::rms_norm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
+  const OpProfiler::Scope prof(profiler_.get(), fmt::format("rms_norm cols={}", x.cols()), 2.0 * double(x.nbytes()));
   require_cuda(out, "rms_norm output");
   require_cuda(x, "rms_norm input");
   require_cuda(weight, "rms_norm weight");
@@ -322,6 +350,7 @@ void CudaBackend::rms_norm(const Tensor& out, const Tensor& x, const Tensor& wei
 
 void CudaBackend::add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
                                float eps) {
+  const OpProfiler::Scope prof(profiler_.get(), "add_rms_norm", 4.0 * double(residual.nbytes()));
   require_cuda(out, "add_rms_norm output");
   require_cuda(residual, "add_rms_norm residual");
   require_cuda(delta, "add_rms_norm delta");
@@ -349,6 +378,14 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   const bool hopper_fits = sm90_gemm_ && Sm90Gemm::supports(n, w.rows(), w.cols()) &&
                            reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
   const cuda_ops::MatmulPath path = cuda_ops::choose_matmul_path(n, bf16_at_hand, hopper_fits, options_.batch_invariant);
+  const OpProfiler::Scope prof(
+      profiler_.get(),
+      profiler_ ? fmt::format("matmul {} {} {}x{} n={}", path == cuda_ops::MatmulPath::Matvec       ? "matvec"
+                                                         : path == cuda_ops::MatmulPath::HopperGemm ? "gemm_sm90"
+                                                                                                     : "cublaslt",
+                              dtype_name(w.dtype), w.rows(), w.cols(), token_bucket(n))
+                : std::string(),
+      double(w.nbytes()) + double(x.nbytes()) + double(out.nbytes()));
   if (path == cuda_ops::MatmulPath::Matvec) {
     // The matvec's activation scratch (quantized weights: int8 activations) reuses x_bf16_, which only the
     // GEMM path otherwise uses, in stream order.
@@ -397,6 +434,7 @@ void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& 
 }
 
 void CudaBackend::rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) {
+  const OpProfiler::Scope prof(profiler_.get(), "rope", 2.0 * double(x.nbytes()));
   require_cuda(x, "rope input");
   require_cuda(positions, "rope positions");
   require_cuda(inv_freq, "rope frequencies");
@@ -411,6 +449,7 @@ void CudaBackend::rope(const Tensor& x, const Tensor& positions, const Tensor& i
 
 void CudaBackend::store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
                            const Tensor& slots) {
+  const OpProfiler::Scope prof(profiler_.get(), "store_kv", 3.0 * double(k.nbytes()));
   require_cuda(k_cache, "K cache");
   require_cuda(v_cache, "V cache");
   require_cuda(k, "keys");
@@ -430,6 +469,12 @@ void CudaBackend::store_kv(const Tensor& k_cache, const Tensor& v_cache, const T
 
 void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                             const AttentionMeta& meta, float scale) {
+  const bool decode_step = q.n_dims == 3 && q.shape[0] == meta.n_seqs;
+  const OpProfiler::Scope prof(profiler_.get(),
+                               profiler_ ? fmt::format("attention {} seqs={}", decode_step ? "decode" : "mixed",
+                                                       token_bucket(meta.n_seqs))
+                                         : std::string(),
+                               0.0);
   require_cuda(out, "attention output");
   require_cuda(q, "queries");
   require_cuda(k_cache, "K cache");
@@ -476,6 +521,7 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
 }
 
 void CudaBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  const OpProfiler::Scope prof(profiler_.get(), "swiglu", 3.0 * double(gate.nbytes()));
   require_cuda(out, "swiglu output");
   require_cuda(gate, "swiglu gate");
   require_cuda(up, "swiglu up");
@@ -485,6 +531,7 @@ void CudaBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up
 }
 
 void CudaBackend::gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) {
+  const OpProfiler::Scope prof(profiler_.get(), "gather_rows", 2.0 * double(out.nbytes()));
   require_cuda(out, "gather_rows output");
   require_cuda(x, "gather_rows input");
   require_cuda(rows, "gather_rows rows");

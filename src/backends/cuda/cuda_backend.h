@@ -30,6 +30,7 @@ namespace ferry {
 
 namespace cuda_ops {
 class CublasLtGemm;
+class OpProfiler;
 class Sm90Gemm;
 struct DeviceErrors;
 }  // namespace cuda_ops
@@ -49,6 +50,8 @@ struct CudaBackendOptions {
   bool batch_invariant = false;
   // Decode matvec kernel version (matvec.cuh: 2 or 5); 0: matvec.cuh's default.
   int matvec_version = 0;
+  // Per-op GPU times (op_profiler.h), printed to stderr when the backend is destroyed; step graphs are off.
+  bool profile_ops = false;
 };
 
 class CudaBackend final : public Backend {
@@ -77,7 +80,7 @@ class CudaBackend final : public Backend {
   // Step graphs (CUDA graphs on the backend's stream; step_graph.h). alloc_host: page-locked memory.
   DeviceBuffer alloc_host(size_t bytes) override;
   void copy_to_host_async(void* dst, const Tensor& src, size_t bytes) override;
-  bool supports_step_graphs() const override { return true; }
+  bool supports_step_graphs() const override { return profiler_ == nullptr; }  // op profiling times launches
   void begin_capture() override;
   std::unique_ptr<StepGraph> end_capture() override;
   void cancel_capture() override;
@@ -125,6 +128,7 @@ class CudaBackend final : public Backend {
   uint64_t scratch_epoch_ = 0;   // bumped whenever ensure() reallocates a scratch buffer
   DeviceBuffer attn_scratch_;    // attention_scratch_bytes(): split-KV decode partials
   DeviceBuffer sample_rows_;     // (m) cuda_ops::SampleRowParams for sample()
+  std::unique_ptr<cuda_ops::OpProfiler> profiler_;  // options_.profile_ops, else null
 };
 
 }  // namespace ferry
