@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/flash_prefill.cuh"
 
@@ -25,6 +26,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 template <int kPerLane>  // dims per lane: head_dim <= 32 * kPerLane
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
   __shared__ float s_m[kWarps], s_l[kWarps];
   __shared__ float s_acc[kWarps][32 * kPerLane];
   const int row = blockIdx.x, h = blockIdx.y;
@@ -147,13 +150,13 @@ void attention_simple(const AttentionParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n_heads <= 65535);
   const dim3 grid(unsigned(p.n_tokens), unsigned(p.n_heads));
   if (p.head_dim <= 32) {
-    attention_kernel<1><<<grid, kWarps * 32, 0, stream>>>(p);
+    launch_pdl(attention_kernel<1>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
   } else if (p.head_dim <= 64) {
-    attention_kernel<2><<<grid, kWarps * 32, 0, stream>>>(p);
+    launch_pdl(attention_kernel<2>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
   } else if (p.head_dim <= 128) {
-    attention_kernel<4><<<grid, kWarps * 32, 0, stream>>>(p);
+    launch_pdl(attention_kernel<4>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
   } else {
-    attention_kernel<8><<<grid, kWarps * 32, 0, stream>>>(p);
+    launch_pdl(attention_kernel<8>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
   }
   FERRY_CUDA_CHECK_LAUNCH(attention_kernel);
 }

@@ -2,6 +2,7 @@
 #include "backends/cuda/attention_store.cuh"
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -14,6 +15,8 @@ __device__ inline uint2 to_bf16x4(float4 f) {
 }
 
 __global__ void __launch_bounds__(kThreads) store_kv_bf16_kernel(StoreKvBf16Params p) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const int64_t slot = p.slots[t];
   if (slot < 0 || slot >= p.n_slots) {
@@ -36,7 +39,7 @@ __global__ void __launch_bounds__(kThreads) store_kv_bf16_kernel(StoreKvBf16Para
 void store_kv_bf16(const StoreKvBf16Params& p, cudaStream_t stream) {
   if (p.n == 0) return;
   FERRY_CUDA_REQUIRE(p.n <= 0x7FFFFFFF && p.row % 4 == 0);
-  store_kv_bf16_kernel<<<unsigned(p.n), kThreads, 0, stream>>>(p);
+  launch_pdl(store_kv_bf16_kernel, dim3(unsigned(p.n)), dim3(kThreads), 0, stream, p);
   FERRY_CUDA_CHECK_LAUNCH(store_kv_bf16_kernel);
 }
 

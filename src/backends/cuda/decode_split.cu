@@ -16,6 +16,7 @@
 
 #include "backends/cuda/attention_mma.cuh"
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -89,6 +90,8 @@ __device__ inline void issue_stage(const AttentionParams& p, const int32_t* tabl
 
 template <int D, int R, int kSteps>
 __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kernel(AttentionParams p, DecodeSplitPlan plan) {
+  pdl_allow_dependents();
+  pdl_wait();
   using Sh = DecodeShape<D, R, kSteps>;
   constexpr int kLpr = Sh::kLpr, kRpw = Sh::kRpw, kKeysPerWarp = Sh::kKeysPerWarp, kStages = Sh::kStages;
   extern __shared__ __align__(16) unsigned char smem_ring[];  // (kWarps, kStages, kStageBytes)
@@ -319,7 +322,7 @@ void launch_decode_rows(const AttentionParams& p, const DecodeSplitPlan& plan, c
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<D, R, kSteps>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   const dim3 grid(unsigned(plan.n_splits), unsigned(p.n_seqs), unsigned(p.n_kv_heads * plan.n_row_groups));
-  decode_split_kernel<D, R, kSteps><<<grid, kThreads, kSmem, stream>>>(p, plan);
+  launch_pdl(decode_split_kernel<D, R, kSteps>, dim3(grid), dim3(kThreads), kSmem, stream, p, plan);
   FERRY_CUDA_CHECK_LAUNCH(decode_split_kernel);
 }
 

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -19,6 +20,8 @@ __device__ inline uint32_t bf16_pair(float lo, float hi) {
 // useful bytes, and the pass ran far below copy bandwidth.
 template <class D>
 __global__ void dequantize_to_bf16_kernel(WeightView w, uint16_t* out) {
+  pdl_allow_dependents();
+  pdl_wait();
   static_assert(D::kRunLen % 8 == 0 || D::kRunLen == 4, "runs of 4 or of a multiple of 8 values");
   const int64_t per_row = D::chunks(w.cols);
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -44,6 +47,8 @@ __global__ void dequantize_to_bf16_kernel(WeightView w, uint16_t* out) {
 }
 
 __global__ void f32_to_bf16_kernel(const float* x, uint16_t* out, int64_t count) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i < count) out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
 }
@@ -52,6 +57,8 @@ __global__ void f32_to_bf16_kernel(const float* x, uint16_t* out, int64_t count)
 // 8 values: two 16-byte loads, one 16-byte store (the scalar kernel's 2-byte stores ran well under copy
 // bandwidth, and this pass precedes every prefill GEMM).
 __global__ void f32_to_bf16_x8_kernel(const float4* x, uint4* out, int64_t count8) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= count8) return;
   const float4 a = x[2 * i], b = x[2 * i + 1];
@@ -59,6 +66,8 @@ __global__ void f32_to_bf16_x8_kernel(const float4* x, uint4* out, int64_t count
 }
 
 __global__ void add_bias_kernel(float* out, const float* bias, int64_t rows, int64_t cols) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i < rows * cols) out[i] += bias[i % cols];
 }
@@ -70,7 +79,7 @@ void dequantize_to_bf16(DType wtype, const WeightView& w, uint16_t* out, cudaStr
   const bool ok = visit_decoder(wtype, [&]<class D>() {
     FERRY_CUDA_REQUIRE(w.cols % D::kVals == 0);
     const int64_t total = w.rows * D::chunks(w.cols);
-    dequantize_to_bf16_kernel<D><<<grid_for(total, kThreads), kThreads, 0, stream>>>(w, out);
+    launch_pdl(dequantize_to_bf16_kernel<D>, dim3(grid_for(total, kThreads)), dim3(kThreads), 0, stream, w, out);
     FERRY_CUDA_CHECK_LAUNCH(dequantize_to_bf16_kernel);
   });
   FERRY_CUDA_REQUIRE(ok);
@@ -79,18 +88,18 @@ void dequantize_to_bf16(DType wtype, const WeightView& w, uint16_t* out, cudaStr
 void f32_to_bf16(const float* x, uint16_t* out, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
   if (count % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 32 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
-    f32_to_bf16_x8_kernel<<<grid_for(count / 8, kThreads), kThreads, 0, stream>>>(
-        reinterpret_cast<const float4*>(x), reinterpret_cast<uint4*>(out), count / 8);
+    launch_pdl(f32_to_bf16_x8_kernel, dim3(grid_for(count / 8, kThreads)), dim3(kThreads), 0, stream,
+               reinterpret_cast<const float4*>(x), reinterpret_cast<uint4*>(out), count / 8);
     FERRY_CUDA_CHECK_LAUNCH(f32_to_bf16_x8_kernel);
     return;
   }
-  f32_to_bf16_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(x, out, count);
+  launch_pdl(f32_to_bf16_kernel, dim3(grid_for(count, kThreads)), dim3(kThreads), 0, stream, x, out, count);
   FERRY_CUDA_CHECK_LAUNCH(f32_to_bf16_kernel);
 }
 
 void add_bias(float* out, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return;
-  add_bias_kernel<<<grid_for(rows * cols, kThreads), kThreads, 0, stream>>>(out, bias, rows, cols);
+  launch_pdl(add_bias_kernel, dim3(grid_for(rows * cols, kThreads)), dim3(kThreads), 0, stream, out, bias, rows, cols);
   FERRY_CUDA_CHECK_LAUNCH(add_bias_kernel);
 }
 

@@ -1,6 +1,7 @@
 #include "backends/cuda/elementwise.cuh"
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -10,6 +11,8 @@ constexpr int kThreads = 256;
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 __global__ void swiglu_kernel(float* out, const float* gate, const float* up, int64_t count) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= count) return;
   out[i] = silu_mul(gate[i], up[i]);
@@ -18,6 +21,8 @@ __global__ void swiglu_kernel(float* out, const float* gate, const float* up, in
 // Same math, one float4 of each stream per thread (count % 4 == 0, 16-byte aligned pointers): the scalar
 // kernel's 4-byte accesses reached ~55% of the copy bandwidth at 512..8192 x 14336 (fused_ops_bench, H200).
 __global__ void swiglu4_kernel(float4* out, const float4* gate, const float4* up, int64_t count4) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= count4) return;
   const float4 g = gate[i], u = up[i];
@@ -26,6 +31,8 @@ __global__ void swiglu4_kernel(float4* out, const float4* gate, const float4* up
 
 // One block per output row, threads copy 4-byte words.
 __global__ void gather_rows_kernel(GatherRowsParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t i = blockIdx.x;
   const int32_t r = p.rows[i];
   if (r < 0 || r >= p.x_rows) {
@@ -39,6 +46,8 @@ __global__ void gather_rows_kernel(GatherRowsParams p) {
 
 // One block per token: its K and V rows (n_kv_heads * head_dim floats) go to the slot's row of each cache.
 __global__ void store_kv_kernel(StoreKvParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const int64_t slot = p.slots[t];
   if (slot < 0 || slot >= p.n_slots) {
@@ -58,27 +67,27 @@ void swiglu(float* out, const float* gate, const float* up, int64_t count, cudaS
   if (count == 0) return;
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   if (count % 4 == 0 && aligned(out) && aligned(gate) && aligned(up)) {
-    swiglu4_kernel<<<grid_for(count / 4, kThreads), kThreads, 0, stream>>>(
-        reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(gate), reinterpret_cast<const float4*>(up),
-        count / 4);
+    launch_pdl(swiglu4_kernel, dim3(grid_for(count / 4, kThreads)), dim3(kThreads), 0, stream,
+               reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(gate),
+               reinterpret_cast<const float4*>(up), count / 4);
     FERRY_CUDA_CHECK_LAUNCH(swiglu4_kernel);
     return;
   }
-  swiglu_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(out, gate, up, count);
+  launch_pdl(swiglu_kernel, dim3(grid_for(count, kThreads)), dim3(kThreads), 0, stream, out, gate, up, count);
   FERRY_CUDA_CHECK_LAUNCH(swiglu_kernel);
 }
 
 void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
   if (p.m == 0) return;
   FERRY_CUDA_REQUIRE(p.m <= 0x7FFFFFFF);
-  gather_rows_kernel<<<unsigned(p.m), kThreads, 0, stream>>>(p);
+  launch_pdl(gather_rows_kernel, dim3(unsigned(p.m)), dim3(kThreads), 0, stream, p);
   FERRY_CUDA_CHECK_LAUNCH(gather_rows_kernel);
 }
 
 void store_kv(const StoreKvParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
   FERRY_CUDA_REQUIRE(p.n <= 0x7FFFFFFF);
-  store_kv_kernel<<<unsigned(p.n), kThreads, 0, stream>>>(p);
+  launch_pdl(store_kv_kernel, dim3(unsigned(p.n)), dim3(kThreads), 0, stream, p);
   FERRY_CUDA_CHECK_LAUNCH(store_kv_kernel);
 }
 

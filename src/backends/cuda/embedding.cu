@@ -3,6 +3,7 @@
 #include "backends/cuda/embedding.cuh"
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -11,6 +12,8 @@ constexpr int kThreads = 128;
 
 template <class D>
 __global__ void embedding_kernel(EmbeddingParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t i = blockIdx.x;
   const int32_t id = p.ids[i];
   if (id < 0 || id >= p.table.rows) {
@@ -56,7 +59,7 @@ void embedding(DType ttype, const EmbeddingParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n <= 0x7FFFFFFF);
   const bool ok = visit_decoder(ttype, [&]<class D>() {
     FERRY_CUDA_REQUIRE(p.table.cols % D::kVals == 0);
-    embedding_kernel<D><<<unsigned(p.n), kThreads, 0, stream>>>(p);
+    launch_pdl(embedding_kernel<D>, dim3(unsigned(p.n)), dim3(kThreads), 0, stream, p);
     FERRY_CUDA_CHECK_LAUNCH(embedding_kernel);
   });
   FERRY_CUDA_REQUIRE(ok);

@@ -19,6 +19,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/matvec_v5_paths.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -28,21 +29,16 @@ constexpr int kThreads = kWarps * 32;
 constexpr size_t kMaxPartialBytes = 160 * 1024;  // shared memory for the split-K partials of one block
 
 
-// Programmatic dependent launch (sm_90): every v5 kernel is launched with programmatic stream serialization,
-// so its blocks may start while the previous kernel in the stream is still running. wait_prior() blocks until
-// that kernel has completed and its writes are visible: called after the first weight loads are issued (the
-// weights are constants) and before any activation read or output write. allow_dependents() lets the next
-// kernel's blocks launch early (the pre-pass calls it first, so the matvec's weight loads overlap it).
-// Without a programmatic predecessor both are no-ops.
-__device__ __forceinline__ void wait_prior() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// Programmatic dependent launch (pdl.cuh): every v5 kernel lets the next kernel launch early and calls
+// pdl_wait() after its first weight loads are issued (weights are constants) and before any activation read or
+// output write; the pre-pass lets the matvec's weight loads overlap it.
 
 // ---- activation pre-pass (matvec_v5.cuh's scratch layout) ----------------------------------------------
 // One warp per 32-value block. x: (n, K) f32; hi, lo: (n, K) int8; meta: (n, K / 32) float4.
 __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ hi,
                                     int8_t* __restrict__ lo, float4* __restrict__ meta) {
-  allow_dependents();
-  wait_prior();  // x is the previous kernel's output
+  pdl_allow_dependents();
+  pdl_wait();  // x is the previous kernel's output
   const int64_t blk = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (blk >= n_blocks) return;  // whole warps leave together
@@ -114,6 +110,7 @@ __device__ __forceinline__ void finish_split(const MatvecParams& p, const Plan& 
 // ---- CUDA-core kernel (float and dp4a paths) ---------------------------------------------------------------
 template <class D, int kTok, int kR, int kU>
 __global__ void __launch_bounds__(kThreads, 1) matvec_v5_kernel(MatvecParams p, Plan pl) {
+  pdl_allow_dependents();  // the next kernel's blocks take SMs as this one's finish (they wait for its results)
   using P = typename PathOf<D>::type;
   extern __shared__ float4 v5_smem[];
   float* partials = reinterpret_cast<float*>(v5_smem);  // (gpb, S, kR, kTok) when S > 1
@@ -148,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v5_kernel(MatvecParams p, 
         }
       }
       if (!waited) {
-        wait_prior();
+        pdl_wait();
         waited = true;
       }
 #pragma unroll
@@ -182,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v5_kernel(MatvecParams p, 
       }
     }
   }
-  if (!waited) wait_prior();  // a warp without items still writes in finish_split
+  if (!waited) pdl_wait();  // a warp without items still writes in finish_split
   finish_split<kR, kTok>(p, pl, br, partials);
 }
 
@@ -218,6 +215,7 @@ __device__ __forceinline__ void split_bf16(const float4& x, uint32_t& h0, uint32
 
 template <int kTok, int kU>
 __global__ void __launch_bounds__(kThreads, 1) matvec_v5_mma_kernel(MatvecParams p, Plan pl) {
+  pdl_allow_dependents();
   constexpr int kR = 16;
   constexpr int kNT = kTok == 16 ? 2 : 1;  // n-tiles of 8 tokens
   extern __shared__ float4 v5_smem[];
@@ -265,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v5_mma_kernel(MatvecParams
         }
       }
       if (!waited) {
-        wait_prior();
+        pdl_wait();
         waited = true;
       }
 #pragma unroll
@@ -315,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v5_mma_kernel(MatvecParams
       }
     }
   }
-  if (!waited) wait_prior();
+  if (!waited) pdl_wait();
   finish_split<kR, kTok>(p, pl, br, partials);
 }
 
@@ -333,28 +331,11 @@ int plan_for(int64_t rows, int r_per_group, int64_t n_units, int64_t min_slice, 
                    kMaxPartialBytes, pl);
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization (see wait_prior).
-template <class... KArgs, class... Args>
-cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                       Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = stream != nullptr ? 1 : 0;  // the legacy default stream: a plain launch (wait_prior: no-op)
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-
 template <class K>
 void launch_kernel(K kernel, int grid, size_t smem, cudaStream_t stream, const MatvecParams& p, const Plan& pl) {
   if (smem > 48 * 1024)  // above the default limit: opt in (not a stream operation: fine while capturing)
     FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  FERRY_CUDA_CHECK(launch_pdl(kernel, dim3(unsigned(grid)), dim3(kThreads), smem, stream, p, pl));
+  launch_pdl(kernel, dim3(unsigned(grid)), dim3(kThreads), smem, stream, p, pl);
 }
 
 template <class D, int kTok>
@@ -402,9 +383,8 @@ void matvec_v5(DType wtype, const MatvecParams& p, cudaStream_t stream) {
     const int64_t n_blocks = int64_t(p.n_tokens) * (p.w.cols / 32);
     const size_t nk = size_t(p.n_tokens) * size_t(p.w.cols);
     auto* base = static_cast<int8_t*>(p.scratch);
-    FERRY_CUDA_CHECK(launch_pdl(quantize_act_kernel, dim3(grid_for(n_blocks * 32, 256)), dim3(256), 0, stream,
-                                p.x, n_blocks, base, base + nk,
-                                reinterpret_cast<float4*>(base + (2 * nk + 15) / 16 * 16)));
+    launch_pdl(quantize_act_kernel, dim3(grid_for(n_blocks * 32, 256)), dim3(256), 0, stream, p.x, n_blocks, base,
+               base + nk, reinterpret_cast<float4*>(base + (2 * nk + 15) / 16 * 16));
   }
   if (wtype == DType::BF16 && p.n_tokens >= 2 && p.w.cols % 32 == 0) {
     if (p.n_tokens <= 4) {

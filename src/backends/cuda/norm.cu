@@ -5,6 +5,7 @@
 #include "backends/cuda/norm.cuh"
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -25,6 +26,8 @@ __device__ float block_sum(float v) {
 
 template <bool kAdd>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
   const size_t base = size_t(blockIdx.x) * size_t(p.cols);
   const float* src = kAdd ? p.residual + base : p.x + base;
   float ss = 0;
@@ -44,9 +47,9 @@ void launch(const RmsNormParams& p, bool add, cudaStream_t stream) {
   if (p.rows == 0) return;
   FERRY_CUDA_REQUIRE(p.cols > 0 && p.rows <= 0x7FFFFFFF);
   if (add) {
-    rms_norm_kernel<true><<<unsigned(p.rows), kThreads, 0, stream>>>(p);
+    launch_pdl(rms_norm_kernel<true>, dim3(unsigned(p.rows)), dim3(kThreads), 0, stream, p);
   } else {
-    rms_norm_kernel<false><<<unsigned(p.rows), kThreads, 0, stream>>>(p);
+    launch_pdl(rms_norm_kernel<false>, dim3(unsigned(p.rows)), dim3(kThreads), 0, stream, p);
   }
   FERRY_CUDA_CHECK_LAUNCH(rms_norm_kernel);
 }

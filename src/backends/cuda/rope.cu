@@ -4,6 +4,7 @@
 #include "backends/cuda/rope.cuh"
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -11,6 +12,8 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void rope_kernel(RopeParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= p.n * p.half) return;
   const int64_t t = i / p.half, k = i % p.half;
@@ -32,7 +35,7 @@ __global__ void rope_kernel(RopeParams p) {
 void rope(const RopeParams& p, cudaStream_t stream) {
   if (p.n * p.half == 0) return;
   FERRY_CUDA_REQUIRE(2 * p.half <= p.head_dim);
-  rope_kernel<<<grid_for(p.n * p.half, kThreads), kThreads, 0, stream>>>(p);
+  launch_pdl(rope_kernel, dim3(grid_for(p.n * p.half, kThreads)), dim3(kThreads), 0, stream, p);
   FERRY_CUDA_CHECK_LAUNCH(rope_kernel);
 }
 

@@ -3,6 +3,7 @@
 #include "backends/cuda/sampling.cuh"
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -133,6 +134,8 @@ __device__ uint32_t radix_select(int64_t vocab, double target, In&& in, Key&& ke
 }
 
 __global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
   __shared__ SampleSmem s;
   const int64_t row = blockIdx.x, vocab = p.vocab;
   const float* lg = p.logits + size_t(row) * size_t(vocab);
@@ -225,7 +228,7 @@ __global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
 void sample_rows(const SampleParams& p, cudaStream_t stream) {
   if (p.m == 0) return;
   FERRY_CUDA_REQUIRE(p.vocab > 0 && p.vocab < 0x7FFFFFFF && p.m <= 0x7FFFFFFF);
-  sample_kernel<<<unsigned(p.m), kT, 0, stream>>>(p);
+  launch_pdl(sample_kernel, dim3(unsigned(p.m)), dim3(kT), 0, stream, p);
   FERRY_CUDA_CHECK_LAUNCH(sample_kernel);
 }
 
