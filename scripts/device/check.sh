@@ -12,7 +12,8 @@
 #          3 prompts (cosine >= 0.999, mean KL <= 1e-3; float32 transformers reported alongside);
 # bench:   `ferry bench --device cuda -p 512 -n 128` on Llama-3-8B-shaped random models made on the machine
 #          with `ferry gen` (BF16, Q8_0, Q4_0);
-# serve:   `ferry serve --device cuda` on the BF16 model under serve_bench (64 and 256 streaming clients).
+# serve:   `ferry serve --device cuda` on the BF16 model under serve_bench (64 and 256 streaming clients);
+# profile: per-op GPU time tables (FERRY_CUDA_PROFILE=1) of batch-1 decode (BF16, Q4_0) and of a serve run.
 # A summary table is printed last; full logs go under $OUT (tests.log, kernels.log, correctness.log,
 # bench.log, summary.txt).
 set -uo pipefail
@@ -103,7 +104,7 @@ if has bench; then
       cat "$OUT/b.log" >> "$log"
       note "$(grep -E 'pp512|tg128|rror' "$OUT/b.log" | sed "s/^/[$t, --batch-invariant] /")"
     fi
-    [ "$t" = bf16 ] || rm -f "$m"  # the BF16 model stays for the serve stage
+    [ "$t" = bf16 ] || has profile || rm -f "$m"  # the BF16 model stays for the serve stage
     rm -f "$OUT/b.log"
   done
 fi
@@ -130,6 +131,41 @@ if has serve; then
   kill -TERM $server; wait $server; note "serve exit status: $?"
   tail -5 "$OUT/server.log" | tee -a "$log" | tee -a "$summary"
   rm -f "$OUT/s.log"
+fi
+
+if has profile; then
+  # Where a decode step's time goes: FERRY_CUDA_PROFILE=1 times every op with events (graphs off) and prints a
+  # table at exit; the graph-replayed tg figure of the same model is printed next to it (the difference is
+  # launch gaps). Then the same under load: a short serve run (FERRY_PROFILE_CLIENTS clients, 512/128).
+  log="$OUT/profile.log"
+  : > "$log"
+  for t in ${FERRY_PROFILE_TYPES:-bf16 q4_0}; do
+    m="/tmp/llama3-8b-$t.gguf"
+    [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type "$t" -o "$m" -t 16 >> "$log" 2>&1
+    "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
+    note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, graphs] /")"
+    FERRY_CUDA_PROFILE=1 "$C/ferry" bench --device cuda -m "$m" -p 0 -n 64 -r 1 > "$OUT/b.log" 2>&1
+    { echo "== $t: ferry bench -p 0 -n 64 with FERRY_CUDA_PROFILE=1"; cat "$OUT/b.log"; } >> "$log"
+    note "$(grep -E 'tg64|CUDA op profile' "$OUT/b.log" | sed "s/^/[$t, profiled] /")"
+    grep -A12 "CUDA op profile" "$OUT/b.log" | tail -11 | tee -a "$summary"
+  done
+  m="/tmp/llama3-8b-bf16.gguf"
+  if [ -f "$m" ]; then
+    port=18081
+    n=${FERRY_PROFILE_CLIENTS:-64}
+    FERRY_CUDA_PROFILE=1 "$C/ferry" serve --device cuda -m "$m" --port $port --ctx 2048 --max-running 256 \
+      --max-waiting 2048 ${FERRY_SERVE_ARGS:-} > "$OUT/ps.log" 2>&1 &
+    server=$!
+    for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
+    timeout 200 "$C/serve_bench" --url "http://127.0.0.1:$port" --clients $n --requests $n --input-len 512 \
+      --output-len 128 --stream --timeout 180 > "$OUT/s.log" 2>&1
+    kill -TERM $server; wait $server
+    { echo "== serve, $n clients, profiled (graphs off)"; cat "$OUT/s.log" "$OUT/ps.log"; } >> "$log"
+    note "[serve profiled, $n clients] $(grep -E 'tok/s|throughput' "$OUT/s.log" | head -2 | tr '\n' ' ')"
+    grep -A16 "CUDA op profile" "$OUT/ps.log" | tee -a "$summary"
+    rm -f "$OUT/s.log" "$OUT/ps.log"
+  fi
+  rm -f "$OUT/b.log"
 fi
 
 echo "=== summary ==="
