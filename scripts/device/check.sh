@@ -148,6 +148,12 @@ if has profile; then
     { echo "== $t: ferry bench -p 0 -n 64 with FERRY_CUDA_PROFILE=1"; cat "$OUT/b.log"; } >> "$log"
     note "$(grep -E 'tg64|CUDA op profile' "$OUT/b.log" | sed "s/^/[$t, profiled] /")"
     grep -A12 "CUDA op profile" "$OUT/b.log" | tail -11 | tee -a "$summary"
+    if [ "$t" = bf16 ]; then  # prefill: where pp512's time goes besides the GEMMs
+      FERRY_CUDA_PROFILE=1 "$C/ferry" bench --device cuda -m "$m" -p 512 -n 0 -r 1 > "$OUT/b.log" 2>&1
+      { echo "== $t: ferry bench -p 512 -n 0 with FERRY_CUDA_PROFILE=1"; cat "$OUT/b.log"; } >> "$log"
+      note "$(grep -E 'pp512' "$OUT/b.log" | sed "s/^/[$t, profiled] /")"
+      grep -A14 "CUDA op profile" "$OUT/b.log" | tail -13 | tee -a "$summary"
+    fi
   done
   m="/tmp/llama3-8b-bf16.gguf"
   if [ -f "$m" ]; then
