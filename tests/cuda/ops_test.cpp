@@ -17,8 +17,10 @@ constexpr double kFp32Tol = 1e-5;
 using CudaOps = CudaOpsTest;
 
 TEST_F(CudaOps, RmsNormMatchesReference) {
-  for (const int64_t cols : {64, 576, 4096}) {
-    const int64_t rows = 5;
+  // The vector kernel (warp per row below 1024 columns, block per row up to 8192) and the scalar fallback
+  // (cols % 4 != 0, or above 8192); 13 rows leave the last 8-row block of the warp shape partly empty.
+  for (const int64_t cols : {64, 66, 128, 576, 1000, 4096, 5120, 8192, 8204}) {
+    const int64_t rows = cols < 1024 ? 13 : 5;
     std::vector<float> x = random_floats(size_t(rows * cols), 1, 3.0f), w = random_floats(size_t(cols), 2);
     std::vector<float> ref(x.size());
     cpu_.rms_norm(host(DType::F32, {rows, cols}, ref), host(DType::F32, {rows, cols}, x), host(DType::F32, {cols}, w), 1e-5f);
@@ -32,18 +34,21 @@ TEST_F(CudaOps, RmsNormMatchesReference) {
 }
 
 TEST_F(CudaOps, AddRmsNormUpdatesResidualAndNormalizes) {
-  const int64_t rows = 7, cols = 4096;
-  std::vector<float> res = random_floats(size_t(rows * cols), 3), delta = random_floats(res.size(), 4, 0.5f);
-  std::vector<float> w = random_floats(size_t(cols), 5);
-  const Tensor gres = upload(DType::F32, {rows, cols}, res), gdelta = upload(DType::F32, {rows, cols}, delta);
-  const Tensor gw = upload(DType::F32, {cols}, w);
-  std::vector<float> ref(res.size());
-  cpu_.add_rms_norm(host(DType::F32, {rows, cols}, ref), host(DType::F32, {rows, cols}, res),
-                    host(DType::F32, {rows, cols}, delta), host(DType::F32, {cols}, w), 1e-6f);
-  const Tensor out = poisoned({rows, cols});
-  gpu_->add_rms_norm(out, gres, gdelta, gw, 1e-6f);
-  EXPECT_LE(rel_l2(download(out), ref), kFp32Tol);
-  EXPECT_LE(rel_l2(download(gres), res), kFp32Tol);  // res now holds the CPU's updated residual
+  for (const int64_t cols : {128, 3000, 4096, 8196}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const int64_t rows = 7;
+    std::vector<float> res = random_floats(size_t(rows * cols), 3), delta = random_floats(res.size(), 4, 0.5f);
+    std::vector<float> w = random_floats(size_t(cols), 5);
+    const Tensor gres = upload(DType::F32, {rows, cols}, res), gdelta = upload(DType::F32, {rows, cols}, delta);
+    const Tensor gw = upload(DType::F32, {cols}, w);
+    std::vector<float> ref(res.size());
+    cpu_.add_rms_norm(host(DType::F32, {rows, cols}, ref), host(DType::F32, {rows, cols}, res),
+                      host(DType::F32, {rows, cols}, delta), host(DType::F32, {cols}, w), 1e-6f);
+    const Tensor out = poisoned({rows, cols});
+    gpu_->add_rms_norm(out, gres, gdelta, gw, 1e-6f);
+    EXPECT_LE(rel_l2(download(out), ref), kFp32Tol);
+    EXPECT_LE(rel_l2(download(gres), res), kFp32Tol);  // res now holds the CPU's updated residual
+  }
 }
 
 TEST_F(CudaOps, RopeBothOrderingsAndPartialRotation) {
