@@ -41,7 +41,12 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Backend& backen
   attn_ = backend.alloc(T * std::max<size_t>(q_dim, c.dim) * 4);
   out_ = backend.alloc(T * c.dim * 4);
   gate_ = backend.alloc(T * c.hidden_dim * 4);
-  up_ = backend.alloc(T * c.hidden_dim * 4);
+  const auto any_layer = [&](auto pred) { return std::any_of(weights_.layers.begin(), weights_.layers.end(), pred); };
+  if (any_layer([](const LayerWeights& L) { return L.w_gate_up.empty(); })) up_ = backend.alloc(T * c.hidden_dim * 4);
+  if (any_layer([](const LayerWeights& L) { return !L.w_gate_up.empty(); }))
+    gate_up_ = backend.alloc(T * 2 * size_t(c.hidden_dim) * 4);
+  if (any_layer([](const LayerWeights& L) { return !L.wqkv.empty(); }))
+    qkv_ = backend.alloc(T * (q_dim + 2 * kv_dim) * 4);
   logits_hidden_ = backend.alloc(T * c.dim * 4);
 
   std::vector<float> inv = c.rope_inv_freq();
@@ -277,7 +282,10 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   const Tensor attn = attn_.view(DType::F32, {n, H, D});     // attention output per head
   const Tensor delta = out_.view(DType::F32, {n, c.dim});    // a sublayer's output (o-proj or ffn down)
   const Tensor gate = gate_.view(DType::F32, {n, c.hidden_dim});
-  const Tensor up = up_.view(DType::F32, {n, c.hidden_dim});
+  const Tensor up = up_.data() ? up_.view(DType::F32, {n, c.hidden_dim}) : Tensor{};
+  // Fused projections' outputs: q|k|v heads of each token, gate|up units of each token.
+  const Tensor qkv = qkv_.data() ? qkv_.view(DType::F32, {n, H + 2 * KVH, D}) : Tensor{};
+  const Tensor gate_up = gate_up_.data() ? gate_up_.view(DType::F32, {n, 2 * c.hidden_dim}) : Tensor{};
   const auto flat = [](const Tensor& t) { return Tensor::make(t.dtype, {t.shape[0], t.shape[1] * t.shape[2]}, t.data, t.device); };
   const auto per_head = [](const Tensor& t) { return Tensor::make(t.dtype, {t.shape[0] * t.shape[1], t.shape[2]}, t.data, t.device); };
   const float scale = 1.0f / std::sqrt(float(D));
@@ -296,19 +304,32 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
       backend_.add_rms_norm(xb, x, delta, L.attn_norm, c.rms_eps);
     }
     observe("attn_norm", l, xb);
-    backend_.matmul(flat(q), xb, L.wq, L.bq);
-    backend_.matmul(flat(k), xb, L.wk, L.bk);
-    backend_.matmul(flat(v), xb, L.wv, L.bv);
-    if (c.qk_norm) {
-      backend_.rms_norm(per_head(q), per_head(q), L.q_norm, c.rms_eps);
-      backend_.rms_norm(per_head(k), per_head(k), L.k_norm, c.rms_eps);
+    if (!L.wqkv.empty()) {
+      // Fused: one matmul for q|k|v, then one op for q/k norm, RoPE, q out and the K/V cache writes. With a
+      // debug observer the op also leaves f32 copies of k and v, so q, k, v are observable as in the unfused path.
+      backend_.matmul(flat(qkv), xb, L.wqkv, L.bqkv);
+      backend_.qkv_epilogue({.qkv = qkv, .positions = pos, .slots = slots, .inv_freq = inv_freq_,
+                             .q_norm = c.qk_norm ? L.q_norm : Tensor{}, .k_norm = c.qk_norm ? L.k_norm : Tensor{},
+                             .eps = c.rms_eps, .ordering = c.rope_ordering, .q = q, .k_cache = k_cache,
+                             .v_cache = v_cache, .k_out = observer_ ? k : Tensor{}, .v_out = observer_ ? v : Tensor{}});
+      observe("q", l, q);
+      observe("k", l, k);
+      observe("v", l, v);
+    } else {
+      backend_.matmul(flat(q), xb, L.wq, L.bq);
+      backend_.matmul(flat(k), xb, L.wk, L.bk);
+      backend_.matmul(flat(v), xb, L.wv, L.bv);
+      if (c.qk_norm) {
+        backend_.rms_norm(per_head(q), per_head(q), L.q_norm, c.rms_eps);
+        backend_.rms_norm(per_head(k), per_head(k), L.k_norm, c.rms_eps);
+      }
+      backend_.rope(q, pos, inv_freq_, c.rope_ordering);
+      backend_.rope(k, pos, inv_freq_, c.rope_ordering);
+      observe("q", l, q);
+      observe("k", l, k);
+      observe("v", l, v);
+      backend_.store_kv(k_cache, v_cache, k, v, slots);
     }
-    backend_.rope(q, pos, inv_freq_, c.rope_ordering);
-    backend_.rope(k, pos, inv_freq_, c.rope_ordering);
-    observe("q", l, q);
-    observe("k", l, k);
-    observe("v", l, v);
-    backend_.store_kv(k_cache, v_cache, k, v, slots);
     backend_.attention(attn, q, k_cache, v_cache, meta, scale);
     observe("attn", l, attn);
     backend_.matmul(delta, flat(attn), L.wo, Tensor{});
@@ -316,9 +337,14 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     observe("attn_out", l, delta);
     backend_.add_rms_norm(xb, x, delta, L.ffn_norm, c.rms_eps);
     observe("ffn_norm", l, xb);
-    backend_.matmul(gate, xb, L.w_gate, Tensor{});
-    backend_.matmul(up, xb, L.w_up, Tensor{});
-    backend_.swiglu(gate, gate, up);
+    if (!L.w_gate_up.empty()) {
+      backend_.matmul(gate_up, xb, L.w_gate_up, Tensor{});
+      backend_.swiglu_fused(gate, gate_up);
+    } else {
+      backend_.matmul(gate, xb, L.w_gate, Tensor{});
+      backend_.matmul(up, xb, L.w_up, Tensor{});
+      backend_.swiglu(gate, gate, up);
+    }
     backend_.matmul(delta, gate, L.w_down, Tensor{});
     comm_->all_reduce_sum(delta);  // row-parallel: partial sums over this rank's hidden units
     observe("ffn_out", l, delta);

@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 #include "formats/quant.h"
+#include "model/fuse_weights.h"
 
 namespace ferry {
 namespace {
@@ -26,33 +27,61 @@ struct Loader {
     return *t;
   }
 
-  // A matmul or embedding weight: kept in its stored type.
-  Tensor matrix(const std::string& name, int64_t rows, int64_t cols) {
+  // The host tensor of a matmul or embedding weight, checked (shape, a type ferry multiplies).
+  const Tensor& host_matrix(const std::string& name, int64_t rows, int64_t cols) const {
     const Tensor& t = require(name, {rows, cols});
     FERRY_CHECK(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16 || is_quantized(t.dtype),
                 "{}: tensor '{}' has type {}, which ferry cannot multiply", source.describe(), name, dtype_name(t.dtype));
     FERRY_CHECK(t.dtype != DType::Q8_1 && t.dtype != DType::Q8_K, "{}: tensor '{}' has type {}, which is not a weight format",
                 source.describe(), name, dtype_name(t.dtype));
+    return t;
+  }
+
+  // A matmul or embedding weight: kept in its stored type.
+  Tensor matrix(const std::string& name, int64_t rows, int64_t cols) {
+    const Tensor& t = host_matrix(name, rows, cols);
     Tensor prepared = backend.prepare_weight(t, out.storage);
     out.named.emplace_back(name, t);
     return prepared;
   }
 
-  // A vector (norm weight, bias): converted to f32 in backend memory.
-  Tensor vector(const std::string& name, int64_t n) {
+  // Matmul weights stacked by rows into one (model/fuse_weights.h), or an empty tensor (nothing prepared) when
+  // their types or column counts differ. `named` lists the file's tensors either way.
+  Tensor fused_matrix(std::initializer_list<std::pair<std::string, int64_t>> parts, int64_t cols) {
+    std::vector<const Tensor*> hosts;
+    for (const auto& [name, rows] : parts) hosts.push_back(&host_matrix(name, rows, cols));
+    if (!can_fuse_rows(hosts)) return Tensor{};
+    Tensor prepared = prepare_fused_rows(backend, hosts, out.storage);
+    size_t i = 0;
+    for (const auto& part : parts) out.named.emplace_back(part.first, *hosts[i++]);
+    return prepared;
+  }
+
+  // A vector (norm weight, bias) as host f32; listed in `named`.
+  std::vector<float> host_vector(const std::string& name, int64_t n) {
     const Tensor& t = require(name, {n});
     FERRY_CHECK(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16,
                 "{}: tensor '{}' has type {}; norms and biases must be f32, f16 or bf16", source.describe(), name,
                 dtype_name(t.dtype));
     std::vector<float> host(static_cast<size_t>(n));
     dequantize_row(t.dtype, t.data, host.data(), n);
+    out.named.emplace_back(name, t);
+    return host;
+  }
+  std::vector<float> optional_host_vector(const std::string& name, int64_t n) {
+    return source.find(name) ? host_vector(name, n) : std::vector<float>{};
+  }
+  // f32 values in backend memory: (len(host)) f32.
+  Tensor upload(const std::vector<float>& host) {
+    const int64_t n = int64_t(host.size());
     DeviceBuffer buf = backend.alloc(size_t(n) * 4);
     Tensor dev = buf.view(DType::F32, {n});
     backend.copy_to_device(dev, host.data(), host.size() * 4);
     out.storage.push_back(std::move(buf));
-    out.named.emplace_back(name, t);
     return dev;
   }
+  // A vector (norm weight, bias): converted to f32 in backend memory.
+  Tensor vector(const std::string& name, int64_t n) { return upload(host_vector(name, n)); }
   Tensor optional_vector(const std::string& name, int64_t n) {
     return source.find(name) ? vector(name, n) : Tensor{};
   }
@@ -80,16 +109,35 @@ ModelWeights load_weights(const ModelConfig& c, const WeightSource& source, bool
   if (gguf_names && source.find("rope_freqs.weight")) w.rope_freqs = ld.vector("rope_freqs.weight", c.rope_dims / 2);
 
   w.layers.resize(size_t(c.n_layers));
+  const bool fuse = backend.wants_fused_projections();
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = w.layers[size_t(l)];
     L.attn_norm = ld.vector(nm.layer(l, "attn_norm.weight", "input_layernorm.weight"), c.dim);
-    L.wq = ld.matrix(nm.layer(l, "attn_q.weight", "self_attn.q_proj.weight"), q_dim, c.dim);
-    L.wk = ld.matrix(nm.layer(l, "attn_k.weight", "self_attn.k_proj.weight"), kv_dim, c.dim);
-    L.wv = ld.matrix(nm.layer(l, "attn_v.weight", "self_attn.v_proj.weight"), kv_dim, c.dim);
-    if (c.qkv_bias) {
-      L.bq = ld.optional_vector(nm.layer(l, "attn_q.bias", "self_attn.q_proj.bias"), q_dim);
-      L.bk = ld.optional_vector(nm.layer(l, "attn_k.bias", "self_attn.k_proj.bias"), kv_dim);
-      L.bv = ld.optional_vector(nm.layer(l, "attn_v.bias", "self_attn.v_proj.bias"), kv_dim);
+    const std::string q_name = nm.layer(l, "attn_q.weight", "self_attn.q_proj.weight");
+    const std::string k_name = nm.layer(l, "attn_k.weight", "self_attn.k_proj.weight");
+    const std::string v_name = nm.layer(l, "attn_v.weight", "self_attn.v_proj.weight");
+    const std::string bq_name = nm.layer(l, "attn_q.bias", "self_attn.q_proj.bias");
+    const std::string bk_name = nm.layer(l, "attn_k.bias", "self_attn.k_proj.bias");
+    const std::string bv_name = nm.layer(l, "attn_v.bias", "self_attn.v_proj.bias");
+    if (fuse) L.wqkv = ld.fused_matrix({{q_name, q_dim}, {k_name, kv_dim}, {v_name, kv_dim}}, c.dim);
+    if (!L.wqkv.empty()) {
+      if (c.qkv_bias) {
+        const std::vector<float> bq = ld.optional_host_vector(bq_name, q_dim);
+        const std::vector<float> bk = ld.optional_host_vector(bk_name, kv_dim);
+        const std::vector<float> bv = ld.optional_host_vector(bv_name, kv_dim);
+        const std::vector<float>* biases[] = {&bq, &bk, &bv};
+        const int64_t lengths[] = {q_dim, kv_dim, kv_dim};
+        if (!bq.empty() || !bk.empty() || !bv.empty()) L.bqkv = ld.upload(concat_f32(biases, lengths));
+      }
+    } else {
+      L.wq = ld.matrix(q_name, q_dim, c.dim);
+      L.wk = ld.matrix(k_name, kv_dim, c.dim);
+      L.wv = ld.matrix(v_name, kv_dim, c.dim);
+      if (c.qkv_bias) {
+        L.bq = ld.optional_vector(bq_name, q_dim);
+        L.bk = ld.optional_vector(bk_name, kv_dim);
+        L.bv = ld.optional_vector(bv_name, kv_dim);
+      }
     }
     if (c.qk_norm) {
       L.q_norm = ld.vector(nm.layer(l, "attn_q_norm.weight", "self_attn.q_norm.weight"), c.head_dim);
@@ -97,8 +145,13 @@ ModelWeights load_weights(const ModelConfig& c, const WeightSource& source, bool
     }
     L.wo = ld.matrix(nm.layer(l, "attn_output.weight", "self_attn.o_proj.weight"), c.dim, q_dim);
     L.ffn_norm = ld.vector(nm.layer(l, "ffn_norm.weight", "post_attention_layernorm.weight"), c.dim);
-    L.w_gate = ld.matrix(nm.layer(l, "ffn_gate.weight", "mlp.gate_proj.weight"), c.hidden_dim, c.dim);
-    L.w_up = ld.matrix(nm.layer(l, "ffn_up.weight", "mlp.up_proj.weight"), c.hidden_dim, c.dim);
+    const std::string gate_name = nm.layer(l, "ffn_gate.weight", "mlp.gate_proj.weight");
+    const std::string up_name = nm.layer(l, "ffn_up.weight", "mlp.up_proj.weight");
+    if (fuse) L.w_gate_up = ld.fused_matrix({{gate_name, c.hidden_dim}, {up_name, c.hidden_dim}}, c.dim);
+    if (L.w_gate_up.empty()) {
+      L.w_gate = ld.matrix(gate_name, c.hidden_dim, c.dim);
+      L.w_up = ld.matrix(up_name, c.hidden_dim, c.dim);
+    }
     L.w_down = ld.matrix(nm.layer(l, "ffn_down.weight", "mlp.down_proj.weight"), c.dim, c.hidden_dim);
   }
   return w;

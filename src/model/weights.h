@@ -26,6 +26,11 @@ struct LayerWeights {
   Tensor w_gate;     // (hidden_dim, dim)
   Tensor w_up;       // (hidden_dim, dim)
   Tensor w_down;     // (dim, hidden_dim)
+  // Fused projections (model/fuse_weights.h), made at load when the backend wants_fused_projections() and the
+  // parts share a type; then the separate tensors above are empty (not kept).
+  Tensor wqkv;       // ((n_heads + 2*n_kv_heads)*head_dim, dim): rows of wq, then wk, then wv; stored type
+  Tensor bqkv;       // ((n_heads + 2*n_kv_heads)*head_dim) f32: bq|bk|bv (zeros for a missing one), or empty
+  Tensor w_gate_up;  // (2*hidden_dim, dim): rows of w_gate, then w_up; stored type
 };
 
 struct ModelWeights {

@@ -55,6 +55,24 @@ class StepGraph {
   virtual ~StepGraph() = default;
 };
 
+// Arguments of Backend::qkv_epilogue (fill with designated initializers). H = n_heads, KVH = n_kv_heads,
+// D = head_dim of this rank's shard.
+struct QkvEpilogueArgs {
+  Tensor qkv;        // (n, H + 2*KVH, D) f32: the fused q|k|v projection of the step (bias included), read only
+  Tensor positions;  // (n) i32
+  Tensor slots;      // (n) i64, slot = block_id * block_size + offset (as store_kv)
+  Tensor inv_freq;   // (rope_dims/2) f32, as rope: the first 2*len dims of each q and k head rotate
+  Tensor q_norm;     // (D) f32 per-head RMSNorm weight of q before RoPE (Qwen3), or empty
+  Tensor k_norm;     // (D) f32 the same for k, or empty (both set or both empty)
+  float eps = 0;     // RMSNorm epsilon (used with q_norm/k_norm)
+  RopeOrdering ordering = RopeOrdering::Interleaved;
+  Tensor q;          // out: (n, H, D) f32, normed and rotated
+  Tensor k_cache;    // out: (n_blocks, block_size, KVH, D) kv_dtype(): each token's normed, rotated k at its slot
+  Tensor v_cache;    // out: same shape: each token's v at its slot
+  Tensor k_out;      // optional out: (n, KVH, D) f32 copy of the normed, rotated k (debug observer), or empty
+  Tensor v_out;      // optional out: (n, KVH, D) f32 copy of v, or empty
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -69,6 +87,10 @@ class Backend {
   // Makes a weight usable by matmul/embedding. The CPU backend returns the view itself (weights stay in the
   // mmap); a GPU backend uploads and may repack. `keep` receives the storage the result points into.
   virtual Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) = 0;
+  // Whether load_weights should concatenate wq|wk|wv into one wqkv and w_gate|w_up into one w_gate_up (fewer,
+  // larger matmuls; the model then runs qkv_epilogue and swiglu_fused). A backend that says true implements
+  // both ops.
+  virtual bool wants_fused_projections() const { return false; }
   virtual void copy_to_device(const Tensor& dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const Tensor& src, size_t bytes) = 0;
   virtual void synchronize() = 0;
@@ -117,6 +139,14 @@ class Backend {
                          const AttentionMeta& meta, float scale) = 0;
   // out = silu(gate) * up; all (n, hidden_dim) f32. out may alias gate.
   virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  // The fused projections' epilogues (used when wants_fused_projections()). No default: they cannot be
+  // composed from the ops above without a strided copy.
+  // Per token and head of a.qkv: q and k heads get the optional per-head RMSNorm then RoPE (the math of
+  // rms_norm + rope); q heads go to a.q, k and v heads to the caches at the token's slot (as store_kv, rounded
+  // to kv_dtype()), and to a.k_out / a.v_out when set.
+  virtual void qkv_epilogue(const QkvEpilogueArgs& a) { fail("backend {} has no qkv_epilogue", name()); }
+  // out: (n, hidden) f32 = silu(gate_up[:, :hidden]) * gate_up[:, hidden:]; gate_up: (n, 2*hidden) f32.
+  virtual void swiglu_fused(const Tensor& out, const Tensor& gate_up) { fail("backend {} has no swiglu_fused", name()); }
   // out: (m, cols) = x[rows[i]] for i < m; rows: (m) i32
   virtual void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) = 0;
 };

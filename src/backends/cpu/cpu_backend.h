@@ -49,6 +49,11 @@ class CpuBackend final : public Backend {
   void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                  const AttentionMeta& meta, float scale) override;
   void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  // The fused projections' epilogues (fused_ops.cpp). wants_fused_projections() stays false on the CPU (its
+  // matmuls gain nothing from fusion and its RSS is measured); they serve as the oracle of the GPU kernels and
+  // run when a test forces fusion.
+  void qkv_epilogue(const QkvEpilogueArgs& a) override;
+  void swiglu_fused(const Tensor& out, const Tensor& gate_up) override;
   void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) override;
 
   ThreadPool& pool() { return pool_; }
@@ -86,6 +91,7 @@ class CpuBackend final : public Backend {
     std::vector<float> cos_sin;      // [n][half][2]: cos, sin of positions[t] * inv_freq[i]
   };
   RopeTable rope_table_;  // rope's cache: q and k of every layer of a step share one table
+  std::vector<float> qkv_scratch_;  // qkv_epilogue: (n, 2, n_kv_heads, head_dim) f32 k and v when k_out/v_out are empty
 };
 
 }  // namespace ferry

@@ -22,6 +22,7 @@
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/op_profiler.h"
+#include "backends/cuda/qkv_epilogue.cuh"
 #include "backends/cuda/rope.cuh"
 #include "backends/cuda/sampling.cuh"
 #include "backends/cuda/step_graph.h"
@@ -528,6 +529,49 @@ void CudaBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up
   const int64_t total = gate.numel();
   FERRY_ASSERT(up.numel() == total && out.numel() == total);
   cuda_ops::swiglu(out.ptr<float>(), gate.ptr<float>(), up.ptr<float>(), total, stream_);
+}
+
+void CudaBackend::qkv_epilogue(const QkvEpilogueArgs& a) {
+  const OpProfiler::Scope prof(profiler_.get(), "qkv_epilogue", 2.0 * double(a.qkv.nbytes()));
+  require_cuda(a.qkv, "qkv_epilogue input");
+  require_cuda(a.positions, "qkv_epilogue positions");
+  require_cuda(a.slots, "qkv_epilogue slots");
+  require_cuda(a.q, "qkv_epilogue q");
+  require_cuda(a.k_cache, "K cache");
+  require_cuda(a.v_cache, "V cache");
+  FERRY_ASSERT(a.qkv.n_dims == 3 && a.qkv.dtype == DType::F32 && a.q.n_dims == 3 && a.q.dtype == DType::F32);
+  const int64_t n = a.qkv.shape[0], n_all = a.qkv.shape[1], D = a.qkv.shape[2], H = a.q.shape[1];
+  const int64_t KVH = (n_all - H) / 2;
+  FERRY_ASSERT(a.q.shape[0] == n && a.q.shape[2] == D && H + 2 * KVH == n_all && KVH > 0);
+  FERRY_ASSERT(a.positions.dtype == DType::I32 && a.positions.numel() == n);
+  FERRY_ASSERT(a.slots.dtype == DType::I64 && a.slots.numel() == n);
+  FERRY_ASSERT(a.k_cache.n_dims == 4 && a.k_cache.dtype == kv_dtype() && a.v_cache.dtype == kv_dtype());
+  FERRY_ASSERT(a.k_cache.shape[2] == KVH && a.k_cache.shape[3] == D && a.v_cache.numel() == a.k_cache.numel());
+  FERRY_ASSERT(a.q_norm.empty() == a.k_norm.empty() && (a.q_norm.empty() || a.q_norm.numel() == D));
+  FERRY_ASSERT(a.k_out.empty() || a.k_out.numel() == n * KVH * D);
+  FERRY_ASSERT(a.v_out.empty() || a.v_out.numel() == n * KVH * D);
+  const int64_t half = a.inv_freq.numel();
+  FERRY_ASSERT(2 * half <= D);
+  const auto f32_or_null = [](const Tensor& t) { return t.empty() ? nullptr : t.ptr<float>(); };
+  cuda_ops::qkv_epilogue({.qkv = a.qkv.ptr<float>(), .positions = a.positions.ptr<int32_t>(),
+                          .slots = a.slots.ptr<int64_t>(), .inv_freq = f32_or_null(a.inv_freq),
+                          .q_norm = f32_or_null(a.q_norm), .k_norm = f32_or_null(a.k_norm), .q = a.q.ptr<float>(),
+                          .k_cache = a.k_cache.data, .v_cache = a.v_cache.data, .k_out = f32_or_null(a.k_out),
+                          .v_out = f32_or_null(a.v_out), .n = n, .n_heads = H, .n_kv_heads = KVH, .head_dim = D,
+                          .half = half, .n_slots = a.k_cache.shape[0] * a.k_cache.shape[1], .eps = a.eps,
+                          .interleaved = a.ordering == RopeOrdering::Interleaved,
+                          .kv_type = cuda_ops::KvCacheType::BF16, .errors = errors_},
+                         stream_);
+}
+
+void CudaBackend::swiglu_fused(const Tensor& out, const Tensor& gate_up) {
+  const OpProfiler::Scope prof(profiler_.get(), "swiglu_fused", 1.5 * double(gate_up.nbytes()));
+  require_cuda(out, "swiglu output");
+  require_cuda(gate_up, "swiglu gate|up");
+  const int64_t n = gate_up.rows(), hidden = gate_up.cols() / 2;
+  FERRY_ASSERT(gate_up.cols() == 2 * hidden && out.rows() == n && out.cols() == hidden);
+  FERRY_ASSERT(out.dtype == DType::F32 && gate_up.dtype == DType::F32);
+  cuda_ops::swiglu_fused({.out = out.ptr<float>(), .gate_up = gate_up.ptr<float>(), .n = n, .hidden = hidden}, stream_);
 }
 
 void CudaBackend::gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) {

@@ -73,6 +73,8 @@ class CudaBackend final : public Backend {
   DeviceBuffer alloc(size_t bytes) override;
   DType kv_dtype() const override { return DType::BF16; }  // the attention kernels read bf16 K/V
   Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) override;
+  // wq|wk|wv and w_gate|w_up as one matmul each (decode: fewer, larger matvecs) + qkv_epilogue / swiglu_fused.
+  bool wants_fused_projections() const override { return true; }
   void copy_to_device(const Tensor& dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const Tensor& src, size_t bytes) override;
   void synchronize() override;
@@ -98,6 +100,8 @@ class CudaBackend final : public Backend {
                  const AttentionMeta& meta, float scale) override;
   void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) override;
+  void qkv_epilogue(const QkvEpilogueArgs& a) override;  // qkv_epilogue.cuh
+  void swiglu_fused(const Tensor& out, const Tensor& gate_up) override;
 
   // GPU sampling (sampling.cuh; not in the Backend interface yet): out (m) i32 on the device = one token per row
   // of logits (m, vocab) f32 on the device, drawn as engine/sampler.cpp would for params[i] at positions[i]

@@ -1,0 +1,158 @@
+// qkv_epilogue: grid (token, group of kWarps heads), one warp per head. The block first computes the token's
+// RoPE sines and cosines in double (as rope.cu and the CPU reference: positions up to 1e6 times frequencies
+// near 1 keep their precision) into shared memory; each warp then loads its head into its own shared row
+// (coalesced), applies the RMSNorm (fp32 warp-shuffle sum, x * scale * w as norm.cu), rotates the pairs (one
+// lane per pair, a * c - b * s / a * s + b * c as rope.cu) and writes the head to q or to its cache slot.
+// At decode (n = 1, Llama-3-8B: 48 heads of 128) that is 12 blocks of 128 threads, one launch for what
+// took five.
+//
+// swiglu_fused: grid (column quads, rows), one float4 of gate and of up per thread (16-byte accesses, as
+// elementwise.cu's swiglu4), scalar when hidden % 4 != 0 or a pointer is not 16-byte aligned.
+#include "backends/cuda/qkv_epilogue.cuh"
+
+#include <cuda_bf16.h>
+
+#include "backends/cuda/common.cuh"
+
+namespace ferry::cuda_ops {
+namespace {
+
+constexpr int kWarps = 4;  // heads per block
+constexpr int kThreads = kWarps * 32;
+constexpr int kSwigluThreads = 256;
+constexpr int64_t kMaxGridY = 65535;
+
+__device__ __forceinline__ void store_kv_value(float* dst, float v) { *dst = v; }
+__device__ __forceinline__ void store_kv_value(__nv_bfloat16* dst, float v) { *dst = __float2bfloat16_rn(v); }
+
+template <typename KvT>
+__global__ void __launch_bounds__(kThreads) qkv_epilogue_kernel(QkvEpilogueParams p) {
+  extern __shared__ float smem[];  // cos (half) | sin (half) | kWarps rows of head_dim
+  float* cos_t = smem;
+  float* sin_t = smem + p.half;
+  const int64_t t = blockIdx.x;
+  const int32_t pos = p.positions[t];
+  for (int64_t k = threadIdx.x; k < p.half; k += kThreads) {
+    double s, c;
+    sincos(double(pos) * double(p.inv_freq[k]), &s, &c);
+    cos_t[k] = float(c);
+    sin_t[k] = float(s);
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t H = p.n_heads, KVH = p.n_kv_heads, D = p.head_dim, n_all = H + 2 * KVH;
+  const int64_t h = int64_t(blockIdx.y) * kWarps + warp;
+  if (h >= n_all) return;  // no block-wide barrier follows
+  float* buf = smem + 2 * p.half + int64_t(warp) * D;
+  const float* src = p.qkv + (t * n_all + h) * D;
+  const bool is_v = h >= H + KVH;
+
+  float ss = 0;
+  for (int64_t j = lane; j < D; j += 32) {
+    const float x = src[j];
+    buf[j] = x;
+    ss = fmaf(x, x, ss);
+  }
+  if (!is_v && p.q_norm != nullptr) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, off);
+    const float scale = 1.0f / sqrtf(ss / float(D) + p.eps);
+    const float* w = h < H ? p.q_norm : p.k_norm;
+    for (int64_t j = lane; j < D; j += 32) buf[j] = buf[j] * scale * w[j];  // each lane its own elements
+  }
+  __syncwarp();
+  if (!is_v) {
+    // Each pair (i0, i1) belongs to one lane: read both, then write both.
+    for (int64_t k = lane; k < p.half; k += 32) {
+      const int64_t i0 = p.interleaved ? 2 * k : k;
+      const int64_t i1 = p.interleaved ? 2 * k + 1 : k + p.half;
+      const float a = buf[i0], b = buf[i1], cs = cos_t[k], sn = sin_t[k];
+      buf[i0] = a * cs - b * sn;
+      buf[i1] = a * sn + b * cs;
+    }
+    __syncwarp();
+  }
+
+  if (h < H) {
+    float* dst = p.q + (t * H + h) * D;
+    for (int64_t j = lane; j < D; j += 32) dst[j] = buf[j];
+    return;
+  }
+  const int64_t kh = is_v ? h - H - KVH : h - H;  // KV head index
+  float* copy = is_v ? p.v_out : p.k_out;
+  if (copy != nullptr) {
+    float* dst = copy + (t * KVH + kh) * D;
+    for (int64_t j = lane; j < D; j += 32) dst[j] = buf[j];
+  }
+  const int64_t slot = p.slots[t];
+  if (slot < 0 || slot >= p.n_slots) {
+    if (lane == 0) report_error(p.errors, kBadSlot, slot);
+    return;
+  }
+  KvT* dst = static_cast<KvT*>(is_v ? p.v_cache : p.k_cache) + (slot * KVH + kh) * D;
+  for (int64_t j = lane; j < D; j += 32) store_kv_value(dst + j, buf[j]);
+}
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+__global__ void __launch_bounds__(kSwigluThreads) swiglu_fused4_kernel(SwigluFusedParams p) {
+  const int64_t quads = p.hidden / 4, j = int64_t(blockIdx.x) * kSwigluThreads + threadIdx.x;
+  if (j >= quads) return;
+  for (int64_t t = blockIdx.y; t < p.n; t += gridDim.y) {
+    const float4* row = reinterpret_cast<const float4*>(p.gate_up + t * 2 * p.hidden);
+    const float4 g = row[j], u = row[quads + j];
+    reinterpret_cast<float4*>(p.out + t * p.hidden)[j] =
+        make_float4(silu_mul(g.x, u.x), silu_mul(g.y, u.y), silu_mul(g.z, u.z), silu_mul(g.w, u.w));
+  }
+}
+
+__global__ void __launch_bounds__(kSwigluThreads) swiglu_fused_kernel(SwigluFusedParams p) {
+  const int64_t j = int64_t(blockIdx.x) * kSwigluThreads + threadIdx.x;
+  if (j >= p.hidden) return;
+  for (int64_t t = blockIdx.y; t < p.n; t += gridDim.y) {
+    const float* row = p.gate_up + t * 2 * p.hidden;
+    p.out[t * p.hidden + j] = silu_mul(row[j], row[p.hidden + j]);
+  }
+}
+
+}  // namespace
+
+void qkv_epilogue(const QkvEpilogueParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  const int64_t n_all = p.n_heads + 2 * p.n_kv_heads;
+  FERRY_CUDA_REQUIRE(p.n <= 0x7FFFFFFF && p.n_heads > 0 && p.n_kv_heads > 0 && p.head_dim > 0);
+  FERRY_CUDA_REQUIRE(p.half >= 0 && 2 * p.half <= p.head_dim);
+  FERRY_CUDA_REQUIRE((p.q_norm == nullptr) == (p.k_norm == nullptr));
+  FERRY_CUDA_REQUIRE(p.qkv && p.positions && p.slots && p.q && p.k_cache && p.v_cache && p.errors);
+  FERRY_CUDA_REQUIRE(p.half == 0 || p.inv_freq != nullptr);
+  const int64_t blocks_y = (n_all + kWarps - 1) / kWarps;
+  FERRY_CUDA_REQUIRE(blocks_y <= kMaxGridY);
+  const size_t smem = size_t(2 * p.half + kWarps * p.head_dim) * sizeof(float);
+  FERRY_CUDA_REQUIRE(smem <= 48 * 1024);  // head_dim up to ~2900: every model ferry reads
+  const dim3 grid(unsigned(p.n), unsigned(blocks_y));
+  if (p.kv_type == KvCacheType::BF16) {
+    qkv_epilogue_kernel<__nv_bfloat16><<<grid, kThreads, smem, stream>>>(p);
+  } else {
+    qkv_epilogue_kernel<float><<<grid, kThreads, smem, stream>>>(p);
+  }
+  FERRY_CUDA_CHECK_LAUNCH(qkv_epilogue_kernel);
+}
+
+void swiglu_fused(const SwigluFusedParams& p, cudaStream_t stream) {
+  if (p.n == 0 || p.hidden == 0) return;
+  FERRY_CUDA_REQUIRE(p.n > 0 && p.hidden > 0 && p.out && p.gate_up);
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  const unsigned rows = unsigned(p.n < kMaxGridY ? p.n : kMaxGridY);
+  if (p.hidden % 4 == 0 && aligned(p.out) && aligned(p.gate_up)) {
+    const dim3 grid(grid_for(p.hidden / 4, kSwigluThreads), rows);
+    swiglu_fused4_kernel<<<grid, kSwigluThreads, 0, stream>>>(p);
+    FERRY_CUDA_CHECK_LAUNCH(swiglu_fused4_kernel);
+    return;
+  }
+  const dim3 grid(grid_for(p.hidden, kSwigluThreads), rows);
+  swiglu_fused_kernel<<<grid, kSwigluThreads, 0, stream>>>(p);
+  FERRY_CUDA_CHECK_LAUNCH(swiglu_fused_kernel);
+}
+
+}  // namespace ferry::cuda_ops

@@ -1,0 +1,61 @@
+#include "model/fuse_weights.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace ferry {
+
+bool can_fuse_rows(std::span<const Tensor* const> parts) {
+  if (parts.empty()) return false;
+  const Tensor& first = *parts[0];
+  for (const Tensor* t : parts) {
+    if (t->empty() || t->n_dims != 2 || t->dtype != first.dtype || t->cols() != first.cols() || t->rows() <= 0)
+      return false;
+    if (t->device != Device::Cpu) return false;
+  }
+  return true;
+}
+
+Tensor prepare_fused_rows(Backend& backend, std::span<const Tensor* const> parts, std::vector<DeviceBuffer>& keep) {
+  FERRY_ASSERT(can_fuse_rows(parts));
+  const DType dt = parts[0]->dtype;
+  const int64_t cols = parts[0]->cols();
+  int64_t rows = 0;
+  size_t bytes = 0;
+  for (const Tensor* t : parts) {
+    rows += t->rows();
+    bytes += t->nbytes();
+  }
+  // Host copy: (rows, cols) in dt, parts in order. Plain host memory (the CPU allocation), not page-locked:
+  // a GPU backend copies it once in prepare_weight.
+  auto* p = new uint8_t[std::max<size_t>(bytes, 1)];
+  DeviceBuffer host(p, bytes, Device::Cpu, [](void* q) { delete[] static_cast<uint8_t*>(q); });
+  size_t off = 0;
+  for (const Tensor* t : parts) {
+    std::memcpy(p + off, t->data, t->nbytes());
+    off += t->nbytes();
+  }
+  const Tensor fused = Tensor::make(dt, {rows, cols}, p, Device::Cpu);
+  Tensor prepared = backend.prepare_weight(fused, keep);
+  const auto* d = static_cast<const uint8_t*>(prepared.data);
+  if (d >= p && d < p + bytes) keep.push_back(std::move(host));  // used in place: keep the copy alive
+  return prepared;
+}
+
+std::vector<float> concat_f32(std::span<const std::vector<float>* const> parts, std::span<const int64_t> lengths) {
+  FERRY_ASSERT(parts.size() == lengths.size());
+  std::vector<float> out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i]->empty()) {
+      out.insert(out.end(), size_t(lengths[i]), 0.0f);
+    } else {
+      FERRY_ASSERT(int64_t(parts[i]->size()) == lengths[i]);
+      out.insert(out.end(), parts[i]->begin(), parts[i]->end());
+    }
+  }
+  return out;
+}
+
+}  // namespace ferry
