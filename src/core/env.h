@@ -25,6 +25,10 @@ struct Env {
   std::optional<std::string> tp_fd;       // FERRY_TP_FD: the socket to rank 0 (inherited descriptor number)
   // FERRY_TP_TIMEOUT: seconds a tensor-parallel step may take before every rank is ended (default 300).
   std::optional<std::string> tp_timeout;
+  // FERRY_TP_ALLREDUCE: how a GPU group sums small messages (<= 512 KiB f32): "peer" (the one-shot peer-memory
+  // all-reduce, backends/cuda/peer_all_reduce.h; an error when the GPUs cannot reach each other's memory),
+  // "nccl" (NCCL for every size), "auto" or unset (peer when every rank can set it up, else NCCL).
+  std::optional<std::string> tp_allreduce;
   // Set by mpirun (Open MPI: OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK}; MPICH/Intel: PMI_RANK, PMI_SIZE,
   // MPI_LOCALRANKID): `mpirun -np N ferry ...` runs one rank per process.
   std::optional<std::string> mpi_rank, mpi_size, mpi_local_rank;
