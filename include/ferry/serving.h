@@ -38,6 +38,10 @@ struct ServingOptions {
                                  // cores the backend uses; min(8, hardware threads / 2) on CUDA)
   bool batch_invariant = false;  // a request's output does not depend on what else is in the batch (CUDA;
                                  // the CPU kernels are batch-invariant always)
+  bool device_sampling = true;   // sample on the device where the backend can (CUDA at tensor-parallel world 1):
+                                 // only token ids cross to the host; rows with logprobs or penalties still copy
+                                 // their logits and sample on the host. Same tokens as the host sampler.
+                                 // Off: every row on the host (also FERRY_CUDA_SAMPLING=0).
   bool check_invariants = false; // tests and debugging: after every step verify the KV bookkeeping (every
                                  // block's ref count equals the sequences holding it, pool and prefix-map
                                  // consistency); O(n_blocks) per step. A violation fails the requests in flight.
@@ -112,6 +116,9 @@ struct ServingStats {
   int64_t generated_tokens = 0;
   int64_t steps = 0;
   double busy_seconds = 0;                               // time spent running steps
+  int64_t logits_host_bytes = 0;      // f32 logits copied from the device to the host (all steps)
+  int64_t device_sampled_tokens = 0;  // tokens drawn on the device (ServingOptions.device_sampling)
+  int64_t graph_replays = 0;          // steps run as one step-graph launch (decode steps on CUDA)
   double prefix_hit_rate() const { return prompt_tokens ? double(prompt_tokens_cached) / double(prompt_tokens) : 0.0; }
 };
 

@@ -35,6 +35,7 @@ Env Env::read() {
   e.cuda_prefill_bf16 = get("FERRY_CUDA_PREFILL_BF16");
   e.cuda_gemm = get("FERRY_CUDA_GEMM");
   e.cuda_matvec = get("FERRY_CUDA_MATVEC");
+  e.cuda_sampling = get("FERRY_CUDA_SAMPLING");
   e.cuda_profile = get("FERRY_CUDA_PROFILE");
   return e;
 }

@@ -42,6 +42,9 @@ struct Env {
   std::optional<std::string> cuda_gemm;
   // FERRY_CUDA_MATVEC: the decode matvec version (2 or 5; default: matvec.cuh's) for comparisons.
   std::optional<std::string> cuda_matvec;
+  // FERRY_CUDA_SAMPLING: "0" makes the serving engine sample every row on the host (comparisons with the
+  // device sampler); "1" or unset: on the device where the backend can (ServingOptions.device_sampling).
+  std::optional<std::string> cuda_sampling;
   // FERRY_CUDA_PROFILE: "1" times every CUDA op with events (step graphs off) and prints a per-op table of
   // GPU time and bandwidth to stderr when the backend is destroyed (see backends/cuda/op_profiler.h).
   std::optional<std::string> cuda_profile;

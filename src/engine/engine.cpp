@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "core/check.h"
+#include "core/env.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -55,20 +56,33 @@ GenerateResult Engine::generate(std::span<const int32_t> prompt, const SamplingP
   FERRY_CHECK(!prompt.empty(), "empty prompt: nothing to generate from");
   FERRY_CHECK(int64_t(prompt.size()) <= m.session->max_context(),
               "prompt of {} tokens is longer than the context of {} tokens", prompt.size(), m.session->max_context());
-  Sampler sampler(params, model.config().vocab_size);
+  Sampler sampler(params, model.config().vocab_size);  // validates params; the host path's sampler
+  // Draw on the device where the backend can (only the id crosses to the host); penalties need the host.
+  const bool on_device = model.supports_device_sampling() && !params.penalties_active() &&
+                         Env::read().cuda_sampling.value_or("1") != "0";
+  const auto drawn = [](int32_t tok) {
+    FERRY_CHECK(tok >= 0, "sampler: every logit is NaN or -inf, nothing to sample");
+    return tok;
+  };
+  int32_t next = -1;  // on_device: the token drawn with the last step
   IncrementalDetokenizer detok(tokenizer);
   GenerateResult r;
   r.n_prompt = int(prompt.size());
 
   const auto t0 = Clock::now();
   const int32_t before = m.session->n_tokens();
-  std::span<const float> logits = m.session->set_history(prompt);
+  std::span<const float> logits;
+  if (on_device) {
+    next = m.session->set_history_sampled(prompt, params);
+  } else {
+    logits = m.session->set_history(prompt);
+  }
   r.n_prompt_computed = int(prompt.size()) - std::min<int32_t>(before, int32_t(prompt.size()) - 1);
   const auto t1 = Clock::now();
   r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
 
   for (int i = 0; i < max_tokens; ++i) {
-    const int32_t tok = sampler.sample(logits, m.session->history());
+    const int32_t tok = on_device ? drawn(next) : sampler.sample(logits, m.session->history());
     if (stop_at_eog && tokenizer.is_eog(tok)) {
       r.finish = FinishReason::Stop;
       break;
@@ -84,7 +98,11 @@ GenerateResult Engine::generate(std::span<const int32_t> prompt, const SamplingP
     // it as part of its prompt (set_history keeps the common prefix).
     if (i + 1 == max_tokens || m.session->n_tokens() >= m.session->max_context()) break;
     const int32_t one[1] = {tok};
-    logits = m.session->append(one);
+    if (on_device) {
+      next = m.session->append_sampled(one, params);
+    } else {
+      logits = m.session->append(one);
+    }
   }
   const std::string rest = detok.flush();
   if (!rest.empty()) {

@@ -7,6 +7,30 @@
 namespace ferry {
 
 void ModelRunner::run(const StepPlan& plan) {
+  build_batch(plan);
+  device_step_ = false;
+  model_.forward(batch_, logits_);
+}
+
+void ModelRunner::run_sampled(const StepPlan& plan, std::span<const RowSampling> rows) {
+  build_batch(plan);
+  device_step_ = true;
+  FERRY_ASSERT(rows.size() <= batch_.logit_rows.size());
+  row_modes_.assign(rows.begin(), rows.end());
+  row_modes_.resize(batch_.logit_rows.size());  // padding rows: Skip
+  host_index_.assign(rows.size(), -1);
+  int32_t h = 0;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].mode == RowMode::Host) host_index_[i] = h++;
+  model_.forward_sampled(batch_, row_modes_, sampled_);
+}
+
+int32_t ModelRunner::token(size_t i) const {
+  FERRY_ASSERT(device_step_ && i < host_index_.size() && row_modes_[i].mode == RowMode::Device);
+  return sampled_.tokens[i];
+}
+
+void ModelRunner::build_batch(const StepPlan& plan) {
   const int32_t bs = model_.kv_shape().block_size;
   Batch& b = batch_;
   b.tokens.clear();
@@ -58,11 +82,14 @@ void ModelRunner::run(const StepPlan& plan) {
       b.logit_rows.push_back(row);
     }
   }
-  model_.forward(b, logits_);
 }
 
 std::span<const float> ModelRunner::logits(size_t i) const {
   const auto V = size_t(model_.config().vocab_size);
+  if (device_step_) {
+    FERRY_ASSERT(i < host_index_.size() && host_index_[i] >= 0);
+    return std::span<const float>(sampled_.host_logits).subspan(size_t(host_index_[i]) * V, V);
+  }
   FERRY_ASSERT((i + 1) * V <= logits_.size());
   return std::span<const float>(logits_).subspan(i * V, V);
 }

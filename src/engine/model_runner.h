@@ -27,13 +27,26 @@ class ModelRunner {
   // Runs the plan's chunks. Afterwards logits(i) is the (vocab_size) row of the i-th chunk that samples (in
   // plan order). Does not advance the sequences (the caller commits them).
   void run(const StepPlan& plan);
+  // The same with the logits left on the device (model.supports_device_sampling()): rows[i] says what happens to
+  // the i-th chunk that samples (Device: drawn there, token(i) holds the id; Host: its logits are copied,
+  // logits(i) holds them). Decode padding rows are skipped.
+  void run_sampled(const StepPlan& plan, std::span<const RowSampling> rows);
+  // After run: every row; after run_sampled: the Host rows.
   std::span<const float> logits(size_t i) const;
+  // After run_sampled, a Device row: the drawn id (-1: every logit was NaN/-inf).
+  int32_t token(size_t i) const;
 
  private:
+  void build_batch(const StepPlan& plan);  // fills batch_ (with decode padding rows at the end)
+
   LlamaModel& model_;
   int32_t scratch_block_;
   Batch batch_;
-  std::vector<float> logits_;  // (n_sampling_chunks, vocab_size) row-major
+  std::vector<float> logits_;  // run: (n_sampling_chunks, vocab_size) row-major
+  std::vector<RowSampling> row_modes_;  // run_sampled: (logit rows) the rows' settings, padding rows Skip
+  SampledStep sampled_;                 // run_sampled: the drawn ids and the Host rows' logits
+  std::vector<int32_t> host_index_;     // run_sampled: (n_sampling_chunks) row of sampled_.host_logits, -1: none
+  bool device_step_ = false;            // whether the last step was run_sampled
 };
 
 }  // namespace ferry

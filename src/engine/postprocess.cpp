@@ -1,5 +1,7 @@
 #include "engine/postprocess.h"
 
+#include <vector>
+
 #include "core/check.h"
 #include "engine/logprobs.h"
 
@@ -14,8 +16,17 @@ TokenLogprobOut logprob_out(const TokenLogprob& lp, const Tokenizer& tokenizer) 
 }  // namespace
 
 void sample_rows(std::span<SampleRow> rows, ThreadPool* pool) {
+  // The rows left to the host sampler (rows drawn on the device are done).
+  size_t n_host = 0;
+  for (const SampleRow& r : rows) n_host += r.on_device ? 0 : 1;
+  std::vector<SampleRow*> host;
+  if (n_host != rows.size()) {
+    host.reserve(n_host);
+    for (SampleRow& r : rows)
+      if (!r.on_device) host.push_back(&r);
+  }
   auto one = [&](int64_t i) {
-    SampleRow& r = rows[size_t(i)];
+    SampleRow& r = host.empty() ? rows[size_t(i)] : *host[size_t(i)];
     try {
       Sequence& seq = *r.seq;
       r.token = seq.sampler->sample(r.logits, seq.tokens);
@@ -25,10 +36,10 @@ void sample_rows(std::span<SampleRow> rows, ThreadPool* pool) {
       r.error = e.what();
     }
   };
-  if (pool == nullptr || pool->size() <= 1 || rows.size() <= 1) {
-    for (size_t i = 0; i < rows.size(); ++i) one(int64_t(i));
+  if (pool == nullptr || pool->size() <= 1 || n_host <= 1) {
+    for (size_t i = 0; i < n_host; ++i) one(int64_t(i));
   } else {
-    pool->run_chunks(int64_t(rows.size()), one);  // one row per chunk: ~20-100 us each on a 128k vocabulary
+    pool->run_chunks(int64_t(n_host), one);  // one row per chunk: ~20-100 us each on a 128k vocabulary
   }
 }
 

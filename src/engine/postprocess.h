@@ -31,15 +31,16 @@ struct TokenOutcome {
 // One row of a step to sample: the input (seq, logits: (vocab_size) f32) and what sample_rows made of it.
 struct SampleRow {
   Sequence* seq = nullptr;
-  std::span<const float> logits;
+  std::span<const float> logits;  // empty when on_device
+  bool on_device = false;         // the token was drawn on the device (sample_rows leaves the row alone)
   int32_t token = -1;
   bool has_logprobs = false;  // seq->request.logprobs >= 0
   TokenLogprobs logprobs;     // from the raw logits, when has_logprobs
   std::string error;          // non-empty: sampling failed (every logit NaN/-inf); the caller fails the request
 };
 
-// Samples every row (and computes its logprobs), spread over pool's threads (nullptr or size 1: in order on
-// this thread). Never throws for a row's error: it is stored in that row.
+// Samples every row not on_device (and computes its logprobs), spread over pool's threads (nullptr or size 1:
+// in order on this thread). Never throws for a row's error: it is stored in that row.
 void sample_rows(std::span<SampleRow> rows, ThreadPool* pool);
 
 // The serial half for one sampled row: the rest of postprocess_token.

@@ -84,6 +84,8 @@ struct ServingEngine::Impl {
   ServingStats stats;  // guarded by stats_mu (running/waiting filled by stats())
   std::unique_ptr<ThreadPool> postprocess_pool;  // samples a step's rows in parallel; null: serially
   std::vector<SampleRow> rows;                    // loop thread only: the current step's rows to sample
+  bool device_sampling = false;                   // rows without logprobs/penalties are drawn on the device
+  std::vector<RowSampling> row_sampling;          // loop thread only: (sampling chunks) where each row samples
   StepProfile profile;  // loop thread only; printed at the end with FERRY_LOG=debug
   bool debug = false;
   std::mutex join_mu;
@@ -160,6 +162,9 @@ void ServingEngine::Impl::publish_stats(double step_seconds, int64_t new_tokens)
   stats.kv_blocks_used = blocks->pool().n_used();
   stats.preemptions = scheduler->preemptions();
   stats.generated_tokens += new_tokens;
+  stats.logits_host_bytes = m->model->logits_traffic().host_bytes;
+  stats.device_sampled_tokens = m->model->logits_traffic().device_rows;
+  stats.graph_replays = m->model->graph_stats().replays;
   if (step_seconds > 0) {
     ++stats.steps;
     stats.busy_seconds += step_seconds;
@@ -189,7 +194,23 @@ void ServingEngine::Impl::step() {
   }
   const auto t1 = Clock::now();
   try {
-    runner->run(plan);
+    if (device_sampling) {
+      // A row goes to the device sampler unless its request needs the logits on the host (logprobs) or
+      // options the kernel does not do (penalties). Position: the history length, as the host sampler uses.
+      row_sampling.clear();
+      for (const ScheduledChunk& c : plan.chunks) {
+        if (!c.sample) continue;
+        const GenerationRequest& req = c.seq->request;
+        RowSampling& r = row_sampling.emplace_back();
+        const bool host = req.logprobs >= 0 || req.sampling.penalties_active();
+        r.mode = host ? RowMode::Host : RowMode::Device;
+        r.params = req.sampling;
+        r.position = uint64_t(c.seq->tokens.size());
+      }
+      runner->run_sampled(plan, row_sampling);
+    } else {
+      runner->run(plan);
+    }
   } catch (const std::exception& e) {
     const std::string error = fmt::format("engine step failed: {}", e.what());
     for (const ScheduledChunk& c : plan.chunks) finish(c.seq, FinishReason::Error, {}, {}, error);
@@ -207,7 +228,14 @@ void ServingEngine::Impl::step() {
     if (!c.sample) continue;
     SampleRow& r = rows.emplace_back();
     r.seq = seq;
-    r.logits = runner->logits(row++);
+    const size_t i = row++;
+    if (device_sampling && row_sampling[i].mode == RowMode::Device) {
+      r.on_device = true;
+      r.token = runner->token(i);
+      if (r.token < 0) r.error = "sampler: every logit is NaN or -inf, nothing to sample";
+    } else {
+      r.logits = runner->logits(i);
+    }
   }
   sample_rows(rows, postprocess_pool.get());  // in parallel; the rest in row order
   for (const SampleRow& r : rows) {
@@ -315,6 +343,8 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
                                             *s.blocks);
   s.runner = std::make_unique<ModelRunner>(*s.m->model, pad_decodes ? kv.n_blocks - 1 : -1);
   s.stats.kv_blocks_total = n_pool_blocks;
+  s.device_sampling = so.device_sampling && Env::read().cuda_sampling.value_or("1") != "0" &&
+                      s.m->model->supports_device_sampling();
   if (const int n = postprocess_threads(eo, so); n > 1) s.postprocess_pool = std::make_unique<ThreadPool>(n);
   s.loop = std::thread([this] { impl_->run_loop(); });
 }

@@ -27,14 +27,28 @@ void Session::truncate(int32_t n_keep) {
   history_.resize(size_t(n_keep));
 }
 
-std::span<const float> Session::set_history(std::span<const int32_t> tokens) {
+size_t Session::common_prefix_to_keep(std::span<const int32_t> tokens) const {
   FERRY_CHECK(!tokens.empty(), "empty prompt");
   size_t common = 0;
   while (common < history_.size() && common < tokens.size() && history_[common] == tokens[common]) ++common;
   // Recompute at least the last token so that its logits exist.
-  common = std::min(common, tokens.size() - 1);
+  return std::min(common, tokens.size() - 1);
+}
+
+std::span<const float> Session::set_history(std::span<const int32_t> tokens) {
+  const size_t common = common_prefix_to_keep(tokens);
   truncate(int32_t(common));
   return append(tokens.subspan(common));
+}
+
+int32_t Session::set_history_sampled(std::span<const int32_t> tokens, const SamplingParams& params) {
+  const size_t common = common_prefix_to_keep(tokens);
+  truncate(int32_t(common));
+  return append_sampled(tokens.subspan(common), params);
+}
+
+int32_t Session::append_sampled(std::span<const int32_t> tokens, const SamplingParams& params) {
+  return run(tokens, false, last_logits_, &params);
 }
 
 std::span<const float> Session::append(std::span<const int32_t> tokens) {
@@ -46,7 +60,9 @@ void Session::append_all_logits(std::span<const int32_t> tokens, std::vector<flo
   run(tokens, true, logits);
 }
 
-void Session::run(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+int32_t Session::run(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits,
+                     const SamplingParams* device) {
+  FERRY_ASSERT(device == nullptr || !all_logits);
   FERRY_CHECK(!tokens.empty(), "nothing to run: no tokens");
   const ModelConfig& c = model_.config();
   const int64_t total = int64_t(history_.size()) + int64_t(tokens.size());
@@ -84,15 +100,25 @@ void Session::run(std::span<const int32_t> tokens, bool all_logits, std::vector<
     } else if (last_chunk) {
       b.logit_rows.push_back(n - 1);
     }
-    model_.forward(b, step_logits_);
+    int32_t drawn = -1;
+    if (device != nullptr && last_chunk) {
+      device_row_ = RowSampling{.mode = RowMode::Device, .params = *device, .position = uint64_t(pos0 + n)};
+      model_.forward_sampled(b, std::span(&device_row_, 1), sampled_);
+      drawn = sampled_.tokens[0];
+    } else {
+      model_.forward(b, step_logits_);
+    }
     history_.insert(history_.end(), b.tokens.begin(), b.tokens.end());
     table_.n_tokens = int32_t(history_.size());
     if (all_logits) {
       std::copy(step_logits_.begin(), step_logits_.end(), logits.begin() + ptrdiff_t(start * V));
+    } else if (last_chunk && device != nullptr) {
+      return drawn;
     } else if (last_chunk) {
       logits.assign(step_logits_.begin(), step_logits_.end());
     }
   }
+  return -1;
 }
 
 }  // namespace ferry

@@ -28,6 +28,11 @@ class Session {
   std::span<const float> set_history(std::span<const int32_t> tokens);
   // Appends tokens and returns the logits of the last one: (vocab_size).
   std::span<const float> append(std::span<const int32_t> tokens);
+  // Device sampling (model.supports_device_sampling(); params without penalties): like set_history / append,
+  // but the next token is drawn on the device from the last token's logits (the token engine/sampler.cpp would
+  // draw for params at this history length); only the id crosses to the host. -1: every logit was NaN/-inf.
+  int32_t set_history_sampled(std::span<const int32_t> tokens, const SamplingParams& params);
+  int32_t append_sampled(std::span<const int32_t> tokens, const SamplingParams& params);
   // Appends tokens and returns the logits of every one of them: (tokens.size(), vocab_size), row-major.
   void append_all_logits(std::span<const int32_t> tokens, std::vector<float>& logits);
 
@@ -38,8 +43,11 @@ class Session {
 
  private:
   // Runs tokens through the model in chunks; all_logits: every row's logits, else only the last row's.
-  void run(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
+  // device: draw the last row on the device with these params (logits untouched; returns the id), else -1.
+  int32_t run(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits,
+              const SamplingParams* device = nullptr);
   void truncate(int32_t n_keep);
+  size_t common_prefix_to_keep(std::span<const int32_t> tokens) const;
 
   LlamaModel& model_;
   BlockPool& pool_;
@@ -49,6 +57,8 @@ class Session {
   std::vector<float> last_logits_;  // (vocab_size)
   std::vector<float> step_logits_;
   Batch batch_;
+  RowSampling device_row_;  // run with device sampling: the one logit row's settings
+  SampledStep sampled_;     // its result
 };
 
 }  // namespace ferry

@@ -184,24 +184,30 @@ void LlamaModel::end_followers() {
 }
 
 void LlamaModel::run_step(const Batch& batch, std::vector<float>& logits) {
+  const int64_t m = int64_t(batch.logit_rows.size());
+  logits.assign(size_t(m) * size_t(vocab_.full), 0.0f);
+  const float* gathered = execute_step(batch, true);
+  if (m > 0) assemble_logits(vocab_, comm_->world(), m, gathered, logits.data());
+}
+
+const float* LlamaModel::execute_step(const Batch& batch, bool host_logits) {
   const int64_t n = batch.n_tokens();
   FERRY_CHECK(n > 0 && n <= max_step_tokens_, "step of {} tokens (1..{} allowed)", n, max_step_tokens_);
   FERRY_ASSERT(batch.positions.size() == size_t(n) && batch.slots.size() == size_t(n));
   FERRY_ASSERT(batch.block_tables.size() == size_t(batch.n_seqs()) * size_t(batch.max_blocks_per_seq));
   FERRY_ASSERT(batch.q_start.size() == batch.q_len.size() && batch.kv_len.size() == batch.q_len.size());
   const int64_t m = int64_t(batch.logit_rows.size());
-  const size_t V = size_t(vocab_.full);
-  logits.assign(size_t(m) * V, 0.0f);
-  const int world = comm_->world();
+  const int64_t gathered_bytes = int64_t(comm_->world()) * m * config_.vocab_size * 4;  // (world, m, local rows) f32
 
-  // A decode step (one new token per sequence) on a backend with graphs: one graph launch per step.
+  // A decode step (one new token per sequence) on a backend with graphs: one graph launch per step. The graph
+  // copies the logits to the page-locked staging buffer only when they go to the host (a key of its own).
   const bool decode = n == batch.n_seqs() &&
                       std::all_of(batch.q_len.begin(), batch.q_len.end(), [](int32_t q) { return q == 1; });
   if (graphs_on_ && decode && m > 0 && !observer_ && backend_.supports_step_graphs()) {
     const StepLayout L = layout_for(batch, pow2_at_least(std::max(1, batch.max_blocks_per_seq)));
     ensure_logits(size_t(m), true);
     stage_inputs(batch, L);
-    const GraphKey key{L.n, L.n_seqs, L.mb, L.m};
+    const GraphKey key{L.n, L.n_seqs, L.mb, L.m, host_logits};
     const auto it = graphs_.find(key);
     if (it != graphs_.end() && backend_.replay(*it->second)) {
       ++graph_stats_.replays;
@@ -209,37 +215,115 @@ void LlamaModel::run_step(const Batch& batch, std::vector<float>& logits) {
       // First step of this shape (or the graph went stale): run it op by op (this sizes every scratch
       // buffer), then record it for the next steps.
       if (it != graphs_.end()) graphs_.erase(it);
-      enqueue_step(L, nullptr, true);
+      enqueue_step(L, nullptr, host_logits);
       backend_.synchronize();
       ++graph_stats_.eager;
       if (graphs_.size() >= kMaxGraphs) graphs_.clear();
       backend_.begin_capture();
       try {
-        enqueue_step(L, nullptr, true);
+        enqueue_step(L, nullptr, host_logits);
         graphs_[key] = backend_.end_capture();
       } catch (...) {
         backend_.cancel_capture();
         throw;
       }
       ++graph_stats_.captures;
-      assemble_logits(vocab_, world, m, static_cast<const float*>(logits_staging_.data()), logits.data());
-      return;
     }
+    if (!host_logits) return nullptr;
     backend_.synchronize();
-    assemble_logits(vocab_, world, m, static_cast<const float*>(logits_staging_.data()), logits.data());
-    return;
+    traffic_.host_bytes += gathered_bytes;
+    return static_cast<const float*>(logits_staging_.data());
   }
 
   ++graph_stats_.eager;
   const StepLayout L = layout_for(batch, batch.max_blocks_per_seq);
-  if (m > 0) ensure_logits(size_t(m), false);
+  if (m > 0) ensure_logits(size_t(m), !host_logits);  // device sampling copies host rows through the staging
   stage_inputs(batch, L);
   const Tensor out = enqueue_step(L, &batch, false);
-  if (m > 0) {
-    gathered_host_.resize(size_t(out.numel()));
-    backend_.copy_to_host(gathered_host_.data(), out, gathered_host_.size() * 4);
-    assemble_logits(vocab_, world, m, gathered_host_.data(), logits.data());
+  if (m == 0 || !host_logits) return nullptr;
+  gathered_host_.resize(size_t(out.numel()));
+  backend_.copy_to_host(gathered_host_.data(), out, gathered_host_.size() * 4);
+  traffic_.host_bytes += gathered_bytes;
+  return gathered_host_.data();
+}
+
+void LlamaModel::forward_sampled(const Batch& batch, std::span<const RowSampling> rows, SampledStep& out) {
+  FERRY_CHECK(supports_device_sampling(), "device sampling needs a backend that samples ({} does not) at tensor-"
+              "parallel world 1 (world {})", backend_.name(), comm_->world());
+  FERRY_CHECK(batch.n_tokens() > 0 && batch.n_tokens() <= max_step_tokens_, "step of {} tokens (1..{} allowed)",
+              batch.n_tokens(), max_step_tokens_);
+  FERRY_CHECK(rows.size() == batch.logit_rows.size(), "forward_sampled: {} row settings for {} logit rows",
+              rows.size(), batch.logit_rows.size());
+  for (int32_t t : batch.tokens) local_vocab_row(vocab_, t);
+  const int64_t m = int64_t(rows.size());
+  const int64_t V = vocab_.full;  // world 1: the gathered logits are (m, V) rows
+  // Device rows are sampled as one prefix [0, n_dev) of the rows (other rows inside it: greedy, ignored).
+  int64_t n_dev = 0, n_host = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    if (rows[size_t(i)].mode == RowMode::Device) n_dev = i + 1;
+    if (rows[size_t(i)].mode == RowMode::Host) ++n_host;
   }
+  sample_params_.clear();
+  sample_positions_.clear();
+  for (int64_t i = 0; i < n_dev; ++i) {
+    const RowSampling& r = rows[size_t(i)];
+    SamplingParams p;
+    if (r.mode == RowMode::Device) {
+      p = r.params;
+    } else {
+      p.temperature = 0.0f;  // a placeholder draw (argmax, one pass), never read
+      p.repetition_penalty = 1.0f, p.presence_penalty = 0.0f, p.frequency_penalty = 0.0f;
+    }
+    sample_params_.push_back(p);
+    sample_positions_.push_back(r.position);
+  }
+  encode_batch(batch, step_bytes_);
+  try {
+    comm_->broadcast(step_bytes_);  // world 1: a no-op (kept so that the step is framed like forward's)
+    execute_step(batch, false);
+    const Tensor logits = logits_.view(DType::F32, {m, V});  // (m, V) f32 device
+    if (n_dev > 0) {
+      if (sample_ids_.bytes() < size_t(m) * 4) {
+        sample_ids_ = backend_.alloc(size_t(m) * 8);
+        sample_ids_staging_ = backend_.alloc_host(size_t(m) * 8);
+      }
+      const Tensor ids = sample_ids_.view(DType::I32, {n_dev});  // (n_dev) i32 device
+      const Tensor head = Tensor::make(DType::F32, {n_dev, V}, logits.data, logits.device);
+      backend_.sample(ids, head, sample_params_, sample_positions_);
+      backend_.copy_to_host_async(sample_ids_staging_.data(), ids, size_t(n_dev) * 4);
+    }
+    // Host rows: consecutive runs, each one copy into the staging buffer at the same row.
+    auto* staging = static_cast<float*>(logits_staging_.data());
+    for (int64_t i = 0; i < m;) {
+      if (rows[size_t(i)].mode != RowMode::Host) {
+        ++i;
+        continue;
+      }
+      int64_t j = i;
+      while (j < m && rows[size_t(j)].mode == RowMode::Host) ++j;
+      const Tensor run = Tensor::make(DType::F32, {j - i, V}, static_cast<float*>(logits.data) + i * V, logits.device);
+      backend_.copy_to_host_async(staging + i * V, run, size_t(run.nbytes()));
+      traffic_.host_bytes += int64_t(run.nbytes());
+      i = j;
+    }
+    backend_.synchronize();
+    comm_->step_done();
+  } catch (const std::exception& e) {
+    comm_->abort(e.what());
+    throw;
+  }
+  out.tokens.assign(size_t(m), -1);
+  if (n_dev > 0) std::memcpy(out.tokens.data(), sample_ids_staging_.data(), size_t(n_dev) * 4);
+  out.host_logits.resize(size_t(n_host) * size_t(V));
+  size_t h = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    if (rows[size_t(i)].mode != RowMode::Host) continue;
+    std::memcpy(out.host_logits.data() + h * size_t(V), static_cast<const float*>(logits_staging_.data()) + i * V,
+                size_t(V) * 4);
+    ++h;
+  }
+  traffic_.device_rows += std::count_if(rows.begin(), rows.end(), [](const RowSampling& r) { return r.mode == RowMode::Device; });
+  traffic_.host_rows += n_host;
 }
 
 Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, bool async_logits) {

@@ -6,10 +6,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "ferry/sampling.h"
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/vocab_shard.h"
@@ -31,6 +33,30 @@ struct KvCacheShape {
 struct ParallelContext {
   Communicator* comm = nullptr;  // null: world 1; else outlives the model
   VocabShard vocab;              // full == 0: the whole vocabulary of the config
+};
+
+// What a step does with one logit row when the logits stay on the device (LlamaModel::forward_sampled).
+enum class RowMode {
+  Skip,    // nothing (a padding row: its logits are computed and ignored)
+  Host,    // copy the row's logits to the host (logprobs, penalties: the host sampler takes it)
+  Device,  // sample it on the device; only the token id crosses to the host
+};
+struct RowSampling {
+  RowMode mode = RowMode::Skip;
+  SamplingParams params;  // Device: penalties off
+  uint64_t position = 0;  // Device: the Philox counter = the history length (prompt + generated) before the draw
+};
+// forward_sampled's results. tokens: (m) i32, the drawn id of each Device row (-1: every logit NaN/-inf;
+// unspecified for other rows); host_logits: (n_host, vocab) f32, the Host rows' logits in row order.
+struct SampledStep {
+  std::vector<int32_t> tokens;
+  std::vector<float> host_logits;
+};
+// Logits that crossed to the host, and rows sampled on the device (counters since the model was made).
+struct LogitsTraffic {
+  int64_t host_bytes = 0;      // f32 logits bytes copied device -> host (every path)
+  int64_t device_rows = 0;     // rows sampled on the device
+  int64_t host_rows = 0;       // rows copied for the host sampler by forward_sampled
 };
 
 // Called with every named intermediate when set (debugging against transformers layer by layer).
@@ -58,6 +84,13 @@ class LlamaModel {
   // false once rank 0 called end_followers(). A failure on any rank aborts the group: every rank's pending
   // or next collective throws ferry::Error naming the failed rank.
   bool follow();
+  // Device sampling: whether forward_sampled works (a backend with supports_sampling(), world 1: at world > 1
+  // the gathered logits are (world, m, V/world + 1) shards, not (m, V) rows, so device sampling is off).
+  bool supports_device_sampling() const { return backend_.supports_sampling() && comm_->world() == 1; }
+  // Runs the step like forward, but the logits stay on the device: rows[i] says what happens to logit row i
+  // (rows.size() == batch.logit_rows.size()). Copies m token ids and the Host rows' logits to the host.
+  void forward_sampled(const Batch& batch, std::span<const RowSampling> rows, SampledStep& out);
+  const LogitsTraffic& logits_traffic() const { return traffic_; }
   void end_followers();  // rank 0: ends the followers' loops (a no-op at world 1)
 
   void set_observer(TensorObserver observer) { observer_ = std::move(observer); }
@@ -75,13 +108,18 @@ class LlamaModel {
 
  private:
   void run_step(const Batch& batch, std::vector<float>& logits);  // this rank's part of one step
+  // Runs the step (graph replay when it can) up to the gathered logits (world, m, local vocab rows) in logits_.
+  // host_logits: also copies them to the host and returns them there (synchronized); else returns null and
+  // the logits are only on the device (work still in flight on the backend's stream).
+  const float* execute_step(const Batch& batch, bool host_logits);
   // Where each step input sits in the packed input buffer (byte offsets; 8-byte aligned).
   struct StepLayout {
     int32_t n = 0, n_seqs = 0, mb = 0, m = 0;  // tokens, sequences, table stride, logit rows
     size_t slots = 0, tokens = 0, positions = 0, q_start = 0, q_len = 0, kv_len = 0, rows = 0, tables = 0;
     size_t bytes = 0;
   };
-  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t>;  // (n, n_seqs, table stride, logit rows)
+  // (n, n_seqs, table stride, logit rows, logits copied to the host in the graph)
+  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t, bool>;
 
   void observe(const char* name, int layer, const Tensor& t) const {
     if (observer_) observer_(name, layer, t);
@@ -120,6 +158,11 @@ class LlamaModel {
   Communicator* comm_ = &identity_;  // tensor-parallel group (identity at world 1)
   VocabShard vocab_;                 // this rank's vocabulary rows (the whole vocabulary at world 1)
   std::vector<float> gathered_host_;
+  DeviceBuffer sample_ids_;          // (rows) i32 device: forward_sampled's drawn ids
+  DeviceBuffer sample_ids_staging_;  // (rows) i32 host, page-locked: their copy
+  std::vector<SamplingParams> sample_params_;  // (n sampled) forward_sampled's per-row settings
+  std::vector<uint64_t> sample_positions_;     // (n sampled) their Philox counters
+  LogitsTraffic traffic_;
   std::vector<uint8_t> step_bytes_;     // the step's Batch as broadcast to the followers (batch_codec.h)
   std::vector<float> follower_logits_;  // a follower rank's logits of the step (m, vocab) f32: assembled like rank 0's, then unused
   TensorObserver observer_;

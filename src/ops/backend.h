@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/check.h"
+#include "ferry/sampling.h"
 #include "core/tensor.h"
 #include "ops/attention_meta.h"
 
@@ -149,6 +151,19 @@ class Backend {
   virtual void swiglu_fused(const Tensor& out, const Tensor& gate_up) { fail("backend {} has no swiglu_fused", name()); }
   // out: (m, cols) = x[rows[i]] for i < m; rows: (m) i32
   virtual void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) = 0;
+
+  // ---- sampling on the device (optional; engine/sampler.cpp is the reference) ----
+  // Whether sample() works. The engine samples rows here when it can, so only m token ids cross to the host.
+  virtual bool supports_sampling() const { return false; }
+  // out: (m) i32 device = one token per row of logits (m, vocab) f32 device, the token engine/sampler.cpp's
+  // Sampler(params[i]).sample would draw at history length positions[i] (the Philox counter); -1 for a row
+  // with no finite logit. params, positions: (m) host. Penalties must be off (ferry::Error otherwise).
+  // Enqueued on the backend's stream (results after synchronize()); not capturable in a step graph.
+  virtual void sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
+                      std::span<const uint64_t> positions) {
+    (void)out, (void)logits, (void)params, (void)positions;
+    fail("backend {} cannot sample on the device", name());
+  }
 };
 
 }  // namespace ferry

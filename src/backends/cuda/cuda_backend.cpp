@@ -602,7 +602,11 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
     FERRY_CHECK(!sp.penalties_active(), "CUDA sampling: penalties are not supported on the GPU (row {})", i);
     rows[i] = {sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.seed, positions[i]};
   }
-  ensure(sample_rows_, rows.size() * sizeof(rows[0]));
+  // Not ensure(): this buffer is never read by a captured graph, so growing it must not make graphs stale.
+  if (sample_rows_.bytes() < rows.size() * sizeof(rows[0])) {
+    sample_rows_ = DeviceBuffer();
+    sample_rows_ = alloc(std::max<size_t>(rows.size(), 256) * sizeof(rows[0]));
+  }
   FERRY_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.data(), rows.data(), rows.size() * sizeof(rows[0]),
                                    cudaMemcpyHostToDevice, stream_));
   cuda_ops::sample_rows({.logits = logits.ptr<float>(), .m = m, .vocab = logits.cols(),

@@ -103,12 +103,13 @@ class CudaBackend final : public Backend {
   void qkv_epilogue(const QkvEpilogueArgs& a) override;  // qkv_epilogue.cuh
   void swiglu_fused(const Tensor& out, const Tensor& gate_up) override;
 
-  // GPU sampling (sampling.cuh; not in the Backend interface yet): out (m) i32 on the device = one token per row
-  // of logits (m, vocab) f32 on the device, drawn as engine/sampler.cpp would for params[i] at positions[i]
-  // (the Philox counter); -1 for a row with no finite logit. Penalties must be off (apply them to the logits
-  // first). Enqueued on the backend's stream; params are copied from host memory (not capturable yet).
+  // GPU sampling (sampling.cuh; Backend::sample): out (m) i32 on the device = one token per row of logits
+  // (m, vocab) f32 on the device, drawn as engine/sampler.cpp would for params[i] at positions[i] (the Philox
+  // counter); -1 for a row with no finite logit. Penalties must be off (apply them to the logits first).
+  // Enqueued on the backend's stream; params are copied from host memory (not capturable yet).
+  bool supports_sampling() const override { return true; }
   void sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
-              std::span<const uint64_t> positions);
+              std::span<const uint64_t> positions) override;
 
  private:
   // hopper: ferry's Hopper GEMM (when it takes the shape), else cuBLASLt (matmul_dispatch.h decides).
