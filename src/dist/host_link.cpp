@@ -6,6 +6,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,7 +16,7 @@
 namespace ferry {
 namespace {
 
-enum class Kind : uint32_t { Step = 1, BarrierArrive = 2, BarrierRelease = 3, Abort = 4 };
+enum class Kind : uint32_t { Step = 1, BarrierArrive = 2, BarrierRelease = 3, Abort = 4, GatherPart = 5 };
 
 struct Header {
   uint32_t kind;
@@ -102,6 +103,41 @@ class SocketLink final : public HostLink {
     if (failed_) throw Error(failure_);
   }
 
+  std::vector<std::vector<uint8_t>> all_gather(const std::vector<uint8_t>& mine) override {
+    std::vector<std::vector<uint8_t>> all(static_cast<size_t>(world_));
+    std::vector<uint8_t> packed;
+    if (rank_ == 0) {
+      all[0] = mine;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return failed_ || parts_.size() == fds_.size(); });
+        if (failed_) throw Error(failure_);
+        for (auto& [peer, bytes] : parts_) all[size_t(peer)] = std::move(bytes);
+        parts_.clear();
+      }
+      for (const auto& a : all) {  // [u64 length][bytes] per rank
+        const uint64_t n = a.size();
+        packed.insert(packed.end(), reinterpret_cast<const uint8_t*>(&n), reinterpret_cast<const uint8_t*>(&n) + 8);
+        packed.insert(packed.end(), a.begin(), a.end());
+      }
+      for (size_t i = 0; i < fds_.size(); ++i) send(i, Kind::Step, packed.data(), packed.size());
+      return all;
+    }
+    send(0, Kind::GatherPart, mine.data(), mine.size());
+    broadcast(packed);
+    size_t at = 0;
+    for (auto& a : all) {
+      uint64_t n = 0;
+      FERRY_CHECK(at + 8 <= packed.size(), "tensor-parallel rank {}: bad all-gather message", rank_);
+      std::memcpy(&n, packed.data() + at, 8);
+      at += 8;
+      FERRY_CHECK(n <= packed.size() - at, "tensor-parallel rank {}: bad all-gather message", rank_);
+      a.assign(packed.begin() + std::ptrdiff_t(at), packed.begin() + std::ptrdiff_t(at + n));
+      at += n;
+    }
+    return all;
+  }
+
   void send_abort(const std::string& why) noexcept override {
     for (size_t i = 0; i < fds_.size(); ++i) {
       try {
@@ -167,6 +203,11 @@ class SocketLink final : public HostLink {
           ++arrived_;
           break;
         }
+        case Kind::GatherPart: {
+          std::lock_guard lock(mu_);
+          parts_.emplace_back(peer, std::move(payload));
+          break;
+        }
         case Kind::BarrierRelease: {
           std::lock_guard lock(mu_);
           ++released_;
@@ -189,6 +230,7 @@ class SocketLink final : public HostLink {
   std::mutex mu_, write_mu_;
   std::condition_variable cv_;
   std::deque<std::vector<uint8_t>> steps_;
+  std::vector<std::pair<int, std::vector<uint8_t>>> parts_;  // rank 0: all_gather parts received (peer, bytes)
   uint64_t arrived_ = 0, released_ = 0, barrier_gen_ = 0;
   bool failed_ = false, closing_ = false;
   std::string failure_;

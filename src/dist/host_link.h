@@ -22,6 +22,9 @@ class HostLink {
   // From rank 0 to all: rank 0's bytes are sent, the others' replaced. Followers wait without a timeout.
   virtual void broadcast(std::vector<uint8_t>& bytes) = 0;
   virtual void barrier() = 0;
+  // Every rank's `mine` in rank order, on every rank (setup only, e.g. the peer all-reduce's IPC handles: not
+  // while steps are in flight). Followers send theirs to rank 0, which broadcasts them all.
+  virtual std::vector<std::vector<uint8_t>> all_gather(const std::vector<uint8_t>& mine) = 0;
   // Best effort: tells the other ranks that this one failed with `why`. Never throws.
   virtual void send_abort(const std::string& why) noexcept = 0;
   // Called once, from a link thread, when a peer fails (its abort notice) or dies (its socket closed).

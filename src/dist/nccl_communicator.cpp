@@ -62,6 +62,7 @@ NcclCommunicator::~NcclCommunicator() {
 void NcclCommunicator::all_reduce_sum(const Tensor& x) {
   FERRY_ASSERT(x.dtype == DType::F32 && x.device == Device::Cuda);
   FERRY_CHECK(!failed_, "{}", failure_);
+  if (small_ && small_(static_cast<float*>(x.data), size_t(x.numel()), stream_)) return;
   check_nccl(ncclAllReduce(x.data, x.data, size_t(x.numel()), ncclFloat32, ncclSum, comm_, stream_), "all-reduce");
 }
 

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,6 +51,12 @@ class NcclCommunicator final : public Communicator {
   void abort(const std::string& why) noexcept override;
   void step_done() override;
 
+  // Small messages: `small(x, n, stream)` sums x ([n] f32 on this rank's device) over the ranks when it takes
+  // the size (returns true), else NCCL does. engine/tp_setup installs the peer all-reduce
+  // (backends/cuda/peer_all_reduce.h) here on every rank alike, before the first step.
+  using SmallAllReduce = std::function<bool(float* x, size_t n, CUstream_st* stream)>;
+  void set_small_all_reduce(SmallAllReduce small) { small_ = std::move(small); }
+
  private:
   [[noreturn]] void die(const std::string& why) noexcept;  // the watchdog's and the link's way out
   void watch();
@@ -58,6 +65,7 @@ class NcclCommunicator final : public Communicator {
   CUstream_st* stream_;
   std::chrono::seconds timeout_;
   ncclComm* comm_ = nullptr;
+  SmallAllReduce small_;
   std::atomic<bool> stop_{false}, failed_{false};
   std::atomic<int64_t> step_started_ns_{0};  // steady-clock ns when the current step began; 0: idle
   std::mutex fail_mu_;

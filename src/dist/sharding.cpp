@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "dist/random_weights.h"
 
 namespace ferry {
 namespace {
@@ -154,6 +155,9 @@ void ShardedWeightSource::adopt_copies(ModelWeights& w) {
 }
 
 ModelWeights load_sharded_weights(const ShardPlan& plan, const WeightSource& source, bool gguf_names, Backend& backend) {
+  // A file-less random model generates this rank's slices directly (dist/random_weights.h).
+  if (const auto* random = dynamic_cast<const RandomWeightSource*>(&source))
+    return load_random_shard(plan, *random, gguf_names, backend);
   ShardedWeightSource sharded(source, plan);
   ModelWeights w = load_weights(plan.local, sharded, gguf_names, backend);
   sharded.adopt_copies(w);

@@ -12,6 +12,7 @@
 #endif
 #include "core/check.h"
 #include "core/env.h"
+#include "dist/random_weights.h"
 #include "engine/tp_setup.h"
 
 namespace ferry {
@@ -162,7 +163,8 @@ std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn
   const Env env = Env::read();
   auto loaded = std::make_unique<LoadedModel>();
   LoadedModel& m = *loaded;
-  m.file = open_model(o.model_path);
+  // "random:SHAPE[:TYPE[:SEED]]": a random-weight model generated in memory, each rank its shard (dist/random_weights.h).
+  m.file = is_random_model_path(o.model_path) ? open_random_model(o.model_path) : open_model(o.model_path);
   const ModelConfig& c = m.file.config;
   m.context = resolve_context(o, c);
   // Tensor parallelism (o.tp > 1; engine/tp_setup.h): this rank's shard and its communicator. Sizing gets
@@ -174,6 +176,7 @@ std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn
   m.backend = std::move(pm.backend);
   m.model = std::move(pm.model);
   m.tp = std::move(pm.tp);
+  m.file.facts.insert(m.file.facts.end(), pm.facts.begin(), pm.facts.end());  // tensor-parallel measurements
   m.tokenizer = std::make_unique<Tokenizer>(m.file.vocab);
   FERRY_CHECK(m.tokenizer->vocab_size() <= c.vocab_size, "{}: tokenizer has {} tokens but the model only {}",
               o.model_path, m.tokenizer->vocab_size(), c.vocab_size);

@@ -11,7 +11,9 @@
 #include "dist/thread_group.h"
 #ifdef FERRY_HAS_NCCL
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/peer_all_reduce.h"
 #include "dist/nccl_communicator.h"
+#include "dist/step_collectives.h"
 #endif
 
 namespace ferry {
@@ -52,6 +54,49 @@ std::chrono::seconds tp_timeout(const Env& env) {
   std::memcpy(b.data() + 8, &max_step, 4);
   return b;
 }
+
+#ifdef FERRY_HAS_NCCL
+// FERRY_TP_ALLREDUCE (core/env.h): installs the one-shot peer all-reduce for small messages on every rank, or
+// none. Collective over the link: every rank tries, and the peer path is used only when all of them succeeded.
+void setup_small_all_reduce(const Env& env, HostLink& link, NcclCommunicator& comm) {
+  const std::string mode = env.tp_allreduce.value_or("auto");
+  FERRY_CHECK(mode == "auto" || mode == "nccl" || mode == "peer", "FERRY_TP_ALLREDUCE='{}': use auto, nccl or peer",
+              mode);
+  if (mode == "nccl" || link.world() > PeerAllReduce::kMaxWorld) return;
+  std::shared_ptr<PeerAllReduce> peer;
+  std::string error;
+  std::vector<uint8_t> handle;
+  try {
+    peer = std::make_shared<PeerAllReduce>(link.rank(), link.world());
+    handle = peer->ipc_handle();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  auto handles = link.all_gather(handle);  // an empty handle: that rank could not set it up
+  if (error.empty()) {
+    try {
+      for (const auto& h : handles) FERRY_CHECK(!h.empty(), "another rank could not allocate its buffer");
+      peer->open_ipc(handles);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  std::vector<uint8_t> ok(error.empty() ? 1 : 0, 1);
+  const auto oks = link.all_gather(ok);
+  bool all_ok = true;
+  for (const auto& o : oks) all_ok = all_ok && !o.empty();
+  if (!all_ok) {
+    FERRY_CHECK(mode != "peer", "FERRY_TP_ALLREDUCE=peer: the peer all-reduce could not be set up on every rank{}{}",
+                error.empty() ? "" : ": ", error);
+    return;  // auto: NCCL for every size
+  }
+  comm.set_small_all_reduce([peer](float* x, size_t n, CUstream_st* stream) {
+    if (!peer->fits(n)) return false;
+    peer->run(x, n, stream);
+    return true;
+  });
+}
+#endif
 
 }  // namespace
 
@@ -105,6 +150,7 @@ ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const
   FERRY_ASSERT(cuda != nullptr);
   rt->comm = std::make_unique<NcclCommunicator>(
       NcclCommunicatorOptions{.link = rt->launch->link.get(), .stream = cuda->stream(), .timeout = tp_timeout(env)});
+  setup_small_all_reduce(env, *rt->launch->link, static_cast<NcclCommunicator&>(*rt->comm));
   ModelWeights w = load_sharded_weights(plan, *file.weights, file.gguf_names, *pm.backend);
   // Rank 0 sizes the cache (for its shard) and every rank uses that shape.
   std::vector<uint8_t> shape;
@@ -122,6 +168,19 @@ ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const
   rt->comm->step_done();
   pm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *pm.backend, kv, max_step,
                                           ParallelContext{rt->comm.get(), plan.vocab});
+  // Every rank: the collectives of one decode step on their own (reported by rank 0; dist/step_collectives.h).
+  const StepCollectives sc = time_step_collectives(*rt->comm, cuda->stream(), c.n_layers, c.dim,
+                                                   int64_t(world) * plan.vocab.local_rows);
+  rt->comm->step_done();
+  if (rank == 0) {
+    const std::string how = env.tp_allreduce.value_or("auto");
+    pm.facts.emplace_back(
+        "tp.collectives",
+        fmt::format("{:.1f} us per decode step: {} all-reduces of {} B (FERRY_TP_ALLREDUCE={}) + logits all-gather of "
+                    "{} B, alone in a CUDA graph (measured at load; a lower bound of their cost inside a step)",
+                    sc.us_per_step, sc.all_reduces, sc.all_reduce_bytes, how, sc.gather_bytes));
+    pm.facts.emplace_back("tp.collectives_us", fmt::format("{:.1f}", sc.us_per_step));
+  }
   if (rank == 0) {
     rt->leader = pm.model.get();
     pm.tp = std::move(rt);

@@ -9,6 +9,9 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/env.h"
 #include "engine/loaded_model.h"
@@ -26,6 +29,9 @@ struct ParallelModel {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<LlamaModel> model;
   std::shared_ptr<TpRuntime> tp;  // null at tp 1
+  // Rank 0 of a GPU group: the collectives of one decode step timed at load (dist/step_collectives.h), as
+  // ("tp.collectives", text) for ModelInfo::facts (ferry bench prints it next to the step time).
+  std::vector<std::pair<std::string, std::string>> facts;
 };
 
 using MakeBackendFn = std::function<std::unique_ptr<Backend>(int device_index, int n_threads)>;

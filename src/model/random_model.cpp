@@ -53,27 +53,64 @@ uint64_t mix(uint64_t seed, const std::string& name) {
   return h;
 }
 
-// Fills nbytes of a (rows, cols) tensor of type t with random values (std `scale`), in parallel over rows.
-void fill_random(uint8_t* dst, size_t nbytes, DType t, int64_t rows, int64_t cols, float scale, float mean,
-                 uint64_t seed, int n_threads) {
-  const size_t rb = row_bytes(t, cols);
-  FERRY_ASSERT(rb * size_t(rows) == nbytes);
-  const int nt = std::max(1, n_threads);
+}  // namespace
+
+// Row r's generator is seeded by (seed, r) and draws one value per column in order: a column range skips the
+// draws before it.
+void fill_random_part(const RandomTensor& t, int64_t row0, int64_t n_rows, int64_t col0, int64_t n_cols, uint8_t* dst,
+                      int n_threads) {
+  const int block = dtype_info(t.type).block_elems;
+  FERRY_ASSERT(row0 >= 0 && row0 + n_rows <= t.rows && col0 >= 0 && col0 + n_cols <= t.cols && col0 % block == 0 &&
+               n_cols % block == 0);
+  const size_t rb = row_bytes(t.type, n_cols);
+  const int nt = int(std::max<int64_t>(1, std::min<int64_t>(std::max(1, n_threads), n_rows)));
   std::vector<std::thread> threads;
   for (int w = 0; w < nt; ++w) {
-    threads.emplace_back([=] {
-      std::vector<float> row(static_cast<size_t>(cols));
-      for (int64_t r = w; r < rows; r += nt) {
-        Rng rng(seed + uint64_t(r) * 0x9E37ull);
-        for (auto& x : row) x = mean + scale * rng.normal();
-        quantize_row(t, row.data(), dst + size_t(r) * rb, cols);
+    threads.emplace_back([=, &t] {
+      std::vector<float> row(static_cast<size_t>(n_cols));
+      for (int64_t i = w; i < n_rows; i += nt) {
+        Rng rng(t.seed + uint64_t(row0 + i) * 0x9E37ull);
+        for (int64_t c = 0; c < col0; ++c) rng.next();
+        for (auto& x : row) x = t.mean + t.scale * rng.normal();
+        quantize_row(t.type, row.data(), dst + size_t(i) * rb, n_cols);
       }
     });
   }
   for (auto& th : threads) th.join();
 }
 
-}  // namespace
+std::vector<RandomTensor> random_model_tensors(const ModelConfig& c, DType wt, uint64_t seed) {
+  std::vector<RandomTensor> out;
+  const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType t) {
+    out.push_back({name, t, 2, rows, cols, 0.02f, 0.0f, mix(seed, name)});
+  };
+  const auto norm = [&](const std::string& name, int64_t n) {
+    out.push_back({name, DType::F32, 1, 1, n, 0.05f, 1.0f, mix(seed, name)});
+  };
+  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  // Embeddings in Q8_0 for quantized models (like llama.cpp's mixes), else the weight type.
+  const DType embd_type = is_quantized(wt) ? DType::Q8_0 : wt;
+  matrix("token_embd.weight", c.vocab_size, c.dim, embd_type);
+  norm("output_norm.weight", c.dim);
+  if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, c.dim, is_quantized(wt) ? DType::Q8_0 : wt);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    norm(b + "attn_norm.weight", c.dim);
+    matrix(b + "attn_q.weight", q_dim, c.dim, wt);
+    matrix(b + "attn_k.weight", kv_dim, c.dim, wt);
+    matrix(b + "attn_v.weight", kv_dim, c.dim, wt);
+    if (c.qk_norm) {
+      norm(b + "attn_q_norm.weight", c.head_dim);
+      norm(b + "attn_k_norm.weight", c.head_dim);
+    }
+    matrix(b + "attn_output.weight", c.dim, q_dim, wt);
+    norm(b + "ffn_norm.weight", c.dim);
+    matrix(b + "ffn_gate.weight", c.hidden_dim, c.dim, wt);
+    matrix(b + "ffn_up.weight", c.hidden_dim, c.dim, wt);
+    matrix(b + "ffn_down.weight", c.dim, c.hidden_dim, wt);
+  }
+  return out;
+}
 
 std::vector<std::string> random_model_shapes() {
   std::vector<std::string> names;
@@ -108,7 +145,8 @@ ModelConfig random_model_config(const std::string& shape) {
   fail("unknown model shape '{}' (known: {})", shape, known);
 }
 
-void write_random_model(const std::string& path, const ModelConfig& c, DType wt, uint64_t seed, int n_threads) {
+void write_random_model(const std::string& path, const ModelConfig& c, DType wt, uint64_t seed, int n_threads,
+                        bool with_weights) {
   FERRY_CHECK(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q8_0 || wt == DType::Q4_0 ||
                   wt == DType::Q4_1,
               "ferry gen writes f32, f16, bf16, q8_0, q4_0 or q4_1 weights, not {}", dtype_name(wt));
@@ -189,35 +227,24 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
         GgufValue::str("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
                        "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
 
-  const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType t) {
-    const uint64_t s = mix(seed, name);
-    w.add_tensor(name, t, {rows, cols}, [=](uint8_t* dst, size_t n) { fill_random(dst, n, t, rows, cols, 0.02f, 0.0f, s, n_threads); });
-  };
-  const auto norm = [&](const std::string& name, int64_t n) {
-    const uint64_t s = mix(seed, name);
-    w.add_tensor(name, DType::F32, {n}, [=](uint8_t* dst, size_t nb) { fill_random(dst, nb, DType::F32, 1, n, 0.05f, 1.0f, s, 1); });
-  };
-  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
-  // Embeddings in Q8_0 for quantized models (like llama.cpp's mixes), else the weight type.
-  const DType embd_type = is_quantized(wt) ? DType::Q8_0 : wt;
-  matrix("token_embd.weight", c.vocab_size, c.dim, embd_type);
-  norm("output_norm.weight", c.dim);
-  if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, c.dim, is_quantized(wt) ? DType::Q8_0 : wt);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    norm(b + "attn_norm.weight", c.dim);
-    matrix(b + "attn_q.weight", q_dim, c.dim, wt);
-    matrix(b + "attn_k.weight", kv_dim, c.dim, wt);
-    matrix(b + "attn_v.weight", kv_dim, c.dim, wt);
-    if (c.qk_norm) {
-      norm(b + "attn_q_norm.weight", c.head_dim);
-      norm(b + "attn_k_norm.weight", c.head_dim);
+  if (!with_weights) {
+    // One-value stand-ins for the tensors the config reader looks at (token_embd.weight must exist; output.weight
+    // exists when the embeddings are not tied); the vocabulary size is the metadata key above.
+    const auto stand_in = [&](const std::string& name) {
+      w.add_tensor(name, DType::F32, {1}, [](uint8_t* dst, size_t n) { std::memset(dst, 0, n); });
+    };
+    stand_in("token_embd.weight");
+    if (!c.tied_embeddings) stand_in("output.weight");
+  } else {
+    for (const RandomTensor& t : random_model_tensors(c, wt, seed)) {
+      const int nt = t.n_dims == 1 ? 1 : n_threads;
+      if (t.n_dims == 1) {
+        w.add_tensor(t.name, t.type, {t.cols}, [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, 1, 0, t.cols, dst, nt); });
+      } else {
+        w.add_tensor(t.name, t.type, {t.rows, t.cols},
+                     [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, t.rows, 0, t.cols, dst, nt); });
+      }
     }
-    matrix(b + "attn_output.weight", c.dim, q_dim, wt);
-    norm(b + "ffn_norm.weight", c.dim);
-    matrix(b + "ffn_gate.weight", c.hidden_dim, c.dim, wt);
-    matrix(b + "ffn_up.weight", c.hidden_dim, c.dim, wt);
-    matrix(b + "ffn_down.weight", c.dim, c.hidden_dim, wt);
   }
   w.write(path);
 }

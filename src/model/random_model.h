@@ -19,7 +19,28 @@ ModelConfig random_model_config(const std::string& shape);
 // Writes a GGUF model with a synthetic byte-level vocabulary (a few specials, 256 byte tokens, letter merges, the
 // rest plain words " w<id>") so that it loads, tokenizes and generates visible text like a real one.
 // weight_type: F32, F16, BF16, Q8_0, Q4_0, Q4_1 (matmul weights); norms stay F32.
+// with_weights false: the metadata and vocabulary only (plus one-value stand-ins of token_embd.weight and
+// output.weight that the config reader checks for), for a model whose weights are generated in memory
+// (dist/random_weights.h).
 void write_random_model(const std::string& path, const ModelConfig& config, DType weight_type, uint64_t seed,
-                        int n_threads = 0);
+                        int n_threads = 0, bool with_weights = true);
+
+// One tensor of a random model, exactly as write_random_model draws it: row r of the (rows, cols) tensor holds
+// mean + scale * N(0,1)-ish values from a generator seeded by (seed, r), quantized to `type` (a vector is one
+// row of `cols`).
+struct RandomTensor {
+  std::string name;
+  DType type = DType::F32;
+  int n_dims = 2;
+  int64_t rows = 1, cols = 1;
+  float scale = 0.02f, mean = 0.0f;
+  uint64_t seed = 0;
+};
+// Every tensor of the model in file order.
+std::vector<RandomTensor> random_model_tensors(const ModelConfig& config, DType weight_type, uint64_t seed);
+// Rows [row0, row0 + n_rows) x columns [col0, col0 + n_cols) of tensor t (col0 and n_cols on block boundaries of
+// t.type), the same values the whole tensor has there: n_rows * row_bytes(t.type, n_cols) bytes at dst.
+void fill_random_part(const RandomTensor& t, int64_t row0, int64_t n_rows, int64_t col0, int64_t n_cols, uint8_t* dst,
+                      int n_threads);
 
 }  // namespace ferry

@@ -8,6 +8,7 @@
 // (src/engine/cpu_ceilings.h). --plot FILE.svg draws the tests (and --kernels FILE.json harness results).
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 
@@ -80,6 +81,7 @@ Runner add_bench(CLI::App& app) {
     int n_prompt = 128, n_gen = 64, reps = 3;
     std::string ceilings, plot;
     std::vector<std::string> kernels;
+    std::string random, random_type = "bf16";
   };
   auto o = std::make_shared<Opts>();
   o->model.add(app);
@@ -88,12 +90,18 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-r,--repetitions", o->reps, "repetitions per test")->check(CLI::Range(1, 1000));
   app.add_option("--ceilings", o->ceilings,
                  "roofline ceilings GBPS,TFLOPS (default: the H200's 4300,779 for cuda; measured for cpu)");
+  CLI::Option* random = app.add_option("--random", o->random,
+                                       "no model file: a random-weight model of this shape (ferry gen's shapes), "
+                                       "generated in memory, each --tp rank its own shard (same as -m random:SHAPE:TYPE)");
+  app.add_option("--type", o->random_type, "--random's weight type: f32, f16, bf16, q8_0, q4_0, q4_1")->needs(random);
   CLI::Option* plot = app.add_option("--plot", o->plot, "write a roofline chart of the tests (SVG)");
   app.add_option("--kernels", o->kernels, "kernel results to add to the chart (JSON from a bench/kernels harness "
                                           "--json FILE; repeatable)")
       ->needs(plot);
   return [o] {
-    EngineOptions eo = o->model.engine_options(resolve_model(o->model.model));
+    FERRY_CHECK(o->random.empty() || o->model.model.empty(), "use either -m or --random");
+    EngineOptions eo = o->model.engine_options(
+        o->random.empty() ? resolve_model(o->model.model) : "random:" + o->random + ":" + o->random_type);
     if (eo.context == 0) eo.context = std::max(o->n_prompt, o->n_gen + 1) + 16;
     eo.max_step_tokens = std::max(eo.max_step_tokens, o->n_prompt);
     Engine engine(eo);
@@ -161,6 +169,19 @@ Runner add_bench(CLI::App& app) {
         if (r > 0) rates.push_back(double(res.tokens.size() - 1) / res.gen_seconds);
       }
       row({TestKind::Generate, o->n_gen, 0}, stats(rates));
+      // --tp N on GPUs: the collectives' time per step (measured at load by every rank; engine/tp_setup) next to
+      // the step time of this test (1 / tokens per second).
+      std::string coll, coll_us;
+      for (const auto& [k, v] : i.facts) {
+        if (k == "tp.collectives") coll = v;
+        if (k == "tp.collectives_us") coll_us = v;
+      }
+      if (!coll.empty()) {
+        const double step_us = 1e6 / stats(rates).mean;
+        const std::string label = BenchTest{TestKind::Generate, o->n_gen, 0}.label();
+        std::printf("tensor-parallel %s: step %.1f us, of which collectives %s us (%.1f%%): %s\n", label.c_str(),
+                    step_us, coll_us.c_str(), 100.0 * std::atof(coll_us.c_str()) / step_us, coll.c_str());
+      }
     }
     if (!o->plot.empty()) {
       for (const KernelResult& k : kernels) {

@@ -1,0 +1,205 @@
+// The one-shot peer-memory all-reduce (peer_all_reduce.h has the protocol).
+#include "backends/cuda/peer_all_reduce.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cuda/common.cuh"
+
+namespace ferry {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 128;  // <= the H200's 132 SMs: every block of a call can be resident at once
+
+// Every rank's buffer as mapped on this device. data[r]: [2][world][max_elems] f32; flags[r]:
+// [2][world][kMaxBlocks] u32 (flag [set][q][b] is written by rank q's block b).
+struct PeerPtrs {
+  float* data[PeerAllReduce::kMaxWorld];
+  uint32_t* flags[PeerAllReduce::kMaxWorld];
+};
+
+__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// One element group of the sum: float4 or float.
+template <typename T>
+__device__ __forceinline__ T add(T a, T b);
+template <>
+__device__ __forceinline__ float add(float a, float b) { return a + b; }
+template <>
+__device__ __forceinline__ float4 add(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+
+// Rank r's value of element group i: this rank's own from x, a peer's from slot r of this rank's buffer
+// (mine: [world][max_units] T of this call's set), read past L1 (__ldcg).
+template <typename T>
+__device__ __forceinline__ T r_value(int r, int rank, const T* x, const T* mine, int64_t max_units, int64_t i) {
+  return r == rank ? x[i] : __ldcg(mine + int64_t(r) * max_units + i);
+}
+
+// x: [units] of T (float4 when n % 4 == 0 and x is 16-byte aligned, else float), this rank's input and output.
+// p: every rank's buffer; counter/done: this rank's call counter and blocks-finished count (device memory).
+// max_units: slot size in T. Grid: blocks over units (<= kMaxBlocks), kThreads threads.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(T* __restrict__ x, int64_t units, const __grid_constant__ PeerPtrs p,
+                                                                   uint32_t* counter, uint32_t* done, int rank,
+                                                                   int world, int64_t max_units) {
+  __shared__ uint32_t gen_s;
+  __shared__ bool last_s;
+  const int b = int(blockIdx.x);
+  if (threadIdx.x == 0) gen_s = *counter + 1;  // every block reads it before the last one increments it
+  __syncthreads();
+  const uint32_t gen = gen_s;
+  const int set = int(gen & 1u);
+  const int64_t per_block = (units + gridDim.x - 1) / gridDim.x;
+  const int64_t lo = int64_t(b) * per_block;
+  const int64_t hi = lo + per_block < units ? lo + per_block : units;
+
+  // Push this block's chunk into slot [set][rank] of every peer.
+  for (int q = 0; q < world; ++q) {
+    if (q == rank) continue;
+    T* slot = reinterpret_cast<T*>(p.data[q]) + (int64_t(set) * world + rank) * max_units;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) slot[i] = x[i];
+  }
+  __syncthreads();  // the block's stores happen before thread q's fence and flag
+  const int q = int(threadIdx.x);
+  if (q < world && q != rank) {
+    __threadfence_system();
+    store_release_sys(p.flags[q] + (set * world + rank) * kMaxBlocks + b, gen);
+  }
+  // Wait for every peer's chunk b of this call (thread q watches rank q's flag in this rank's buffer).
+  if (q < world && q != rank) {
+    const uint32_t* flag = p.flags[rank] + (set * world + q) * kMaxBlocks + b;
+    while (load_acquire_sys(flag) != gen) {
+    }
+  }
+  __syncthreads();
+  // Sum in rank order (the same bits on every rank); peers' values from this rank's own buffer, past L1.
+  const T* mine = reinterpret_cast<const T*>(p.data[rank]) + int64_t(set) * world * max_units;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
+    T acc = r_value(0, rank, x, mine, max_units, i);
+    for (int r = 1; r < world; ++r) acc = add(acc, r_value(r, rank, x, mine, max_units, i));
+    x[i] = acc;
+  }
+  // The last block to finish advances the call counter (every block has read it by then).
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last_s = atomicAdd(done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && last_s) {
+    *done = 0;
+    *counter = gen;
+  }
+}
+
+size_t data_bytes(int world, size_t max_elems) { return 2 * size_t(world) * max_elems * sizeof(float); }
+size_t flag_count(int world) { return 2 * size_t(world) * kMaxBlocks; }
+size_t buffer_bytes(int world, size_t max_elems) {
+  return data_bytes(world, max_elems) + (flag_count(world) + 2) * sizeof(uint32_t);
+}
+uint32_t* flags_of(void* buffer, int world, size_t max_elems) {
+  return reinterpret_cast<uint32_t*>(static_cast<char*>(buffer) + data_bytes(world, max_elems));
+}
+
+}  // namespace
+
+PeerAllReduce::PeerAllReduce(int rank, int world, size_t max_bytes)
+    : rank_(rank), world_(world), max_elems_((max_bytes / 16) * 4) {
+  FERRY_CUDA_REQUIRE(world >= 2 && world <= kMaxWorld && rank >= 0 && rank < world && max_elems_ > 0);
+  FERRY_CUDA_CHECK(cudaGetDevice(&device_));
+  const size_t bytes = buffer_bytes(world, max_elems_);
+  FERRY_CUDA_CHECK(cudaMalloc(&buffer_, bytes));
+  // Flags, counter and done count start at zero (the first call's gen is 1); the data needs no zeroing.
+  FERRY_CUDA_CHECK(cudaMemset(flags_of(buffer_, world, max_elems_), 0, (flag_count(world) + 2) * sizeof(uint32_t)));
+  FERRY_CUDA_CHECK(cudaDeviceSynchronize());
+  peers_.assign(size_t(world), nullptr);
+  peers_[size_t(rank)] = buffer_;
+}
+
+PeerAllReduce::~PeerAllReduce() {
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaSetDevice(device_);
+  for (void* p : opened_) cudaIpcCloseMemHandle(p);
+  cudaFree(buffer_);
+  cudaSetDevice(prev);
+}
+
+std::vector<uint8_t> PeerAllReduce::ipc_handle() const {
+  cudaIpcMemHandle_t h;
+  FERRY_CUDA_CHECK(cudaIpcGetMemHandle(&h, buffer_));
+  std::vector<uint8_t> bytes(sizeof(h));
+  std::memcpy(bytes.data(), &h, sizeof(h));
+  return bytes;
+}
+
+void PeerAllReduce::open_ipc(const std::vector<std::vector<uint8_t>>& handles) {
+  FERRY_CUDA_REQUIRE(!connected_ && handles.size() == size_t(world_));
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    FERRY_CUDA_REQUIRE(handles[size_t(r)].size() == sizeof(cudaIpcMemHandle_t));
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handles[size_t(r)].data(), sizeof(h));
+    void* p = nullptr;
+    FERRY_CUDA_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+    opened_.push_back(p);
+    peers_[size_t(r)] = p;
+  }
+  connected_ = true;
+}
+
+void PeerAllReduce::connect_local(const std::vector<PeerAllReduce*>& ranks) {
+  FERRY_CUDA_REQUIRE(!connected_ && ranks.size() == size_t(world_));
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    const int peer_device = ranks[size_t(r)]->device_;
+    if (peer_device != device_) {
+      int can = 0;
+      FERRY_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device_, peer_device));
+      FERRY_CUDA_REQUIRE(can == 1);
+      const cudaError_t e = cudaDeviceEnablePeerAccess(peer_device, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+      } else {
+        FERRY_CUDA_CHECK(e);
+      }
+    }
+    peers_[size_t(r)] = ranks[size_t(r)]->buffer_;
+  }
+  connected_ = true;
+}
+
+void PeerAllReduce::run(float* x, size_t n, CUstream_st* stream) {
+  FERRY_CUDA_REQUIRE(connected_ && fits(n));
+  PeerPtrs p{};
+  for (int r = 0; r < world_; ++r) {
+    p.data[r] = static_cast<float*>(peers_[size_t(r)]);
+    p.flags[r] = flags_of(peers_[size_t(r)], world_, max_elems_);
+  }
+  uint32_t* counter = flags_of(buffer_, world_, max_elems_) + flag_count(world_);
+  const bool vec = n % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const int64_t units = vec ? int64_t(n / 4) : int64_t(n);
+  const int64_t max_units = vec ? int64_t(max_elems_ / 4) : int64_t(max_elems_);
+  const int blocks = int(std::min<int64_t>(kMaxBlocks, (units + kThreads - 1) / kThreads));
+  if (vec) {
+    peer_all_reduce_kernel<float4><<<blocks, kThreads, 0, stream>>>(reinterpret_cast<float4*>(x), units, p, counter,
+                                                                   counter + 1, rank_, world_, max_units);
+  } else {
+    peer_all_reduce_kernel<float><<<blocks, kThreads, 0, stream>>>(x, units, p, counter, counter + 1, rank_, world_,
+                                                                  max_units);
+  }
+  FERRY_CUDA_CHECK_LAUNCH(peer_all_reduce_kernel);
+}
+
+}  // namespace ferry

@@ -1,0 +1,186 @@
+// The one-shot peer all-reduce (backends/cuda/peer_all_reduce.h) on every visible GPU of one process (peer
+// pointers: connect_local; the IPC path is what `ferry --tp N` uses, checked by scripts/device/tp_check.sh).
+// Skips with fewer than 2 GPUs.
+//
+// Reference: the host sum of the ranks' random inputs in rank order, in f32. Each output element is that same
+// sequence of IEEE f32 additions (no multiplies, nothing to contract), so the results must equal it bit for bit
+// on every rank (tolerance 0): that is also the "same bits on every rank" property the model relies on.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backends/cuda/peer_all_reduce.h"
+#include "fixtures/numeric.h"
+
+namespace ferry {
+namespace {
+
+#define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
+
+struct Group {
+  int world = 0;
+  std::vector<std::unique_ptr<PeerAllReduce>> ranks;
+  std::vector<cudaStream_t> streams;
+  std::vector<float*> x;  // per rank: [cap + 4] f32 (room for an unaligned view at x + 1)
+  size_t cap = 0;
+
+  ~Group() {
+    for (int r = 0; r < world; ++r) {
+      cudaSetDevice(r);
+      if (r < int(streams.size())) cudaStreamDestroy(streams[size_t(r)]);
+      if (r < int(x.size())) cudaFree(x[size_t(r)]);
+    }
+    for (int r = 0; r < world; ++r) {
+      cudaSetDevice(r);
+      ranks[size_t(r)].reset();
+    }
+    cudaSetDevice(0);
+  }
+};
+
+int gpu_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+void make_group(Group& g, int world) {
+  g.world = world;
+  g.cap = PeerAllReduce::kMaxBytes / 4;
+  for (int r = 0; r < world; ++r) {
+    CK(cudaSetDevice(r));
+    g.ranks.push_back(std::make_unique<PeerAllReduce>(r, world));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    g.streams.push_back(s);
+    float* p = nullptr;
+    CK(cudaMalloc(&p, (g.cap + 4) * 4));
+    g.x.push_back(p);
+  }
+  std::vector<PeerAllReduce*> all;
+  for (auto& r : g.ranks) all.push_back(r.get());
+  for (int r = 0; r < world; ++r) {
+    CK(cudaSetDevice(r));
+    g.ranks[size_t(r)]->connect_local(all);
+  }
+}
+
+// Host reference: rank-ordered f32 sum.
+std::vector<float> host_sum(const std::vector<std::vector<float>>& in) {
+  std::vector<float> s = in[0];
+  for (size_t r = 1; r < in.size(); ++r)
+    for (size_t i = 0; i < s.size(); ++i) s[i] += in[r][i];
+  return s;
+}
+
+// Uploads rank r's input to x[r] + offset (synchronously: no rank's kernel is queued yet, so nothing waits).
+void upload(Group& g, const std::vector<std::vector<float>>& in, size_t offset) {
+  for (int r = 0; r < g.world; ++r) {
+    CK(cudaSetDevice(r));
+    CK(cudaMemcpy(g.x[size_t(r)] + offset, in[size_t(r)].data(), in[size_t(r)].size() * 4, cudaMemcpyHostToDevice));
+  }
+}
+
+void expect_all_equal(Group& g, const std::vector<float>& want, size_t offset, const char* what) {
+  for (int r = 0; r < g.world; ++r) {
+    CK(cudaSetDevice(r));
+    CK(cudaStreamSynchronize(g.streams[size_t(r)]));
+    std::vector<float> got(want.size());
+    CK(cudaMemcpy(got.data(), g.x[size_t(r)] + offset, got.size() * 4, cudaMemcpyDeviceToHost));
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+        << what << ": rank " << r << " n " << want.size() << " rel_l2 " << test::rel_l2(got, want);
+  }
+}
+
+std::vector<std::vector<float>> inputs(int world, size_t n, uint32_t seed) {
+  std::vector<std::vector<float>> in;
+  for (int r = 0; r < world; ++r) in.push_back(test::random_floats(n, seed * 131u + uint32_t(r)));
+  return in;
+}
+
+TEST(PeerAllReduce, EagerSizesMatchHostSumOnEveryRank) {
+  const int world = gpu_count();
+  if (world < 2) GTEST_SKIP() << "needs 2 GPUs, found " << world;
+  Group g;
+  make_group(g, std::min(world, PeerAllReduce::kMaxWorld));
+  std::vector<size_t> sizes;
+  for (size_t t = 1; t <= 32; ++t) sizes.push_back(t * 4096);
+  for (size_t n : {size_t(1), size_t(3), size_t(5), size_t(257), size_t(4097), size_t(12345), size_t(65537)})
+    sizes.push_back(n);
+  uint32_t seed = 1;
+  for (size_t n : sizes) {
+    for (size_t offset : {size_t(0), size_t(1)}) {  // aligned (float4 path) and unaligned (scalar path)
+      ASSERT_TRUE(g.ranks[0]->fits(n));
+      const auto in = inputs(g.world, n, seed++);
+      upload(g, in, offset);
+      for (int r = 0; r < g.world; ++r) {
+        CK(cudaSetDevice(r));
+        g.ranks[size_t(r)]->run(g.x[size_t(r)] + offset, n, g.streams[size_t(r)]);
+      }
+      expect_all_equal(g, host_sum(in), offset, "eager");
+      if (HasFatalFailure()) return;
+    }
+  }
+  EXPECT_FALSE(g.ranks[0]->fits(g.cap + 1));
+  EXPECT_FALSE(g.ranks[0]->fits(0));
+}
+
+// A step-like graph: three all-reduces of different sizes (one token, 7 tokens, an odd size at an unaligned
+// address) captured once per rank, replayed 100 times with new inputs each time, eager calls in between
+// (the call counter lives on the device, so the graph must keep working after them).
+TEST(PeerAllReduce, CapturedGraphReplaysWithChangingInputs) {
+  const int world = gpu_count();
+  if (world < 2) GTEST_SKIP() << "needs 2 GPUs, found " << world;
+  Group g;
+  make_group(g, std::min(world, PeerAllReduce::kMaxWorld));
+  struct Part {
+    size_t offset, n;
+  };
+  const std::vector<Part> parts = {{0, 4096}, {4096, 7 * 4096}, {8 * 4096 + 1, 999}};
+  std::vector<cudaGraphExec_t> exec(size_t(g.world));
+  for (int r = 0; r < g.world; ++r) {
+    CK(cudaSetDevice(r));
+    CK(cudaStreamBeginCapture(g.streams[size_t(r)], cudaStreamCaptureModeThreadLocal));
+    for (const Part& p : parts) g.ranks[size_t(r)]->run(g.x[size_t(r)] + p.offset, p.n, g.streams[size_t(r)]);
+    cudaGraph_t graph;
+    CK(cudaStreamEndCapture(g.streams[size_t(r)], &graph));
+    CK(cudaGraphInstantiate(&exec[size_t(r)], graph, 0));
+    CK(cudaGraphDestroy(graph));
+  }
+  for (int it = 0; it < 100; ++it) {
+    std::vector<std::vector<std::vector<float>>> in;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      in.push_back(inputs(g.world, parts[k].n, 1000u + uint32_t(it * 3) + uint32_t(k)));
+      upload(g, in.back(), parts[k].offset);
+    }
+    for (int r = 0; r < g.world; ++r) {
+      CK(cudaSetDevice(r));
+      CK(cudaGraphLaunch(exec[size_t(r)], g.streams[size_t(r)]));
+    }
+    for (size_t k = 0; k < parts.size(); ++k) {
+      expect_all_equal(g, host_sum(in[k]), parts[k].offset, "graph replay");
+      if (HasFatalFailure()) return;
+    }
+    if (it % 10 == 3) {  // an eager call of another size between replays
+      const auto e = inputs(g.world, 4096 * 2 + 4, 5000u + uint32_t(it));
+      upload(g, e, 0);
+      for (int r = 0; r < g.world; ++r) {
+        CK(cudaSetDevice(r));
+        g.ranks[size_t(r)]->run(g.x[size_t(r)], e[0].size(), g.streams[size_t(r)]);
+      }
+      expect_all_equal(g, host_sum(e), 0, "eager between replays");
+      if (HasFatalFailure()) return;
+    }
+  }
+  for (int r = 0; r < g.world; ++r) {
+    CK(cudaSetDevice(r));
+    CK(cudaGraphExecDestroy(exec[size_t(r)]));
+  }
+}
+
+}  // namespace
+}  // namespace ferry
