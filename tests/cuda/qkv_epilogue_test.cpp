@@ -27,20 +27,23 @@ struct EpilogueCase {
   RopeOrdering ordering;
   bool qk_norm;
   int64_t half;  // rotated pairs per head (head_dim/2: full rotation)
+  int64_t n = 5;  // tokens (at most 5)
 };
 
 class CudaQkvEpilogue : public CudaOpsTest {
  protected:
   void run_case(const EpilogueCase& c, bool f32_cache) {
-    const int64_t n = 5, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads, n_all = H + 2 * KVH;
+    const int64_t n = c.n, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads, n_all = H + 2 * KVH;
     const int64_t n_blocks = 4, block = 4, n_slots = n_blocks * block;
     const std::string what = "D " + std::to_string(D) + " H " + std::to_string(H) + " KVH " + std::to_string(KVH) +
                              (c.ordering == RopeOrdering::Neox ? " neox" : " interleaved") +
                              (c.qk_norm ? " qk_norm" : "") + " half " + std::to_string(c.half) +
                              (f32_cache ? " f32 cache" : " bf16 cache");
     std::vector<float> qkv = random_floats(size_t(n * n_all * D), 7 + uint32_t(D + H + KVH), 2.0f);
-    std::vector<int32_t> pos = {0, 1, 17, 4095, 70000};
+    std::vector<int32_t> pos = {70000, 1, 17, 4095, 0};
     std::vector<int64_t> slots = {3, 0, 15, 8, 9};
+    pos.resize(size_t(n));
+    slots.resize(size_t(n));
     std::vector<float> inv(size_t(c.half));
     for (int64_t i = 0; i < c.half; ++i) inv[size_t(i)] = float(std::pow(10000.0, -2.0 * double(i) / double(2 * c.half)));
     std::vector<float> qn = random_floats(size_t(D), 11, 0.5f), kn = random_floats(size_t(D), 12, 0.5f);
@@ -133,7 +136,7 @@ TEST_F(CudaQkvEpilogue, MatchesCpuReference) {
 }
 
 // Llama-3-8B's decode shape (32 q heads, 8 KV heads, head_dim 128, one token) through the backend op.
-TEST_F(CudaQkvEpilogue, DecodeShape) { run_case({128, 32, 8, RopeOrdering::Interleaved, false, 64}, false); }
+TEST_F(CudaQkvEpilogue, DecodeShape) { run_case({128, 32, 8, RopeOrdering::Interleaved, false, 64, 1}, false); }
 
 // A slot outside the cache is reported (ferry::Error at the next synchronisation), not written.
 TEST_F(CudaQkvEpilogue, BadSlotIsReported) {
