@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
-#include "formats/quant.h"
+#include "core/dtype.h"
 
 namespace ferry {
 namespace {

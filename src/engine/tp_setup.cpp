@@ -62,7 +62,12 @@ void setup_small_all_reduce(const Env& env, HostLink& link, NcclCommunicator& co
   const std::string mode = env.tp_allreduce.value_or("auto");
   FERRY_CHECK(mode == "auto" || mode == "nccl" || mode == "peer", "FERRY_TP_ALLREDUCE='{}': use auto, nccl or peer",
               mode);
-  if (mode == "nccl" || link.world() > PeerAllReduce::kMaxWorld) return;
+  if (mode == "nccl") return;
+  if (link.world() > PeerAllReduce::kMaxWorld) {
+    FERRY_CHECK(mode != "peer", "FERRY_TP_ALLREDUCE=peer: the peer all-reduce takes at most {} ranks, not {}",
+                PeerAllReduce::kMaxWorld, link.world());
+    return;
+  }
   std::shared_ptr<PeerAllReduce> peer;
   std::string error;
   std::vector<uint8_t> handle;
