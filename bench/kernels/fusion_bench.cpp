@@ -10,8 +10,10 @@
 // Usage: fusion_bench [--type bf16|q8_0|q4_0] [--json FILE]
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -154,6 +156,7 @@ int main(int argc, char** argv) {
         const char* part;
         std::function<void(const Layer&)> unfused, fused;
         double weight_bytes;
+        int64_t weight_rows;  // rows of the fused weight (each kDim values): 2 * n * rows * kDim flops
       };
       const std::vector<Variant> variants = {
           {"attention in",
@@ -167,8 +170,8 @@ int main(int argc, char** argv) {
              be.matmul(flat(qkv), x, L.wqkv, Tensor{});
              epilogue_fused();
            },
-           weight_bytes_attn},
-          {"epilogue only", [&](const Layer&) { epilogue_unfused(); }, [&](const Layer&) { epilogue_fused(); }, 0.0},
+           weight_bytes_attn, q_rows + 2 * kv_rows},
+          {"epilogue only", [&](const Layer&) { epilogue_unfused(); }, [&](const Layer&) { epilogue_fused(); }, 0.0, 0},
           {"ffn in",
            [&](const Layer& L) {
              be.matmul(gate, x, L.wg, Tensor{});
@@ -179,7 +182,7 @@ int main(int argc, char** argv) {
              be.matmul(gate_up, x, L.wgu, Tensor{});
              be.swiglu_fused(gate, gate_up);
            },
-           weight_bytes_ffn},
+           weight_bytes_ffn, 2 * kHidden},
       };
       for (const Variant& var : variants) {
         double us[2];
@@ -198,7 +201,7 @@ int main(int argc, char** argv) {
                     (us[0] - us[1]) * kLayers * 1e-3);
         for (int fused = 0; fused < 2; ++fused) {
           json.add(std::string(var.part) + (fused ? " fused" : " unfused") + " n" + std::to_string(n),
-                   2.0 * double(n) * var.weight_bytes / double(row_bytes(type, 1) ? row_bytes(type, 1) : 1),
+                   2.0 * double(n) * double(var.weight_rows) * double(kDim),
                    var.weight_bytes, us[fused] * 1e-6);
         }
       }
