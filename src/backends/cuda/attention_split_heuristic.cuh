@@ -2,17 +2,19 @@
 // depends only on host-side sizes (the context bound max_blocks_per_seq * block_size, not the kv_len in
 // device memory), so one captured graph serves every context up to that bound.
 //
-// Rule: a block is one (sequence, KV head, row group, chunk); aim for kTargetBlocksPerSm blocks per SM
-// in one launch, never a chunk shorter than kMinChunk positions, at most kMaxSplits chunks, and no split
-// at all once the (sequence, KV head, row group) units alone fill the target.
+// Rule: a block is one (sequence, KV head, row group, chunk); aim for at most kTargetBlocksPerSm blocks per
+// SM in one launch (the kernel's shared-memory ring fits two blocks per SM: a third block would start a
+// second, mostly empty wave), never a chunk shorter than kMinChunk positions, at most kMaxSplits chunks, and
+// no split at all once the (sequence, KV head, row group) units alone fill the target.
 //
 // Worked example, Llama-3-8B (32 query heads, 8 KV heads: 4 rows per block, 1 row group) on the H200's
 // 132 SMs, target 2 x 132 = 264 blocks:
-//   batch 1, context 4096:  8 units; ceil(264 / 8) = 33 splits, capped by 4096 / 128 = 32 -> 32 chunks of
+//   batch 1, context 4096:  8 units; 264 / 8 = 33 splits, capped by 4096 / 128 = 32 -> 32 chunks of
 //                           128 positions: 256 blocks (~2 per SM), each reading 128 x 2 x 256 B = 64 KB.
 //   batch 1, context 32768: 33 splits -> chunk ceil(32768 / 33) = 993, rounded up to 1024 -> 32 chunks;
 //                           256 blocks of 512 KB each.
-//   batch 8, context 4096:  64 units; ceil(264 / 64) = 5 splits -> chunk 832 -> 5 chunks: 320 blocks.
+//   batch 8, context 4096:  64 units; 264 / 64 = 4 splits (rounded down: 5 would be 320 blocks, 1.2 waves)
+//                           -> chunk 1024 -> 4 chunks: 256 blocks.
 //   batch 64, any context:  512 units >= 264 -> 1 split: 512 blocks, each a whole context; the kernel
 //                           writes the output directly (no partials, no merge).
 #pragma once
@@ -47,7 +49,7 @@ inline DecodeSplitPlan plan_decode_split(int64_t n_seqs, int64_t n_kv_heads, int
   max_kv = std::max<int64_t>(1, max_kv);
   const int64_t units = std::max<int64_t>(1, n_seqs * n_kv_heads * plan.n_row_groups);
   const int64_t target = int64_t(L::kTargetBlocksPerSm) * std::max(1, n_sms);
-  int64_t splits = (target + units - 1) / units;
+  int64_t splits = target / units;
   splits = std::min<int64_t>(splits, (max_kv + L::kMinChunk - 1) / L::kMinChunk);
   splits = std::clamp<int64_t>(splits, 1, L::kMaxSplits);
   if (units > L::kMaxCounters) splits = 1;  // the merge needs one counter per unit

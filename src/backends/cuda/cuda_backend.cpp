@@ -379,18 +379,23 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   const bool hopper_fits = sm90_gemm_ && Sm90Gemm::supports(n, w.rows(), w.cols()) &&
                            reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
   const cuda_ops::MatmulPath path = cuda_ops::choose_matmul_path(n, bf16_at_hand, hopper_fits, options_.batch_invariant);
+  const int mv_version = options_.matvec_version > 0
+                             ? options_.matvec_version
+                             : cuda_ops::choose_matvec_version(w.dtype == DType::BF16, n, w.rows(),
+                                                               cuda_ops::kMatvecDefaultVersion);
+  const auto path_name = [&]() -> std::string {
+    if (path == cuda_ops::MatmulPath::Matvec) return fmt::format("matvec v{}", mv_version);
+    return path == cuda_ops::MatmulPath::HopperGemm ? "gemm_sm90" : "cublaslt";
+  };
   const OpProfiler::Scope prof(
       profiler_.get(),
-      profiler_ ? fmt::format("matmul {} {} {}x{} n={}", path == cuda_ops::MatmulPath::Matvec       ? "matvec"
-                                                         : path == cuda_ops::MatmulPath::HopperGemm ? "gemm_sm90"
-                                                                                                     : "cublaslt",
-                              dtype_name(w.dtype), w.rows(), w.cols(), token_bucket(n))
+      profiler_ ? fmt::format("matmul {} {} {}x{} n={}", path_name(), dtype_name(w.dtype), w.rows(), w.cols(),
+                              token_bucket(n))
                 : std::string(),
       double(w.nbytes()) + double(x.nbytes()) + double(out.nbytes()));
   if (path == cuda_ops::MatmulPath::Matvec) {
     // The matvec's activation scratch (quantized weights: int8 activations) reuses x_bf16_, which only the
     // GEMM path otherwise uses, in stream order.
-    const int mv_version = options_.matvec_version > 0 ? options_.matvec_version : cuda_ops::kMatvecDefaultVersion;
     const size_t scratch = cuda_ops::matvec_scratch_bytes(w.dtype, mv_version, int(n), w.cols());
     if (scratch > 0) ensure(x_bf16_, scratch);
     cuda_ops::matvec(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(),

@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "backends/cuda/matvec_v5.cuh"
 
 namespace ferry::cuda_ops {
@@ -161,6 +162,8 @@ __device__ __forceinline__ void stage(const float* x, int64_t n_in, int64_t k0, 
 
 template <class D, int kTok>
 __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(MatvecParams p, int tile) {
+  pdl_allow_dependents();
+  pdl_wait();
   using M = ChunkMath<D>;
   constexpr int kRows = kRowsPerWarp<D>;
   extern __shared__ float4 smem_f4[];
@@ -267,7 +270,7 @@ void launch_v2(const MatvecParams& p, cudaStream_t stream) {
   const auto kernel = matvec_kernel<D, kTok>;
   if (smem > 48 * 1024)  // above the default limit: opt in (not a stream operation: fine while capturing)
     FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<grid_for(p.w.rows, kWarps * kRowsPerWarp<D>), kWarps * 32, smem, stream>>>(p, tile);
+  launch_pdl(kernel, dim3(grid_for(p.w.rows, kWarps * kRowsPerWarp<D>)), dim3(kWarps * 32), smem, stream, p, tile);
   FERRY_CUDA_CHECK_LAUNCH(matvec_kernel);
 }
 

@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -27,6 +28,8 @@ __device__ __forceinline__ void store_kv_value(__nv_bfloat16* dst, float v) { *d
 
 template <typename KvT>
 __global__ void __launch_bounds__(kThreads) qkv_epilogue_kernel(QkvEpilogueParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
   extern __shared__ float smem[];  // cos (half) | sin (half) | kWarps rows of head_dim
   float* cos_t = smem;
   float* sin_t = smem + p.half;
@@ -97,6 +100,8 @@ __global__ void __launch_bounds__(kThreads) qkv_epilogue_kernel(QkvEpilogueParam
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 __global__ void __launch_bounds__(kSwigluThreads) swiglu_fused4_kernel(SwigluFusedParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t quads = p.hidden / 4, j = int64_t(blockIdx.x) * kSwigluThreads + threadIdx.x;
   if (j >= quads) return;
   for (int64_t t = blockIdx.y; t < p.n; t += gridDim.y) {
@@ -108,6 +113,8 @@ __global__ void __launch_bounds__(kSwigluThreads) swiglu_fused4_kernel(SwigluFus
 }
 
 __global__ void __launch_bounds__(kSwigluThreads) swiglu_fused_kernel(SwigluFusedParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
   const int64_t j = int64_t(blockIdx.x) * kSwigluThreads + threadIdx.x;
   if (j >= p.hidden) return;
   for (int64_t t = blockIdx.y; t < p.n; t += gridDim.y) {
@@ -132,9 +139,9 @@ void qkv_epilogue(const QkvEpilogueParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(smem <= 48 * 1024);  // head_dim up to ~2900: every model ferry reads
   const dim3 grid(unsigned(p.n), unsigned(blocks_y));
   if (p.kv_type == KvCacheType::BF16) {
-    qkv_epilogue_kernel<__nv_bfloat16><<<grid, kThreads, smem, stream>>>(p);
+    launch_pdl(qkv_epilogue_kernel<__nv_bfloat16>, dim3(grid), dim3(kThreads), smem, stream, p);
   } else {
-    qkv_epilogue_kernel<float><<<grid, kThreads, smem, stream>>>(p);
+    launch_pdl(qkv_epilogue_kernel<float>, dim3(grid), dim3(kThreads), smem, stream, p);
   }
   FERRY_CUDA_CHECK_LAUNCH(qkv_epilogue_kernel);
 }
@@ -146,12 +153,12 @@ void swiglu_fused(const SwigluFusedParams& p, cudaStream_t stream) {
   const unsigned rows = unsigned(p.n < kMaxGridY ? p.n : kMaxGridY);
   if (p.hidden % 4 == 0 && aligned(p.out) && aligned(p.gate_up)) {
     const dim3 grid(grid_for(p.hidden / 4, kSwigluThreads), rows);
-    swiglu_fused4_kernel<<<grid, kSwigluThreads, 0, stream>>>(p);
+    launch_pdl(swiglu_fused4_kernel, dim3(grid), dim3(kSwigluThreads), 0, stream, p);
     FERRY_CUDA_CHECK_LAUNCH(swiglu_fused4_kernel);
     return;
   }
   const dim3 grid(grid_for(p.hidden, kSwigluThreads), rows);
-  swiglu_fused_kernel<<<grid, kSwigluThreads, 0, stream>>>(p);
+  launch_pdl(swiglu_fused_kernel, dim3(grid), dim3(kSwigluThreads), 0, stream, p);
   FERRY_CUDA_CHECK_LAUNCH(swiglu_fused_kernel);
 }
 
