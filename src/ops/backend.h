@@ -60,7 +60,20 @@ class StepGraph {
 // Arguments of Backend::qkv_epilogue (fill with designated initializers). H = n_heads, KVH = n_kv_heads,
 // D = head_dim of this rank's shard.
 struct QkvEpilogueArgs {  // every field defaults to empty / 0, so callers name only what they set
-  Tensor qkv{};
+  Tensor qkv{};        // (n, H + 2*KVH, D) f32: the fused q|k|v projection of the step (bias included), read only
+  Tensor positions{};  // (n) i32
+  Tensor slots{};      // (n) i64, slot = block_id * block_size + offset (as store_kv)
+  Tensor inv_freq{};   // (rope_dims/2) f32, as rope: the first 2*len dims of each q and k head rotate
+  Tensor q_norm{};     // (D) f32 per-head RMSNorm weight of q before RoPE (Qwen3), or empty
+  Tensor k_norm{};     // (D) f32 the same for k, or empty (both set or both empty)
+  float eps = 0;       // RMSNorm epsilon (used with q_norm/k_norm)
+  RopeOrdering ordering = RopeOrdering::Interleaved;
+  Tensor q{};          // out: (n, H, D) f32, normed and rotated
+  Tensor k_cache{};    // out: (n_blocks, block_size, KVH, D) kv_dtype(): each token's normed, rotated k at its slot
+  Tensor v_cache{};    // out: same shape: each token's v at its slot
+  Tensor k_out{};      // optional out: (n, KVH, D) f32 copy of the normed, rotated k (debug observer), or empty
+  Tensor v_out{};      // optional out: (n, KVH, D) f32 copy of v, or empty
+};
 
 class Backend {
  public:
