@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
   cublasSetStream(h, s);
   std::vector<int> ms = quick ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8, 16};
   struct Shape { int64_t rows, cols; };
-  const Shape shapes[] = {{14336, 4096}, {4096, 14336}, {4096, 4096}, {6144, 4096}, {1024, 4096}, {128256, 4096}};
+  const Shape shapes[] = {{14336, 4096}, {4096, 14336}, {4096, 4096}, {6144, 4096}, {1024, 4096}, {28672, 4096},
+                          {128256, 4096}};
   float* x = nullptr;
   float* out = nullptr;
   uint16_t* xb = nullptr;

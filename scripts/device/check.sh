@@ -6,7 +6,9 @@
 #
 # tests:   GPU op tests, CUDA-graph test, end-to-end logits checks (CPU and CUDA) against the transformers
 #          goldens, compute-sanitizer memcheck on the op tests;
-# kernels: the kernel harnesses (matvec vs cuBLAS and % of the 4.30 TB/s roofline; attention and GEMM);
+# kernels: the kernel harnesses (matvec vs cuBLAS and % of the 4.30 TB/s roofline; attention and GEMM; fused
+#          ops, sampling, fused projections);
+# memcheck: compute-sanitizer over the op tests (also part of `tests` unless FERRY_QUICK=1);
 # correctness: reference/gpu_check.py: Llama-3-8B- and Qwen3-8B-shaped random bf16 models written by
 #          transformers (safetensors); `ferry score --device cuda` logits vs transformers' at every position of
 #          3 prompts (cosine >= 0.999, mean KL <= 1e-3; float32 transformers reported alongside);
@@ -50,8 +52,12 @@ if has tests; then
   grep -E "^\[  FAILED|Failure" "$OUT/t.log" | head -20
   "$C/test_e2e" > "$OUT/t.log" 2>&1; cat "$OUT/t.log" >> "$log"
   note "test_e2e (cpu): $(gtest_result "$OUT/t.log")"
-  [ "${FERRY_QUICK:-0}" = 1 ] || timeout 400 compute-sanitizer --tool memcheck "$C/test_cuda" \
-    --gtest_filter='CudaOps.*:CudaAttention.*:CudaMatmul.*:CudaMatvec.*:CudaStepGraph.*:-CudaOps.OutOfMemory*' > "$OUT/t.log" 2>&1
+  rm -f "$OUT/t.log"
+fi
+if has memcheck || { has tests && [ "${FERRY_QUICK:-0}" != 1 ]; }; then
+  log="$OUT/tests.log"
+  timeout 400 compute-sanitizer --tool memcheck "$C/test_cuda" \
+    --gtest_filter='CudaOps.*:CudaAttention.*:CudaMatmul.*:CudaMatvec.*:CudaStepGraph.*:CudaQkvEpilogue.*:-CudaOps.OutOfMemory*' > "$OUT/t.log" 2>&1
   cat "$OUT/t.log" >> "$log"
   note "memcheck: $(grep -E 'ERROR SUMMARY' "$OUT/t.log" | tail -1) $(gtest_result "$OUT/t.log")"
   rm -f "$OUT/t.log"
@@ -59,9 +65,12 @@ fi
 
 if has kernels; then
   log="$OUT/kernels.log"
-  timeout 300 "$C/matvec_bench" --json "$OUT/matvec.json" > "$log" 2>&1
+  quick=(); [ "${FERRY_QUICK:-0}" = 1 ] && quick=(--quick)  # quick: M = 1 only
+  timeout 300 "$C/matvec_bench" "${quick[@]}" --json "$OUT/matvec.json" > "$log" 2>&1
   [ "${FERRY_QUICK:-0}" = 1 ] || timeout 300 "$C/prefill_kernels_bench" --json "$OUT/prefill.json" >> "$log" 2>&1
-  for b in fused_ops_bench sampling_bench; do [ -x "$C/$b" ] && timeout 120 "$C/$b" >> "$log" 2>&1; done
+  for b in fused_ops_bench sampling_bench attention_bench fusion_bench; do
+    [ -x "$C/$b" ] && timeout 120 "$C/$b" >> "$log" 2>&1
+  done
   note "kernels: see kernels.log ($(wc -l < "$log") lines)"
 fi
 
