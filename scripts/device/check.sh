@@ -56,7 +56,7 @@ if has tests; then
 fi
 if has memcheck || { has tests && [ "${FERRY_QUICK:-0}" != 1 ]; }; then
   log="$OUT/tests.log"
-  timeout 400 compute-sanitizer --tool memcheck "$C/test_cuda" \
+  timeout "${FERRY_MEMCHECK_TIMEOUT:-400}" compute-sanitizer --tool memcheck "$C/test_cuda" \
     --gtest_filter='CudaOps.*:CudaAttention.*:CudaMatmul.*:CudaMatvec.*:CudaStepGraph.*:CudaQkvEpilogue.*:-CudaOps.OutOfMemory*' > "$OUT/t.log" 2>&1
   cat "$OUT/t.log" >> "$log"
   note "memcheck: $(grep -E 'ERROR SUMMARY' "$OUT/t.log" | tail -1) $(gtest_result "$OUT/t.log")"
@@ -165,7 +165,7 @@ if has profile; then
     fi
   done
   m="/tmp/llama3-8b-bf16.gguf"
-  if [ -f "$m" ]; then
+  if [ -f "$m" ] && [ "${FERRY_PROFILE_SERVE:-1}" = 1 ]; then
     port=18081
     n=${FERRY_PROFILE_CLIENTS:-64}
     FERRY_CUDA_PROFILE=1 "$C/ferry" serve --device cuda -m "$m" --port $port --ctx 2048 --max-running 256 \

@@ -99,7 +99,11 @@ std::unique_ptr<TpLaunch> launch_tp(int tp, const Env& env) {
     std::vector<std::string> envs;
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e;
-      if (kv.rfind("FERRY_TP_", 0) != 0) envs.push_back(kv);
+      // This rank's identity is set below; every other setting (FERRY_TP_TIMEOUT, FERRY_TP_ALLREDUCE, ...) is
+      // inherited, so all ranks agree on it.
+      const bool identity = kv.rfind("FERRY_TP_RANK=", 0) == 0 || kv.rfind("FERRY_TP_WORLD=", 0) == 0 ||
+                            kv.rfind("FERRY_TP_FD=", 0) == 0;
+      if (!identity) envs.push_back(kv);
     }
     envs.push_back("FERRY_TP_RANK=" + std::to_string(r));
     envs.push_back("FERRY_TP_WORLD=" + std::to_string(tp));

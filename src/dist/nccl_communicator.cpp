@@ -14,6 +14,8 @@
 namespace ferry {
 namespace {
 
+constexpr std::chrono::seconds kTeardownGrace{10};
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -47,6 +49,17 @@ NcclCommunicator::NcclCommunicator(const NcclCommunicatorOptions& o)
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  // Teardown may wait on a peer that is already gone (ncclCommDestroy, the peer-memory buffers): seen on the
+  // 2-GPU machine, where ranks printed their results and then never exited (and with torch, ../shared/GPU.md).
+  // The steps are done by now, so a rank still tearing down after kTeardownGrace says so and exits.
+  std::thread([rank = rank(), failed = failed_.load()] {
+    std::this_thread::sleep_for(kTeardownGrace);
+    std::fflush(stdout);
+    std::fprintf(stderr, "ferry: tensor-parallel rank %d: teardown still waiting after %lld s; exiting\n", rank,
+                 static_cast<long long>(kTeardownGrace.count()));
+    std::fflush(stderr);
+    _exit(failed ? 3 : 0);
+  }).detach();
   stop_ = true;
   if (watchdog_.joinable()) watchdog_.join();
   link_->set_on_failure(nullptr);

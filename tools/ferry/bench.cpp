@@ -115,7 +115,12 @@ Runner add_bench(CLI::App& app) {
     for (const std::string& path : o->kernels)
       for (KernelResult& k : read_kernel_results(path)) kernels.push_back(std::move(k));
     const bool gpu = o->model.device == "cuda";
-    const Ceilings ceil = bench_ceilings(o->ceilings, o->model.device, o->model.threads);
+    Ceilings ceil = bench_ceilings(o->ceilings, o->model.device, o->model.threads);
+    if (gpu && eo.tp > 1 && o->ceilings.empty()) {  // --tp N: N GPUs each stream their shard of the weights
+      ceil.bytes_per_s *= eo.tp;
+      ceil.flops_per_s *= eo.tp;
+      ceil.source += ", x " + std::to_string(eo.tp) + " GPUs";
+    }
     const double flop_unit = gpu ? 1e12 : 1e9;  // TFLOP/s on the GPU, GFLOP/s on the CPU
     const RooflineModel rm = roofline_model(i, (int64_t(i.context) + eo.block_size - 1) / eo.block_size * eo.block_size);
     const int step_tokens = std::min(eo.max_step_tokens, i.context);

@@ -29,6 +29,7 @@ struct DecodeSplitPlan {
   int32_t chunk;         // KV positions per chunk (a multiple of kChunkAlign)
   int32_t rows;          // query heads per block: 1, 2, 4 or 8
   int32_t n_row_groups;  // ceil(group / rows)
+  int32_t stages;        // the kernel's cp.async ring depth: kDeepStages (2 blocks/SM) or kWideStages (4 blocks/SM)
 };
 
 struct DecodeSplitLimits {
@@ -37,6 +38,8 @@ struct DecodeSplitLimits {
   static constexpr int kMaxSplits = 128;
   static constexpr int kChunkAlign = 64;     // the kernel's positions per block iteration at head_dim 128
   static constexpr int kMaxCounters = 4096;  // arrival counters at the start of the scratch
+  static constexpr int kDeepStages = 6;      // 96 KB of ring per block: 2 blocks per SM, 160 KB ahead
+  static constexpr int kWideStages = 3;      // 48 KB per block: 4 blocks per SM (16 warps), 128 KB ahead
 };
 
 // group = n_heads / n_kv_heads; max_kv = max_blocks_per_seq * block_size.
@@ -53,6 +56,9 @@ inline DecodeSplitPlan plan_decode_split(int64_t n_seqs, int64_t n_kv_heads, int
   splits = std::min<int64_t>(splits, (max_kv + L::kMinChunk - 1) / L::kMinChunk);
   splits = std::clamp<int64_t>(splits, 1, L::kMaxSplits);
   if (units > L::kMaxCounters) splits = 1;  // the merge needs one counter per unit
+  // Enough units for a full grid of the 2-per-SM kernel without splitting: the 4-per-SM kernel (more warps
+  // computing) instead. Batch 64 of Llama-3-8B: 512 units >= 264 -> 3 stages, 512 blocks in one wave.
+  plan.stages = units >= target ? L::kWideStages : L::kDeepStages;
   int64_t chunk = (max_kv + splits - 1) / splits;
   chunk = (chunk + L::kChunkAlign - 1) / L::kChunkAlign * L::kChunkAlign;
   plan.chunk = int32_t(std::min<int64_t>(chunk, int64_t(1) << 30));
@@ -70,6 +76,7 @@ inline DecodeSplitPlan plan_decode_split_fixed(int64_t group, int64_t max_kv) {
   plan.rows = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
   plan.n_row_groups = int32_t((group + plan.rows - 1) / plan.rows);
   plan.chunk = int32_t(kFixedChunk);
+  plan.stages = DecodeSplitLimits::kWideStages;  // the ring depth does not change the arithmetic
   plan.n_splits = int32_t(std::max<int64_t>(2, (std::max<int64_t>(1, max_kv) + kFixedChunk - 1) / kFixedChunk));
   return plan;
 }

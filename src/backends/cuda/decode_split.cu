@@ -50,13 +50,14 @@ __host__ __device__ inline ScratchLayout scratch_layout(const AttentionParams& p
   return L;
 }
 
-template <int D, int R, int kSteps>
+// kStages: warp iterations in flight (this one and the next kStages - 1). Bandwidth follows the bytes in flight
+// per SM while enough warps compute: 3 stages fit 4 blocks per SM (48 KB each; 16 warps, 128 KB ahead: 59% of
+// 4.30 TB/s at batch 64), 6 stages 2 blocks (96 KB each; 8 warps, 160 KB ahead: batch 1 at 32k 30 -> 40%,
+// batch 8 35 -> 45%, but batch 64 59 -> 45%: half the warps). plan_decode_split picks by the grid.
+template <int D, int R, int kSteps, int kStagesT>
 struct DecodeShape {
   static constexpr int kLpr = D / 8, kRpw = 32 / kLpr, kKeysPerWarp = kRpw * kSteps;
-  // Warp iterations in flight: this one and the next five. Bandwidth followed the bytes in flight per SM
-  // (3 stages, 4 blocks/SM = 128 KB ahead: 59% of 4.30 TB/s at batch 64, 30% at batch 1 and 2 blocks/SM); six
-  // stages are 96 KB per block, 2 blocks/SM, 160 KB ahead.
-  static constexpr int kStages = 6;
+  static constexpr int kStages = kStagesT;
   // Per warp and stage: K then V, kSteps x 32 lanes x 16 bytes each; lane l's chunk j at (j * 32 + l) * 16.
   static constexpr int kStageBytes = 2 * kSteps * 32 * 16;
   static constexpr size_t kSmemBytes = size_t(kWarps) * kStages * kStageBytes;
@@ -67,13 +68,13 @@ struct DecodeShape {
 template <int D, int R, int kSteps>
 __device__ inline void issue_stage(const AttentionParams& p, const int32_t* table, int kvh, int p0, int end, int sub,
                                    int c, bool bs_pow2, int bs_shift, unsigned char* stage) {
-  using Sh = DecodeShape<D, R, kSteps>;
+  constexpr int kRpw = 32 / (D / 8);  // keys per warp load (DecodeShape::kRpw)
   const int lane = threadIdx.x % 32;
   const int64_t kv_row = int64_t(p.n_kv_heads) * D;
   const int bs = p.block_size;
 #pragma unroll
   for (int j = 0; j < kSteps; ++j) {
-    const int pos = p0 + j * Sh::kRpw + sub;
+    const int pos = p0 + j * kRpw + sub;
     int64_t off = 0;
     int bytes = 0;
     if (pos < end) {
@@ -91,11 +92,11 @@ __device__ inline void issue_stage(const AttentionParams& p, const int32_t* tabl
   }
 }
 
-template <int D, int R, int kSteps>
+template <int D, int R, int kSteps, int kStagesT>
 __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kernel(AttentionParams p, DecodeSplitPlan plan) {
   pdl_allow_dependents();
   pdl_wait();
-  using Sh = DecodeShape<D, R, kSteps>;
+  using Sh = DecodeShape<D, R, kSteps, kStagesT>;
   constexpr int kLpr = Sh::kLpr, kRpw = Sh::kRpw, kKeysPerWarp = Sh::kKeysPerWarp, kStages = Sh::kStages;
   extern __shared__ __align__(16) unsigned char smem_ring[];  // (kWarps, kStages, kStageBytes)
   __shared__ float s_m[kWarps][R], s_l[kWarps][R];
@@ -339,24 +340,34 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
   }
 }
 
-template <int D, int R, int kSteps>
+template <int D, int R, int kSteps, int kStages>
 void launch_decode_rows(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
-  constexpr size_t kSmem = DecodeShape<D, R, kSteps>::kSmemBytes;
+  constexpr size_t kSmem = DecodeShape<D, R, kSteps, kStages>::kSmemBytes;
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.out) % 16 == 0);  // the merge stores float4
-  FERRY_CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<D, R, kSteps>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  const auto kernel = decode_split_kernel<D, R, kSteps, kStages>;
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   const dim3 grid(unsigned(plan.n_splits), unsigned(p.n_seqs), unsigned(p.n_kv_heads * plan.n_row_groups));
-  launch_pdl(decode_split_kernel<D, R, kSteps>, dim3(grid), dim3(kThreads), kSmem, stream, p, plan);
+  launch_pdl(kernel, grid, dim3(kThreads), kSmem, stream, p, plan);
   FERRY_CUDA_CHECK_LAUNCH(decode_split_kernel);
+}
+
+template <int D, int kStages>
+void launch_decode_stages(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
+  switch (plan.rows) {
+    case 1: launch_decode_rows<D, 1, 4, kStages>(p, plan, stream); break;
+    case 2: launch_decode_rows<D, 2, 4, kStages>(p, plan, stream); break;
+    case 4: launch_decode_rows<D, 4, 4, kStages>(p, plan, stream); break;
+    default: launch_decode_rows<D, 8, 4, kStages>(p, plan, stream); break;
+  }
 }
 
 template <int D>
 void launch_decode(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
-  switch (plan.rows) {
-    case 1: launch_decode_rows<D, 1, 4>(p, plan, stream); break;
-    case 2: launch_decode_rows<D, 2, 4>(p, plan, stream); break;
-    case 4: launch_decode_rows<D, 4, 4>(p, plan, stream); break;
-    default: launch_decode_rows<D, 8, 4>(p, plan, stream); break;
+  FERRY_CUDA_REQUIRE(plan.stages == DecodeSplitLimits::kDeepStages || plan.stages == DecodeSplitLimits::kWideStages);
+  if (plan.stages == DecodeSplitLimits::kDeepStages) {
+    launch_decode_stages<D, DecodeSplitLimits::kDeepStages>(p, plan, stream);
+  } else {
+    launch_decode_stages<D, DecodeSplitLimits::kWideStages>(p, plan, stream);
   }
 }
 
