@@ -49,9 +49,11 @@ NcclCommunicator::NcclCommunicator(const NcclCommunicatorOptions& o)
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  // Teardown may wait on a peer that is already gone (ncclCommDestroy, the peer-memory buffers): seen on the
-  // 2-GPU machine, where ranks printed their results and then never exited (and with torch, ../shared/GPU.md).
-  // The steps are done by now, so a rank still tearing down after kTeardownGrace says so and exits.
+  // Teardown may wait on a peer (ncclCommDestroy finalizes with the other ranks): seen on the 2-GPU machine,
+  // where every rank printed its results and then never exited (and with torch, ../shared/GPU.md). Suspected
+  // cause: rank 0's decode graphs, holding NCCL kernels, outlived the communicator (engine/tp_setup now drops
+  // them first; not yet re-run on the device). The steps are done by now, so a rank still tearing down after
+  // kTeardownGrace says so and exits.
   std::thread([rank = rank(), failed = failed_.load()] {
     std::this_thread::sleep_for(kTeardownGrace);
     std::fflush(stdout);

@@ -31,6 +31,10 @@ struct TpRuntime {
         leader->end_followers();
       } catch (const std::exception&) {  // the group failed already
       }
+      // The leader's decode graphs hold NCCL kernels of this communicator: destroy them first (the followers
+      // destroy their model before their communicator). With the graphs alive, every rank of a 2-GPU run
+      // printed its results and then waited in teardown (the suspected cause; ~NcclCommunicator bounds it).
+      leader->drop_graphs();
     }
     comm.reset();
     launch.reset();  // reaps the follower processes

@@ -84,6 +84,9 @@ class LlamaModel {
   // false once rank 0 called end_followers(). A failure on any rank aborts the group: every rank's pending
   // or next collective throws ferry::Error naming the failed rank.
   bool follow();
+  // Destroys the recorded step graphs (the next steps record new ones). Tensor parallelism calls it before the
+  // communicator goes: a graph holding NCCL kernels must not outlive its communicator.
+  void drop_graphs() { graphs_.clear(); }
   // Device sampling: whether forward_sampled works (a backend with supports_sampling(), world 1: at world > 1
   // the gathered logits are (world, m, V/world + 1) shards, not (m, V) rows, so device sampling is off).
   bool supports_device_sampling() const { return backend_.supports_sampling() && comm_->world() == 1; }
@@ -133,7 +136,6 @@ class LlamaModel {
   Tensor enqueue_step(const StepLayout& L, const Batch* host_meta, bool async_logits);
   // Grows the device logits to `rows` rows (and, with staging, the page-locked host copy).
   void ensure_logits(size_t rows, bool staging);
-  void drop_graphs() { graphs_.clear(); }
 
   static constexpr size_t kMaxGraphs = 32;
 
