@@ -14,6 +14,7 @@
 #include "dist/random_weights.h"
 #include "dist/sharding.h"
 #include "dist/thread_group.h"
+#include "fixtures/batches.h"
 #include "fixtures/numeric.h"
 #include "fixtures/test_paths.h"
 #include "model/model_file.h"
@@ -53,18 +54,9 @@ RankModel make_rank(const ModelFile& f, int rank, int world, Communicator* comm)
 
 // Teacher-forced logits of one 24-token prompt: (24, vocab) f32.
 std::vector<float> prompt_logits(LlamaModel& model) {
-  Batch b;
-  for (int32_t i = 0; i < 24; ++i) {
-    b.tokens.push_back((i * 37 + 11) % 512);
-    b.positions.push_back(i);
-    b.slots.push_back(i);
-    b.logit_rows.push_back(i);
-  }
-  b.q_start = {0};
-  b.q_len = {24};
-  b.kv_len = {24};
-  b.max_blocks_per_seq = kBlocks;
-  for (int32_t i = 0; i < kBlocks; ++i) b.block_tables.push_back(i);
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < 24; ++i) ids.push_back((i * 37 + 11) % 512);
+  const Batch b = test::single_sequence_batch(ids, 0, true, kBlocks);
   std::vector<float> logits;
   model.forward(b, logits);
   return logits;

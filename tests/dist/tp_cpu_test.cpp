@@ -15,6 +15,7 @@
 #include "dist/sharding.h"
 #include "dist/thread_communicator.h"
 #include "dist/thread_group.h"
+#include "fixtures/batches.h"
 #include "fixtures/numeric.h"
 #include "fixtures/test_paths.h"
 #include "model/model_file.h"
@@ -67,24 +68,6 @@ RankModel make_rank(const ModelFile& f, int rank, int world, Communicator* comm,
   return rm;
 }
 
-// One sequence in blocks 0..kBlocks-1: the batch of tokens [start, start + ids.size()), logits of every row.
-Batch seq_batch(const std::vector<int32_t>& ids, int32_t start, bool all_logits) {
-  Batch b;
-  const int32_t n = int32_t(ids.size());
-  b.tokens = ids;
-  for (int32_t i = 0; i < n; ++i) {
-    b.positions.push_back(start + i);
-    b.slots.push_back(start + i);  // block i / kBlock holds positions [i*kBlock, ...): slot = position
-  }
-  b.q_start = {0};
-  b.q_len = {n};
-  b.kv_len = {start + n};
-  b.max_blocks_per_seq = kBlocks;
-  for (int32_t i = 0; i < kBlocks; ++i) b.block_tables.push_back(i);
-  for (int32_t i = all_logits ? 0 : n - 1; i < n; ++i) b.logit_rows.push_back(i);
-  return b;
-}
-
 struct RunResult {
   std::vector<float> prompt_logits;  // (prompt, vocab)
   std::vector<int32_t> greedy;       // generated tokens
@@ -93,14 +76,14 @@ struct RunResult {
 // Teacher-forced logits of a prompt, then `steps` greedy decode steps.
 RunResult run_model(LlamaModel& model, const std::vector<int32_t>& prompt, int steps) {
   RunResult r;
-  model.forward(seq_batch(prompt, 0, true), r.prompt_logits);
+  model.forward(test::single_sequence_batch(prompt, 0, true, kBlocks), r.prompt_logits);
   const int32_t V = model.vocab().full;
   std::vector<float> logits(r.prompt_logits.end() - V, r.prompt_logits.end());
   int32_t pos = int32_t(prompt.size());
   for (int i = 0; i < steps; ++i) {
     const int32_t tok = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
     r.greedy.push_back(tok);
-    model.forward(seq_batch({tok}, pos++, false), logits);
+    model.forward(test::single_sequence_batch({tok}, pos++, false, kBlocks), logits);
   }
   return r;
 }
@@ -178,11 +161,11 @@ TEST(TpCpuFailure, RankThrowingMidStepEndsEveryRankWithItsMessage) {
     });
     std::vector<float> logits;
     try {
-      leader.model->forward(seq_batch(test_prompt(), 0, false), logits);
+      leader.model->forward(test::single_sequence_batch(test_prompt(), 0, false, kBlocks), logits);
     } catch (const Error& e) {
       // The group is dead: the next step fails at once with the same message.
       try {
-        leader.model->forward(seq_batch({5}, 20, false), logits);
+        leader.model->forward(test::single_sequence_batch({5}, 20, false, kBlocks), logits);
       } catch (const Error& again) {
         EXPECT_STREQ(again.what(), e.what());
       }

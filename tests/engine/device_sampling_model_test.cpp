@@ -12,6 +12,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "fixtures/forwarding_backend.h"
 #include "fixtures/test_paths.h"
 #include "kv/block_pool.h"
 #include "model/llama_model.h"
@@ -21,37 +22,10 @@ namespace ferry {
 namespace {
 
 // Every op forwarded to the CPU backend, plus sample(): the CPU Sampler per row (the engine's reference).
-class SamplingCpuBackend final : public Backend {
+class SamplingCpuBackend final : public test::ForwardingCpuBackend {
  public:
-  SamplingCpuBackend() : cpu_(CpuBackendOptions{.kernels = CpuKernels::Reference, .n_threads = 1}) {}
-  Device device() const override { return cpu_.device(); }
+  SamplingCpuBackend() : ForwardingCpuBackend(CpuBackendOptions{.kernels = CpuKernels::Reference, .n_threads = 1}) {}
   std::string name() const override { return "cpu+sampling(test)"; }
-  DeviceBuffer alloc(size_t bytes) override { return cpu_.alloc(bytes); }
-  DType kv_dtype() const override { return cpu_.kv_dtype(); }
-  Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) override {
-    return cpu_.prepare_weight(host, keep);
-  }
-  void copy_to_device(const Tensor& dst, const void* src, size_t bytes) override { cpu_.copy_to_device(dst, src, bytes); }
-  void copy_to_host(void* dst, const Tensor& src, size_t bytes) override { cpu_.copy_to_host(dst, src, bytes); }
-  void synchronize() override { cpu_.synchronize(); }
-  void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override { cpu_.embedding(out, table, ids); }
-  void rms_norm(const Tensor& out, const Tensor& x, const Tensor& w, float eps) override { cpu_.rms_norm(out, x, w, eps); }
-  void add_rms_norm(const Tensor& out, const Tensor& r, const Tensor& d, const Tensor& w, float eps) override {
-    cpu_.add_rms_norm(out, r, d, w, eps);
-  }
-  void matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) override { cpu_.matmul(out, x, w, b); }
-  void rope(const Tensor& x, const Tensor& p, const Tensor& f, RopeOrdering o) override { cpu_.rope(x, p, f, o); }
-  void store_kv(const Tensor& kc, const Tensor& vc, const Tensor& k, const Tensor& v, const Tensor& s) override {
-    cpu_.store_kv(kc, vc, k, v, s);
-  }
-  void attention(const Tensor& out, const Tensor& q, const Tensor& kc, const Tensor& vc, const AttentionMeta& meta,
-                 float scale) override {
-    cpu_.attention(out, q, kc, vc, meta, scale);
-  }
-  void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override { cpu_.swiglu(out, gate, up); }
-  void qkv_epilogue(const QkvEpilogueArgs& a) override { cpu_.qkv_epilogue(a); }
-  void swiglu_fused(const Tensor& out, const Tensor& gate_up) override { cpu_.swiglu_fused(out, gate_up); }
-  void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) override { cpu_.gather_rows(out, x, rows); }
 
   bool supports_sampling() const override { return true; }
   // out: (m) i32; logits: (m, vocab) f32 (host memory here).
@@ -69,9 +43,6 @@ class SamplingCpuBackend final : public Backend {
     }
   }
   int64_t calls = 0, rows_sampled = 0;
-
- private:
-  CpuBackend cpu_;
 };
 
 constexpr int32_t kBlock = 4;

@@ -16,6 +16,7 @@
 #include "backends/cpu/simd.h"
 #include "dist/sharding.h"
 #include "dist/thread_group.h"
+#include "fixtures/batches.h"
 #include "fixtures/numeric.h"
 #include "fixtures/test_paths.h"
 #include "formats/quant.h"
@@ -52,24 +53,6 @@ RankModel make_rank(const ModelFile& f, int rank, int world, Communicator* comm,
   return rm;
 }
 
-// One sequence in blocks 0..kBlocks-1 (slot = position): tokens [start, start + ids.size()).
-Batch seq_batch(const std::vector<int32_t>& ids, int32_t start, bool all_logits) {
-  Batch b;
-  const int32_t n = int32_t(ids.size());
-  b.tokens = ids;
-  for (int32_t i = 0; i < n; ++i) {
-    b.positions.push_back(start + i);
-    b.slots.push_back(start + i);
-  }
-  b.q_start = {0};
-  b.q_len = {n};
-  b.kv_len = {start + n};
-  b.max_blocks_per_seq = kBlocks;
-  for (int32_t i = 0; i < kBlocks; ++i) b.block_tables.push_back(i);
-  for (int32_t i = all_logits ? 0 : n - 1; i < n; ++i) b.logit_rows.push_back(i);
-  return b;
-}
-
 struct RunResult {
   std::vector<float> logits;  // prompt rows, then one row per decode step
   std::vector<int32_t> greedy;
@@ -80,14 +63,14 @@ RunResult run_model(LlamaModel& model, int32_t vocab) {
   for (int i = 0; i < 20; ++i) prompt.push_back((i * 37 + 11) % vocab);
   RunResult r;
   std::vector<float> step;
-  model.forward(seq_batch(prompt, 0, true), step);
+  model.forward(test::single_sequence_batch(prompt, 0, true, kBlocks), step);
   r.logits = step;
   int32_t pos = int32_t(prompt.size());
   for (int i = 0; i < kDecodeSteps; ++i) {
     const auto last = step.end() - vocab;
     const int32_t tok = int32_t(std::max_element(last, step.end()) - last);
     r.greedy.push_back(tok);
-    model.forward(seq_batch({tok}, pos++, false), step);
+    model.forward(test::single_sequence_batch({tok}, pos++, false, kBlocks), step);
     r.logits.insert(r.logits.end(), step.begin(), step.end());
   }
   return r;
@@ -208,7 +191,7 @@ TEST(FusedWeights, ObserverSeesQkv) {
     });
     std::vector<float> logits;
     std::vector<int32_t> prompt = {3, 100, 42, 7, 300, 12};
-    rm.model->forward(seq_batch(prompt, 0, false), logits);
+    rm.model->forward(test::single_sequence_batch(prompt, 0, false, kBlocks), logits);
   }
   ASSERT_EQ(seen[0].size(), size_t(3 * f.config.n_layers));
   ASSERT_EQ(seen[1].size(), seen[0].size());
