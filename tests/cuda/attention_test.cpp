@@ -14,9 +14,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 
 #include "cuda_test_util.h"
+#include "fixtures/paged_layout.h"
 
 namespace ferry::test {
 namespace {
@@ -63,33 +63,15 @@ class CudaAttention : public CudaOpsTest {
   // seqs: (q_len, kv_len) per sequence; the cache already holds (random) keys for positions < kv_len - q_len.
   void check(const Shape& sh, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed) {
     const int64_t H = sh.n_heads, KVH = sh.n_kv_heads, D = sh.head_dim, bs = sh.block_size;
-    const int32_t n_seqs = int32_t(seqs.size());
-    int32_t max_blocks = 0, n_tokens = 0;
-    for (auto [ql, kl] : seqs) {
-      max_blocks = std::max(max_blocks, int32_t((kl + bs - 1) / bs));
-      n_tokens += ql;
-    }
-    const int64_t n_blocks = int64_t(max_blocks) * n_seqs + 3;
     // Scatter: sequence s gets blocks from a shuffled list; unused table entries are -1.
-    std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
-    std::vector<int32_t> tables(size_t(n_seqs) * size_t(max_blocks), -1), q_start, q_len, kv_len;
-    std::vector<int64_t> slots;
-    size_t next = 0;
-    int32_t row = 0;
-    for (int32_t s = 0; s < n_seqs; ++s) {
-      const auto [ql, kl] = seqs[size_t(s)];
-      for (int32_t b = 0; b < (kl + bs - 1) / bs; ++b) tables[size_t(s * max_blocks + b)] = perm[next++];
-      q_start.push_back(row);
-      q_len.push_back(ql);
-      kv_len.push_back(kl);
-      for (int32_t i = 0; i < ql; ++i) {
-        const int32_t pos = kl - ql + i;
-        slots.push_back(int64_t(tables[size_t(s * max_blocks + pos / bs)]) * bs + pos % bs);
-      }
-      row += ql;
-    }
+    test::PagedLayout L = test::make_paged_layout(bs, seqs, seed);  // host views below point into it
+    const int32_t n_seqs = int32_t(seqs.size()), max_blocks = L.max_blocks, n_tokens = L.n_tokens;
+    const int64_t n_blocks = L.n_blocks;
+    std::vector<int32_t>& tables = L.tables;
+    std::vector<int32_t>& q_start = L.q_start;
+    std::vector<int32_t>& q_len = L.q_len;
+    std::vector<int32_t>& kv_len = L.kv_len;
+    std::vector<int64_t>& slots = L.slots;
     const int64_t cache_n = n_blocks * bs * KVH * D;
     std::vector<float> kc = random_floats(size_t(cache_n), seed + 1), vc = random_floats(size_t(cache_n), seed + 2);
     std::vector<float> k = random_floats(size_t(n_tokens * KVH * D), seed + 3);

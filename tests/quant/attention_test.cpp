@@ -7,13 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
-#include <random>
 #include <vector>
 
 #include "backends/cpu/attention.h"
 #include "backends/cpu/vec_kernels.h"
 #include "fixtures/numeric.h"
+#include "fixtures/paged_layout.h"
 
 namespace ferry {
 namespace {
@@ -30,27 +29,9 @@ struct Shape {
 // seqs: (q_len, kv_len) per sequence. spread: standard deviation of q and k (larger: peakier softmax).
 void check(const Shape& sh, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed, float spread) {
   const int64_t H = sh.n_heads, KVH = sh.n_kv_heads, D = sh.head_dim, bs = sh.block_size;
-  const int32_t n_seqs = int32_t(seqs.size());
-  int32_t max_blocks = 0, n_tokens = 0;
-  for (auto [ql, kl] : seqs) {
-    max_blocks = std::max(max_blocks, int32_t((kl + bs - 1) / bs));
-    n_tokens += ql;
-  }
-  const int64_t n_blocks = int64_t(max_blocks) * n_seqs + 3;
-  std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
-  std::vector<int32_t> tables(size_t(n_seqs) * size_t(max_blocks), -1), q_start, q_len, kv_len;
-  size_t next = 0;
-  int32_t row = 0;
-  for (int32_t s = 0; s < n_seqs; ++s) {
-    const auto [ql, kl] = seqs[size_t(s)];
-    for (int32_t b = 0; b < (kl + bs - 1) / bs; ++b) tables[size_t(s * max_blocks + b)] = perm[next++];
-    q_start.push_back(row);
-    q_len.push_back(ql);
-    kv_len.push_back(kl);
-    row += ql;
-  }
+  const test::PagedLayout L = test::make_paged_layout(bs, seqs, seed);
+  const int32_t n_seqs = int32_t(seqs.size()), max_blocks = L.max_blocks, n_tokens = L.n_tokens;
+  const int64_t n_blocks = L.n_blocks;
   const size_t cache_n = size_t(n_blocks * bs * KVH * D);
   std::vector<float> kc = random_floats(cache_n, seed + 1, spread), vc = random_floats(cache_n, seed + 2, 1.0f);
   std::vector<float> q = random_floats(size_t(n_tokens * H * D), seed + 3, spread);
@@ -60,10 +41,10 @@ void check(const Shape& sh, const std::vector<std::pair<int32_t, int32_t>>& seqs
   meta.n_seqs = n_seqs;
   meta.block_size = int32_t(bs);
   meta.max_blocks_per_seq = max_blocks;
-  meta.host_q_start = q_start.data();
-  meta.host_q_len = q_len.data();
-  meta.host_kv_len = kv_len.data();
-  meta.host_block_tables = tables.data();
+  meta.host_q_start = L.q_start.data();
+  meta.host_q_len = L.q_len.data();
+  meta.host_kv_len = L.kv_len.data();
+  meta.host_block_tables = L.tables.data();
   const Tensor tk = host(DType::F32, {n_blocks, bs, KVH, D}, kc.data());
   const Tensor tv = host(DType::F32, {n_blocks, bs, KVH, D}, vc.data());
   const Tensor tq = host(DType::F32, {n_tokens, H, D}, q.data());
