@@ -396,9 +396,6 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
                              .q_norm = c.qk_norm ? L.q_norm : Tensor{}, .k_norm = c.qk_norm ? L.k_norm : Tensor{},
                              .eps = c.rms_eps, .ordering = c.rope_ordering, .q = q, .k_cache = k_cache,
                              .v_cache = v_cache, .k_out = observer_ ? k : Tensor{}, .v_out = observer_ ? v : Tensor{}});
-      observe("q", l, q);
-      observe("k", l, k);
-      observe("v", l, v);
     } else {
       backend_.matmul(flat(q), xb, L.wq, L.bq);
       backend_.matmul(flat(k), xb, L.wk, L.bk);
@@ -409,11 +406,11 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
       }
       backend_.rope(q, pos, inv_freq_, c.rope_ordering);
       backend_.rope(k, pos, inv_freq_, c.rope_ordering);
-      observe("q", l, q);
-      observe("k", l, k);
-      observe("v", l, v);
       backend_.store_kv(k_cache, v_cache, k, v, slots);
     }
+    observe("q", l, q);
+    observe("k", l, k);
+    observe("v", l, v);
     backend_.attention(attn, q, k_cache, v_cache, meta, scale);
     observe("attn", l, attn);
     backend_.matmul(delta, flat(attn), L.wo, Tensor{});
