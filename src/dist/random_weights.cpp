@@ -1,6 +1,8 @@
 #include "dist/random_weights.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -155,9 +157,14 @@ ModelFile open_random_model(const std::string& path) {
   const DType type = parse_type(parts.size() > 1 ? parts[1] : "bf16");
   uint64_t seed = 1;
   if (parts.size() > 2) {
+    const std::string& text = parts[2];
     char* end = nullptr;
-    seed = std::strtoull(parts[2].c_str(), &end, 10);
-    FERRY_CHECK(!parts[2].empty() && end && *end == '\0', "model '{}': the seed '{}' is not a number", path, parts[2]);
+    errno = 0;
+    seed = std::strtoull(text.c_str(), &end, 10);
+    // strtoull accepts a sign and wraps "-5" around: only plain digits that fit are a seed.
+    FERRY_CHECK(!text.empty() && std::isdigit(static_cast<unsigned char>(text[0])) && end && *end == '\0' &&
+                    errno != ERANGE,
+                "model '{}': the seed '{}' is not a number from 0 to 2^64-1", path, text);
   }
   // Metadata and vocabulary through a metadata-only GGUF (removed once open: the reader keeps its mapping).
   char tmpl[] = "/tmp/ferry-random-XXXXXX";
