@@ -122,6 +122,8 @@ TEST(RandomWeightsSpec, BadSpecsAreClearErrors) {
   EXPECT_THROW(open_random_model("random:no-such-shape"), Error);
   EXPECT_THROW(open_random_model("random:tiny:q5_k"), Error);
   EXPECT_THROW(open_random_model("random:tiny:bf16:x"), Error);
+  EXPECT_THROW(open_random_model("random:tiny:bf16:-5"), Error);                     // not wrapped around
+  EXPECT_THROW(open_random_model("random:tiny:bf16:99999999999999999999999"), Error);  // above 2^64-1
   EXPECT_THROW(open_random_model("random:tiny:bf16:1:2"), Error);
   EXPECT_TRUE(is_random_model_path("random:tiny"));
   EXPECT_FALSE(is_random_model_path("models/random.gguf"));
