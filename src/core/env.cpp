@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "core/check.h"
+
 namespace ferry {
 namespace {
 
@@ -31,6 +33,9 @@ Env Env::read() {
   if (!e.mpi_size) e.mpi_size = get("PMI_SIZE");
   e.mpi_local_rank = get("OMPI_COMM_WORLD_LOCAL_RANK");
   if (!e.mpi_local_rank) e.mpi_local_rank = get("MPI_LOCALRANKID");
+  e.mpi_local_size = get("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!e.mpi_local_size) e.mpi_local_size = get("MPI_LOCALNRANKS");
+  e.tp_addr = get("FERRY_TP_ADDR");
   e.nccl_nvls_enable = get("NCCL_NVLS_ENABLE");
   e.cuda_prefill_bf16 = get("FERRY_CUDA_PREFILL_BF16");
   e.cuda_gemm = get("FERRY_CUDA_GEMM");
@@ -38,6 +43,12 @@ Env Env::read() {
   e.cuda_sampling = get("FERRY_CUDA_SAMPLING");
   e.cuda_profile = get("FERRY_CUDA_PROFILE");
   return e;
+}
+
+bool env_switch(const std::optional<std::string>& value, const char* name, bool fallback) {
+  if (!value) return fallback;
+  FERRY_CHECK(*value == "0" || *value == "1", "{}='{}': use 1 (on) or 0 (off)", name, *value);
+  return *value == "1";
 }
 
 }  // namespace ferry

@@ -32,6 +32,12 @@ struct Env {
   // Set by mpirun (Open MPI: OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK}; MPICH/Intel: PMI_RANK, PMI_SIZE,
   // MPI_LOCALRANKID): `mpirun -np N ferry ...` runs one rank per process.
   std::optional<std::string> mpi_rank, mpi_size, mpi_local_rank;
+  // OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI) or MPI_LOCALNRANKS (MPICH/Intel): how many ranks share this host.
+  std::optional<std::string> mpi_local_size;
+  // FERRY_TP_ADDR: host:port where rank 0 of an mpirun-started group listens and the other ranks connect
+  // (dist/tcp_rendezvous.h). Default 127.0.0.1:29517 when every rank is on one host; across hosts it must be
+  // given (`mpirun -x FERRY_TP_ADDR=<rank-0 host>:<port> ...`).
+  std::optional<std::string> tp_addr;
   // NCCL_NVLS_ENABLE: NCCL's NVLink SHARP switch; the tensor-parallel launcher sets it to 0 when unset.
   std::optional<std::string> nccl_nvls_enable;
 
@@ -51,5 +57,9 @@ struct Env {
 
   static Env read();  // reads the process environment once; pass the result down
 };
+
+// The value of an on/off variable: "1" on, "0" off, `fallback` when unset; anything else is a ferry::Error
+// naming the variable (e.g. env_switch(env.cuda_profile, "FERRY_CUDA_PROFILE", false)).
+bool env_switch(const std::optional<std::string>& value, const char* name, bool fallback);
 
 }  // namespace ferry

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -69,21 +70,15 @@ class SocketLink final : public HostLink {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
 
-  void broadcast(std::vector<uint8_t>& bytes) override {
-    if (rank_ == 0) {
-      if (bytes.empty()) {  // the stop message (batch_codec.h): the followers' exits that follow are expected
-        std::lock_guard lock(mu_);
-        closing_ = true;
-      }
-      for (size_t i = 0; i < fds_.size(); ++i) send(i, Kind::Step, bytes.data(), bytes.size());
-      return;
-    }
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return failed_ || !steps_.empty(); });
-    if (failed_) throw Error(failure_);
-    bytes = std::move(steps_.front());
-    steps_.pop_front();
-    if (bytes.empty()) closing_ = true;  // rank 0 ends the group: its exit that follows is expected
+  void broadcast(std::vector<uint8_t>& bytes) override { receive_or_send(bytes, std::nullopt); }
+
+  void broadcast_within(std::vector<uint8_t>& bytes, std::chrono::milliseconds timeout) override {
+    FERRY_ASSERT(rank_ != 0 || !bytes.empty());
+    receive_or_send(bytes, timeout);
+  }
+
+  std::vector<std::vector<uint8_t>> gather(const std::vector<uint8_t>& mine, std::chrono::milliseconds timeout) override {
+    return gather_parts(mine, timeout);
   }
 
   void barrier() override {
@@ -107,14 +102,7 @@ class SocketLink final : public HostLink {
     std::vector<std::vector<uint8_t>> all(static_cast<size_t>(world_));
     std::vector<uint8_t> packed;
     if (rank_ == 0) {
-      all[0] = mine;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return failed_ || parts_.size() == fds_.size(); });
-        if (failed_) throw Error(failure_);
-        for (auto& [peer, bytes] : parts_) all[size_t(peer)] = std::move(bytes);
-        parts_.clear();
-      }
+      all = gather_parts(mine, std::nullopt);
       for (const auto& a : all) {  // [u64 length][bytes] per rank
         const uint64_t n = a.size();
         packed.insert(packed.end(), reinterpret_cast<const uint8_t*>(&n), reinterpret_cast<const uint8_t*>(&n) + 8);
@@ -154,6 +142,53 @@ class SocketLink final : public HostLink {
 
  private:
   int peer_of(size_t i) const { return rank_ == 0 ? int(i) + 1 : 0; }
+
+  // Waits on cv_ until done() or a failure (throws); with a timeout, throws when it passes first.
+  template <class Done>
+  void wait(std::unique_lock<std::mutex>& lock, std::optional<std::chrono::milliseconds> timeout, Done done,
+            const char* what) {
+    const auto ok = [&] { return failed_ || done(); };
+    if (!timeout) {
+      cv_.wait(lock, ok);
+    } else if (!cv_.wait_for(lock, *timeout, ok)) {
+      throw Error(fmt::format("tensor-parallel rank {}: timed out after {:.1f} s waiting for {} (FERRY_TP_TIMEOUT)",
+                                      rank_, std::chrono::duration<double>(*timeout).count(), what));
+    }
+    if (failed_) throw Error(failure_);
+  }
+
+  // rank 0 sends `bytes` to every follower; a follower receives the next message from rank 0.
+  void receive_or_send(std::vector<uint8_t>& bytes, std::optional<std::chrono::milliseconds> timeout) {
+    if (rank_ == 0) {
+      if (bytes.empty()) {  // the stop message (batch_codec.h): the followers' exits that follow are expected
+        std::lock_guard lock(mu_);
+        closing_ = true;
+      }
+      for (size_t i = 0; i < fds_.size(); ++i) send(i, Kind::Step, bytes.data(), bytes.size());
+      return;
+    }
+    std::unique_lock lock(mu_);
+    wait(lock, timeout, [&] { return !steps_.empty(); }, "rank 0");
+    bytes = std::move(steps_.front());
+    steps_.pop_front();
+    if (bytes.empty()) closing_ = true;  // rank 0 ends the group: its exit that follows is expected
+  }
+
+  // rank 0: every rank's part in rank order; a follower: sends its part, returns {}.
+  std::vector<std::vector<uint8_t>> gather_parts(const std::vector<uint8_t>& mine,
+                                                 std::optional<std::chrono::milliseconds> timeout) {
+    if (rank_ != 0) {
+      send(0, Kind::GatherPart, mine.data(), mine.size());
+      return {};
+    }
+    std::vector<std::vector<uint8_t>> all(static_cast<size_t>(world_));
+    all[0] = mine;
+    std::unique_lock lock(mu_);
+    wait(lock, timeout, [&] { return parts_.size() == fds_.size(); }, "the other ranks' parts");
+    for (auto& [peer, bytes] : parts_) all[size_t(peer)] = std::move(bytes);
+    parts_.clear();
+    return all;
+  }
 
   void send(size_t i, Kind kind, const void* p, size_t n) {
     const Header h{uint32_t(kind), 0, uint64_t(n)};

@@ -1,11 +1,13 @@
 // Host-side messages between the processes of a tensor-parallel group: rank 0 broadcasts each step's Batch
-// (and, first, the NCCL unique id), barriers, and failure notices. A star of stream sockets (rank 0 to each
-// follower: the single-host launcher's socketpairs), or (later) MPI under mpirun.
+// (and, first, the NCCL unique id), barriers, and failure notices; on the CPU (dist/link_communicator.h) also
+// the collectives' f32 payloads. A star of stream sockets, rank 0 to each follower: the single-host launcher's
+// socketpairs, or TCP connections made under mpirun (dist/tcp_rendezvous.h).
 //
 // Every link has a reader thread per peer, so a peer's death (its socket closes) or its abort notice is seen
 // at once even while this rank is blocked in a GPU collective: on_failure(why) is called on that thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,6 +27,13 @@ class HostLink {
   // Every rank's `mine` in rank order, on every rank (setup only, e.g. the peer all-reduce's IPC handles: not
   // while steps are in flight). Followers send theirs to rank 0, which broadcasts them all.
   virtual std::vector<std::vector<uint8_t>> all_gather(const std::vector<uint8_t>& mine) = 0;
+  // Rank 0: every rank's `mine` in rank order (waits at most `timeout` for the followers' parts, else throws);
+  // a follower: sends `mine` to rank 0 and returns an empty vector. Any time (steps included).
+  virtual std::vector<std::vector<uint8_t>> gather(const std::vector<uint8_t>& mine,
+                                                   std::chrono::milliseconds timeout) = 0;
+  // broadcast() for use inside a step: a follower waits at most `timeout` (then throws). `bytes` must not be
+  // empty on rank 0 (an empty broadcast is the stop message).
+  virtual void broadcast_within(std::vector<uint8_t>& bytes, std::chrono::milliseconds timeout) = 0;
   // Best effort: tells the other ranks that this one failed with `why`. Never throws.
   virtual void send_abort(const std::string& why) noexcept = 0;
   // Called once, from a link thread, when a peer fails (its abort notice) or dies (its socket closed).

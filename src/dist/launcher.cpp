@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "dist/tcp_rendezvous.h"
 
 extern char** environ;
 
@@ -50,8 +51,47 @@ std::vector<std::string> self_args() {
 }
 
 constexpr int kChildFd = 3;  // where a child finds its socket to rank 0
+constexpr const char* kDefaultAddr = "127.0.0.1:29517";
+
+// A process started by mpirun among `world`: meets the others over TCP (dist/tcp_rendezvous.h).
+std::unique_ptr<TpLaunch> join_mpi_group(std::unique_ptr<TpLaunch> L, int tp, int world, const Env& env) {
+  FERRY_CHECK(tp == 1 || tp == world,
+              "--tp {} does not match the {} processes mpirun started (one rank per process): pass --tp {} or leave "
+              "--tp out",
+              tp, world, world);
+  FERRY_CHECK(env.mpi_rank.has_value(),
+              "mpirun gave the world size ({}) but not this process's rank (OMPI_COMM_WORLD_RANK or PMI_RANK)", world);
+  L->rank = parse_int(*env.mpi_rank, "the MPI rank");
+  L->world = world;
+  FERRY_CHECK(L->rank >= 0 && L->rank < world, "MPI rank {} outside a world of {}", L->rank, world);
+  const int local_size = env.mpi_local_size ? parse_int(*env.mpi_local_size, "the MPI local size") : 0;
+  const bool one_host = local_size == world;
+  L->local_rank = env.mpi_local_rank ? parse_int(*env.mpi_local_rank, "the MPI local rank") : one_host ? L->rank : 0;
+  FERRY_CHECK(L->local_rank >= 0, "MPI local rank {} is negative", L->local_rank);
+  FERRY_CHECK(env.tp_addr || one_host,
+              "started by mpirun with {} ranks over more than one host: pass mpirun -x FERRY_TP_ADDR=<rank-0 "
+              "host>:<port> (where rank 0 listens and the others connect)",
+              world);
+  const TcpRendezvous met = tcp_rendezvous(TcpRendezvousOptions{.rank = L->rank,
+                                                                .world = world,
+                                                                .addr = env.tp_addr.value_or(kDefaultAddr),
+                                                                .one_host = one_host,
+                                                                .timeout = tp_timeout(env)});
+  L->same_host = met.same_host;
+  L->link = make_socket_link(L->rank, world, met.fds);
+  return L;
+}
 
 }  // namespace
+
+int mpi_world(const Env& env) { return env.mpi_size ? parse_int(*env.mpi_size, "the MPI world size") : 1; }
+
+std::chrono::seconds tp_timeout(const Env& env) {
+  if (!env.tp_timeout) return std::chrono::seconds(300);
+  const int s = std::atoi(env.tp_timeout->c_str());
+  FERRY_CHECK(s > 0, "FERRY_TP_TIMEOUT='{}' must be a positive number of seconds", *env.tp_timeout);
+  return std::chrono::seconds(s);
+}
 
 TpLaunch::~TpLaunch() {
   link.reset();  // followers see the socket close (after the stop message they exit on their own)
@@ -83,10 +123,7 @@ std::unique_ptr<TpLaunch> launch_tp(int tp, const Env& env) {
     L->link = make_socket_link(L->rank, L->world, {parse_int(*env.tp_fd, "FERRY_TP_FD")});
     return L;
   }
-  if (env.mpi_size && parse_int(*env.mpi_size, "the MPI world size") > 1) {
-    fail("started by mpirun with {} processes, but this ferry is built without MPI: use --tp N on one host",
-         *env.mpi_size);
-  }
+  if (const int world = mpi_world(env); world > 1) return join_mpi_group(std::move(L), tp, world, env);
   if (tp == 1) return L;
 
   // Rank 0 of a single-host launch: start ranks 1..tp-1.

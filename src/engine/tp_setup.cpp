@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "dist/launcher.h"
+#include "dist/link_communicator.h"
 #include "dist/sharding.h"
 #include "dist/thread_group.h"
 #ifdef FERRY_HAS_NCCL
@@ -43,15 +44,8 @@ struct TpRuntime {
 
 namespace {
 
-std::chrono::seconds tp_timeout(const Env& env) {
-  if (!env.tp_timeout) return std::chrono::seconds(300);
-  const int s = std::atoi(env.tp_timeout->c_str());
-  FERRY_CHECK(s > 0, "FERRY_TP_TIMEOUT='{}' must be a positive number of seconds", *env.tp_timeout);
-  return std::chrono::seconds(s);
-}
-
 // The kv shape and step size as bytes, for rank 0 to send to the others.
-[[maybe_unused]] std::vector<uint8_t> pack(const KvCacheShape& kv, int32_t max_step) {
+std::vector<uint8_t> pack(const KvCacheShape& kv, int32_t max_step) {
   std::vector<uint8_t> b(12);
   std::memcpy(b.data(), &kv.n_blocks, 4);
   std::memcpy(b.data() + 4, &kv.block_size, 4);
@@ -62,11 +56,15 @@ std::chrono::seconds tp_timeout(const Env& env) {
 #ifdef FERRY_HAS_NCCL
 // FERRY_TP_ALLREDUCE (core/env.h): installs the one-shot peer all-reduce for small messages on every rank, or
 // none. Collective over the link: every rank tries, and the peer path is used only when all of them succeeded.
-void setup_small_all_reduce(const Env& env, HostLink& link, NcclCommunicator& comm) {
+void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, NcclCommunicator& comm) {
   const std::string mode = env.tp_allreduce.value_or("auto");
   FERRY_CHECK(mode == "auto" || mode == "nccl" || mode == "peer", "FERRY_TP_ALLREDUCE='{}': use auto, nccl or peer",
               mode);
   if (mode == "nccl") return;
+  if (!same_host) {  // CUDA IPC reaches only this host's GPUs (same_host: rank 0 decided, every rank agrees)
+    FERRY_CHECK(mode != "peer", "FERRY_TP_ALLREDUCE=peer: the ranks run on more than one host; use auto or nccl");
+    return;
+  }
   if (link.world() > PeerAllReduce::kMaxWorld) {
     FERRY_CHECK(mode != "peer", "FERRY_TP_ALLREDUCE=peer: the peer all-reduce takes at most {} ranks, not {}",
                 PeerAllReduce::kMaxWorld, link.world());
@@ -107,6 +105,65 @@ void setup_small_all_reduce(const Env& env, HostLink& link, NcclCommunicator& co
 }
 #endif
 
+// A follower process: runs rank 0's steps until it ends the group, then exits (never back to the command).
+[[noreturn]] void follow_and_exit(ParallelModel& pm, std::shared_ptr<TpRuntime> rt, int rank) {
+  int status = 0;
+  try {
+    while (pm.model->follow()) {
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferry: tensor-parallel rank %d: %s\n", rank, e.what());
+    status = 3;
+  }
+  pm.model.reset();
+  rt.reset();
+  pm.backend.reset();
+  std::fflush(stdout);
+  std::exit(status);
+}
+
+// The KV cache shape rank 0 chose, on every rank (over the communicator).
+std::pair<KvCacheShape, int32_t> agree_kv(Communicator& comm, const ShardPlan& plan,
+                                          const std::function<std::pair<KvCacheShape, int32_t>(const ModelConfig&)>& kv_for) {
+  std::vector<uint8_t> shape;
+  if (comm.rank() == 0) {
+    const auto [kv, max_step] = kv_for(plan.local);
+    shape = pack(kv, max_step);
+  }
+  comm.broadcast(shape);
+  FERRY_CHECK(shape.size() == 12, "tensor-parallel rank {}: bad cache-shape message", comm.rank());
+  KvCacheShape kv;
+  int32_t max_step = 0;
+  std::memcpy(&kv.n_blocks, shape.data(), 4);
+  std::memcpy(&kv.block_size, shape.data() + 4, 4);
+  std::memcpy(&max_step, shape.data() + 8, 4);
+  return {kv, max_step};
+}
+
+// `mpirun -np N ferry ... --device cpu`: one rank per process, collectives over the host link
+// (dist/link_communicator.h); each rank's backend uses all cores of its process unless -t says otherwise.
+ParallelModel build_cpu_process_rank(const EngineOptions& o, const Env& env, const ModelFile& file,
+                                     const MakeBackendFn& make_backend,
+                                     const std::function<std::pair<KvCacheShape, int32_t>(const ModelConfig&)>& kv_for) {
+  make_shard_plan(file.config, 0, mpi_world(env));  // a clear error before the ranks meet
+  ParallelModel pm;
+  auto rt = std::make_shared<TpRuntime>();
+  rt->launch = launch_tp(o.tp, env);
+  const int rank = rt->launch->rank;
+  const ShardPlan plan = make_shard_plan(file.config, rank, rt->launch->world);
+  rt->comm = std::make_unique<LinkCommunicator>(
+      LinkCommunicatorOptions{.link = rt->launch->link.get(), .timeout = tp_timeout(env)});
+  pm.backend = make_backend(0, o.n_threads);
+  ModelWeights w = load_sharded_weights(plan, *file.weights, file.gguf_names, *pm.backend);
+  const auto [kv, max_step] = agree_kv(*rt->comm, plan, kv_for);
+  pm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *pm.backend, kv, max_step,
+                                          ParallelContext{rt->comm.get(), plan.vocab});
+  if (rank != 0) follow_and_exit(pm, std::move(rt), rank);
+  rt->leader = pm.model.get();
+  pm.tp = std::move(rt);
+  return pm;
+}
+
 }  // namespace
 
 ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const ModelFile& file,
@@ -116,7 +173,9 @@ ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const
   const ModelConfig& c = file.config;
   ParallelModel pm;
 
-  if (o.device == "cpu" || o.tp == 1) {
+  const int mpi = mpi_world(env);  // > 1: started by mpirun, one rank per process
+  if (mpi > 1 && o.device == "cpu") return build_cpu_process_rank(o, env, file, make_backend, kv_for);
+  if (mpi == 1 && (o.device == "cpu" || o.tp == 1)) {
     // One process: world 1, or N rank threads sharing this machine's cores.
     const int world = o.tp;
     const ShardPlan plan0 = make_shard_plan(c, 0, world);  // checks divisibility before anything is loaded
@@ -149,7 +208,7 @@ ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const
 
 #ifdef FERRY_HAS_NCCL
   FERRY_CHECK(o.device == "cuda", "--tp {} on device '{}': tensor parallelism runs on cpu or cuda", o.tp, o.device);
-  make_shard_plan(c, 0, o.tp);  // a clear error before any process starts
+  make_shard_plan(c, 0, mpi > 1 ? mpi : o.tp);  // a clear error before any process starts
   auto rt = std::make_shared<TpRuntime>();
   rt->launch = launch_tp(o.tp, env);
   const int rank = rt->launch->rank, world = rt->launch->world;
@@ -159,21 +218,10 @@ ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const
   FERRY_ASSERT(cuda != nullptr);
   rt->comm = std::make_unique<NcclCommunicator>(
       NcclCommunicatorOptions{.link = rt->launch->link.get(), .stream = cuda->stream(), .timeout = tp_timeout(env)});
-  setup_small_all_reduce(env, *rt->launch->link, static_cast<NcclCommunicator&>(*rt->comm));
+  setup_small_all_reduce(env, *rt->launch->link, rt->launch->same_host, static_cast<NcclCommunicator&>(*rt->comm));
   ModelWeights w = load_sharded_weights(plan, *file.weights, file.gguf_names, *pm.backend);
   // Rank 0 sizes the cache (for its shard) and every rank uses that shape.
-  std::vector<uint8_t> shape;
-  if (rank == 0) {
-    const auto [kv, max_step] = kv_for(plan.local);
-    shape = pack(kv, max_step);
-  }
-  rt->comm->broadcast(shape);
-  FERRY_CHECK(shape.size() == 12, "tensor-parallel rank {}: bad cache-shape message", rank);
-  KvCacheShape kv;
-  int32_t max_step = 0;
-  std::memcpy(&kv.n_blocks, shape.data(), 4);
-  std::memcpy(&kv.block_size, shape.data() + 4, 4);
-  std::memcpy(&max_step, shape.data() + 8, 4);
+  const auto [kv, max_step] = agree_kv(*rt->comm, plan, kv_for);
   rt->comm->step_done();
   pm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *pm.backend, kv, max_step,
                                           ParallelContext{rt->comm.get(), plan.vocab});
@@ -195,20 +243,7 @@ ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const
     pm.tp = std::move(rt);
     return pm;
   }
-  // A follower process: run rank 0's steps until it ends the group, then exit (never back to the command).
-  int status = 0;
-  try {
-    while (pm.model->follow()) {
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ferry: tensor-parallel rank %d: %s\n", rank, e.what());
-    status = 3;
-  }
-  pm.model.reset();
-  rt.reset();
-  pm.backend.reset();
-  std::fflush(stdout);
-  std::exit(status);
+  follow_and_exit(pm, std::move(rt), rank);
 #else
   fail("--tp {} on device '{}': this build has no NCCL (configure with -DFERRY_NCCL_ROOT=<nccl folder>)", o.tp,
        o.device);
