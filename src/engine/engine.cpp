@@ -18,6 +18,7 @@ struct Engine::Impl {
   std::unique_ptr<LoadedModel> m;
   std::unique_ptr<BlockPool> pool;
   std::unique_ptr<Session> session;
+  bool device_sampling = false;  // FERRY_CUDA_SAMPLING (default on): draw on the backend when it can
 };
 
 Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
@@ -28,6 +29,8 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   LoadedModel& m = *impl_->m;
   impl_->pool = std::make_unique<BlockPool>(m.model->kv_shape().n_blocks);
   impl_->session = std::make_unique<Session>(*m.model, *impl_->pool, m.context);
+  impl_->device_sampling =
+      env_switch(Env::read().cuda_sampling, "FERRY_CUDA_SAMPLING", true) && m.model->supports_device_sampling();
 }
 
 Engine::~Engine() = default;
@@ -58,8 +61,7 @@ GenerateResult Engine::generate(std::span<const int32_t> prompt, const SamplingP
               "prompt of {} tokens is longer than the context of {} tokens", prompt.size(), m.session->max_context());
   Sampler sampler(params, model.config().vocab_size);  // validates params; the host path's sampler
   // Draw on the device where the backend can (only the id crosses to the host); penalties need the host.
-  const bool on_device = model.supports_device_sampling() && !params.penalties_active() &&
-                         Env::read().cuda_sampling.value_or("1") != "0";
+  const bool on_device = m.device_sampling && !params.penalties_active();
   const auto drawn = [](int32_t tok) {
     FERRY_CHECK(tok >= 0, "sampler: every logit is NaN or -inf, nothing to sample");
     return tok;

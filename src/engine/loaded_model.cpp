@@ -59,7 +59,7 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
                   "FERRY_CUDA_MATVEC must be 2 or 5, got '{}'", *env.cuda_matvec);
       cuda.matvec_version = std::stoi(*env.cuda_matvec);
     }
-    cuda.profile_ops = env.cuda_profile && *env.cuda_profile == "1";
+    cuda.profile_ops = env_switch(env.cuda_profile, "FERRY_CUDA_PROFILE", false);
     return std::make_unique<CudaBackend>(cuda);  // throws "no CUDA device: ..." without one
   }
   FERRY_CHECK(o.device == "cpu", "device '{}' is not available in this build (ferry runs on: cpu, cuda)", o.device);

@@ -343,7 +343,7 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
                                             *s.blocks);
   s.runner = std::make_unique<ModelRunner>(*s.m->model, pad_decodes ? kv.n_blocks - 1 : -1);
   s.stats.kv_blocks_total = n_pool_blocks;
-  s.device_sampling = so.device_sampling && Env::read().cuda_sampling.value_or("1") != "0" &&
+  s.device_sampling = env_switch(Env::read().cuda_sampling, "FERRY_CUDA_SAMPLING", true) && so.device_sampling &&
                       s.m->model->supports_device_sampling();
   if (const int n = postprocess_threads(eo, so); n > 1) s.postprocess_pool = std::make_unique<ThreadPool>(n);
   s.loop = std::thread([this] { impl_->run_loop(); });
