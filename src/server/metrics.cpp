@@ -158,6 +158,12 @@ std::string ServerMetrics::render(const ServingStats& e, std::chrono::steady_clo
   metric(out, "ferry_engine_busy_seconds_total", "time the engine spent running steps", "counter", e.busy_seconds);
   metric(out, "ferry_engine_busy_tokens_per_second", "generated tokens / busy seconds since start", "gauge",
          e.busy_seconds > 0 ? double(e.generated_tokens) / e.busy_seconds : 0.0);
+  metric(out, "ferry_device_sampled_tokens_total", "tokens drawn by the sampler on the device (no logits to the host)",
+         "counter", double(e.device_sampled_tokens));
+  metric(out, "ferry_logits_host_bytes_total", "bytes of logits copied to the host for host-side sampling",
+         "counter", double(e.logits_host_bytes));
+  metric(out, "ferry_step_graph_replays_total", "engine steps replayed from a recorded step graph", "counter",
+         double(e.graph_replays));
   return out;
 }
 
