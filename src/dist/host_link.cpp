@@ -230,6 +230,9 @@ class SocketLink final : public HostLink {
       switch (Kind(h.kind)) {
         case Kind::Step: {
           std::lock_guard lock(mu_);
+          // The stop message: rank 0's exit that follows is expected, even before this rank has taken the
+          // message from the queue (else the reader's end-of-stream would fail the group first).
+          if (payload.empty()) closing_ = true;
           steps_.push_back(std::move(payload));
           break;
         }
