@@ -8,7 +8,8 @@
 // the values). Every (type, shape, M) runs each kernel version (MatvecParams::version; column v: 2 = staged
 // activations first, one block per 16 rows; 5 = persistent blocks, tensor cores for BF16 M >= 2, dp4a for the
 // quantized types, its activation pre-pass included in the time), "vs v2" = v2 time / this version's time (> 1:
-// faster than v2), and the v5 rows end with their relative L2 against v2 ("MISMATCH" above 1e-4). Versions 3 and 4
+// faster than v2), and the v5/v6 rows end with their relative L2 against v2 ("MISMATCH" above 1e-4); v6 (v5 with an
+// L2 prefetch of each warp's next item) runs for BF16 and F16 only. Versions 3 and 4
 // were measured and removed (docs/perf-log.md).
 // Usage: matvec_bench [--quick] [--json FILE] (quick: M = 1 only;
 // --json: every row as {name, flops, bytes, seconds} for `ferry bench --plot --kernels`, bench/kernels/kernel_json.h;
@@ -17,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -181,27 +183,29 @@ int main(int argc, char** argv) {
       };
       for (size_t i = 0; i < ms.size(); ++i) {
         const int m = ms[i];
-        // v5 against v2 on this shape: relative L2, printed on the v5 rows.
-        constexpr int kVersions[] = {2, 5};
-        constexpr int kN = int(std::size(kVersions));
-        std::vector<float> res[kN];
+        // v5 (and v6, the L2-prefetch variant for half-precision weights) against v2 on this shape: relative L2,
+        // printed on their rows.
+        const bool half = t == DType::BF16 || t == DType::F16;
+        const std::vector<int> kVersions = half ? std::vector<int>{2, 5, 6} : std::vector<int>{2, 5};
+        const int kN = int(kVersions.size());
+        std::vector<std::vector<float>> res(static_cast<size_t>(kN));
         for (int k = 0; k < kN; ++k) {
           cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m, .version = kVersions[k],
                                .scratch = scratch},
                            s);
-          res[k].resize(size_t(m) * size_t(sh.rows));
-          BENCH_CUDA_CHECK(cudaMemcpyAsync(res[k].data(), out, res[k].size() * 4, cudaMemcpyDeviceToHost, s));
+          res[size_t(k)].resize(size_t(m) * size_t(sh.rows));
+          BENCH_CUDA_CHECK(cudaMemcpyAsync(res[size_t(k)].data(), out, res[size_t(k)].size() * 4, cudaMemcpyDeviceToHost, s));
           BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
         }
-        char note[kN][64] = {};
+        std::vector<std::array<char, 64>> note(static_cast<size_t>(kN), std::array<char, 64>{});
         for (int k = 1; k < kN; ++k) {
           double num = 0, den = 0;
           for (size_t j = 0; j < res[0].size(); ++j) {
-            num += double(res[k][j] - res[0][j]) * double(res[k][j] - res[0][j]);
+            num += double(res[size_t(k)][j] - res[0][j]) * double(res[size_t(k)][j] - res[0][j]);
             den += double(res[0][j]) * double(res[0][j]);
           }
           const double diff = std::sqrt(num / den), bound = 1e-4;
-          std::snprintf(note[k], sizeof note[k], "v%d-v2 rel L2 %.1e%s", kVersions[k], diff,
+          std::snprintf(note[size_t(k)].data(), note[size_t(k)].size(), "v%d-v2 rel L2 %.1e%s", kVersions[k], diff,
                         diff <= bound ? "" : " MISMATCH");
         }
         double v2_us = 0;
@@ -222,7 +226,7 @@ int main(int argc, char** argv) {
           std::printf("%-6s %6lldx%-6lld %3d %2d %9.2f %8.0f %5.1f%% | %9.2f %8.0f %8.2fx | %5.2fx %s\n",
                       std::string(dtype_name(t)).c_str(), (long long)sh.rows, (long long)sh.cols, m, version, us, gbs,
                       100.0 * gbs * 1e9 / kRoofline, cublas_us[i], cgbs, cublas_us[i] / us, v2_us / us,
-                      note[k]);
+                      note[size_t(k)].data());
           std::fflush(stdout);
         }
       }

@@ -18,6 +18,9 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //  5: persistent blocks, row groups split evenly over the SMs, K split among warps when rows are few, no
 //     staging; tensor cores for BF16 at 2..16 tokens; dp4a against two-level int8 activations (a pre-pass into
 //     MatvecParams::scratch) for Q8_0/Q4_0/Q4_1/Q4_K (matvec_v5.cuh). Measured on the H200: 1.06-6.3x v2.
+//  6: version 5 with an L2 bulk prefetch of each warp's next item for BF16/F16 weights at 1..16 tokens on the
+//     CUDA-core path (other types and BF16 tensor-core shapes run version 5 as is). Compiled, not yet measured:
+//     selectable (FERRY_CUDA_MATVEC=6) and in matvec_bench for the comparison.
 inline constexpr int kMatvecDefaultVersion = 5;
 
 struct MatvecParams {
@@ -26,8 +29,8 @@ struct MatvecParams {
   const float* bias;   // (n_out) f32 or null
   float* out;          // (n, n_out) f32
   int n_tokens;        // 1 <= n <= kMatvecMaxTokens
-  int version = kMatvecDefaultVersion;  // 2 or 5 (see above)
-  void* scratch = nullptr;  // version 5, quantized weights: >= matvec_scratch_bytes() device bytes, 16-aligned
+  int version = kMatvecDefaultVersion;  // 2, 5 or 6 (see above)
+  void* scratch = nullptr;  // versions 5/6, quantized weights: >= matvec_scratch_bytes() device bytes, 16-aligned
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.
