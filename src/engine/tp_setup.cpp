@@ -57,9 +57,14 @@ std::vector<uint8_t> pack(const KvCacheShape& kv, int32_t max_step) {
 // FERRY_TP_ALLREDUCE (core/env.h): installs the one-shot peer all-reduce for small messages on every rank, or
 // none. Collective over the link: every rank tries, and the peer path is used only when all of them succeeded.
 void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, NcclCommunicator& comm) {
-  const std::string mode = env.tp_allreduce.value_or("auto");
+  std::string mode = env.tp_allreduce.value_or("auto");
   FERRY_CHECK(mode == "auto" || mode == "nccl" || mode == "peer", "FERRY_TP_ALLREDUCE='{}': use auto, nccl or peer",
               mode);
+  // Rank 0's setting on every rank (under mpirun a host's environment may differ unless passed with -x): the
+  // steps below are collective, so all ranks must take the same branch.
+  std::vector<uint8_t> m(mode.begin(), mode.end());  // never empty (an empty broadcast is the stop message)
+  link.broadcast(m);
+  mode.assign(m.begin(), m.end());
   if (mode == "nccl") return;
   if (!same_host) {  // CUDA IPC reaches only this host's GPUs (same_host: rank 0 decided, every rank agrees)
     FERRY_CHECK(mode != "peer", "FERRY_TP_ALLREDUCE=peer: the ranks run on more than one host; use auto or nccl");
