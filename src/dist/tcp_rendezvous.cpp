@@ -332,10 +332,14 @@ TcpRendezvous join_rank0(const TcpRendezvousOptions& o, const HostPort& hp) {
   FERRY_CHECK(write_all(fd.get(), hello), "tensor-parallel rank {}: sending to rank 0 at {} failed: {}", o.rank, o.addr,
               std::strerror(errno));
   uint32_t a[4] = {};  // magic, status, same host, text length
-  FERRY_CHECK(read_until(fd.get(), a, sizeof(a), deadline),
-              "tensor-parallel rank {}: rank 0 at {} did not answer within {:.0f} s (FERRY_TP_TIMEOUT: are all {} "
-              "ranks started, and is {} a ferry rank 0?)",
-              o.rank, o.addr, seconds(o.timeout), o.world, o.addr);
+  if (!read_until(fd.get(), a, sizeof(a), deadline)) {
+    FERRY_CHECK(Clock::now() < deadline,
+                "tensor-parallel rank {}: rank 0 at {} did not answer within {:.0f} s (FERRY_TP_TIMEOUT: are all {} "
+                "ranks started, and is {} a ferry rank 0?)",
+                o.rank, o.addr, seconds(o.timeout), o.world, o.addr);
+    fail("tensor-parallel rank {}: rank 0 at {} closed the connection before the group formed (did it fail?)",
+         o.rank, o.addr);
+  }
   FERRY_CHECK(a[0] == kMagic && a[3] <= kMaxText, "tensor-parallel rank {}: {} is not a ferry rank 0 (FERRY_TP_ADDR)",
               o.rank, o.addr);
   std::string text(a[3], '\0');
