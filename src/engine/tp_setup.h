@@ -4,6 +4,8 @@
 //  - --device cuda --tp N: one process per GPU (dist/launcher): rank 0 starts ranks 1..N-1 as children
 //    running the same command; a child builds its shard, follows rank 0's steps and exits when rank 0 ends
 //    (it never returns from here). Collectives through NCCL.
+//  - under `mpirun -np N` (dist/launcher): one rank per process as above, wherever mpirun put them; with
+//    --device cpu the collectives go over the host link (dist/link_communicator.h).
 // Rank 0 decides the KV cache shape (sizing called with the rank's shard config) and sends it to the others.
 #pragma once
 
