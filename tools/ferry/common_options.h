@@ -23,7 +23,8 @@ struct ModelOptions {
     app.add_option("-t,--threads", threads, "CPU threads (0: all)")->check(CLI::Range(0, 1024));
     app.add_option("-c,--ctx", context, "context size in tokens (0: min(model's, 4096))")->check(CLI::Range(0, 1 << 24));
     app.add_flag("--reference", reference, "use the reference kernels (plain loops; slow, exact)");
-    app.add_option("--tp", tp, "tensor-parallel ranks (cuda: one process per GPU, started here; cpu: threads)")
+    app.add_option("--tp", tp, "tensor-parallel ranks (cuda: one process per GPU, started here; cpu: threads; "
+                               "under mpirun: one rank per process, N = the number of processes)")
         ->check(CLI::Range(1, 64));
     app.add_flag("--batch-invariant", batch_invariant,
                  "cuda: a row's result does not depend on the rest of the batch (one GEMM kernel for every token "
