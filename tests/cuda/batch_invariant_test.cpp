@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "engine/serving_test_util.h"
 #include "ferry/serving.h"
 #include "fixtures/test_paths.h"
 #include "model/random_model.h"
@@ -39,16 +40,11 @@ GenerationRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
   return r;
 }
 
+// Every token of h, once its request has finished.
 std::vector<int32_t> ids_of(RequestHandle& h) {
-  std::vector<int32_t> ids;
-  RequestUpdate u;
-  for (int i = 0; i < 3000 && !h.finished(); ++i) {
-    if (!h.wait(u, std::chrono::milliseconds(100))) continue;
-    EXPECT_TRUE(u.error.empty()) << u.error;
-    for (const GeneratedToken& t : u.tokens) ids.push_back(t.id);
-    if (u.finished) break;
-  }
-  return ids;
+  const test::Collected c = test::collect(h, std::chrono::seconds(300));
+  EXPECT_TRUE(c.error.empty()) << c.error;
+  return c.ids();
 }
 
 class CudaBatchInvariance : public ::testing::Test {

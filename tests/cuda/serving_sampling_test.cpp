@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "engine/serving_test_util.h"
 #include "ferry/engine.h"
 #include "ferry/serving.h"
 #include "fixtures/test_paths.h"
@@ -104,19 +105,9 @@ class CudaServingSampling : public ::testing::Test {
     std::vector<std::shared_ptr<RequestHandle>> handles;
     for (const GenerationRequest& r : requests) handles.push_back(e.submit(r));
     for (auto& h : handles) {
-      std::vector<GeneratedToken> got;
-      RequestUpdate u;
-      // A request may finish before its handle is read: wait() still returns its updates, then false.
-      for (int i = 0; i < 3000; ++i) {
-        if (!h->wait(u, std::chrono::milliseconds(100))) {
-          if (h->finished()) break;
-          continue;
-        }
-        EXPECT_TRUE(u.error.empty()) << u.error;
-        for (GeneratedToken& t : u.tokens) got.push_back(std::move(t));
-        if (u.finished) break;
-      }
-      out.tokens.push_back(std::move(got));
+      test::Collected c = test::collect(*h, std::chrono::seconds(300));
+      EXPECT_TRUE(c.error.empty()) << c.error;
+      out.tokens.push_back(std::move(c.tokens));
     }
     e.shutdown(true);
     out.stats = e.stats();
