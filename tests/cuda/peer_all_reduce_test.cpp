@@ -5,6 +5,8 @@
 // Reference: the host sum of the ranks' random inputs in rank order, in f32. Each output element is that same
 // sequence of IEEE f32 additions (no multiplies, nothing to contract), so the results must equal it bit for bit
 // on every rank (tolerance 0): that is also the "same bits on every rank" property the model relies on.
+#ifdef FERRY_HAS_CUDA
+
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -184,3 +186,5 @@ TEST(PeerAllReduce, CapturedGraphReplaysWithChangingInputs) {
 
 }  // namespace
 }  // namespace ferry
+
+#endif  // FERRY_HAS_CUDA
