@@ -214,20 +214,31 @@ FERRY_X86_FN void g4_tile(int64_t nb, const typename K::W* const* w, const typen
   }
 }
 
-template <typename K, int R>
+// The 256-bit tile kernel as a tile family: Tile::run<K, R, T> (g4_dispatch's parameter).
+struct G4Tile256 {
+  template <typename K, int R, int T>
+  FERRY_X86_FN static void run(int64_t nb, const typename K::W* const* w, const typename K::X* const* x, float* out,
+                               size_t ld, size_t pf) {
+    g4_tile<K, R, T>(nb, w, x, out, ld, pf);
+  }
+};
+
+template <typename K, typename Tile, int R>
 FERRY_X86_FN void g4_tile_x(int64_t nb, const typename K::W* const* w, const typename K::X* const* x, int n_x,
                             float* out, size_t ld, size_t pf) {
   switch (n_x) {
-    case 1: g4_tile<K, R, 1>(nb, w, x, out, ld, pf); break;
-    case 2: g4_tile<K, R, 2>(nb, w, x, out, ld, pf); break;
-    case 3: g4_tile<K, R, 3>(nb, w, x, out, ld, pf); break;
-    default: g4_tile<K, R, 4>(nb, w, x, out, ld, pf); break;
+    case 1: Tile::template run<K, R, 1>(nb, w, x, out, ld, pf); break;
+    case 2: Tile::template run<K, R, 2>(nb, w, x, out, ld, pf); break;
+    case 3: Tile::template run<K, R, 3>(nb, w, x, out, ld, pf); break;
+    default: Tile::template run<K, R, 4>(nb, w, x, out, ld, pf); break;
   }
 }
 
-template <typename K>
-__attribute__((target(FERRY_X86_TARGET))) void g4_dot(const DotTile& p) {
-  static_assert(kMaxDotRows == 4 && kMaxDotWeightRows == 4, "g4_dot dispatches tiles up to 4 x 4");
+// A DotTile's weight and activation rows, and the switch over its (weight rows, tokens) to Tile::run: shared by
+// the 256-bit tiles (g4_dot) and the 512-bit ones (quant_dot_x86_512.h: g4_dot512).
+template <typename K, typename Tile>
+FERRY_X86_FN void g4_dispatch(const DotTile& p) {
+  static_assert(kMaxDotRows == 4 && kMaxDotWeightRows == 4, "g4_dispatch dispatches tiles up to 4 x 4");
   using W = typename K::W;
   using X = typename K::X;
   const W* ws[kMaxDotWeightRows] = {};
@@ -239,11 +250,16 @@ __attribute__((target(FERRY_X86_TARGET))) void g4_dot(const DotTile& p) {
   // the next tile's rows (the matmul walks weight rows in order); a single row: the next row
   const size_t pf = size_t(p.n_w) * (p.n_w > 1 ? p.w_row_bytes : size_t(nb) * sizeof(W));
   switch (p.n_w) {
-    case 1: g4_tile_x<K, 1>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
-    case 2: g4_tile_x<K, 2>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
-    case 3: g4_tile_x<K, 3>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
-    default: g4_tile_x<K, 4>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
+    case 1: g4_tile_x<K, Tile, 1>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
+    case 2: g4_tile_x<K, Tile, 2>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
+    case 3: g4_tile_x<K, Tile, 3>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
+    default: g4_tile_x<K, Tile, 4>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
   }
+}
+
+template <typename K>
+__attribute__((target(FERRY_X86_TARGET))) void g4_dot(const DotTile& p) {
+  g4_dispatch<K, G4Tile256>(p);
 }
 
 // ---- activation quantizers: floats -> Q8_0G4 / Q8_1G4, byte-identical to quantize_row -------------------

@@ -111,35 +111,18 @@ FERRY_X512_FN void g4_tile512(int64_t nb, const typename K::W* const* w, const t
   }
 }
 
-template <typename K, int R>
-FERRY_X512_FN void g4_tile512_x(int64_t nb, const typename K::W* const* w, const typename K::X* const* x, int n_x,
-                                float* out, size_t ld, size_t pf) {
-  switch (n_x) {
-    case 1: g4_tile512<K, R, 1>(nb, w, x, out, ld, pf); break;
-    case 2: g4_tile512<K, R, 2>(nb, w, x, out, ld, pf); break;
-    case 3: g4_tile512<K, R, 3>(nb, w, x, out, ld, pf); break;
-    default: g4_tile512<K, R, 4>(nb, w, x, out, ld, pf); break;
+// The 512-bit tile kernel as a tile family for quant_dot_x86.h's g4_dispatch (same row setup and switch).
+struct G4Tile512 {
+  template <typename K, int R, int T>
+  FERRY_X512_FN static void run(int64_t nb, const typename K::W* const* w, const typename K::X* const* x, float* out,
+                                size_t ld, size_t pf) {
+    g4_tile512<K, R, T>(nb, w, x, out, ld, pf);
   }
-}
+};
 
 template <typename K>
 __attribute__((target(FERRY_X512_TARGET))) void g4_dot512(const DotTile& p) {
-  static_assert(kMaxDotRows == 4 && kMaxDotWeightRows == 4, "g4_dot512 dispatches tiles up to 4 x 4");
-  using W = typename K::W;
-  using X = typename K::X;
-  const W* ws[kMaxDotWeightRows] = {};
-  const X* xs[kMaxDotRows] = {};
-  for (int i = 0; i < p.n_w; ++i)
-    ws[i] = reinterpret_cast<const W*>(static_cast<const char*>(p.w) + size_t(i) * p.w_row_bytes);
-  for (int j = 0; j < p.n_x; ++j) xs[j] = x_row<X>(p.x, p.x_row_bytes, j);
-  const int64_t nb = p.n / kQK;
-  const size_t pf = size_t(p.n_w) * (p.n_w > 1 ? p.w_row_bytes : size_t(nb) * sizeof(W));
-  switch (p.n_w) {
-    case 1: g4_tile512_x<K, 1>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
-    case 2: g4_tile512_x<K, 2>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
-    case 3: g4_tile512_x<K, 3>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
-    default: g4_tile512_x<K, 4>(nb, ws, xs, p.n_x, p.out, p.out_stride, pf); break;
-  }
+  g4_dispatch<K, G4Tile512>(p);
 }
 
 // Overrides the Q4_0 and Q5_0 kernels with the 512-bit tiles.
