@@ -125,5 +125,8 @@ if on 70b; then
   grep -iE "error|tensor-parallel rank" "$OUT/bench_70b_tp2.log" | head -5
 fi
 
+# Every TP run printed its results and then hung in teardown until the 10 s bound (nccl_communicator.cpp) ended
+# it; rank 0 now drops its graphs before the communicator. This row says whether any run still needed the bound.
+row "runs that needed the teardown bound" "$(grep -l "teardown still waiting" "$OUT"/*.log 2>/dev/null | xargs -r -n1 basename | tr '\n' ' ')"
 row "tp_check wall time" "$(( $(date +%s) - t0 )) s"
 echo "==== summary ===="; cat "$summary"
