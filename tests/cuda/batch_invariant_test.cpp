@@ -16,7 +16,6 @@
 #include "engine/serving_test_util.h"
 #include "ferry/serving.h"
 #include "fixtures/test_paths.h"
-#include "model/random_model.h"
 
 namespace ferry {
 namespace {
@@ -51,10 +50,7 @@ class CudaBatchInvariance : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (CudaBackend::device_count() == 0) return;
-    ModelConfig c = random_model_config("smollm2-135m");
-    c.n_layers = 4;
-    path_ = test::temp_path("batch_invariant_smollm2_4l_bf16.gguf");
-    write_random_model(path_, c, DType::BF16, 21);
+    path_ = test::write_small_bf16_model("batch_invariant_smollm2_4l_bf16.gguf", 21);
   }
   void SetUp() override {
     if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";

@@ -21,7 +21,6 @@
 #include "ferry/engine.h"
 #include "ferry/serving.h"
 #include "fixtures/test_paths.h"
-#include "model/random_model.h"
 
 namespace ferry {
 namespace {
@@ -79,10 +78,7 @@ class CudaServingSampling : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (CudaBackend::device_count() == 0) return;
-    ModelConfig c = random_model_config("smollm2-135m");
-    c.n_layers = 4;
-    path_ = test::temp_path("serving_sampling_smollm2_4l_bf16.gguf");
-    write_random_model(path_, c, DType::BF16, 33);
+    path_ = test::write_small_bf16_model("serving_sampling_smollm2_4l_bf16.gguf", 33);
   }
   void SetUp() override {
     if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";

@@ -11,10 +11,21 @@
 
 #include "ferry/serving.h"
 #include "fixtures/test_paths.h"
+#include "model/random_model.h"
 
 namespace ferry::test {
 
 inline std::string tiny_llama() { return source_dir() + "/tests/fixtures/models/tiny-llama"; }
+
+// A 4-layer SmolLM2-shaped BF16 model with random weights, written to the test temp folder as `file` (the CUDA
+// serving tests: a real vocabulary size at a small cost). Returns its path.
+inline std::string write_small_bf16_model(const std::string& file, uint64_t seed) {
+  ModelConfig c = random_model_config("smollm2-135m");
+  c.n_layers = 4;
+  const std::string path = temp_path(file);
+  write_random_model(path, c, DType::BF16, seed);
+  return path;
+}
 
 inline EngineOptions tiny_options(int context = 128, int block_size = 4) {
   EngineOptions o;
