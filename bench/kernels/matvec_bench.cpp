@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   std::vector<int> ms = quick ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8, 16};
   struct Shape { int64_t rows, cols; };
   const Shape shapes[] = {{14336, 4096}, {4096, 14336}, {4096, 4096}, {6144, 4096}, {1024, 4096}, {28672, 4096},
-                          {128256, 4096}};
+                          {128256, 4096}, {3072, 4096}, {4096, 2048}, {4096, 7168}};  // last 3: TP=2 halves
   float* x = nullptr;
   float* out = nullptr;
   uint16_t* xb = nullptr;
@@ -183,10 +183,10 @@ int main(int argc, char** argv) {
       };
       for (size_t i = 0; i < ms.size(); ++i) {
         const int m = ms[i];
-        // v5 (and v6, the L2-prefetch variant for half-precision weights) against v2 on this shape: relative L2,
+        // v5 (and v6, the L2-prefetch variant, and v7, the streamed one, for half-precision weights) against v2 on this shape: relative L2,
         // printed on their rows.
         const bool half = t == DType::BF16 || t == DType::F16;
-        const std::vector<int> kVersions = half ? std::vector<int>{2, 5, 6} : std::vector<int>{2, 5};
+        const std::vector<int> kVersions = half ? std::vector<int>{2, 5, 6, 7} : std::vector<int>{2, 5};
         const int kN = int(kVersions.size());
         std::vector<std::vector<float>> res(static_cast<size_t>(kN));
         for (int k = 0; k < kN; ++k) {

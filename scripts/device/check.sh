@@ -103,7 +103,7 @@ if has bench; then
     note "$(grep -E 'pp512|tg128' "$OUT/b.log" | sed "s/^/[$t] /")"
     grep -i error "$OUT/b.log" | head -3
     # The other decode matvec versions (FERRY_CUDA_MATVEC) on the same model, generation only.
-    for v in ${FERRY_MATVEC_VERSIONS:-5 6}; do
+    for v in ${FERRY_MATVEC_VERSIONS:-5 7}; do
       FERRY_CUDA_MATVEC=$v "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
       cat "$OUT/b.log" >> "$log"
       note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, matvec v$v] /")"

@@ -2,7 +2,7 @@
 // random data, every native weight type, every token count 1..16 and odd shapes (rows not a multiple of a
 // block's 16 rows, columns that leave the last unrolled chunks empty, K tiles that end mid-row).
 // Each case runs through CudaBackend::matmul (the default kernel version) and through cuda_ops::matvec directly
-// with every kept version (2, 5 and 6: matvec.cuh), so every selectable kernel stays tested.
+// with every kept version (2, 5, 6 and 7: matvec.cuh), so every selectable kernel stays tested.
 // Tolerance: relative L2 <= 1e-4 for every type (version 2 keeps activations in fp32 and feeds the quantized
 // values into the products exactly, matvec.cuh), far inside the 1e-3 allowed for quantized weights.
 // Version 5 (the default) quantizes the activations for Q8_0/Q4_0/Q4_1/Q4_K into two int8 levels per 32 values
@@ -70,7 +70,7 @@ class CudaMatvec : public CudaOpsTest {
     const bool split = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
     const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), n_out, n_in,
                                     split ? cuda_ops::scales_offset(type, n_out, n_in) : 0};
-    for (const int version : {2, 5, 6}) {
+    for (const int version : {2, 5, 6, 7}) {
       const Tensor o = poisoned({n, n_out});
       void* scratch = this->scratch(type, version, n, n_in);
       gpu_->synchronize();  // the backend's stream is done with the inputs and the poison before ours starts
@@ -121,6 +121,47 @@ TEST_F(CudaMatvec, OddShapesAndTiles) {
   EXPECT_LE(run(DType::F32, 3, 9, 12, true, 5), kTol);
   EXPECT_LE(run(DType::BF16, 2, 9, 40, false, 6), kTol);
   EXPECT_LE(run(DType::F16, 16, 9, 1000, false, 8), kTol);
+}
+
+// Version 7 (streamed, BF16/F16 at 1..4 tokens, cols % 1024 == 0) where it applies: fewer rows than SMs, a
+// row count one past a multiple of the SM count (blocks of unequal height), a block's range ending inside a
+// 16 KB stage (3072 columns = 1.5 stages a row), bias on and off; run twice, bit-identical (no atomics).
+TEST_F(CudaMatvec, StreamedShapes) {
+  struct Shape {
+    int64_t n_out, n_in;
+  };
+  for (const Shape s : {Shape{1, 1024}, Shape{5, 2048}, Shape{133, 1024}, Shape{1000, 3072}, Shape{4103, 2048},
+                        Shape{300, 14336}}) {
+    for (const DType t : {DType::BF16, DType::F16}) {
+      for (const int64_t n : {1, 2, 3, 4}) {
+        ASSERT_TRUE(cuda_ops::matvec_stream_applies(t, int(n), s.n_out, s.n_in));
+        const double err = run(t, n, s.n_out, s.n_in, n % 2 == 1, 91 + uint32_t(n));
+        EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n << " " << s.n_out << "x" << s.n_in;
+      }
+    }
+  }
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 576));    // cols not a multiple of 1024
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 5, 64, 4096));   // more than 4 tokens
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 1, 64, 4096));   // not a half-precision weight
+  // Deterministic: the same call twice gives the same bits.
+  const int64_t rows = 2000, cols = 4096;
+  const std::vector<float> f = random_floats(size_t(rows * cols), 5, 0.5f);
+  std::vector<uint8_t> w(size_t(rows) * row_bytes(DType::BF16, cols));
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_row(DType::BF16, f.data() + r * cols, w.data() + size_t(r) * row_bytes(DType::BF16, cols), cols);
+  const Tensor gw = gpu_->prepare_weight(Tensor::make(DType::BF16, {rows, cols}, w.data()), keep_);
+  const Tensor gx = upload(DType::F32, {1, cols}, random_floats(size_t(cols), 6));
+  std::vector<std::vector<float>> got;
+  for (int i = 0; i < 2; ++i) {
+    const Tensor o = poisoned({1, rows});
+    gpu_->synchronize();
+    cuda_ops::matvec(DType::BF16, {.w = {static_cast<const uint8_t*>(gw.data), rows, cols, 0}, .x = gx.ptr<float>(),
+                                   .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1, .version = 7},
+                     nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    got.push_back(download(o));
+  }
+  EXPECT_EQ(got[0], got[1]);
 }
 
 // Few rows and many columns (version 5 splits K among the warps of a block there), including a last slice

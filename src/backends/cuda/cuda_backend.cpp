@@ -379,12 +379,13 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   const bool hopper_fits = sm90_gemm_ && Sm90Gemm::supports(n, w.rows(), w.cols()) &&
                            reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
   const cuda_ops::MatmulPath path = cuda_ops::choose_matmul_path(n, bf16_at_hand, hopper_fits, options_.batch_invariant);
-  // matvec_version 2 or 5: that version everywhere; 6: the default rule with v6 in v5's place; 0: the rule.
-  const int mv_version = options_.matvec_version == 2 || options_.matvec_version == 5
-                             ? options_.matvec_version
-                             : cuda_ops::choose_matvec_version(
-                                   w.dtype == DType::BF16, n, w.rows(),
-                                   options_.matvec_version == 6 ? 6 : cuda_ops::kMatvecDefaultVersion);
+  const int mv_version =
+      path == cuda_ops::MatmulPath::Matvec
+          ? cuda_ops::choose_matvec_version(
+                w.dtype == DType::BF16, n, w.rows(),
+                options_.matvec_version == 7 && cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols()),
+                options_.matvec_version, cuda_ops::kMatvecDefaultVersion)
+          : 0;
   const auto path_name = [&]() -> std::string {
     if (path == cuda_ops::MatmulPath::Matvec) return fmt::format("matvec v{}", mv_version);
     return path == cuda_ops::MatmulPath::HopperGemm ? "gemm_sm90" : "cublaslt";

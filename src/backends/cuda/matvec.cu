@@ -21,6 +21,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/pdl.cuh"
+#include "backends/cuda/matvec_stream.cuh"
 #include "backends/cuda/matvec_v5.cuh"
 
 namespace ferry::cuda_ops {
@@ -279,15 +280,19 @@ void launch_v2(const MatvecParams& p, cudaStream_t stream) {
 
 size_t matvec_scratch_bytes(DType wtype, int version, int n_tokens, int64_t n_in) {
   const bool quant = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1 || wtype == DType::Q4_K;
-  return (version == 5 || version == 6) && quant ? matvec_v5_scratch_bytes(n_tokens, n_in) : 0;
+  return (version == 5 || version == 6 || version == 7) && quant ? matvec_v5_scratch_bytes(n_tokens, n_in) : 0;
 }
 
 void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n_tokens >= 1 && p.n_tokens <= kMatvecMaxTokens && p.w.rows >= 1 && p.w.cols >= 1);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 5 || p.version == 6);
-  if (p.version == 5 || p.version == 6) {
+  FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 5 || p.version == 6 || p.version == 7);
+  if (p.version == 7 && matvec_stream_applies(wtype, p.n_tokens, p.w.rows, p.w.cols)) {
+    matvec_stream(wtype, p, stream);
+    return;
+  }
+  if (p.version == 5 || p.version == 6 || p.version == 7) {
     FERRY_CUDA_REQUIRE(is_native_weight_type(wtype));
     matvec_v5(wtype, p, stream);
     return;

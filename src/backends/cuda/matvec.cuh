@@ -21,6 +21,9 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //  6: version 5 with an L2 bulk prefetch of each warp's next item for BF16/F16 weights at 1..16 tokens on the
 //     CUDA-core path (other types and BF16 tensor-core shapes run version 5 as is). Compiled, not yet measured:
 //     selectable (FERRY_CUDA_MATVEC=6) and in matvec_bench for the comparison.
+//  7: "streamed" (matvec_stream.cuh): BF16/F16 at 1..4 tokens with cols % 1024 == 0, each block's contiguous
+//     rows streamed through a shared-memory ring by cp.async.bulk, filled before the PDL wait; version 5
+//     wherever it does not apply.
 inline constexpr int kMatvecDefaultVersion = 5;
 
 struct MatvecParams {
@@ -29,7 +32,7 @@ struct MatvecParams {
   const float* bias;   // (n_out) f32 or null
   float* out;          // (n, n_out) f32
   int n_tokens;        // 1 <= n <= kMatvecMaxTokens
-  int version = kMatvecDefaultVersion;  // 2, 5 or 6 (see above)
+  int version = kMatvecDefaultVersion;  // 2, 5, 6 or 7 (see above)
   void* scratch = nullptr;  // versions 5/6, quantized weights: >= matvec_scratch_bytes() device bytes, 16-aligned
 };
 
@@ -44,5 +47,8 @@ size_t matvec_scratch_bytes(DType wtype, int version, int n_tokens, int64_t n_in
 // (scaled) activations to f16 and sums up to 16 products per f16 partial: relative L2 ~2e-4..5e-4 expected
 // (tests: <= 1e-3); the quantized weight values still enter exactly.
 void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream);
+
+// Whether version 7 runs this weight type, token count and shape on the current device (else version 7 means 5).
+bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols);
 
 }  // namespace ferry::cuda_ops
