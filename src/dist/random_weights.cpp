@@ -151,9 +151,13 @@ ModelFile open_random_model(const std::string& path) {
     if (colon == std::string::npos) break;
     at = colon + 1;
   }
-  FERRY_CHECK(parts.size() >= 1 && parts.size() <= 3 && !parts[0].empty(),
-              "model '{}': expected random:SHAPE[:TYPE[:SEED]], e.g. random:llama3-8b:bf16", path);
-  const ModelConfig config = random_model_config(parts[0]);
+  FERRY_CHECK(parts.size() >= 1 && parts.size() <= 4 && !parts[0].empty(),
+              "model '{}': expected random:SHAPE[:TYPE[:SEED[:INIT]]], e.g. random:llama3-8b:bf16 or "
+              "random:llama3-8b:bf16:1:peaked",
+              path);
+  ModelConfig config = random_model_config(parts[0]);
+  const RandomInit init = parts.size() > 3 ? parse_random_init(parts[3]) : RandomInit::Flat;
+  if (init != RandomInit::Flat) config.name += std::string(" ") + random_init_name(init);
   const DType type = parse_type(parts.size() > 1 ? parts[1] : "bf16");
   uint64_t seed = 1;
   if (parts.size() > 2) {
@@ -181,7 +185,7 @@ ModelFile open_random_model(const std::string& path) {
   }
   unlink(tmpl);
   file.path = path;
-  std::vector<RandomTensor> tensors = random_model_tensors(config, type, seed);
+  std::vector<RandomTensor> tensors = random_model_tensors(config, type, seed, init);
   file.tensors.clear();
   for (const RandomTensor& t : tensors) {
     const Tensor view = t.n_dims == 1 ? Tensor::make(t.type, {t.cols}, nullptr, Device::Cpu)

@@ -1,6 +1,7 @@
 #include "model/random_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -26,6 +27,8 @@ constexpr Shape kShapes[] = {
     {"llama3-8b", Arch::Llama, 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, false},
     {"qwen3-8b", Arch::Qwen3, 36, 4096, 32, 8, 128, 12288, 151936, 40960, 1000000.0f, false},
     {"llama3-70b", Arch::Llama, 80, 8192, 64, 8, 128, 28672, 128256, 8192, 500000.0f, false},
+    // Llama-3's depth, vocabulary and GQA ratio at 1/8 the width: a CPU stand-in for llama3-8b (--tp 2 and 4).
+    {"llama3-mini", Arch::Llama, 32, 512, 8, 2, 64, 1792, 128256, 8192, 500000.0f, false},
 };
 
 // xorshift-style generator: fast, deterministic, no global state.
@@ -72,6 +75,11 @@ void fill_random_part(const RandomTensor& t, int64_t row0, int64_t n_rows, int64
         Rng rng(t.seed + uint64_t(row0 + i) * 0x9E37ull);
         for (int64_t c = 0; c < col0; ++c) rng.next();
         for (auto& x : row) x = t.mean + t.scale * rng.normal();
+        if (t.tie_scale != 0.0f) {  // the N(0,1) draws of row (r + shift) mod rows of the tensor seeded tie_seed
+          Rng tie(t.tie_seed + uint64_t((row0 + i + t.tie_row_shift) % t.rows) * 0x9E37ull);
+          for (int64_t c = 0; c < col0; ++c) tie.next();
+          for (auto& x : row) x += t.tie_scale * tie.normal();
+        }
         quantize_row(t.type, row.data(), dst + size_t(i) * rb, n_cols);
       }
     });
@@ -79,37 +87,76 @@ void fill_random_part(const RandomTensor& t, int64_t row0, int64_t n_rows, int64
   for (auto& th : threads) th.join();
 }
 
-std::vector<RandomTensor> random_model_tensors(const ModelConfig& c, DType wt, uint64_t seed) {
+// Peaked init (RandomInit::Peaked): the values a trained model's forward is closer to than std 0.02 everywhere.
+//  - token_embd: std 1 (the residual stream starts at RMS 1);
+//  - wq, wk, wv, w_gate, w_up: std 1/sqrt(dim) (fan-in: outputs of unit variance from a normalized input);
+//  - wo, w_down: std 1/sqrt(fan_in) / sqrt(2 n_layers) (GPT-2's residual scaling: the 2L blocks together add
+//    about as much to the residual stream as the embedding holds, so the blocks matter but do not swamp it);
+//  - output: kPeakedLogitStd / sqrt(dim) random rows plus a bigram component: row v also holds
+//    kPeakedBigram / sqrt(dim) times embedding row (v - 1) mod vocab, so after token t the logit of t + 1 stands
+//    about kPeakedBigram * 0.87 (the embedding's share of the final hidden state) standard deviations of the
+//    other logits above their mean; the max of 128k other logits is ~4.9 sd, so t + 1 wins at most positions
+//    with a clear margin and the context (the blocks) decides the rest;
+//  - norms as flat (1 +- 0.05).
+// Worked example, llama3-8b: logits sd ~3 (softmax top-1 ~0.9 where t + 1 wins), t + 1's mean lead ~6 sd.
+// Why: with std 0.02 at dim 4096 every matmul has a gain of ~1.3, the blocks swamp the 0.02 embedding, and a
+// change of f32 summation order grows ~10x over 32 layers into near-tied Gaussian logits (top-2 gap ~0.15 sd):
+// TP=1 vs TP=1 with another GEMM agreed on 95.7% of argmaxes. Tied shapes have no output matrix: their
+// embedding takes the output's std (kPeakedLogitStd / sqrt(dim)) and there is no bigram component.
+constexpr float kPeakedLogitStd = 3.0f;
+constexpr float kPeakedBigram = 6.0f;
+
+std::vector<RandomTensor> random_model_tensors(const ModelConfig& c, DType wt, uint64_t seed, RandomInit init) {
   std::vector<RandomTensor> out;
-  const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType t) {
-    out.push_back({name, t, 2, rows, cols, 0.02f, 0.0f, mix(seed, name)});
+  const bool peaked = init == RandomInit::Peaked;
+  const float inv_sqrt_dim = 1.0f / std::sqrt(float(c.dim));
+  const float residual = 1.0f / std::sqrt(2.0f * float(c.n_layers));
+  const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType t, float peaked_scale) {
+    out.push_back({name, t, 2, rows, cols, peaked ? peaked_scale : 0.02f, 0.0f, mix(seed, name)});
   };
+  const auto fan_in = [](int64_t cols) { return 1.0f / std::sqrt(float(cols)); };
   const auto norm = [&](const std::string& name, int64_t n) {
     out.push_back({name, DType::F32, 1, 1, n, 0.05f, 1.0f, mix(seed, name)});
   };
   const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
   // Embeddings in Q8_0 for quantized models (like llama.cpp's mixes), else the weight type.
   const DType embd_type = is_quantized(wt) ? DType::Q8_0 : wt;
-  matrix("token_embd.weight", c.vocab_size, c.dim, embd_type);
+  matrix("token_embd.weight", c.vocab_size, c.dim, embd_type, c.tied_embeddings ? kPeakedLogitStd * inv_sqrt_dim : 1.0f);
+  const RandomTensor embd = out.back();
   norm("output_norm.weight", c.dim);
-  if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, c.dim, is_quantized(wt) ? DType::Q8_0 : wt);
+  if (!c.tied_embeddings) {
+    matrix("output.weight", c.vocab_size, c.dim, is_quantized(wt) ? DType::Q8_0 : wt, kPeakedLogitStd * inv_sqrt_dim);
+    if (peaked) {  // row v += bigram * embedding row (v - 1) mod vocab's N(0,1) draws
+      out.back().tie_seed = embd.seed;
+      out.back().tie_scale = kPeakedLogitStd * kPeakedBigram / float(c.dim);
+      out.back().tie_row_shift = c.vocab_size - 1;
+    }
+  }
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     norm(b + "attn_norm.weight", c.dim);
-    matrix(b + "attn_q.weight", q_dim, c.dim, wt);
-    matrix(b + "attn_k.weight", kv_dim, c.dim, wt);
-    matrix(b + "attn_v.weight", kv_dim, c.dim, wt);
+    matrix(b + "attn_q.weight", q_dim, c.dim, wt, fan_in(c.dim));
+    matrix(b + "attn_k.weight", kv_dim, c.dim, wt, fan_in(c.dim));
+    matrix(b + "attn_v.weight", kv_dim, c.dim, wt, fan_in(c.dim));
     if (c.qk_norm) {
       norm(b + "attn_q_norm.weight", c.head_dim);
       norm(b + "attn_k_norm.weight", c.head_dim);
     }
-    matrix(b + "attn_output.weight", c.dim, q_dim, wt);
+    matrix(b + "attn_output.weight", c.dim, q_dim, wt, residual * fan_in(q_dim));
     norm(b + "ffn_norm.weight", c.dim);
-    matrix(b + "ffn_gate.weight", c.hidden_dim, c.dim, wt);
-    matrix(b + "ffn_up.weight", c.hidden_dim, c.dim, wt);
-    matrix(b + "ffn_down.weight", c.dim, c.hidden_dim, wt);
+    matrix(b + "ffn_gate.weight", c.hidden_dim, c.dim, wt, fan_in(c.dim));
+    matrix(b + "ffn_up.weight", c.hidden_dim, c.dim, wt, fan_in(c.dim));
+    matrix(b + "ffn_down.weight", c.dim, c.hidden_dim, wt, residual * fan_in(c.hidden_dim));
   }
   return out;
+}
+
+const char* random_init_name(RandomInit init) { return init == RandomInit::Peaked ? "peaked" : "flat"; }
+
+RandomInit parse_random_init(const std::string& name) {
+  for (RandomInit i : {RandomInit::Flat, RandomInit::Peaked})
+    if (name == random_init_name(i)) return i;
+  fail("random model init '{}': use flat or peaked", name);
 }
 
 std::vector<std::string> random_model_shapes() {
@@ -146,7 +193,7 @@ ModelConfig random_model_config(const std::string& shape) {
 }
 
 void write_random_model(const std::string& path, const ModelConfig& c, DType wt, uint64_t seed, int n_threads,
-                        bool with_weights) {
+                        bool with_weights, RandomInit init) {
   FERRY_CHECK(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q8_0 || wt == DType::Q4_0 ||
                   wt == DType::Q4_1,
               "ferry gen writes f32, f16, bf16, q8_0, q4_0 or q4_1 weights, not {}", dtype_name(wt));
@@ -236,7 +283,7 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
     stand_in("token_embd.weight");
     if (!c.tied_embeddings) stand_in("output.weight");
   } else {
-    for (const RandomTensor& t : random_model_tensors(c, wt, seed)) {
+    for (const RandomTensor& t : random_model_tensors(c, wt, seed, init)) {
       const int nt = t.n_dims == 1 ? 1 : n_threads;
       if (t.n_dims == 1) {
         w.add_tensor(t.name, t.type, {t.cols}, [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, 1, 0, t.cols, dst, nt); });

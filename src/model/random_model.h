@@ -12,6 +12,15 @@
 
 namespace ferry {
 
+// How the values are drawn. Flat (ferry gen's, the default): every matrix std 0.02, norms 1 +- 0.05: at dim 4096
+// the logits come out nearly tied (top-2 gap ~0.15 of their sd), fine for speed, useless for argmax checks.
+// Peaked: fan-in scaled, GPT-2 residual scaling, a bigram component in the output matrix (random_model.cpp):
+// the next-token distribution is peaked like a trained model's and the top logit usually stands clear.
+enum class RandomInit { Flat, Peaked };
+const char* random_init_name(RandomInit init);  // "flat", "peaked"
+// Throws ferry::Error naming the known inits.
+RandomInit parse_random_init(const std::string& name);
+
 std::vector<std::string> random_model_shapes();  // tiny, smollm2-135m, llama3-8b, qwen3-8b, llama3-70b
 // The config of a named shape; throws ferry::Error listing the known names.
 ModelConfig random_model_config(const std::string& shape);
@@ -23,11 +32,12 @@ ModelConfig random_model_config(const std::string& shape);
 // output.weight that the config reader checks for), for a model whose weights are generated in memory
 // (dist/random_weights.h).
 void write_random_model(const std::string& path, const ModelConfig& config, DType weight_type, uint64_t seed,
-                        int n_threads = 0, bool with_weights = true);
+                        int n_threads = 0, bool with_weights = true, RandomInit init = RandomInit::Flat);
 
 // One tensor of a random model, exactly as write_random_model draws it: row r of the (rows, cols) tensor holds
-// mean + scale * N(0,1)-ish values from a generator seeded by (seed, r), quantized to `type` (a vector is one
-// row of `cols`).
+// mean + scale * N(0,1)-ish values from a generator seeded by (seed, r), plus, when tie_scale != 0,
+// tie_scale * the draws of the generator seeded by (tie_seed, (r + tie_row_shift) mod rows) (the peaked init's
+// bigram component: another tensor's row), quantized to `type` (a vector is one row of `cols`).
 struct RandomTensor {
   std::string name;
   DType type = DType::F32;
@@ -35,9 +45,13 @@ struct RandomTensor {
   int64_t rows = 1, cols = 1;
   float scale = 0.02f, mean = 0.0f;
   uint64_t seed = 0;
+  float tie_scale = 0.0f;
+  uint64_t tie_seed = 0;
+  int64_t tie_row_shift = 0;
 };
 // Every tensor of the model in file order.
-std::vector<RandomTensor> random_model_tensors(const ModelConfig& config, DType weight_type, uint64_t seed);
+std::vector<RandomTensor> random_model_tensors(const ModelConfig& config, DType weight_type, uint64_t seed,
+                                               RandomInit init = RandomInit::Flat);
 // Rows [row0, row0 + n_rows) x columns [col0, col0 + n_cols) of tensor t (col0 and n_cols on block boundaries of
 // t.type), the same values the whole tensor has there: n_rows * row_bytes(t.type, n_cols) bytes at dst.
 void fill_random_part(const RandomTensor& t, int64_t row0, int64_t n_rows, int64_t col0, int64_t n_cols, uint8_t* dst,
