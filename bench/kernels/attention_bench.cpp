@@ -7,10 +7,12 @@
 //            default), 128 x 32 and 64 x 64; "vs 128x64" is the relative
 //            L2 difference of a variant's output from the default's (the default is what the tests check).
 //   decode : one query row per sequence at context C, B sequences (each its own block table, blocks
-//            shuffled), H 32, KVH 8, D 128; GB/s of bf16 K + V read (B * C * 8 * 128 * 2 bytes * 2) against
-//            the 4.30 TB/s copy ceiling. Several copies of the cache (>= 512 MB in all) are cycled so the
-//            L2 (60 MB) never holds the next call's K/V. "stream": back-to-back launches; "graph": the
-//            same calls captured in one CUDA graph and replayed (what a captured decode step sees).
+//            shuffled), H 32, KVH 8, D 128; bytes = bf16 K + V read (B * C * 8 * 128 * 2 bytes * 2) plus the
+//            f32 q and out rows, against the 4.30 TB/s copy ceiling. Several copies of the cache (>= 512 MB in
+//            all) are cycled so the L2 (60 MB) never holds the next call's K/V. Timed as the same calls
+//            captured in one CUDA graph and replayed (what a captured decode step sees); v1 also back to back
+//            on the stream. Versions: v1 CUDA cores, v2 tensor cores (default plan), v3 tensor cores, deeper
+//            rings at 1 block per SM; the output of each against v1's (relative L2).
 // Usage: attention_bench [--json FILE] [prefill|decode]... (none: both).
 #include <cuda_runtime.h>
 
@@ -181,44 +183,79 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
   BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+// Decode variants: v1 = CUDA cores (decode_split.cu, the first version), v2 = tensor cores with the default
+// plan (3-tile rings at head_dim 128, 2 blocks per SM), v3 = tensor cores with 6-tile rings (192 KB, 1 block
+// per SM; splits sized for 1 block per SM). "vs v1": relative L2 of a variant's output from v1's.
 void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
-  std::printf("\n== decode attention, H 32 KVH 8 D 128, bf16 K/V (GB/s of K+V; %% of 4300 copy) ==\n");
-  std::printf("%6s %4s %7s %7s %10s %8s %6s %10s %8s %6s\n", "ctx", "B", "splits", "chunk", "stream us", "GB/s", "%",
-              "graph us", "GB/s", "%");
+  using cuda_ops::DecodeKernel;
+  std::printf("\n== decode attention, H 32 KVH 8 D 128, bf16 K/V, graph-replayed calls (%% of 4300 GB/s counting K+V "
+              "bf16 + q/out f32) ==\n");
+  std::printf("default kernel (dispatcher): %s\n",
+              cuda_ops::default_decode_kernel(128, 4) == DecodeKernel::kTensorCores ? "tensor cores (v2)" : "CUDA cores (v1)");
+  std::printf("%6s %4s | %9s %8s %6s | %9s %8s %6s %8s | %9s %8s %6s %8s | %9s\n", "ctx", "B", "v1 split", "us", "%",
+              "v2 split", "us", "%", "vs v1", "v3 split", "us", "%", "vs v1", "v1 stream");
   cudaStream_t s;
   BENCH_CUDA_CHECK(cudaStreamCreate(&s));
-  for (const int B : {1, 8, 64}) {
-    for (const int C : {4096, 8192, 16384, 32768}) {
-      const double bytes = double(B) * C * 8 * 128 * 2 * 2;
-      if (bytes > 20e9) continue;
-      const int n_sets = int(std::max(1.0, std::ceil(512e6 / bytes)));
-      Problem pr;
-      make_problem(pr, n_sets, B, 1, C, 32, 8, 128, errors, n_sms);
-      const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(pr.params[0], n_sms);
+  const std::pair<int, int> shapes[] = {{1, 4096}, {1, 8192}, {1, 16384}, {1, 32768}, {8, 4096},
+                                        {8, 16384}, {64, 512}, {64, 640}, {64, 4096}};
+  for (const auto& [B, C] : shapes) {
+    const double kv_bytes = double(B) * C * 8 * 128 * 2 * 2;
+    const double bytes = kv_bytes + double(B) * 2 * 32 * 128 * 4;  // + q and out, f32
+    const int n_sets = int(std::max(1.0, std::ceil(512e6 / kv_bytes)));
+    Problem pr;
+    make_problem(pr, n_sets, B, 1, C, 32, 8, 128, errors, n_sms);
+    cuda_ops::DecodeSplitPlan plans[3] = {
+        cuda_ops::plan_decode_split(pr.params[0], n_sms, DecodeKernel::kCudaCores),
+        cuda_ops::plan_decode_split(pr.params[0], n_sms, DecodeKernel::kTensorCores),
+        cuda_ops::plan_decode_split(pr.params[0], n_sms / 2, DecodeKernel::kTensorCores)};  // 1 block per SM
+    plans[2].stages = 6;
+    // Scratch sized for the largest plan (make_problem sized it for the default one).
+    for (auto& p : pr.params) {
+      size_t need = 0;
+      for (const auto& pl : plans) need = std::max(need, cuda_ops::decode_split_scratch_bytes(p, pl));
+      if (need > p.scratch_bytes) {
+        void* scratch = nullptr;
+        BENCH_CUDA_CHECK(cudaMalloc(&scratch, need));
+        BENCH_CUDA_CHECK(cudaMemset(scratch, 0, need));
+        pr.keep.push_back(scratch);
+        p.scratch = static_cast<float*>(scratch);
+        p.scratch_bytes = need;
+      }
+    }
+    const size_t n_out = size_t(B) * 32 * 128;
+    double t_graph[3], t_stream = 0;
+    std::vector<float> outs[3];
+    for (int v = 0; v < 3; ++v) {
+      const cuda_ops::DecodeSplitPlan& plan = plans[v];
       int next = 0;
       auto call = [&] {
         cuda_ops::decode_split_attention(pr.params[size_t(next)], plan, s);
         next = (next + 1) % n_sets;
       };
-      // Stream: many calls back to back, mean per call.
       const int n_calls = std::max(20, n_sets);
-      const double ts = median_ms(s, [&] { for (int i = 0; i < n_calls; ++i) call(); }, 5) / n_calls;
-      // Graph: the same sequence of calls captured once.
+      if (v == 0) t_stream = median_ms(s, [&] { for (int i = 0; i < n_calls; ++i) call(); }, 5) / n_calls;
       cudaGraph_t graph;
       cudaGraphExec_t exec;
       BENCH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       for (int i = 0; i < n_calls; ++i) call();
       BENCH_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
       BENCH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const double tg = median_ms(s, [&] { BENCH_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 5) / n_calls;
+      t_graph[v] = median_ms(s, [&] { BENCH_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 7) / n_calls;
       BENCH_CUDA_CHECK(cudaGraphExecDestroy(exec));
       BENCH_CUDA_CHECK(cudaGraphDestroy(graph));
-      const double gs = bytes / ts * 1e-6, gg = bytes / tg * 1e-6;
-      std::printf("%6d %4d %7d %7d %10.2f %8.0f %5.1f%% %10.2f %8.0f %5.1f%%\n", C, B, plan.n_splits, plan.chunk,
-                  ts * 1e3, gs, 100 * gs / kCopyGBs, tg * 1e3, gg, 100 * gg / kCopyGBs);
-      json.add("decode attention ctx" + std::to_string(C) + " B" + std::to_string(B), 4.0 * B * 32 * double(C) * 128,
-               bytes + double(B) * 2 * 32 * 128 * 4, tg * 1e-3);
+      BENCH_CUDA_CHECK(cudaMemset(pr.params[0].out, 0xFF, n_out * 4));  // NaN: every row must be rewritten
+      cuda_ops::decode_split_attention(pr.params[0], plan, s);
+      BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
+      outs[v] = download(pr.params[0].out, n_out);
     }
+    auto pct = [&](double ms) { return 100.0 * bytes / (ms * 1e-3) / bench::kCopyBytesPerSecond; };
+    std::printf("%6d %4d | %4dx%-4d %8.2f %5.1f%% | %4dx%-4d %8.2f %5.1f%% %8.1e | %4dx%-4d %8.2f %5.1f%% %8.1e | %8.2f\n",
+                C, B, plans[0].n_splits, plans[0].chunk, t_graph[0] * 1e3, pct(t_graph[0]), plans[1].n_splits,
+                plans[1].chunk, t_graph[1] * 1e3, pct(t_graph[1]), rel_l2(outs[1], outs[0]), plans[2].n_splits,
+                plans[2].chunk, t_graph[2] * 1e3, pct(t_graph[2]), rel_l2(outs[2], outs[0]), t_stream * 1e3);
+    const int best = t_graph[1] <= t_graph[0] ? 1 : 0;
+    json.add("decode attention ctx" + std::to_string(C) + " B" + std::to_string(B) + (best ? " tc" : " cc"),
+             4.0 * B * 32 * double(C) * 128, bytes, t_graph[best] * 1e-3);
   }
   BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }

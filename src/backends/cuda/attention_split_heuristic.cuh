@@ -2,8 +2,12 @@
 // depends only on host-side sizes (the context bound max_blocks_per_seq * block_size, not the kv_len in
 // device memory), so one captured graph serves every context up to that bound.
 //
+// Two kernels read the plan (DecodeKernel): the CUDA-core kernel (decode_split.cu, fp32 FMAs, any head_dim of
+// 32/64/128/256) and the tensor-core kernel (decode_mma.cu, mma.sync bf16, head_dim 64/128). Both cut the
+// context the same way; they differ in rows per block and ring depth.
+//
 // Rule: a block is one (sequence, KV head, row group, chunk); aim for at most kTargetBlocksPerSm blocks per
-// SM in one launch (the kernel's shared-memory ring fits two blocks per SM: a third block would start a
+// SM in one launch (the kernels' shared-memory rings fit two blocks per SM: a third block would start a
 // second, mostly empty wave), never a chunk shorter than kMinChunk positions, at most kMaxSplits chunks, and
 // no split at all once the (sequence, KV head, row group) units alone fill the target.
 //
@@ -17,6 +21,9 @@
 //                           -> chunk 1024 -> 4 chunks: 256 blocks.
 //   batch 64, any context:  512 units >= 264 -> 1 split: 512 blocks, each a whole context; the kernel
 //                           writes the output directly (no partials, no merge).
+// The tensor-core kernel (rows 8 or 16 per block: the GQA group padded to the mma tile) has the same unit
+// count for groups up to 8 and keeps 2 blocks per SM (a 96 KB ring per block: 4 warps x 24 KB, 3 tiles of
+// 16 positions at head_dim 128, 6 at 64), so the examples above hold for it unchanged.
 #pragma once
 
 #include <algorithm>
@@ -24,12 +31,19 @@
 
 namespace ferry::cuda_ops {
 
+// kCudaCores: decode_split.cu (fp32 FMAs and shuffles per key, the first version); kTensorCores:
+// decode_mma.cu (QK^T and PV on mma.sync m16n8k16 bf16 with the query and P split into bf16 hi + lo parts,
+// so the result keeps fp32-grade accuracy).
+enum class DecodeKernel : int32_t { kCudaCores = 0, kTensorCores = 1 };
+
 struct DecodeSplitPlan {
   int32_t n_splits;      // chunks per (sequence, KV head, row group)
   int32_t chunk;         // KV positions per chunk (a multiple of kChunkAlign)
-  int32_t rows;          // query heads per block: 1, 2, 4 or 8
+  int32_t rows;          // query heads per block: 1, 2, 4 or 8 (CUDA cores); 8 or 16 (tensor cores: mma rows)
   int32_t n_row_groups;  // ceil(group / rows)
-  int32_t stages;        // the kernel's cp.async ring depth: kDeepStages (2 blocks/SM) or kWideStages (4 blocks/SM)
+  int32_t stages;        // the kernel's cp.async ring depth (CUDA cores: kDeepStages or kWideStages;
+                         // tensor cores: 16-position tiles per warp, kMmaStages128 / kMmaStages64 or deeper)
+  DecodeKernel kernel = DecodeKernel::kCudaCores;
 };
 
 struct DecodeSplitLimits {
@@ -40,14 +54,32 @@ struct DecodeSplitLimits {
   static constexpr int kMaxCounters = 4096;  // arrival counters at the start of the scratch
   static constexpr int kDeepStages = 6;      // 96 KB of ring per block: 2 blocks per SM, 160 KB ahead
   static constexpr int kWideStages = 3;      // 48 KB per block: 4 blocks per SM (16 warps), 128 KB ahead
+  // Tensor-core kernel: 4 warps, each a ring of `stages` tiles of 16 positions (K + V: 8 KB at head_dim 128,
+  // 4 KB at 64): 3 / 6 tiles = 96 KB per block, 2 blocks per SM, 128 KB in flight per SM.
+  static constexpr int kMmaStages128 = 3;
+  static constexpr int kMmaStages64 = 6;
 };
 
-// group = n_heads / n_kv_heads; max_kv = max_blocks_per_seq * block_size.
+// Rows (query heads) per block and ring depth of the tensor-core kernel: the GQA group padded to 8 or 16
+// mma rows (a group above 16 takes several row groups).
+inline int32_t mma_rows(int64_t group) { return group <= 8 ? 8 : 16; }
+inline int32_t mma_default_stages(int64_t head_dim) {
+  return head_dim == 64 ? DecodeSplitLimits::kMmaStages64 : DecodeSplitLimits::kMmaStages128;
+}
+
+// group = n_heads / n_kv_heads; max_kv = max_blocks_per_seq * block_size; head_dim picks the tensor-core
+// kernel's ring depth.
 inline DecodeSplitPlan plan_decode_split(int64_t n_seqs, int64_t n_kv_heads, int64_t group, int64_t max_kv,
-                                         int n_sms) {
+                                         int n_sms, DecodeKernel kernel = DecodeKernel::kCudaCores,
+                                         int64_t head_dim = 128) {
   using L = DecodeSplitLimits;
   DecodeSplitPlan plan{};
-  plan.rows = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+  plan.kernel = kernel;
+  plan.rows = kernel == DecodeKernel::kTensorCores ? mma_rows(group)
+              : group <= 1                         ? 1
+              : group <= 2                         ? 2
+              : group <= 4                         ? 4
+                                                   : 8;
   plan.n_row_groups = int32_t((group + plan.rows - 1) / plan.rows);
   max_kv = std::max<int64_t>(1, max_kv);
   const int64_t units = std::max<int64_t>(1, n_seqs * n_kv_heads * plan.n_row_groups);
@@ -59,6 +91,7 @@ inline DecodeSplitPlan plan_decode_split(int64_t n_seqs, int64_t n_kv_heads, int
   // Enough units for a full grid of the 2-per-SM kernel without splitting: the 4-per-SM kernel (more warps
   // computing) instead. Batch 64 of Llama-3-8B: 512 units >= 264 -> 3 stages, 512 blocks in one wave.
   plan.stages = units >= target ? L::kWideStages : L::kDeepStages;
+  if (kernel == DecodeKernel::kTensorCores) plan.stages = mma_default_stages(head_dim);  // always 2 blocks per SM
   int64_t chunk = (max_kv + splits - 1) / splits;
   chunk = (chunk + L::kChunkAlign - 1) / L::kChunkAlign * L::kChunkAlign;
   plan.chunk = int32_t(std::min<int64_t>(chunk, int64_t(1) << 30));
@@ -71,12 +104,21 @@ inline DecodeSplitPlan plan_decode_split(int64_t n_seqs, int64_t n_kv_heads, int
 // only: chunks past its kv_len are empty and merge in as exact zeros. Example: Llama-3-8B, context bound 4096
 // -> 16 chunks of 256 whether the step holds 1 sequence or 64.
 inline constexpr int64_t kFixedChunk = 256;
-inline DecodeSplitPlan plan_decode_split_fixed(int64_t group, int64_t max_kv) {
+// The kernel is chosen from (head_dim, group) only, never from the batch; the tensor-core kernel's warps take
+// the 16 tiles of a chunk in a fixed order whatever the ring depth.
+inline DecodeSplitPlan plan_decode_split_fixed(int64_t group, int64_t max_kv,
+                                               DecodeKernel kernel = DecodeKernel::kCudaCores, int64_t head_dim = 128) {
   DecodeSplitPlan plan{};
-  plan.rows = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+  plan.kernel = kernel;
+  plan.rows = kernel == DecodeKernel::kTensorCores ? mma_rows(group)
+              : group <= 1                         ? 1
+              : group <= 2                         ? 2
+              : group <= 4                         ? 4
+                                                   : 8;
   plan.n_row_groups = int32_t((group + plan.rows - 1) / plan.rows);
   plan.chunk = int32_t(kFixedChunk);
-  plan.stages = DecodeSplitLimits::kWideStages;  // the ring depth does not change the arithmetic
+  plan.stages = kernel == DecodeKernel::kTensorCores ? mma_default_stages(head_dim)
+                                                     : DecodeSplitLimits::kWideStages;  // depth: not the arithmetic
   plan.n_splits = int32_t(std::max<int64_t>(2, (std::max<int64_t>(1, max_kv) + kFixedChunk - 1) / kFixedChunk));
   return plan;
 }

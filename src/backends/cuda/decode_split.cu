@@ -16,6 +16,8 @@
 
 #include "backends/cuda/attention_mma.cuh"
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/decode_merge.cuh"
+#include "backends/cuda/decode_mma.cuh"
 #include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
@@ -34,20 +36,6 @@ __device__ inline void bf16x8_to_float(const uint4& u, float (&f)[8]) {
     f[2 * i] = __uint_as_float(w[i] << 16);
     f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
   }
-}
-
-struct ScratchLayout {
-  int32_t* counters;  // (kMaxCounters) i32
-  float* acc;         // (n_seqs, n_heads, n_splits, D) f32
-  float* ml;          // (n_seqs, n_heads, n_splits, 2) f32
-};
-
-__host__ __device__ inline ScratchLayout scratch_layout(const AttentionParams& p, int n_splits) {
-  ScratchLayout L;
-  L.counters = reinterpret_cast<int32_t*>(p.scratch);
-  L.acc = p.scratch + Limits::kMaxCounters;
-  L.ml = L.acc + int64_t(p.n_seqs) * p.n_heads * n_splits * p.head_dim;
-  return L;
 }
 
 // kStages: warp iterations in flight (this one and the next kStages - 1). Bandwidth follows the bytes in flight
@@ -99,13 +87,10 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
   using Sh = DecodeShape<D, R, kSteps, kStagesT>;
   constexpr int kLpr = Sh::kLpr, kRpw = Sh::kRpw, kKeysPerWarp = Sh::kKeysPerWarp, kStages = Sh::kStages;
   extern __shared__ __align__(16) unsigned char smem_ring[];  // (kWarps, kStages, kStageBytes)
-  __shared__ float s_m[kWarps][R], s_l[kWarps][R];
+  __shared__ DecodeEpilogueSmem<R, kWarps> es;
   // After the main loop the ring is free: the warps' accumulators (kWarps, R, D) f32 reuse it.
   float(*s_acc)[R][D] = reinterpret_cast<float(*)[R][D]>(smem_ring);
   static_assert(sizeof(float) * kWarps * R * D <= Sh::kSmemBytes);
-  __shared__ float s_w[R][Limits::kMaxSplits];
-  __shared__ float s_inv_l[R];
-  __shared__ int s_last;
 
   const int split = blockIdx.x, s = blockIdx.y;
   const int kvh = int(blockIdx.z) / plan.n_row_groups, rg = int(blockIdx.z) % plan.n_row_groups;
@@ -239,8 +224,8 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (c == 0) {
-        s_m[warp][r] = m[r];
-        s_l[warp][r] = l[r];
+        es.m[warp][r] = m[r];
+        es.l[warp][r] = l[r];
       }
 #pragma unroll
       for (int i = 0; i < 8; ++i) s_acc[warp][r][8 * c + i] = acc[r][i];
@@ -248,96 +233,7 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
   }
   __syncthreads();
 
-  // Merge the warps: one (row, dim) per thread and pass.
-  const int64_t n_splits = plan.n_splits;
-  const ScratchLayout L = scratch_layout(p, plan.n_splits);
-  for (int idx = threadIdx.x; idx < n_rows * D; idx += kThreads) {
-    const int r = idx / D, d = idx % D;
-    const int h = kvh * group + r0 + r;
-    float m_all = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, s_m[w][r]);
-    float o = 0.0f, l_all = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float wgt = s_m[w][r] == -INFINITY ? 0.0f : exp2f(s_m[w][r] - m_all);
-      l_all = fmaf(s_l[w][r], wgt, l_all);
-      o = fmaf(s_acc[w][r][d], wgt, o);
-    }
-    if (n_splits == 1) {
-      p.out[(int64_t(row) * p.n_heads + h) * D + d] = o / l_all;
-    } else {
-      const int64_t part = (int64_t(s) * p.n_heads + h) * n_splits + split;
-      L.acc[part * D + d] = o;
-      if (d == 0) {
-        L.ml[part * 2] = m_all;
-        L.ml[part * 2 + 1] = l_all;
-      }
-    }
-  }
-  if (n_splits == 1) return;
-
-  // Count this chunk in; the last of the unit's non-empty chunks merges them.
-  const int n_used = min(plan.n_splits, (kv + plan.chunk - 1) / plan.chunk);
-  __threadfence();  // this block's partials are visible device-wide before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t* ctr = L.counters + (int64_t(s) * p.n_kv_heads + kvh) * plan.n_row_groups + rg;
-    const int prev = atomicAdd(ctr, 1);
-    s_last = prev == n_used - 1;
-    if (s_last) atomicExch(ctr, 0);  // every chunk has arrived: ready for the next launch
-  }
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-
-  for (int r = warp; r < n_rows; r += kWarps) {
-    const int h = kvh * group + r0 + r;
-    const float* ml = L.ml + (int64_t(s) * p.n_heads + h) * n_splits * 2;
-    float m_all = -INFINITY;
-    for (int i = lane; i < n_used; i += 32) m_all = fmaxf(m_all, __ldcg(ml + 2 * i));
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) m_all = fmaxf(m_all, __shfl_xor_sync(kFull, m_all, off));
-    float l_all = 0.0f;
-    for (int i = lane; i < n_used; i += 32) {
-      const float mi = __ldcg(ml + 2 * i);
-      const float w = mi == -INFINITY ? 0.0f : exp2f(mi - m_all);
-      s_w[r][i] = w;
-      l_all = fmaf(__ldcg(ml + 2 * i + 1), w, l_all);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) l_all += __shfl_xor_sync(kFull, l_all, off);
-    if (lane == 0) s_inv_l[r] = 1.0f / l_all;
-  }
-  __syncthreads();
-  // Four dims per thread (float4), the splits' partials loaded kBatch at a time before they are summed: the
-  // merge used to issue one dependent L2 load per split and dim (~20 us of a 22 us call at batch 1, 4k).
-  // The sum runs over the splits in ascending order, as before (same bits).
-  constexpr int kBatch = 8;
-  for (int idx = threadIdx.x; idx < n_rows * D / 4; idx += kThreads) {
-    const int r = idx / (D / 4), d = idx % (D / 4) * 4;
-    const int h = kvh * group + r0 + r;
-    const float4* acc_p = reinterpret_cast<const float4*>(L.acc + (int64_t(s) * p.n_heads + h) * n_splits * D + d);
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    const auto add = [&](const float4& a, float w) {
-      o.x = fmaf(a.x, w, o.x);
-      o.y = fmaf(a.y, w, o.y);
-      o.z = fmaf(a.z, w, o.z);
-      o.w = fmaf(a.w, w, o.w);
-    };
-    int i = 0;
-    for (; i + kBatch <= n_used; i += kBatch) {
-      float4 a[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) a[u] = __ldcg(acc_p + int64_t(i + u) * (D / 4));
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) add(a[u], s_w[r][i + u]);
-    }
-    for (; i < n_used; ++i) add(__ldcg(acc_p + int64_t(i) * (D / 4)), s_w[r][i]);
-    const float inv = s_inv_l[r];
-    reinterpret_cast<float4*>(p.out + (int64_t(row) * p.n_heads + h) * D + d)[0] =
-        make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
-  }
+  decode_block_epilogue<D, R, kWarps>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv, row, group, r0, n_rows}, s_acc, es);
 }
 
 template <int D, int R, int kSteps, int kStages>
@@ -377,12 +273,23 @@ bool decode_split_supports(int head_dim) {
   return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
-DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms) {
+DecodeKernel default_decode_kernel(int head_dim, int group) {
+  (void)group;
+  return decode_mma_supports(head_dim) ? DecodeKernel::kTensorCores : DecodeKernel::kCudaCores;
+}
+
+DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms, DecodeKernel kernel) {
+  const int64_t group = p.n_heads / std::max(1, p.n_kv_heads);
+  if (kernel == DecodeKernel::kTensorCores && !decode_mma_supports(p.head_dim)) kernel = DecodeKernel::kCudaCores;
   // Batch-invariant mode: CudaBackend::attention has checked the plan's limits (sequences, context).
   if (p.batch_invariant)
-    return plan_decode_split_fixed(p.n_heads / std::max(1, p.n_kv_heads), int64_t(p.max_blocks_per_seq) * p.block_size);
-  return plan_decode_split(p.n_seqs, p.n_kv_heads, p.n_heads / std::max(1, p.n_kv_heads),
-                           int64_t(p.max_blocks_per_seq) * p.block_size, n_sms);
+    return plan_decode_split_fixed(group, int64_t(p.max_blocks_per_seq) * p.block_size, kernel, p.head_dim);
+  return plan_decode_split(p.n_seqs, p.n_kv_heads, group, int64_t(p.max_blocks_per_seq) * p.block_size, n_sms, kernel,
+                           p.head_dim);
+}
+
+DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms) {
+  return plan_decode_split(p, n_sms, default_decode_kernel(p.head_dim, p.n_heads / std::max(1, p.n_kv_heads)));
 }
 
 size_t decode_split_scratch_bytes(const AttentionParams& p, const DecodeSplitPlan& plan) {
@@ -400,6 +307,10 @@ void decode_split_attention(const AttentionParams& p, const DecodeSplitPlan& pla
                      int64_t(p.n_seqs) * p.n_kv_heads * plan.n_row_groups <= Limits::kMaxCounters);
   FERRY_CUDA_REQUIRE(p.scratch != nullptr && p.scratch_bytes >= decode_split_scratch_bytes(p, plan));
   FERRY_CUDA_REQUIRE(p.n_seqs <= 65535 && p.n_heads <= 65535 && p.n_kv_heads * plan.n_row_groups <= 65535);
+  if (plan.kernel == DecodeKernel::kTensorCores) {
+    decode_mma_attention(p, plan, stream);
+    return;
+  }
   switch (p.head_dim) {
     case 32: launch_decode<32>(p, plan, stream); break;
     case 64: launch_decode<64>(p, plan, stream); break;

@@ -5,7 +5,8 @@
 // block writes the output row directly; otherwise each block writes an unnormalised partial (acc, running
 // max m, denominator l) to scratch, counts itself on its unit's arrival counter, and the last block of
 // the unit merges the partials into the output rows and resets the counter to zero (no second launch).
-// K/V are read 16 bytes (8 values) per lane, fp32 math.
+// K/V are read 16 bytes (8 values) per lane, fp32 math. plan.kernel == kTensorCores runs the same contract on
+// tensor cores instead (decode_mma.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,10 +19,17 @@
 
 namespace ferry::cuda_ops {
 
-// head_dim 32, 64, 128 or 256.
+// head_dim 32, 64, 128 or 256 (the tensor-core kernel: 64 and 128; other sizes run on CUDA cores).
 bool decode_split_supports(int head_dim);
-// plan_decode_split (attention_split_heuristic.cuh) for p's sizes.
+// The kernel the dispatcher runs for these sizes (chosen from head_dim and the GQA group only, never from the
+// batch, so batch-invariant mode keeps one kernel): tensor cores wherever they apply (attention_bench, both
+// kernels at the Llama-3-8B shape; docs/perf-log.md "## dattn").
+DecodeKernel default_decode_kernel(int head_dim, int group);
+// plan_decode_split (attention_split_heuristic.cuh) for p's sizes with the default kernel, or a given one
+// (tests and the harness; kTensorCores at a head_dim it does not support falls back to kCudaCores). In
+// batch-invariant mode (p.batch_invariant) the fixed-chunk plan.
 DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms);
+DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms, DecodeKernel kernel);
 // Scratch: counters (kMaxCounters) i32, then partials acc (n_seqs, n_heads, n_splits, head_dim) f32 and
 // (m, l) (n_seqs, n_heads, n_splits, 2) f32 when n_splits > 1. The counters must be zero at the first use.
 size_t decode_split_scratch_bytes(const AttentionParams& p, const DecodeSplitPlan& plan);
