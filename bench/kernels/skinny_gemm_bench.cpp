@@ -1,0 +1,189 @@
+// Skinny GEMM harness (needs a compute capability 9.x GPU): ferry's skinny GEMM (skinny_gemm.cuh) against
+// cuBLASLt (ferry's cached-plan wrapper, same bf16 in / f32 out), measured in the same run.
+//   out (n, rows) f32 = x (n, k) bf16 . w (rows, k)^T on the Llama-3-8B projections 6144x4096, 4096x4096,
+//   28672x4096, 4096x14336, 128256x4096 and their TP=2 halves 3072x4096, 4096x2048, 14336x4096, 4096x7168, at
+//   n = 8, 16, 32, 64, 128 (and 56, a serving step). Per row: cuBLASLt, the plan's pick, the best of a sweep
+//   (tile 128 / 256 x splits 1, 2, 3, 4, 6, 8) as % of 4.30 TB/s (bytes: weight + x + out, each once), the
+//   plan's and the best's speed-up over cuBLASLt, and the plan's output against cuBLASLt's (relative L2).
+// Weights rotate over copies filling >= 1 GiB, so every call streams its weight from HBM (as in a decode step,
+// where the other layers' weights evict it from the 60 MB L2); x stays in L2 (it was just written).
+// Timing: device events around 10 back-to-back calls on one stream (PDL lets the skinny kernel's weight
+// prologue overlap the previous call, as in the model's stream), median of 15 after 3 warm-up batches.
+// Usage: skinny_gemm_bench [--json FILE] [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/gemm_cublaslt.h"
+#include "backends/cuda/skinny_gemm.cuh"
+#include "cuda_bench.h"
+#include "kernel_json.h"
+
+namespace {
+
+using namespace ferry;
+using bench::median_ms;
+
+// `count` random bf16 values (normal, scale 1, never zero) in device memory: an 8 Mi-value random block
+// copied repeatedly.
+uint16_t* random_bf16(size_t count, uint32_t seed) {
+  uint16_t* d = nullptr;
+  BENCH_CUDA_CHECK(cudaMalloc(&d, count * 2));
+  std::vector<uint16_t> block(size_t(8) << 20);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0, 1);
+  for (uint16_t& v : block) {
+    float f = dist(rng);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    v = uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+    if ((v & 0x7FFF) == 0) v = 0x3C00;
+  }
+  for (size_t at = 0; at < count; at += block.size())
+    BENCH_CUDA_CHECK(cudaMemcpy(d + at, block.data(), std::min(block.size(), count - at) * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += double(a[i] - ref[i]) * double(a[i] - ref[i]);
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(num / den);
+}
+
+struct Shape {
+  const char* name;
+  int64_t rows, k;
+};
+const Shape kShapes[] = {{"qkv", 6144, 4096},        {"wo", 4096, 4096},          {"gate_up", 28672, 4096},
+                         {"down", 4096, 14336},      {"lm_head", 128256, 4096},   {"tp2 qkv", 3072, 4096},
+                         {"tp2 wo", 4096, 2048},     {"tp2 gate_up", 14336, 4096}, {"tp2 down", 4096, 7168}};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (a == "--quick") {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: skinny_gemm_bench [--json FILE] [--quick]\n");
+      return 2;
+    }
+  }
+  int dev = 0;
+  if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  BENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  if (prop.major != 9) {
+    std::printf("not a compute capability 9.x device: skipped\n");
+    return 0;
+  }
+  const int sms = prop.multiProcessorCount;
+  bench::KernelJson json;
+  cudaStream_t s;
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
+  cuda_ops::CublasLtGemm lt;
+  const size_t ws_bytes = size_t(32) << 20;
+  void* ws = nullptr;
+  BENCH_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+  const size_t pool_values = size_t(128256) * 4096 + (size_t(64) << 20);  // >= 1 GiB of bf16 and the lm head
+  uint16_t* pool = random_bf16(pool_values, 2);
+  const int64_t max_n = 128, max_k = 14336, max_rows = 128256;
+  uint16_t* x = random_bf16(size_t(max_n * max_k), 1);
+  float* out = nullptr;
+  BENCH_CUDA_CHECK(cudaMalloc(&out, size_t(max_n * max_rows) * 4));
+
+  std::printf("\n== out (n, rows) f32 = x (n, k) bf16 . w (rows, k)^T; %% of 4.30 TB/s (weight + x + out bytes) ==\n");
+  std::printf("%-12s %6s %5s %4s | %8s %6s | %8s %6s %-9s | %6s %-10s | %6s %6s | %8s\n", "shape", "rows", "k", "n",
+              "cuBLAS", "%roof", "plan us", "%roof", "plan", "%roof", "best", "x plan", "x best", "relL2");
+  const cuda_ops::SkinnyTile tiles[2] = {cuda_ops::SkinnyTile::k128, cuda_ops::SkinnyTile::k256};
+  std::vector<double> plan_ratio, best_ratio;
+  const std::vector<int64_t> ns = quick ? std::vector<int64_t>{8, 64, 128} : std::vector<int64_t>{8, 16, 32, 56, 64, 128};
+  for (const Shape& sh : kShapes) {
+    const size_t w_values = size_t(sh.rows * sh.k);
+    const size_t copies = std::max<size_t>(1, pool_values / w_values);
+    for (const int64_t n : ns) {
+      size_t next = 0;
+      auto weight = [&] { return pool + (next++ % copies) * w_values; };
+      const double bytes = double(w_values) * 2 + double(n * sh.k) * 2 + double(n * sh.rows) * 4;
+      const double flop = 2.0 * double(n) * double(sh.rows) * double(sh.k);
+      const auto pct = [&](double ms) { return 100.0 * bytes / (ms * 1e-3) / bench::kCopyBytesPerSecond; };
+      const double ms_lt = median_ms(s, [&] { lt.run(out, x, weight(), n, sh.rows, sh.k, ws, ws_bytes, s); }, 15, 10);
+      std::vector<float> ref(size_t(n * sh.rows)), got(ref.size());
+      lt.run(out, x, pool, n, sh.rows, sh.k, ws, ws_bytes, s);
+      BENCH_CUDA_CHECK(cudaMemcpyAsync(ref.data(), out, ref.size() * 4, cudaMemcpyDeviceToHost, s));
+      BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
+
+      const auto time_plan = [&](const cuda_ops::SkinnyPlan& plan) {
+        return median_ms(s, [&] {
+          cuda_ops::skinny_gemm({.out = out, .x = x, .w = weight(), .n = n, .rows = sh.rows, .k = sh.k}, plan, s);
+        }, 15, 10);
+      };
+      const cuda_ops::SkinnyPlan plan = cuda_ops::make_skinny_plan(n, sh.rows, sh.k, sms);
+      const double ms_plan = time_plan(plan);
+      cuda_ops::skinny_gemm({.out = out, .x = x, .w = pool, .n = n, .rows = sh.rows, .k = sh.k}, plan, s);
+      BENCH_CUDA_CHECK(cudaMemcpyAsync(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost, s));
+      BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
+      const double err = rel_l2(got, ref);
+
+      double ms_best = ms_plan;
+      std::string best = "plan";
+      for (const cuda_ops::SkinnyTile t : tiles) {
+        for (const int sp : {1, 2, 3, 4, 6, 8}) {
+          const cuda_ops::SkinnyPlan p = cuda_ops::make_skinny_plan(n, sh.rows, sh.k, sms, &t, sp);
+          if (p.splits != sp) continue;  // k too short for that many splits
+          const double ms = time_plan(p);
+          if (ms < ms_best) {
+            ms_best = ms;
+            best = std::string(t == cuda_ops::SkinnyTile::k128 ? "t128" : "t256") + "/s" + std::to_string(sp);
+          }
+        }
+      }
+      const std::string plan_name =
+          std::string(plan.tile == cuda_ops::SkinnyTile::k128 ? "t128" : "t256") + "/s" + std::to_string(plan.splits);
+      std::printf("%-12s %6ld %5ld %4ld | %8.1f %6.1f | %8.1f %6.1f %-9s | %6.1f %-10s | %6.2f %6.2f | %8.1e\n",
+                  sh.name, long(sh.rows), long(sh.k), long(n), ms_lt * 1e3, pct(ms_lt), ms_plan * 1e3, pct(ms_plan),
+                  plan_name.c_str(), pct(ms_best), best.c_str(), ms_lt / ms_plan, ms_lt / ms_best, err);
+      std::fflush(stdout);
+      plan_ratio.push_back(ms_lt / ms_plan);
+      best_ratio.push_back(ms_lt / ms_best);
+      const std::string tag = std::string(sh.name) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.k) +
+                              " n" + std::to_string(n);
+      json.add("skinny plan " + tag, flop, bytes, ms_plan * 1e-3);
+      json.add("skinny best " + tag, flop, bytes, ms_best * 1e-3);
+      json.add("cublasLt " + tag, flop, bytes, ms_lt * 1e-3);
+    }
+  }
+  const auto geo = [](const std::vector<double>& v) {
+    double l = 0;
+    for (const double r : v) l += std::log(r);
+    return std::exp(l / double(v.size()));
+  };
+  std::printf("speed-up over cuBLASLt, geometric mean over %zu rows: plan %.3f, best of sweep %.3f; plan worst %.3f\n",
+              plan_ratio.size(), geo(plan_ratio), geo(best_ratio),
+              *std::min_element(plan_ratio.begin(), plan_ratio.end()));
+  BENCH_CUDA_CHECK(cudaFree(x));
+  BENCH_CUDA_CHECK(cudaFree(pool));
+  BENCH_CUDA_CHECK(cudaFree(out));
+  BENCH_CUDA_CHECK(cudaFree(ws));
+  BENCH_CUDA_CHECK(cudaStreamDestroy(s));
+  return json.write(json_path) ? 0 : 1;
+}

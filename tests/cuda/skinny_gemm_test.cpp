@@ -1,0 +1,177 @@
+// The skinny GEMM (skinny_gemm.cuh) against a float64 CPU reference on random bf16 inputs: token counts
+// 5..128 (every n8 tile width the kernel instantiates, partial tiles included), rows not a multiple of 16
+// (nor of 4: scalar stores), k not a multiple of the 64-wide stage, both block tiles, one split and forced
+// split counts (cluster reductions of 2..8 blocks) besides the plan's own.
+// Inputs are exactly representable in bf16 and the kernel accumulates in fp32, so the only error is fp32
+// rounding over k terms: relative L2 <= 1e-5 (rounding the inputs to bf16 alone would give ~3e-3, so a wrong
+// fragment, swizzle or reduction cannot pass). The output has a guard row past its end and is NaN-poisoned
+// first: an unwritten element fails, a write past the end is caught. Two runs must agree bit for bit.
+// Then CudaBackend::matmul on BF16 weights at 5..128 tokens against the CPU backend (activations rounded to
+// bf16: <= 1e-2, as in matmul_test.cpp). Skips without a CUDA device of compute capability 9.x.
+#ifdef FERRY_HAS_CUDA
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <string>
+
+#include "backends/cuda/skinny_gemm.cuh"
+#include "cuda_test_util.h"
+
+namespace ferry::test {
+namespace {
+
+uint16_t to_bf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+float from_bf16(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+#define CK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+class SkinnyGemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    cudaDeviceProp prop{};
+    ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+    if (prop.major != 9) GTEST_SKIP() << "not a compute capability 9.x device";
+    num_sms_ = prop.multiProcessorCount;
+  }
+
+  // out (n, rows) = x (n, k) . w (rows, k)^T with the given tile / splits (null / 0: the plan's).
+  void check(int64_t n, int64_t rows, int64_t k, const cuda_ops::SkinnyTile* tile, int splits, uint32_t seed) {
+    const std::vector<float> xf = random_floats(size_t(n * k), seed), wf = random_floats(size_t(rows * k), seed + 1);
+    std::vector<uint16_t> xb(xf.size()), wb(wf.size());
+    for (size_t i = 0; i < xf.size(); ++i) xb[i] = to_bf16(xf[i]);
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = to_bf16(wf[i]);
+    std::vector<double> xd(xb.size()), wd(wb.size());
+    for (size_t i = 0; i < xb.size(); ++i) xd[i] = from_bf16(xb[i]);
+    for (size_t i = 0; i < wb.size(); ++i) wd[i] = from_bf16(wb[i]);
+    std::vector<float> ref(size_t(n * rows));
+    for (int64_t t = 0; t < n; ++t) {
+      const double* xr = xd.data() + t * k;
+      for (int64_t r = 0; r < rows; ++r) {
+        const double* wr = wd.data() + r * k;
+        double s = 0;
+        for (int64_t i = 0; i < k; ++i) s += xr[i] * wr[i];
+        ref[size_t(t * rows + r)] = float(s);
+      }
+    }
+    uint16_t *dx = nullptr, *dw = nullptr;
+    float* dout = nullptr;
+    const size_t out_elems = size_t((n + 1) * rows);  // one guard row past the output
+    CK(cudaMalloc(&dx, xb.size() * 2));
+    CK(cudaMalloc(&dw, wb.size() * 2));
+    CK(cudaMalloc(&dout, out_elems * 4));
+    CK(cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, wb.data(), wb.size() * 2, cudaMemcpyHostToDevice));
+    const cuda_ops::SkinnyPlan plan = cuda_ops::make_skinny_plan(n, rows, k, num_sms_, tile, splits);
+    const cuda_ops::SkinnyGemmParams p{.out = dout, .x = dx, .w = dw, .n = n, .rows = rows, .k = k};
+    std::vector<float> got[2];
+    cudaStream_t stream = nullptr;
+    CK(cudaStreamCreate(&stream));
+    for (int run = 0; run < 2; ++run) {  // run 0 on the legacy stream (no PDL), run 1 on a stream (PDL)
+      CK(cudaMemset(dout, 0xFF, out_elems * 4));  // NaN
+      cuda_ops::skinny_gemm(p, plan, run == 0 ? nullptr : stream);
+      CK(cudaDeviceSynchronize());
+      got[run].resize(out_elems);
+      CK(cudaMemcpy(got[run].data(), dout, out_elems * 4, cudaMemcpyDeviceToHost));
+    }
+    CK(cudaStreamDestroy(stream));
+    CK(cudaFree(dx));
+    CK(cudaFree(dw));
+    CK(cudaFree(dout));
+    const std::string what = "n=" + std::to_string(n) + " " + std::to_string(rows) + "x" + std::to_string(k) +
+                             (plan.tile == cuda_ops::SkinnyTile::k128 ? " tile128" : " tile256") +
+                             " splits=" + std::to_string(plan.splits) + (tile == nullptr && splits == 0 ? " (plan)" : "");
+    bool guard_intact = true;
+    for (size_t i = size_t(n * rows); i < out_elems; ++i) guard_intact &= std::isnan(got[0][i]) && std::isnan(got[1][i]);
+    EXPECT_TRUE(guard_intact) << what << ": a write past the output";
+    EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), size_t(n * rows) * 4), 0) << what << ": runs differ";
+    got[0].resize(size_t(n * rows));
+    const double err = rel_l2(got[0], ref);
+    EXPECT_LE(err, 1e-5) << what;
+    std::printf("  %-44s rel L2 %.2e\n", what.c_str(), err);
+  }
+
+  int num_sms_ = 0;
+};
+
+TEST_F(SkinnyGemmTest, EveryTokenCountOnRaggedShapes) {
+  // 200 x 520: rows not a multiple of 16 (the tile's second m16 half partly empty), k = 8 stages + 8 (a tail
+  // stage of one chunk); 1001 x 1096: odd rows (scalar stores), several row tiles, k tail of 8 in a split.
+  const cuda_ops::SkinnyTile t128 = cuda_ops::SkinnyTile::k128, t256 = cuda_ops::SkinnyTile::k256;
+  uint32_t seed = 10;
+  for (const int64_t n : {5, 8, 13, 16, 17, 33, 64, 100, 128}) {
+    check(n, 200, 520, &t128, 1, seed++);
+    check(n, 200, 520, &t256, 3, seed++);
+    check(n, 1001, 1096, &t128, 0, seed++);
+    check(n, 1001, 1096, &t256, 8, seed++);
+  }
+}
+
+TEST_F(SkinnyGemmTest, PlansOfModelShapes) {
+  // The plan's own tile and splits on shapes of the 8B model's size class (kept small enough for a CPU
+  // reference): 1024 x 4096 and 1536 x 4096 (8 and 12 row tiles of 128, 8 splits); 5000 x 512 (40 row tiles,
+  // 2 splits: the k of 8 stages caps them).
+  uint32_t seed = 100;
+  for (const int64_t n : {5, 64, 128}) {
+    check(n, 1024, 4096, nullptr, 0, seed++);
+    check(n, 1536, 4096, nullptr, 0, seed++);
+    check(n, 5000, 512, nullptr, 0, seed++);
+  }
+  const cuda_ops::SkinnyTile t128 = cuda_ops::SkinnyTile::k128;
+  for (const int s : {2, 4, 5, 7}) check(40, 384, 2048, &t128, s, seed++);
+}
+
+TEST(SkinnyGemmPlan, CoversKWithinTheClusterLimit) {  // host only: runs without a device
+  for (const int64_t k : {8, 64, 520, 4096, 14336}) {
+    for (const int64_t rows : {16, 4096, 28672}) {
+      const cuda_ops::SkinnyPlan p = cuda_ops::make_skinny_plan(64, rows, k, 132);
+      EXPECT_GE(p.splits * p.k_per_split, k);
+      EXPECT_LT((p.splits - 1) * p.k_per_split, k);
+      EXPECT_EQ(p.k_per_split % cuda_ops::kSkinnyStageK, 0);
+      EXPECT_LE(p.splits, cuda_ops::kSkinnyMaxSplits);
+    }
+  }
+  EXPECT_TRUE(cuda_ops::skinny_gemm_supports(128, 6144, 4096));
+  EXPECT_FALSE(cuda_ops::skinny_gemm_supports(129, 6144, 4096));
+  EXPECT_FALSE(cuda_ops::skinny_gemm_supports(64, 6144, 4100));  // k % 8
+  EXPECT_FALSE(cuda_ops::skinny_gemm_supports(0, 64, 64));
+}
+
+// CudaBackend::matmul on BF16 weights at the token counts the skinny path serves, against the CPU backend.
+class SkinnyBackendMatmul : public CudaOpsTest {};
+
+TEST_F(SkinnyBackendMatmul, Bf16WeightsAgainstCpu) {
+  const int64_t n_out = 1000, n_in = 2048;
+  const std::vector<float> f = random_floats(size_t(n_out * n_in), 21, 0.5f);
+  std::vector<uint16_t> wq(f.size());
+  for (size_t i = 0; i < f.size(); ++i) wq[i] = to_bf16(f[i]);
+  const Tensor hw = Tensor::make(DType::BF16, {n_out, n_in}, wq.data());
+  const Tensor gw = gpu_->prepare_weight(hw, keep_);
+  const std::vector<float> b = random_floats(size_t(n_out), 22);
+  for (const int64_t n : {5, 13, 64, 100, 128}) {
+    std::vector<float> x = random_floats(size_t(n * n_in), 23 + uint32_t(n)), ref(size_t(n * n_out));
+    cpu_.matmul(host(DType::F32, {n, n_out}, ref), host(DType::F32, {n, n_in}, x), hw,
+                Tensor::make(DType::F32, {n_out}, const_cast<float*>(b.data())));
+    const Tensor out = poisoned({n, n_out});
+    gpu_->matmul(out, upload(DType::F32, {n, n_in}, x), gw, upload(DType::F32, {n_out}, b));
+    const double err = rel_l2(download(out), ref);
+    EXPECT_LE(err, 1e-2) << "n=" << n;
+    std::printf("  backend BF16 n=%-4ld %ldx%ld +bias  rel L2 %.2e\n", long(n), long(n_out), long(n_in), err);
+  }
+}
+
+}  // namespace
+}  // namespace ferry::test
+
+#endif  // FERRY_HAS_CUDA
