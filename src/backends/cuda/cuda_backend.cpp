@@ -25,6 +25,7 @@
 #include "backends/cuda/qkv_epilogue.cuh"
 #include "backends/cuda/rope.cuh"
 #include "backends/cuda/sampling.cuh"
+#include "backends/cuda/skinny_gemm.cuh"
 #include "backends/cuda/step_graph.h"
 #include "backends/cuda/weight_layout.cuh"
 #include "backends/cuda/weight_repack.h"
@@ -378,7 +379,9 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   const bool bf16_at_hand = w.dtype == DType::BF16 || has_bf16_copy(options_, w.dtype);
   const bool hopper_fits = sm90_gemm_ && Sm90Gemm::supports(n, w.rows(), w.cols()) &&
                            reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
-  const cuda_ops::MatmulPath path = cuda_ops::choose_matmul_path(n, bf16_at_hand, hopper_fits, options_.batch_invariant);
+  const cuda_ops::MatmulPath path = cuda_ops::choose_matmul_path(n, bf16_at_hand, hopper_fits, options_.batch_invariant,
+                                                                 cuda_ops::skinny_gemm_supports(n, w.rows(), w.cols()),
+                                                                 w.rows());
   const int mv_version =
       path == cuda_ops::MatmulPath::Matvec
           ? cuda_ops::choose_matvec_version(
@@ -388,6 +391,7 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
           : 0;
   const auto path_name = [&]() -> std::string {
     if (path == cuda_ops::MatmulPath::Matvec) return fmt::format("matvec v{}", mv_version);
+    if (path == cuda_ops::MatmulPath::Skinny) return std::string("skinny");
     return path == cuda_ops::MatmulPath::HopperGemm ? "gemm_sm90" : "cublaslt";
   };
   const OpProfiler::Scope prof(
@@ -434,6 +438,14 @@ void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& 
     sm90_gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in, stream_, &fixed);
   } else if (hopper && sm90_fits) {
     sm90_gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in, stream_);
+  } else if (cuda_ops::choose_matmul_path(n, true, false, false, cuda_ops::skinny_gemm_supports(n, n_out, n_in),
+                                          n_out) == cuda_ops::MatmulPath::Skinny) {
+    // The path matmul() chose (bf16 weights are at hand here).
+    int sms = 0;
+    FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options_.device_index));
+    cuda_ops::skinny_gemm({.out = out.ptr<float>(), .x = static_cast<const uint16_t*>(x_bf16_.data()), .w = wb, .n = n,
+                           .rows = n_out, .k = n_in},
+                          cuda_ops::make_skinny_plan(n, n_out, n_in, sms), stream_);
   } else {
     ensure(gemm_workspace_, kGemmWorkspaceBytes);
     gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in,

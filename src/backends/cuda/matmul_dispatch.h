@@ -15,12 +15,28 @@
 
 namespace ferry::cuda_ops {
 
-enum class MatmulPath { Matvec, Cublas, HopperGemm };
+enum class MatmulPath { Matvec, Cublas, HopperGemm, Skinny };
+
+// skinny_fits: skinny_gemm_supports(n, weight_rows, k) (skinny_gemm.cuh). The skinny GEMM takes the cuBLASLt
+// calls it beats: measured on one H200 (skinny_gemm_bench, weights streamed from HBM; speed-up over cuBLASLt of
+// the best (tile, splits) of the sweep, which make_skinny_plan now picks; docs/perf-log.md "## skinny"):
+//                 n = 8   16    32    56    64   128
+//   6144 x 4096:   1.14  1.10  1.05  0.84  0.82  0.49      3072 x 4096 (TP=2 qkv): 1.32  1.13  1.10  0.92 ...
+//   4096 x 4096:   1.24  1.09  1.05  0.81  0.79  0.53      4096 x 7168 (TP=2 down): 1.21  1.14  1.08  0.89 ...
+//   28672 x 4096:  1.01  0.96  0.98  0.93  0.92  0.55      128256 x 4096: 1.03  0.99  1.00  0.96  0.93  0.54
+// (mma.sync issue bound from n ~ 56: 228 TFLOP/s at n = 128). -> n <= 32 and at most 8192 weight rows (the
+// shapes whose row tiles alone do not fill the SMs and that cuBLASLt leaves at 46-68% of the bandwidth).
+inline constexpr int64_t kSkinnyMaxTokensUsed = 32;
+inline constexpr int64_t kSkinnyMaxRowsUsed = 8192;
 
 inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool hopper_gemm_fits,
-                                     bool batch_invariant) {
+                                     bool batch_invariant, bool skinny_fits = false, int64_t weight_rows = 0) {
   if (batch_invariant) return MatmulPath::HopperGemm;
   if (n <= 4) return MatmulPath::Matvec;
+  if (skinny_fits && n <= kSkinnyMaxTokensUsed && weight_rows <= kSkinnyMaxRowsUsed &&
+      (n > 16 || bf16_weights_at_hand)) {
+    return MatmulPath::Skinny;
+  }
   if (n <= 16) return bf16_weights_at_hand ? MatmulPath::Cublas : MatmulPath::Matvec;
   if (n < 256 || !hopper_gemm_fits) return MatmulPath::Cublas;
   return MatmulPath::HopperGemm;
