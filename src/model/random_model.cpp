@@ -98,7 +98,9 @@ void fill_random_part(const RandomTensor& t, int64_t row0, int64_t n_rows, int64
 //    other logits above their mean; the max of 128k other logits is ~4.9 sd, so t + 1 wins at most positions
 //    with a clear margin and the context (the blocks) decides the rest;
 //  - norms as flat (1 +- 0.05).
-// Worked example, llama3-8b: logits sd ~3 (softmax top-1 ~0.9 where t + 1 wins), t + 1's mean lead ~6 sd.
+// Worked example, dim 4096, vocab 128256: other logits ~N(0, 3^2), their max ~4.9 sd = ~14.7; t + 1's logit
+// ~N(6 * 0.87 * 3, 3^2) = N(15.7, 9): it wins at ~60-75% of positions. Measured on llama3-mini (dim 512, CPU):
+// t + 1 the argmax at 72-77%, median top-2 margin 0.7 sd, median top-1 probability 0.34.
 // Why: with std 0.02 at dim 4096 every matmul has a gain of ~1.3, the blocks swamp the 0.02 embedding, and a
 // change of f32 summation order grows ~10x over 32 layers into near-tied Gaussian logits (top-2 gap ~0.15 sd):
 // TP=1 vs TP=1 with another GEMM agreed on 95.7% of argmaxes. Tied shapes have no output matrix: their

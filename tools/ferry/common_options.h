@@ -18,7 +18,9 @@ struct ModelOptions {
   bool batch_invariant = false;
 
   void add(CLI::App& app) {
-    app.add_option("-m,--model", model, "model: a .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct Q4_1)");
+    app.add_option("-m,--model", model, "model: a .gguf file, a Hugging Face folder, or random:SHAPE[:TYPE[:SEED[:INIT]]] "
+                                        "(random weights made in memory; INIT flat or peaked) (default: "
+                                        "SmolLM2-135M-Instruct Q4_1)");
     app.add_option("--device", device, "cpu")->check(CLI::IsMember({"cpu", "cuda"}));
     app.add_option("-t,--threads", threads, "CPU threads (0: all)")->check(CLI::Range(0, 1024));
     app.add_option("-c,--ctx", context, "context size in tokens (0: min(model's, 4096))")->check(CLI::Range(0, 1 << 24));
