@@ -36,6 +36,8 @@ has() { [ "$what" = all ] || [[ ",$what," == *",$1,"* ]]; }  # stages: a comma-s
 summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
+t_start=$SECONDS
+stage_done() { note "[$1 stage: $((SECONDS - t_start)) s since start]"; }
 gtest_result() { grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$1" | tr '\n' ' '; }
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$summary"
@@ -53,6 +55,7 @@ if has tests; then
   "$C/test_e2e" > "$OUT/t.log" 2>&1; cat "$OUT/t.log" >> "$log"
   note "test_e2e (cpu): $(gtest_result "$OUT/t.log")"
   rm -f "$OUT/t.log"
+  stage_done tests
 fi
 if has memcheck || { has tests && [ "${FERRY_QUICK:-0}" != 1 ]; }; then
   log="$OUT/tests.log"
@@ -61,6 +64,7 @@ if has memcheck || { has tests && [ "${FERRY_QUICK:-0}" != 1 ]; }; then
   cat "$OUT/t.log" >> "$log"
   note "memcheck: $(grep -E 'ERROR SUMMARY' "$OUT/t.log" | tail -1) $(gtest_result "$OUT/t.log")"
   rm -f "$OUT/t.log"
+  stage_done memcheck
 fi
 
 if has kernels; then
@@ -68,10 +72,14 @@ if has kernels; then
   quick=(); [ "${FERRY_QUICK:-0}" = 1 ] && quick=(--quick)  # quick: M = 1 only
   timeout 300 "$C/matvec_bench" "${quick[@]}" --json "$OUT/matvec.json" > "$log" 2>&1
   [ "${FERRY_QUICK:-0}" = 1 ] || timeout 300 "$C/prefill_kernels_bench" --json "$OUT/prefill.json" >> "$log" 2>&1
-  for b in fused_ops_bench sampling_bench attention_bench fusion_bench; do
-    [ -x "$C/$b" ] && timeout 120 "$C/$b" >> "$log" 2>&1
+  # FERRY_KERNEL_BENCHES picks the other harnesses (quick runs: the ones whose kernels changed).
+  for b in ${FERRY_KERNEL_BENCHES:-fused_ops_bench sampling_bench attention_bench fusion_bench skinny_gemm_bench}; do
+    args=(); [ "$b" = skinny_gemm_bench ] && args=("${quick[@]}")
+    [ "$b" = attention_bench ] && [ "${FERRY_QUICK:-0}" = 1 ] && args=(decode)
+    [ -x "$C/$b" ] && timeout 120 "$C/$b" "${args[@]}" >> "$log" 2>&1
   done
   note "kernels: see kernels.log ($(wc -l < "$log") lines)"
+  stage_done kernels
 fi
 
 if has correctness; then
@@ -83,6 +91,7 @@ if has correctness; then
   note "correctness (ferry cuda vs transformers bf16): $([ "$rc" = 0 ] && echo PASS || echo "FAIL (status $rc)")"
   sed -n '/^== summary/,$p' "$log" | tee -a "$summary"
   [ "$rc" = 0 ] || grep -E "error|Error|failed" "$log" | head -5
+  stage_done correctness
 fi
 
 if has bench; then
@@ -104,11 +113,13 @@ if has bench; then
     grep -i error "$OUT/b.log" | head -3
     # The other decode matvec versions (FERRY_CUDA_MATVEC) on the same model, generation only.
     for v in ${FERRY_MATVEC_VERSIONS:-5 7}; do
+      # Version 7 reads half-precision weights only, and the rule already runs v5 on quantized ones.
+      [ "$t" != bf16 ] && continue
       FERRY_CUDA_MATVEC=$v "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
       cat "$OUT/b.log" >> "$log"
       note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, matvec v$v] /")"
     done
-    if [ "$t" = bf16 ]; then  # the cost of --batch-invariant (one GEMM kernel for every token count)
+    if [ "$t" = bf16 ] && [ "${FERRY_BENCH_BATCH_INVARIANT:-1}" = 1 ]; then  # the cost of --batch-invariant (one GEMM kernel for every token count)
       "$C/ferry" bench --device cuda -m "$m" -p 512 -n 128 -r 3 --batch-invariant > "$OUT/b.log" 2>&1
       cat "$OUT/b.log" >> "$log"
       note "$(grep -E 'pp512|tg128|rror' "$OUT/b.log" | sed "s/^/[$t, --batch-invariant] /")"
@@ -116,6 +127,7 @@ if has bench; then
     [ "$t" = bf16 ] || has profile || rm -f "$m"  # the BF16 model stays for the serve stage
     rm -f "$OUT/b.log"
   done
+  stage_done bench
 fi
 if has serve; then
   # Load benchmark: `ferry serve --device cuda` on the Llama-3-8B-shaped BF16 model, 512 in / 128 out,
@@ -140,6 +152,7 @@ if has serve; then
   kill -TERM $server; wait $server; note "serve exit status: $?"
   tail -5 "$OUT/server.log" | tee -a "$log" | tee -a "$summary"
   rm -f "$OUT/s.log"
+  stage_done serve
 fi
 
 if has profile; then
@@ -181,6 +194,7 @@ if has profile; then
     rm -f "$OUT/s.log" "$OUT/ps.log"
   fi
   rm -f "$OUT/b.log"
+  stage_done profile
 fi
 
 echo "=== summary ==="

@@ -123,25 +123,27 @@ TEST_F(CudaMatvec, OddShapesAndTiles) {
   EXPECT_LE(run(DType::F16, 16, 9, 1000, false, 8), kTol);
 }
 
-// Version 7 (streamed, BF16/F16 at 1..4 tokens, cols % 1024 == 0) where it applies: fewer rows than SMs, a
-// row count one past a multiple of the SM count (blocks of unequal height), a block's range ending inside a
-// 16 KB stage (3072 columns = 1.5 stages a row), bias on and off; run twice, bit-identical (no atomics).
+// Version 7 (streamed, BF16/F16 at one token, cols % 256 == 0 up to 16384) where it applies: fewer rows than
+// SMs, a row count one past a multiple of the SM count (blocks of unequal height), rows longer than a 16 KB
+// stage (14336, 16384 columns), a segment count that does not divide among the 8 consumer warps (768, 7168
+// columns: 3 and 28 segments), bias on and off; and a call run twice is bit-identical (no atomics).
 TEST_F(CudaMatvec, StreamedShapes) {
   struct Shape {
     int64_t n_out, n_in;
   };
-  for (const Shape s : {Shape{1, 1024}, Shape{5, 2048}, Shape{133, 1024}, Shape{1000, 3072}, Shape{4103, 2048},
-                        Shape{300, 14336}}) {
+  for (const Shape s : {Shape{1, 256}, Shape{5, 2048}, Shape{133, 1024}, Shape{1000, 3072}, Shape{4103, 2048},
+                        Shape{300, 14336}, Shape{64, 16384}, Shape{17, 7168}, Shape{9, 768}}) {
     for (const DType t : {DType::BF16, DType::F16}) {
-      for (const int64_t n : {1, 2, 3, 4}) {
-        ASSERT_TRUE(cuda_ops::matvec_stream_applies(t, int(n), s.n_out, s.n_in));
-        const double err = run(t, n, s.n_out, s.n_in, n % 2 == 1, 91 + uint32_t(n));
-        EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n << " " << s.n_out << "x" << s.n_in;
+      ASSERT_TRUE(cuda_ops::matvec_stream_applies(t, 1, s.n_out, s.n_in)) << s.n_out << "x" << s.n_in;
+      for (const bool bias : {false, true}) {
+        const double err = run(t, 1, s.n_out, s.n_in, bias, 91 + uint32_t(s.n_out));
+        EXPECT_LE(err, kTol) << dtype_name(t) << " " << s.n_out << "x" << s.n_in << " bias " << bias;
       }
     }
   }
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 576));    // cols not a multiple of 1024
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 5, 64, 4096));   // more than 4 tokens
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 576));    // cols not a multiple of 256
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 32768));  // x would not fit the registers
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 2, 64, 4096));   // more than one token
   EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 1, 64, 4096));   // not a half-precision weight
   // Deterministic: the same call twice gives the same bits.
   const int64_t rows = 2000, cols = 4096;

@@ -384,10 +384,9 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
                                                                  w.rows());
   const int mv_version =
       path == cuda_ops::MatmulPath::Matvec
-          ? cuda_ops::choose_matvec_version(
-                w.dtype == DType::BF16, n, w.rows(),
-                options_.matvec_version == 7 && cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols()),
-                options_.matvec_version, cuda_ops::kMatvecDefaultVersion)
+          ? cuda_ops::choose_matvec_version(w.dtype == DType::BF16, n, w.rows(), w.cols(),
+                                            cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols()),
+                                            options_.matvec_version, cuda_ops::kMatvecDefaultVersion)
           : 0;
   const auto path_name = [&]() -> std::string {
     if (path == cuda_ops::MatmulPath::Matvec) return fmt::format("matvec v{}", mv_version);

@@ -42,20 +42,20 @@ inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool 
   return MatmulPath::HopperGemm;
 }
 
-// The decode matvec version for a weight of `rows` rows at n tokens. `forced` is FERRY_CUDA_MATVEC (0 when
+// The decode matvec version for a weight of rows x cols at n tokens. `forced` is FERRY_CUDA_MATVEC (0 when
 // unset): 2 or 5 run that version everywhere; 7 runs version 7 wherever it applies (stream_applies:
-// matvec_stream_applies) and the rule elsewhere; 6 is the rule with v6 in v5's place. The rule: v5 gives each
-// block a fixed run of row groups and walks them item by item; for BF16 at n = 1 that falls far below v2
-// once a block owns many groups. Measured on one H200, % of 4.30 TB/s (matvec_bench; the 28672-row figure
-// from the FERRY_CUDA_PROFILE table of a decode step):
-//   14336 x 4096: v2 73.0%, v5 77.2%      128256 x 4096 (lm head): v2 94.3%, v5 49.0%
-//   28672 x 4096 (fused gate/up): v5 46%  6144 x 4096: v2 56.2%, v5 61.5%
-// -> v2 for BF16, n = 1, from 16384 rows; v5 otherwise (quantized types: v5 leads at every shape, e.g. Q4_0
-// 128256 x 4096 66.3% vs 51.8%).
-inline int choose_matvec_version(bool bf16_weight, int64_t n, int64_t rows, bool stream_applies, int forced,
-                                 int default_version) {
+// matvec_stream_applies) and the rule elsewhere; 6 is the rule with v6 in v5's place. The rule, from
+// matvec_bench on one H200 (% of 4.30 TB/s at n = 1; v7's first cut, re-reading x through L1):
+//   4096 x 14336 (down): v5 66.1%, v7 95.0%     4096 x 7168 (down at TP=2): v5 61.1%, v7 66.7%
+//   14336 x 4096: v2 73.0%, v5 77.2-81.8%       128256 x 4096 (lm head): v2 94.3-95.2%, v5 49.0%
+//   28672 x 4096 (fused gate/up): v2 83.6%, v5 47.6%, v7 75.1%   6144 x 4096: v2 56.2%, v5 61.5-69.4%
+// -> v7 for BF16/F16 at n = 1 from 7168 columns (where it applies); else v2 for BF16 at n = 1 from 16384
+// rows (v5 falls far below v2 once a block owns many row groups); v5 otherwise (quantized types: v5 leads at
+// every shape, e.g. Q4_0 128256 x 4096 66.3% vs 51.8%).
+inline int choose_matvec_version(bool bf16_weight, int64_t n, int64_t rows, int64_t cols, bool stream_applies,
+                                 int forced, int default_version) {
   if (forced == 2 || forced == 5) return forced;
-  if (forced == 7 && stream_applies) return 7;
+  if (stream_applies && (forced == 7 || (n == 1 && cols >= 7168))) return 7;
   if (bf16_weight && n == 1 && rows >= 16384) return 2;
   return forced == 6 ? 6 : default_version;
 }

@@ -16,19 +16,39 @@ namespace {
 
 constexpr int kConsumerWarps = 8;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + one producer warp
-constexpr int kStages = 6;
-constexpr int kStageBytes = 16384;
-constexpr int kStageVals = kStageBytes / 2;  // 2-byte weights
-constexpr int kSegVals = 256;                // one warp-wide 16-byte load: 32 lanes x 8 values
-constexpr int kRunSegs = 4;                  // segments per consumer warp per stage
-static_assert(kStageVals == kConsumerWarps * kRunSegs * kSegVals);
-static_assert(kRunSegs * kSegVals == kStreamColAlign);
-constexpr int kBarrierBytes = 128;  // full[kStages], empty[kStages] mbarriers, padded
+constexpr int kSegVals = 256;                        // one warp-wide 16-byte load: 32 lanes x 8 values
+constexpr int64_t kStageTarget = 16384;              // bytes a stage aims at (whole rows, at least one)
+constexpr int kMaxStageRows = 8;                     // rows per stage at most (each gets its own accumulators)
+// Ring budget: two blocks fit an SM (2 x ~100 KB + partials), so the next matvec's blocks can become resident
+// and fill their rings while this one drains (a first cut with 112 KB allowed one block per SM).
+constexpr int64_t kRingBytes = 100 * 1024;
+constexpr int kMaxStages = 8;
+constexpr int kBarrierBytes = 128;                   // full[kMaxStages], empty[kMaxStages] mbarriers
 
-// Shared memory: barriers | ring (kStages x kStageVals weights) | partials f32 (kConsumerWarps, kTok, max_rows).
-size_t stream_smem_bytes(int n_tokens, int64_t max_rows) {
-  return size_t(kBarrierBytes) + size_t(kStages) * kStageBytes +
-         size_t(kConsumerWarps) * size_t(n_tokens) * size_t(max_rows) * sizeof(float);
+// How version 7 cuts a weight of rows x cols (2-byte values) for grid blocks. Host and device agree on it.
+struct StreamPlan {
+  int64_t rows_per_stage;  // whole rows per ring stage
+  int stages;              // ring depth
+  int segs_per_row;        // cols / 256
+  int64_t max_rows;        // rows of the tallest block (the partials' height)
+};
+
+StreamPlan make_plan(int64_t rows, int64_t cols, int64_t grid) {
+  StreamPlan p{};
+  const int64_t row_bytes = cols * 2;
+  p.rows_per_stage = kStageTarget / row_bytes > 1 ? kStageTarget / row_bytes : 1;
+  if (p.rows_per_stage > kMaxStageRows) p.rows_per_stage = kMaxStageRows;
+  const int64_t stage_bytes = p.rows_per_stage * row_bytes;
+  const int64_t fit = kRingBytes / stage_bytes;
+  p.stages = int(fit < kMaxStages ? fit : kMaxStages);
+  p.segs_per_row = int(cols / kSegVals);
+  p.max_rows = rows / grid + (rows % grid > 0 ? 1 : 0);
+  return p;
+}
+
+size_t stream_smem_bytes(const StreamPlan& p, int64_t cols) {
+  return size_t(kBarrierBytes) + size_t(p.stages) * size_t(p.rows_per_stage * cols * 2) +
+         size_t(kConsumerWarps) * size_t(p.max_rows) * sizeof(float);
 }
 
 // One 1-D bulk copy global -> shared completing `bar`'s transaction count (bytes % 16 == 0, both 16-aligned).
@@ -40,136 +60,132 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
-// 8 weights (one 16-byte chunk) as floats.
+// Dot of 8 weights (one 16-byte chunk) with 8 activations, into two accumulators (shorter FMA chains).
 template <class T>
-__device__ __forceinline__ void widen8(const uint4& c, float (&v)[8]) {
+__device__ __forceinline__ void dot8(const uint4& c, const float (&x)[8], float& a0, float& a1) {
   const uint32_t u[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
+    float lo, hi;
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      v[2 * i] = __uint_as_float(u[i] << 16);
-      v[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
+      lo = __uint_as_float(u[i] << 16);
+      hi = __uint_as_float(u[i] & 0xFFFF0000u);
     } else {
       const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
+      lo = f.x;
+      hi = f.y;
     }
+    a0 = fmaf(lo, x[2 * i], a0);
+    a1 = fmaf(hi, x[2 * i + 1], a1);
   }
 }
 
-// grid = blocks; block b owns rows [r0, r0 + n_rows): base rows_per_block, the first `extra` blocks one more.
-template <class T, int kTok>
-__global__ void __launch_bounds__(kThreads, 1)
-    matvec_stream_kernel(MatvecParams p, int64_t rows_per_block, int64_t extra, int64_t max_rows) {
+// grid blocks; block b owns rows [r0, r0 + n_rows): rows / grid each, the first rows % grid blocks one more.
+// Consumer warp w owns the 256-value segments w, w + 8, ... of every row (kSegs = ceil(segs_per_row / 8) of
+// them): its activations for those columns live in registers for the whole kernel, so x is read once per
+// block (after the PDL wait) and the ring's shared-memory reads are the only per-weight traffic.
+template <class T, int kSegs>
+__global__ void __launch_bounds__(kThreads, 2) matvec_stream_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
   pdl_allow_dependents();
   extern __shared__ __align__(128) uint8_t smem[];
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem);  // [kStages]: a stage's bytes have landed
-  uint64_t* empty = full + kStages;                    // [kStages]: every consumer warp is done with it
-  T* ring = reinterpret_cast<T*>(smem + kBarrierBytes);          // (kStages, kStageVals) weights
-  float* part = reinterpret_cast<float*>(ring + size_t(kStages) * kStageVals);  // (warps, kTok, max_rows)
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem);  // [stages]: a stage's bytes have landed
+  uint64_t* empty = full + kMaxStages;                 // [stages]: every consumer warp is done with it
+  const int64_t cols = p.w.cols;
+  const int64_t stage_vals = plan.rows_per_stage * cols;
+  T* ring = reinterpret_cast<T*>(smem + kBarrierBytes);                              // (stages, stage_vals)
+  float* part = reinterpret_cast<float*>(ring + size_t(plan.stages) * size_t(stage_vals));  // (warps, max_rows)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.x;
-  const int64_t r0 = b * rows_per_block + (b < extra ? b : extra);
-  const int64_t n_rows = rows_per_block + (b < extra ? 1 : 0);
-  const int64_t cols = p.w.cols;
-  const int64_t total = n_rows * cols;  // values of this block's contiguous weight range
-  const int64_t n_stage = (total + kStageVals - 1) / kStageVals;
+  const int64_t b = blockIdx.x, per = p.w.rows / grid, extra = p.w.rows % grid;
+  const int64_t r0 = b * per + (b < extra ? b : extra);
+  const int64_t n_rows = per + (b < extra ? 1 : 0);
+  const int64_t n_stage = (n_rows + plan.rows_per_stage - 1) / plan.rows_per_stage;
 
   if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < plan.stages; ++s) {
       sm90::mbar_init(&full[s], 1);
       sm90::mbar_init(&empty[s], kConsumerWarps);
     }
     sm90::fence_barrier_init();
   }
-  for (int64_t i = threadIdx.x; i < int64_t(kConsumerWarps) * kTok * max_rows; i += kThreads) part[i] = 0.0f;
   __syncthreads();
 
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel
     if (lane == 0) {
       const T* src = reinterpret_cast<const T*>(p.w.data) + r0 * cols;
       for (int64_t g = 0; g < n_stage; ++g) {
-        const int s = int(g % kStages);
-        const uint32_t phase = uint32_t(g / kStages) & 1u;
-        sm90::mbar_wait(&empty[s], phase ^ 1u);
-        const int64_t left = total - g * kStageVals;
-        const uint32_t bytes = uint32_t((left < kStageVals ? left : kStageVals) * int64_t(sizeof(T)));
+        const int s = int(g % plan.stages);
+        sm90::mbar_wait(&empty[s], (uint32_t(g / plan.stages) & 1u) ^ 1u);
+        const int64_t left = n_rows - g * plan.rows_per_stage;
+        const int64_t rows_here = left < plan.rows_per_stage ? left : plan.rows_per_stage;
+        const uint32_t bytes = uint32_t(rows_here * cols * int64_t(sizeof(T)));
         sm90::mbar_arrive_expect_tx(&full[s], bytes);
-        bulk_load(ring + size_t(s) * kStageVals, src + g * kStageVals, bytes, &full[s]);
+        bulk_load(ring + size_t(s) * size_t(stage_vals), src + g * stage_vals, bytes, &full[s]);
       }
     }
     return;
   }
 
   pdl_wait();  // x is written by the previous kernel
-  float acc[kTok];
+  float xr[kSegs][8];
 #pragma unroll
-  for (int t = 0; t < kTok; ++t) acc[t] = 0.0f;
-  int64_t cur = -1;  // the row (relative to r0) acc belongs to
-  const auto flush = [&]() {
+  for (int j = 0; j < kSegs; ++j) {
+    const int seg = j * kConsumerWarps + warp;
+    if (seg < plan.segs_per_row) {
+      const float4* xp = reinterpret_cast<const float4*>(p.x + int64_t(seg) * kSegVals + lane * 8);
+      const float4 a = xp[0], c = xp[1];
+      xr[j][0] = a.x, xr[j][1] = a.y, xr[j][2] = a.z, xr[j][3] = a.w;
+      xr[j][4] = c.x, xr[j][5] = c.y, xr[j][6] = c.z, xr[j][7] = c.w;
+    } else {
 #pragma unroll
-    for (int t = 0; t < kTok; ++t) {
-      float v = acc[t];
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-      if (lane == 0 && cur >= 0) part[(int64_t(warp) * kTok + t) * max_rows + cur] = v;
-      acc[t] = 0.0f;
+      for (int i = 0; i < 8; ++i) xr[j][i] = 0.0f;
     }
-  };
+  }
 
   for (int64_t g = 0; g < n_stage; ++g) {
-    const int s = int(g % kStages);
-    sm90::mbar_wait(&full[s], uint32_t(g / kStages) & 1u);
-    const int64_t v0 = g * kStageVals + int64_t(warp) * (kRunSegs * kSegVals);  // value offset in the range
-    if (v0 < total) {
-      const int64_t row = v0 / cols;
-      const int64_t col = v0 - row * cols;
-      if (row != cur) {
-        flush();
-        cur = row;
-      }
-      const T* wst = ring + size_t(s) * kStageVals + warp * (kRunSegs * kSegVals) + lane * 8;
-      uint4 wc[kRunSegs];
+    const int s = int(g % plan.stages);
+    sm90::mbar_wait(&full[s], uint32_t(g / plan.stages) & 1u);
+    const int64_t left = n_rows - g * plan.rows_per_stage;
+    const int64_t rows_here = left < plan.rows_per_stage ? left : plan.rows_per_stage;
+    const T* st = ring + size_t(s) * size_t(stage_vals);
+    // The stage's rows side by side (independent FMA chains and shuffle trees): per-row latency, not
+    // bandwidth, bounded a first cut that reduced one row after the other (37% at 2048 columns, 4 rows a stage).
+    float v[kMaxStageRows];
 #pragma unroll
-      for (int j = 0; j < kRunSegs; ++j) wc[j] = *reinterpret_cast<const uint4*>(wst + j * kSegVals);
+    for (int r = 0; r < kMaxStageRows; ++r) {
+      float a0 = 0.0f, a1 = 0.0f;
+      if (r < rows_here) {
 #pragma unroll
-      for (int j = 0; j < kRunSegs; ++j) {
-        float wv[8];
-        widen8<T>(wc[j], wv);
-#pragma unroll
-        for (int t = 0; t < kTok; ++t) {
-          if (t >= p.n_tokens) break;  // kTok is the token bucket: rows past n are not there
-          const float4* xp = reinterpret_cast<const float4*>(p.x + t * cols + col + j * kSegVals + lane * 8);
-          const float4 xa = __ldg(xp), xb = __ldg(xp + 1);
-          float a = acc[t];
-          a = fmaf(wv[0], xa.x, a);
-          a = fmaf(wv[1], xa.y, a);
-          a = fmaf(wv[2], xa.z, a);
-          a = fmaf(wv[3], xa.w, a);
-          a = fmaf(wv[4], xb.x, a);
-          a = fmaf(wv[5], xb.y, a);
-          a = fmaf(wv[6], xb.z, a);
-          a = fmaf(wv[7], xb.w, a);
-          acc[t] = a;
+        for (int j = 0; j < kSegs; ++j) {
+          const int seg = j * kConsumerWarps + warp;
+          if (seg < plan.segs_per_row) {
+            const uint4 c = *reinterpret_cast<const uint4*>(st + r * cols + int64_t(seg) * kSegVals + lane * 8);
+            dot8<T>(c, xr[j], a0, a1);
+          }
         }
       }
+      v[r] = a0 + a1;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+#pragma unroll
+      for (int r = 0; r < kMaxStageRows; ++r) v[r] += __shfl_xor_sync(0xFFFFFFFFu, v[r], off);
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kMaxStageRows; ++r)
+        if (r < rows_here) part[int64_t(warp) * plan.max_rows + g * plan.rows_per_stage + r] = v[r];
     }
     __syncwarp();
     if (lane == 0) sm90::mbar_arrive(&empty[s]);
   }
-  flush();
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerWarps * 32) : "memory");  // consumers only
 
-  const int64_t n_out = p.w.rows;
-  for (int64_t i = threadIdx.x; i < int64_t(kTok) * n_rows; i += kConsumerWarps * 32) {
-    const int t = int(i / n_rows);
-    const int64_t r = i - int64_t(t) * n_rows;
+  for (int64_t r = threadIdx.x; r < n_rows; r += kConsumerWarps * 32) {
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kConsumerWarps; ++w) sum += part[(int64_t(w) * kTok + t) * max_rows + r];
-    if (t < p.n_tokens) p.out[int64_t(t) * n_out + r0 + r] = sum + (p.bias ? p.bias[r0 + r] : 0.0f);
+    for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * plan.max_rows + r];
+    p.out[r0 + r] = sum + (p.bias ? p.bias[r0 + r] : 0.0f);
   }
 }
 
@@ -189,29 +205,42 @@ size_t device_max_smem() {
 
 int64_t stream_grid(int64_t rows, int n_sms) { return rows < n_sms ? rows : n_sms; }
 
-template <class T, int kTok>
+// Segments per warp per row, rounded up to the kernel instance: 1, 2, 4 or 8 (cols up to 16384).
+int segs_bucket(int64_t cols) {
+  const int64_t segs = (cols / kSegVals + kConsumerWarps - 1) / kConsumerWarps;
+  return segs <= 1 ? 1 : segs <= 2 ? 2 : segs <= 4 ? 4 : 8;
+}
+
+template <class T, int kSegs>
 void launch_stream(const MatvecParams& p, int n_sms, cudaStream_t stream) {
   const int64_t grid = stream_grid(p.w.rows, n_sms);
-  const int64_t per = p.w.rows / grid, extra = p.w.rows % grid;
-  const int64_t max_rows = per + (extra > 0 ? 1 : 0);
-  const size_t smem = stream_smem_bytes(kTok, max_rows);
-  const auto kernel = matvec_stream_kernel<T, kTok>;
+  const StreamPlan plan = make_plan(p.w.rows, p.w.cols, grid);
+  const size_t smem = stream_smem_bytes(plan, p.w.cols);
+  const auto kernel = matvec_stream_kernel<T, kSegs>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  launch_pdl(kernel, dim3(unsigned(grid)), dim3(kThreads), smem, stream, p, per, extra, max_rows);
+  launch_pdl(kernel, dim3(unsigned(grid)), dim3(kThreads), smem, stream, p, plan, grid);
   FERRY_CUDA_CHECK_LAUNCH(matvec_stream_kernel);
 }
 
-int token_bucket(int n) { return n <= 1 ? 1 : n <= 2 ? 2 : 4; }
+template <class T>
+void launch_for_cols(const MatvecParams& p, int n_sms, cudaStream_t stream) {
+  switch (segs_bucket(p.w.cols)) {
+    case 1: launch_stream<T, 1>(p, n_sms, stream); break;
+    case 2: launch_stream<T, 2>(p, n_sms, stream); break;
+    case 4: launch_stream<T, 4>(p, n_sms, stream); break;
+    default: launch_stream<T, 8>(p, n_sms, stream); break;
+  }
+}
 
 }  // namespace
 
 bool matvec_stream_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem) {
   if (wtype != DType::BF16 && wtype != DType::F16) return false;
-  if (n_tokens < 1 || n_tokens > kStreamMaxTokens || rows < 1 || cols < kStreamColAlign) return false;
-  if (cols % kStreamColAlign != 0 || n_sms < 1) return false;
+  if (n_tokens != kStreamMaxTokens || rows < 1 || n_sms < 1) return false;
+  if (cols < kStreamColAlign || cols % kStreamColAlign != 0 || cols > kStreamMaxCols) return false;
   const int64_t grid = stream_grid(rows, n_sms);
-  const int64_t max_rows = rows / grid + (rows % grid > 0 ? 1 : 0);
-  return stream_smem_bytes(token_bucket(n_tokens), max_rows) <= max_smem;
+  const StreamPlan plan = make_plan(rows, cols, grid);
+  return plan.stages >= 2 && stream_smem_bytes(plan, cols) <= max_smem;
 }
 
 bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols) {
@@ -222,15 +251,10 @@ void matvec_stream(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   const int n_sms = device_sm_count();
   FERRY_CUDA_REQUIRE(matvec_stream_supports(wtype, p.n_tokens, p.w.rows, p.w.cols, n_sms, device_max_smem()));
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  const int bucket = token_bucket(p.n_tokens);
   if (wtype == DType::BF16) {
-    if (bucket == 1) launch_stream<__nv_bfloat16, 1>(p, n_sms, stream);
-    else if (bucket == 2) launch_stream<__nv_bfloat16, 2>(p, n_sms, stream);
-    else launch_stream<__nv_bfloat16, 4>(p, n_sms, stream);
+    launch_for_cols<__nv_bfloat16>(p, n_sms, stream);
   } else {
-    if (bucket == 1) launch_stream<__half, 1>(p, n_sms, stream);
-    else if (bucket == 2) launch_stream<__half, 2>(p, n_sms, stream);
-    else launch_stream<__half, 4>(p, n_sms, stream);
+    launch_for_cols<__half>(p, n_sms, stream);
   }
 }
 
