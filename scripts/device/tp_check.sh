@@ -290,7 +290,8 @@ fi
 
 if on bench && fits bench 150; then
   row "8B bf16 tg128 --tp 1" "$(FERRY_TP_ALLREDUCE=auto bench_tg 1 bench_tp1 -m "$M8" -r 3 | tr '\n' ' ')"
-  row "8B bf16 tg128 --tp 2 nccl" "$(FERRY_TP_ALLREDUCE=nccl bench_tg 2 bench_tp2_nccl -m "$M8" -r 3 | tr '\n' ' ')"
+  [ "${TP_BENCH_NCCL:-1}" = 1 ] &&  # TP_BENCH_NCCL=0 skips the NCCL all-reduce run (short calls)
+    row "8B bf16 tg128 --tp 2 nccl" "$(FERRY_TP_ALLREDUCE=nccl bench_tg 2 bench_tp2_nccl -m "$M8" -r 3 | tr '\n' ' ')"
   row "8B bf16 tg128 --tp 2 peer" "$(FERRY_TP_ALLREDUCE=peer bench_tg 2 bench_tp2_peer -m "$M8" -r 3 | tr '\n' ' ')"
 fi
 

@@ -19,9 +19,10 @@ constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + one producer warp
 constexpr int kSegVals = 256;                        // one warp-wide 16-byte load: 32 lanes x 8 values
 constexpr int64_t kStageTarget = 16384;              // bytes a stage aims at (whole rows, at least one)
 constexpr int kMaxStageRows = 8;                     // rows per stage at most (each gets its own accumulators)
-// Ring budget: two blocks fit an SM (2 x ~100 KB + partials), so the next matvec's blocks can become resident
-// and fill their rings while this one drains (a first cut with 112 KB allowed one block per SM).
-constexpr int64_t kRingBytes = 100 * 1024;
+// Ring budget, one block per SM. A 100 KB ring with two blocks allowed per SM (so that the next matvec could
+// fill its ring while this one drains) ran at 0.57-0.85x of this on every shape (matvec_bench, H200), most
+// likely from blocks doubling up on some SMs while others idled, and 3 instead of 4 stages of 14336 columns.
+constexpr int64_t kRingBytes = 112 * 1024;
 constexpr int kMaxStages = 8;
 constexpr int kBarrierBytes = 128;                   // full[kMaxStages], empty[kMaxStages] mbarriers
 
@@ -85,7 +86,7 @@ __device__ __forceinline__ void dot8(const uint4& c, const float (&x)[8], float&
 // them): its activations for those columns live in registers for the whole kernel, so x is read once per
 // block (after the PDL wait) and the ring's shared-memory reads are the only per-weight traffic.
 template <class T, int kSegs>
-__global__ void __launch_bounds__(kThreads, 2) matvec_stream_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
+__global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
   pdl_allow_dependents();
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);  // [stages]: a stage's bytes have landed
@@ -169,7 +170,8 @@ __global__ void __launch_bounds__(kThreads, 2) matvec_stream_kernel(MatvecParams
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) {
 #pragma unroll
-      for (int r = 0; r < kMaxStageRows; ++r) v[r] += __shfl_xor_sync(0xFFFFFFFFu, v[r], off);
+      for (int r = 0; r < kMaxStageRows; ++r)
+        if (r < rows_here) v[r] += __shfl_xor_sync(0xFFFFFFFFu, v[r], off);  // rows_here: warp-uniform
     }
     if (lane == 0) {
 #pragma unroll

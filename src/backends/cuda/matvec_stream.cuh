@@ -2,7 +2,7 @@
 // token (batch-1 decode), built to read the weight at the copy bandwidth whatever its shape.
 //  - Each block (one per SM) owns a contiguous run of whole rows, so its part of the row-major weight is ONE
 //    contiguous byte range; a producer warp streams it into a ring of shared-memory stages (whole rows, ~16 KB,
-//    up to 100 KB of ring: two blocks per SM) with cp.async.bulk, completion on mbarriers.
+//    up to 112 KB of ring, one block per SM) with cp.async.bulk, completion on mbarriers.
 //  - The weight does not depend on earlier kernels, so the producer fills the ring BEFORE griddepcontrol.wait
 //    (pdl.cuh): under programmatic dependent launch the first stages of every block arrive while the previous
 //    kernel (a norm, the attention) still runs. Only the consumers wait, then read x once.
