@@ -6,7 +6,8 @@
 //
 // Dispatch (attention()): head_dim 64 or 128: sequences with q_len >= 2 go to the tensor-core prefill
 // kernel (flash_prefill.cuh: bf16 tiles, fp32 softmax and accumulation), sequences with q_len == 1 to the
-// split-KV decode kernel (decode_split.cuh: bf16 K/V, fp32 math) whose last block per (sequence, KV head)
+// split-KV decode kernel (decode_split.cuh: tensor cores at head_dim 64/128 (decode_mma.cuh), CUDA cores
+// otherwise; bf16 K/V, fp32 softmax and accumulation) whose last block per (sequence, KV head)
 // merges the splits; each kernel skips the other's sequences on the device, so both are launched every
 // call. Other head dims: the simple kernel below for every row.
 #pragma once

@@ -149,34 +149,23 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
     const int64_t left = n_rows - g * plan.rows_per_stage;
     const int64_t rows_here = left < plan.rows_per_stage ? left : plan.rows_per_stage;
     const T* st = ring + size_t(s) * size_t(stage_vals);
-    // The stage's rows side by side (independent FMA chains and shuffle trees): per-row latency, not
-    // bandwidth, bounded a first cut that reduced one row after the other (37% at 2048 columns, 4 rows a stage).
-    float v[kMaxStageRows];
-#pragma unroll
-    for (int r = 0; r < kMaxStageRows; ++r) {
+    // One row after the other. Reducing a stage's rows side by side (8 unrolled row slots, independent FMA
+    // chains and shuffle trees) measured 0.3-0.5x of this loop on every shape (matvec_bench, H200; not
+    // understood yet: read the SASS before trying again).
+    for (int64_t r = 0; r < rows_here; ++r) {
       float a0 = 0.0f, a1 = 0.0f;
-      if (r < rows_here) {
 #pragma unroll
-        for (int j = 0; j < kSegs; ++j) {
-          const int seg = j * kConsumerWarps + warp;
-          if (seg < plan.segs_per_row) {
-            const uint4 c = *reinterpret_cast<const uint4*>(st + r * cols + int64_t(seg) * kSegVals + lane * 8);
-            dot8<T>(c, xr[j], a0, a1);
-          }
+      for (int j = 0; j < kSegs; ++j) {
+        const int seg = j * kConsumerWarps + warp;
+        if (seg < plan.segs_per_row) {
+          const uint4 c = *reinterpret_cast<const uint4*>(st + r * cols + int64_t(seg) * kSegVals + lane * 8);
+          dot8<T>(c, xr[j], a0, a1);
         }
       }
-      v[r] = a0 + a1;
-    }
+      float v = a0 + a1;
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
-#pragma unroll
-      for (int r = 0; r < kMaxStageRows; ++r)
-        if (r < rows_here) v[r] += __shfl_xor_sync(0xFFFFFFFFu, v[r], off);  // rows_here: warp-uniform
-    }
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < kMaxStageRows; ++r)
-        if (r < rows_here) part[int64_t(warp) * plan.max_rows + g * plan.rows_per_stage + r] = v[r];
+      for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+      if (lane == 0) part[int64_t(warp) * plan.max_rows + g * plan.rows_per_stage + r] = v;
     }
     __syncwarp();
     if (lane == 0) sm90::mbar_arrive(&empty[s]);
