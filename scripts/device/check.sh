@@ -138,19 +138,25 @@ if has serve; then
   [ -f "$m" ] || [ ! -f /tmp/ferry-tp/llama3-8b-bf16.gguf ] || ln -s /tmp/ferry-tp/llama3-8b-bf16.gguf "$m"
   [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type bf16 -o "$m" -t 16 >> "$log" 2>&1
   port=18080
-  FERRY_LOG=debug "$C/ferry" serve --device cuda -m "$m" --port $port --ctx 2048 --max-running 256 --max-waiting 2048 \
-    ${FERRY_SERVE_ARGS:-} > "$OUT/server.log" 2>&1 &
-  server=$!
-  for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
-  for n in ${FERRY_SERVE_CLIENTS:-64 256}; do
-    timeout 200 "$C/serve_bench" --url "http://127.0.0.1:$port" --clients $n --requests $((n * 3)) \
-      --input-len 512 --output-len 128 --stream --timeout 180 --json "$OUT/serve$n.json" > "$OUT/s.log" 2>&1
-    cat "$OUT/s.log" >> "$log"
-    note "[serve, $n clients, 512/128] $(tr '\n' ' ' < "$OUT/s.log" | tail -c 600)"
+  # FERRY_SERVE_SWEEP: ';'-separated server option sets, one server run each (e.g. "--max-step-tokens 512;
+  # --max-step-tokens 1024"); unset: one run.
+  IFS=';' read -ra variants <<< "${FERRY_SERVE_SWEEP:-}"
+  [ ${#variants[@]} -eq 0 ] && variants=("")
+  for va in "${variants[@]}"; do
+    FERRY_LOG=debug "$C/ferry" serve --device cuda -m "$m" --port $port --ctx 2048 --max-running 256 --max-waiting 2048 \
+      ${FERRY_SERVE_ARGS:-} $va > "$OUT/server.log" 2>&1 &
+    server=$!
+    for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
+    for n in ${FERRY_SERVE_CLIENTS:-64 256}; do
+      timeout 200 "$C/serve_bench" --url "http://127.0.0.1:$port" --clients $n --requests $((n * 3)) \
+        --input-len 512 --output-len 128 --stream --timeout 180 --json "$OUT/serve$n.json" > "$OUT/s.log" 2>&1
+      cat "$OUT/s.log" >> "$log"
+      note "[serve${va:+ $va}, $n clients, 512/128] $(tr '\n' ' ' < "$OUT/s.log" | tail -c 600)"
+    done
+    curl -s "http://127.0.0.1:$port/metrics" | grep -E "^ferry_" | grep -vE "_bucket" >> "$log"
+    kill -TERM $server; wait $server; note "serve exit status: $?"
+    tail -5 "$OUT/server.log" | tee -a "$log" | tee -a "$summary"
   done
-  curl -s "http://127.0.0.1:$port/metrics" | grep -E "^ferry_" | grep -vE "_bucket" >> "$log"
-  kill -TERM $server; wait $server; note "serve exit status: $?"
-  tail -5 "$OUT/server.log" | tee -a "$log" | tee -a "$summary"
   rm -f "$OUT/s.log"
   stage_done serve
 fi
@@ -162,6 +168,7 @@ if has profile; then
   log="$OUT/profile.log"
   : > "$log"
   for t in ${FERRY_PROFILE_TYPES:-bf16 q4_0}; do
+    [ "$t" = none ] && continue  # FERRY_PROFILE_TYPES=none: only the serve profile
     m="/tmp/llama3-8b-$t.gguf"
     [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type "$t" -o "$m" -t 16 >> "$log" 2>&1
     "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1

@@ -2,7 +2,7 @@
 // random data, every native weight type, every token count 1..16 and odd shapes (rows not a multiple of a
 // block's 16 rows, columns that leave the last unrolled chunks empty, K tiles that end mid-row).
 // Each case runs through CudaBackend::matmul (the default kernel version) and through cuda_ops::matvec directly
-// with every kept version (2, 5, 6 and 7: matvec.cuh), so every selectable kernel stays tested.
+// with every kept version (2, 5, 6, 7 and 8: matvec.cuh), so every selectable kernel stays tested.
 // Tolerance: relative L2 <= 1e-4 for every type (version 2 keeps activations in fp32 and feeds the quantized
 // values into the products exactly, matvec.cuh), far inside the 1e-3 allowed for quantized weights.
 // Version 5 (the default) quantizes the activations for Q8_0/Q4_0/Q4_1/Q4_K into two int8 levels per 32 values
@@ -70,7 +70,7 @@ class CudaMatvec : public CudaOpsTest {
     const bool split = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
     const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), n_out, n_in,
                                     split ? cuda_ops::scales_offset(type, n_out, n_in) : 0};
-    for (const int version : {2, 5, 6, 7}) {
+    for (const int version : {2, 5, 6, 7, 8}) {
       const Tensor o = poisoned({n, n_out});
       void* scratch = this->scratch(type, version, n, n_in);
       gpu_->synchronize();  // the backend's stream is done with the inputs and the poison before ours starts

@@ -43,7 +43,7 @@ inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool 
 }
 
 // The decode matvec version for a weight of rows x cols at n tokens. `forced` is FERRY_CUDA_MATVEC (0 when
-// unset): 2 or 5 run that version everywhere; 7 runs version 7 wherever it applies (stream_applies:
+// unset): 2 or 5 run that version everywhere (8: v7 with the deep ring where it applies, else 5); 7 runs version 7 wherever it applies (stream_applies:
 // matvec_stream_applies) and the rule elsewhere; 6 is the rule without v7 and with v6 in v5's place. The rule, from
 // matvec_bench on one H200 (% of 4.30 TB/s at n = 1; v7's first cut, re-reading x through L1):
 //   4096 x 14336 (down): v5 66.1%, v7 95.0%     4096 x 7168 (down at TP=2): v5 61.1%, v7 66.7%
@@ -55,6 +55,7 @@ inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool 
 inline int choose_matvec_version(bool bf16_weight, int64_t n, int64_t rows, int64_t cols, bool stream_applies,
                                  int forced, int default_version) {
   if (forced == 2 || forced == 5) return forced;
+  if (forced == 8) return 8;  // v7 with the deep ring where it applies, else v5 (matvec() decides)
   if (stream_applies && (forced == 7 || (forced == 0 && n == 1 && cols >= 7168))) return 7;
   if (bf16_weight && n == 1 && rows >= 16384) return 2;
   return forced == 6 ? 6 : default_version;

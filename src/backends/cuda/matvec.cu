@@ -280,19 +280,20 @@ void launch_v2(const MatvecParams& p, cudaStream_t stream) {
 
 size_t matvec_scratch_bytes(DType wtype, int version, int n_tokens, int64_t n_in) {
   const bool quant = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1 || wtype == DType::Q4_K;
-  return (version == 5 || version == 6 || version == 7) && quant ? matvec_v5_scratch_bytes(n_tokens, n_in) : 0;
+  return (version >= 5) && quant ? matvec_v5_scratch_bytes(n_tokens, n_in) : 0;
 }
 
 void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n_tokens >= 1 && p.n_tokens <= kMatvecMaxTokens && p.w.rows >= 1 && p.w.cols >= 1);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 5 || p.version == 6 || p.version == 7);
-  if (p.version == 7 && matvec_stream_applies(wtype, p.n_tokens, p.w.rows, p.w.cols)) {
-    matvec_stream(wtype, p, stream);
+  FERRY_CUDA_REQUIRE(p.version == 2 || (p.version >= 5 && p.version <= 8));
+  const bool deep = p.version == 8;
+  if ((p.version == 7 || deep) && matvec_stream_applies(wtype, p.n_tokens, p.w.rows, p.w.cols, deep)) {
+    matvec_stream(wtype, p, deep, stream);
     return;
   }
-  if (p.version == 5 || p.version == 6 || p.version == 7) {
+  if (p.version >= 5) {
     FERRY_CUDA_REQUIRE(is_native_weight_type(wtype));
     matvec_v5(wtype, p, stream);
     return;

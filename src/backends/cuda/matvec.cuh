@@ -24,6 +24,8 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //  7: "streamed" (matvec_stream.cuh): BF16/F16 at 1..4 tokens with cols % 1024 == 0, each block's contiguous
 //     rows streamed through a shared-memory ring by cp.async.bulk, filled before the PDL wait; version 5
 //     wherever it does not apply.
+//  8: version 7 with a 192 KB ring instead of 112 KB (an experiment for matvec_bench; version 5 wherever it
+//     does not apply, e.g. the lm head, whose per-row partials no longer fit beside the ring).
 inline constexpr int kMatvecDefaultVersion = 5;
 
 struct MatvecParams {
@@ -32,7 +34,7 @@ struct MatvecParams {
   const float* bias;   // (n_out) f32 or null
   float* out;          // (n, n_out) f32
   int n_tokens;        // 1 <= n <= kMatvecMaxTokens
-  int version = kMatvecDefaultVersion;  // 2, 5, 6 or 7 (see above)
+  int version = kMatvecDefaultVersion;  // 2, 5, 6, 7 or 8 (see above)
   void* scratch = nullptr;  // versions 5/6, quantized weights: >= matvec_scratch_bytes() device bytes, 16-aligned
 };
 
@@ -48,7 +50,8 @@ size_t matvec_scratch_bytes(DType wtype, int version, int n_tokens, int64_t n_in
 // (tests: <= 1e-3); the quantized weight values still enter exactly.
 void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream);
 
-// Whether version 7 runs this weight type, token count and shape on the current device (else version 7 means 5).
-bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols);
+// Whether version 7 (deep: 8) runs this weight type, token count and shape on the current device (else
+// version 7 or 8 means 5).
+bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols, bool deep = false);
 
 }  // namespace ferry::cuda_ops

@@ -23,8 +23,11 @@ constexpr int kMaxStageRows = 8;                     // rows per stage at most (
 // fill its ring while this one drains) ran at 0.57-0.85x of this on every shape (matvec_bench, H200), most
 // likely from blocks doubling up on some SMs while others idled, and 3 instead of 4 stages of 14336 columns.
 constexpr int64_t kRingBytes = 112 * 1024;
-constexpr int kMaxStages = 8;
-constexpr int kBarrierBytes = 128;                   // full[kMaxStages], empty[kMaxStages] mbarriers
+// Version 8 (an experiment kept for matvec_bench): the same kernel with a ring near the 227 KB limit, to see
+// whether more bytes in flight per SM lift the 4096-column shapes (56-78% with 112 KB, against 95% at 14336).
+constexpr int64_t kDeepRingBytes = 192 * 1024;
+constexpr int kMaxStages = 16;
+constexpr int kBarrierBytes = 256;                   // full[kMaxStages], empty[kMaxStages] mbarriers
 
 // How version 7 cuts a weight of rows x cols (2-byte values) for grid blocks. Host and device agree on it.
 struct StreamPlan {
@@ -34,13 +37,13 @@ struct StreamPlan {
   int64_t max_rows;        // rows of the tallest block (the partials' height)
 };
 
-StreamPlan make_plan(int64_t rows, int64_t cols, int64_t grid) {
+StreamPlan make_plan(int64_t rows, int64_t cols, int64_t grid, bool deep) {
   StreamPlan p{};
   const int64_t row_bytes = cols * 2;
   p.rows_per_stage = kStageTarget / row_bytes > 1 ? kStageTarget / row_bytes : 1;
   if (p.rows_per_stage > kMaxStageRows) p.rows_per_stage = kMaxStageRows;
   const int64_t stage_bytes = p.rows_per_stage * row_bytes;
-  const int64_t fit = kRingBytes / stage_bytes;
+  const int64_t fit = (deep ? kDeepRingBytes : kRingBytes) / stage_bytes;
   p.stages = int(fit < kMaxStages ? fit : kMaxStages);
   p.segs_per_row = int(cols / kSegVals);
   p.max_rows = rows / grid + (rows % grid > 0 ? 1 : 0);
@@ -203,9 +206,9 @@ int segs_bucket(int64_t cols) {
 }
 
 template <class T, int kSegs>
-void launch_stream(const MatvecParams& p, int n_sms, cudaStream_t stream) {
+void launch_stream(const MatvecParams& p, int n_sms, bool deep, cudaStream_t stream) {
   const int64_t grid = stream_grid(p.w.rows, n_sms);
-  const StreamPlan plan = make_plan(p.w.rows, p.w.cols, grid);
+  const StreamPlan plan = make_plan(p.w.rows, p.w.cols, grid, deep);
   const size_t smem = stream_smem_bytes(plan, p.w.cols);
   const auto kernel = matvec_stream_kernel<T, kSegs>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -214,38 +217,39 @@ void launch_stream(const MatvecParams& p, int n_sms, cudaStream_t stream) {
 }
 
 template <class T>
-void launch_for_cols(const MatvecParams& p, int n_sms, cudaStream_t stream) {
+void launch_for_cols(const MatvecParams& p, int n_sms, bool deep, cudaStream_t stream) {
   switch (segs_bucket(p.w.cols)) {
-    case 1: launch_stream<T, 1>(p, n_sms, stream); break;
-    case 2: launch_stream<T, 2>(p, n_sms, stream); break;
-    case 4: launch_stream<T, 4>(p, n_sms, stream); break;
-    default: launch_stream<T, 8>(p, n_sms, stream); break;
+    case 1: launch_stream<T, 1>(p, n_sms, deep, stream); break;
+    case 2: launch_stream<T, 2>(p, n_sms, deep, stream); break;
+    case 4: launch_stream<T, 4>(p, n_sms, deep, stream); break;
+    default: launch_stream<T, 8>(p, n_sms, deep, stream); break;
   }
 }
 
 }  // namespace
 
-bool matvec_stream_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem) {
+bool matvec_stream_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem,
+                            bool deep) {
   if (wtype != DType::BF16 && wtype != DType::F16) return false;
   if (n_tokens != kStreamMaxTokens || rows < 1 || n_sms < 1) return false;
   if (cols < kStreamColAlign || cols % kStreamColAlign != 0 || cols > kStreamMaxCols) return false;
   const int64_t grid = stream_grid(rows, n_sms);
-  const StreamPlan plan = make_plan(rows, cols, grid);
+  const StreamPlan plan = make_plan(rows, cols, grid, deep);
   return plan.stages >= 2 && stream_smem_bytes(plan, cols) <= max_smem;
 }
 
-bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols) {
-  return matvec_stream_supports(wtype, n_tokens, rows, cols, device_sm_count(), device_max_smem());
+bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols, bool deep) {
+  return matvec_stream_supports(wtype, n_tokens, rows, cols, device_sm_count(), device_max_smem(), deep);
 }
 
-void matvec_stream(DType wtype, const MatvecParams& p, cudaStream_t stream) {
+void matvec_stream(DType wtype, const MatvecParams& p, bool deep, cudaStream_t stream) {
   const int n_sms = device_sm_count();
-  FERRY_CUDA_REQUIRE(matvec_stream_supports(wtype, p.n_tokens, p.w.rows, p.w.cols, n_sms, device_max_smem()));
+  FERRY_CUDA_REQUIRE(matvec_stream_supports(wtype, p.n_tokens, p.w.rows, p.w.cols, n_sms, device_max_smem(), deep));
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
   if (wtype == DType::BF16) {
-    launch_for_cols<__nv_bfloat16>(p, n_sms, stream);
+    launch_for_cols<__nv_bfloat16>(p, n_sms, deep, stream);
   } else {
-    launch_for_cols<__half>(p, n_sms, stream);
+    launch_for_cols<__half>(p, n_sms, deep, stream);
   }
 }
 

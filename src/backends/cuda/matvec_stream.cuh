@@ -32,9 +32,11 @@ inline constexpr int64_t kStreamMaxCols = 16384;   // 8 segments of x per warp i
 
 // Whether version 7 takes this weight type, token count and shape on a device with `max_smem` bytes of
 // opt-in shared memory per block (the per-row partials grow with rows / SMs).
-bool matvec_stream_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem);
+// deep: version 8's ring (192 KB instead of 112 KB).
+bool matvec_stream_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem,
+                            bool deep = false);
 
 // One launch on `stream` (capturable). Requires matvec_stream_supports.
-void matvec_stream(DType wtype, const MatvecParams& p, cudaStream_t stream);
+void matvec_stream(DType wtype, const MatvecParams& p, bool deep, cudaStream_t stream);
 
 }  // namespace ferry::cuda_ops
