@@ -410,11 +410,12 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
                                .scratch = scratch > 0 ? x_bf16_.data() : nullptr},
                      stream_);
   } else {
-    matmul_gemm(out, x, w, bias, path == cuda_ops::MatmulPath::HopperGemm);
+    matmul_gemm(out, x, w, bias, path);
   }
 }
 
-void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, bool hopper) {
+void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
+                              cuda_ops::MatmulPath path) {
   const int64_t n = x.rows(), n_in = x.cols(), n_out = w.rows();
   const uint16_t* wb = nullptr;
   if (w.dtype == DType::BF16) {
@@ -435,11 +436,9 @@ void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& 
                 "of 8, n even)", n_out, n_in);
     const cuda_ops::GemmTile fixed = cuda_ops::GemmTile::k128x128;
     sm90_gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in, stream_, &fixed);
-  } else if (hopper && sm90_fits) {
+  } else if (path == cuda_ops::MatmulPath::HopperGemm && sm90_fits) {
     sm90_gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in, stream_);
-  } else if (cuda_ops::choose_matmul_path(n, true, false, false, cuda_ops::skinny_gemm_supports(n, n_out, n_in),
-                                          n_out) == cuda_ops::MatmulPath::Skinny) {
-    // The path matmul() chose (bf16 weights are at hand here).
+  } else if (path == cuda_ops::MatmulPath::Skinny) {
     int sms = 0;
     FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options_.device_index));
     cuda_ops::skinny_gemm({.out = out.ptr<float>(), .x = static_cast<const uint16_t*>(x_bf16_.data()), .w = wb, .n = n,

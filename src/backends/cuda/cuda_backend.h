@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 
+#include "backends/cuda/matmul_dispatch.h"
 #include "ferry/sampling.h"
 #include "ops/backend.h"
 
@@ -113,8 +114,9 @@ class CudaBackend final : public Backend {
               std::span<const uint64_t> positions) override;
 
  private:
-  // hopper: ferry's Hopper GEMM (when it takes the shape), else cuBLASLt (matmul_dispatch.h decides).
-  void matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, bool hopper);
+  // The bf16 GEMM paths matmul() chose (matmul_dispatch.h): HopperGemm (when it takes the shape), Skinny, or
+  // cuBLASLt (Cublas, and HopperGemm for a shape it does not take).
+  void matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, cuda_ops::MatmulPath path);
   // Grows `buf` to at least `bytes` (contents are not kept); a reallocation makes captured graphs stale
   // (scratch_epoch_) and is an error while capturing.
   void ensure(DeviceBuffer& buf, size_t bytes);
