@@ -123,18 +123,22 @@ TEST_F(CudaMatvec, OddShapesAndTiles) {
   EXPECT_LE(run(DType::F16, 16, 9, 1000, false, 8), kTol);
 }
 
-// Version 7 (streamed, BF16/F16 at one token, cols % 256 == 0 up to 16384) where it applies: fewer rows than
-// SMs, a row count one past a multiple of the SM count (blocks of unequal height), rows longer than a 16 KB
-// stage (14336, 16384 columns), a segment count that does not divide among the 8 consumer warps (768, 7168
-// columns: 3 and 28 segments), bias on and off; and a call run twice is bit-identical (no atomics).
+// Version 7 (streamed, one token; BF16/F16 and Q8_0 with cols % 256 == 0, Q4_0 with cols % 512 == 0, up to
+// 16384 columns) where it applies: fewer rows than SMs, a row count one past a multiple of the SM count (blocks
+// of unequal height), rows longer than a 16 KB stage (14336, 16384 columns), segment counts that do not divide
+// among the 8 consumer warps (768 and 7168 columns: 3 and 28 half-precision / Q8_0 segments; Q4_0's 512-value
+// segments: 3072 and 14336 columns, 6 and 28), bias on and off; and a call run twice is bit-identical (no
+// atomics). run() also checks every other version on the same data.
 TEST_F(CudaMatvec, StreamedShapes) {
   struct Shape {
     int64_t n_out, n_in;
   };
   for (const Shape s : {Shape{1, 256}, Shape{5, 2048}, Shape{133, 1024}, Shape{1000, 3072}, Shape{4103, 2048},
                         Shape{300, 14336}, Shape{64, 16384}, Shape{17, 7168}, Shape{9, 768}}) {
-    for (const DType t : {DType::BF16, DType::F16}) {
-      ASSERT_TRUE(cuda_ops::matvec_stream_applies(t, 1, s.n_out, s.n_in)) << s.n_out << "x" << s.n_in;
+    for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
+      if (t == DType::Q4_0 && s.n_in % 512 != 0) continue;
+      ASSERT_TRUE(cuda_ops::matvec_stream_applies(t, 1, s.n_out, s.n_in)) << dtype_name(t) << " " << s.n_out << "x"
+                                                                          << s.n_in;
       for (const bool bias : {false, true}) {
         const double err = run(t, 1, s.n_out, s.n_in, bias, 91 + uint32_t(s.n_out));
         EXPECT_LE(err, kTol) << dtype_name(t) << " " << s.n_out << "x" << s.n_in << " bias " << bias;
@@ -144,26 +148,33 @@ TEST_F(CudaMatvec, StreamedShapes) {
   EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 576));    // cols not a multiple of 256
   EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 32768));  // x would not fit the registers
   EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 2, 64, 4096));   // more than one token
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 1, 64, 4096));   // not a half-precision weight
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q4_0, 1, 64, 768));    // Q4_0: cols not a multiple of 512
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 1, 64, 32768));  // x would not fit the registers
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 2, 64, 4096));   // more than one token
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q4_1, 1, 64, 4096));   // not a streamed weight type
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q4_K, 1, 64, 4096));
   // Deterministic: the same call twice gives the same bits.
   const int64_t rows = 2000, cols = 4096;
   const std::vector<float> f = random_floats(size_t(rows * cols), 5, 0.5f);
-  std::vector<uint8_t> w(size_t(rows) * row_bytes(DType::BF16, cols));
-  for (int64_t r = 0; r < rows; ++r)
-    quantize_row(DType::BF16, f.data() + r * cols, w.data() + size_t(r) * row_bytes(DType::BF16, cols), cols);
-  const Tensor gw = gpu_->prepare_weight(Tensor::make(DType::BF16, {rows, cols}, w.data()), keep_);
   const Tensor gx = upload(DType::F32, {1, cols}, random_floats(size_t(cols), 6));
-  std::vector<std::vector<float>> got;
-  for (int i = 0; i < 2; ++i) {
-    const Tensor o = poisoned({1, rows});
-    gpu_->synchronize();
-    cuda_ops::matvec(DType::BF16, {.w = {static_cast<const uint8_t*>(gw.data), rows, cols, 0}, .x = gx.ptr<float>(),
-                                   .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1, .version = 7},
-                     nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    got.push_back(download(o));
+  for (const DType t : {DType::BF16, DType::Q8_0, DType::Q4_0}) {
+    std::vector<uint8_t> w(size_t(rows) * row_bytes(t, cols));
+    for (int64_t r = 0; r < rows; ++r)
+      quantize_row(t, f.data() + r * cols, w.data() + size_t(r) * row_bytes(t, cols), cols);
+    const Tensor gw = gpu_->prepare_weight(Tensor::make(t, {rows, cols}, w.data()), keep_);
+    const size_t scales = t == DType::BF16 ? 0 : cuda_ops::scales_offset(t, rows, cols);
+    std::vector<std::vector<float>> got;
+    for (int i = 0; i < 2; ++i) {
+      const Tensor o = poisoned({1, rows});
+      gpu_->synchronize();
+      cuda_ops::matvec(t, {.w = {static_cast<const uint8_t*>(gw.data), rows, cols, scales}, .x = gx.ptr<float>(),
+                           .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1, .version = 7},
+                       nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      got.push_back(download(o));
+    }
+    EXPECT_EQ(got[0], got[1]) << dtype_name(t);
   }
-  EXPECT_EQ(got[0], got[1]);
 }
 
 // Few rows and many columns (version 5 splits K among the warps of a block there), including a last slice

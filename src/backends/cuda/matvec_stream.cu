@@ -9,59 +9,28 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/hopper.cuh"
 #include "backends/cuda/matvec.cuh"
+#include "backends/cuda/matvec_stream_plan.cuh"
 #include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
 
-constexpr int kConsumerWarps = 8;
-constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + one producer warp
-constexpr int kSegVals = 256;                        // one warp-wide 16-byte load: 32 lanes x 8 values
-constexpr int64_t kStageTarget = 16384;              // bytes a stage aims at (whole rows, at least one)
-constexpr int kMaxStageRows = 8;                     // rows per stage at most (each gets its own accumulators)
-// Ring budget, one block per SM. A 100 KB ring with two blocks allowed per SM (so that the next matvec could
-// fill its ring while this one drains) ran at 0.57-0.85x of this on every shape (matvec_bench, H200), most
-// likely from blocks doubling up on some SMs while others idled, and 3 instead of 4 stages of 14336 columns.
-constexpr int64_t kRingBytes = 112 * 1024;
-// Version 8 (an experiment kept for matvec_bench): the same kernel with a ring near the 227 KB limit, to see
-// whether more bytes in flight per SM lift the 4096-column shapes (56-78% with 112 KB, against 95% at 14336).
-constexpr int64_t kDeepRingBytes = 192 * 1024;
-constexpr int kMaxStages = 16;
-constexpr int kBarrierBytes = 256;                   // full[kMaxStages], empty[kMaxStages] mbarriers
+using v7::bulk_load;
+using v7::kBarrierBytes;
+using v7::kConsumerWarps;
+using v7::kMaxStages;
+using v7::kThreads;
+using v7::StreamPlan;
 
-// How version 7 cuts a weight of rows x cols (2-byte values) for grid blocks. Host and device agree on it.
-struct StreamPlan {
-  int64_t rows_per_stage;  // whole rows per ring stage
-  int stages;              // ring depth
-  int segs_per_row;        // cols / 256
-  int64_t max_rows;        // rows of the tallest block (the partials' height)
-};
+constexpr int kSegVals = 256;  // one warp-wide 16-byte load: 32 lanes x 8 values
 
-StreamPlan make_plan(int64_t rows, int64_t cols, int64_t grid, bool deep) {
-  StreamPlan p{};
-  const int64_t row_bytes = cols * 2;
-  p.rows_per_stage = kStageTarget / row_bytes > 1 ? kStageTarget / row_bytes : 1;
-  if (p.rows_per_stage > kMaxStageRows) p.rows_per_stage = kMaxStageRows;
-  const int64_t stage_bytes = p.rows_per_stage * row_bytes;
-  const int64_t fit = (deep ? kDeepRingBytes : kRingBytes) / stage_bytes;
-  p.stages = int(fit < kMaxStages ? fit : kMaxStages);
-  p.segs_per_row = int(cols / kSegVals);
-  p.max_rows = rows / grid + (rows % grid > 0 ? 1 : 0);
-  return p;
+StreamPlan make_half_plan(int64_t rows, int64_t cols, int64_t grid, bool deep) {
+  return v7::make_plan(rows, cols * 2, int(cols / kSegVals), grid, deep);
 }
 
 size_t stream_smem_bytes(const StreamPlan& p, int64_t cols) {
   return size_t(kBarrierBytes) + size_t(p.stages) * size_t(p.rows_per_stage * cols * 2) +
          size_t(kConsumerWarps) * size_t(p.max_rows) * sizeof(float);
-}
-
-// One 1-D bulk copy global -> shared completing `bar`'s transaction count (bytes % 16 == 0, both 16-aligned).
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          sm90::smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(sm90::smem_addr(bar))
-      : "memory");
 }
 
 // Dot of 8 weights (one 16-byte chunk) with 8 activations, into two accumulators (shorter FMA chains).
@@ -173,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
     __syncwarp();
     if (lane == 0) sm90::mbar_arrive(&empty[s]);
   }
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerWarps * 32) : "memory");  // consumers only
+  v7::consumers_sync();
 
   for (int64_t r = threadIdx.x; r < n_rows; r += kConsumerWarps * 32) {
     float sum = 0.0f;
@@ -183,22 +152,6 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
   }
 }
 
-int device_sm_count() {
-  int dev = 0, n = 0;
-  FERRY_CUDA_CHECK(cudaGetDevice(&dev));
-  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
-}
-
-size_t device_max_smem() {
-  int dev = 0, n = 0;
-  FERRY_CUDA_CHECK(cudaGetDevice(&dev));
-  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return size_t(n);
-}
-
-int64_t stream_grid(int64_t rows, int n_sms) { return rows < n_sms ? rows : n_sms; }
-
 // Segments per warp per row, rounded up to the kernel instance: 1, 2, 4 or 8 (cols up to 16384).
 int segs_bucket(int64_t cols) {
   const int64_t segs = (cols / kSegVals + kConsumerWarps - 1) / kConsumerWarps;
@@ -207,8 +160,8 @@ int segs_bucket(int64_t cols) {
 
 template <class T, int kSegs>
 void launch_stream(const MatvecParams& p, int n_sms, bool deep, cudaStream_t stream) {
-  const int64_t grid = stream_grid(p.w.rows, n_sms);
-  const StreamPlan plan = make_plan(p.w.rows, p.w.cols, grid, deep);
+  const int64_t grid = v7::stream_grid(p.w.rows, n_sms);
+  const StreamPlan plan = make_half_plan(p.w.rows, p.w.cols, grid, deep);
   const size_t smem = stream_smem_bytes(plan, p.w.cols);
   const auto kernel = matvec_stream_kernel<T, kSegs>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -230,23 +183,29 @@ void launch_for_cols(const MatvecParams& p, int n_sms, bool deep, cudaStream_t s
 
 bool matvec_stream_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem,
                             bool deep) {
-  if (wtype != DType::BF16 && wtype != DType::F16) return false;
   if (n_tokens != kStreamMaxTokens || rows < 1 || n_sms < 1) return false;
+  if (wtype == DType::Q8_0 || wtype == DType::Q4_0)
+    return v7::quant_stream_supports(wtype, rows, cols, n_sms, max_smem, deep);
+  if (wtype != DType::BF16 && wtype != DType::F16) return false;
   if (cols < kStreamColAlign || cols % kStreamColAlign != 0 || cols > kStreamMaxCols) return false;
-  const int64_t grid = stream_grid(rows, n_sms);
-  const StreamPlan plan = make_plan(rows, cols, grid, deep);
+  const int64_t grid = v7::stream_grid(rows, n_sms);
+  const StreamPlan plan = make_half_plan(rows, cols, grid, deep);
   return plan.stages >= 2 && stream_smem_bytes(plan, cols) <= max_smem;
 }
 
 bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols, bool deep) {
-  return matvec_stream_supports(wtype, n_tokens, rows, cols, device_sm_count(), device_max_smem(), deep);
+  return matvec_stream_supports(wtype, n_tokens, rows, cols, v7::device_sm_count(), v7::device_max_smem(),
+                                deep);
 }
 
 void matvec_stream(DType wtype, const MatvecParams& p, bool deep, cudaStream_t stream) {
-  const int n_sms = device_sm_count();
-  FERRY_CUDA_REQUIRE(matvec_stream_supports(wtype, p.n_tokens, p.w.rows, p.w.cols, n_sms, device_max_smem(), deep));
+  const int n_sms = v7::device_sm_count();
+  FERRY_CUDA_REQUIRE(
+      matvec_stream_supports(wtype, p.n_tokens, p.w.rows, p.w.cols, n_sms, v7::device_max_smem(), deep));
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  if (wtype == DType::BF16) {
+  if (wtype == DType::Q8_0 || wtype == DType::Q4_0) {
+    v7::quant_stream_launch(wtype, p, n_sms, deep, stream);
+  } else if (wtype == DType::BF16) {
     launch_for_cols<__nv_bfloat16>(p, n_sms, deep, stream);
   } else {
     launch_for_cols<__half>(p, n_sms, deep, stream);

@@ -1,5 +1,8 @@
-// Matvec version 7, "streamed": out (1, rows) = x (1, cols) . w (rows, cols)^T for BF16/F16 weights at one
-// token (batch-1 decode), built to read the weight at the copy bandwidth whatever its shape.
+// Matvec version 7, "streamed": out (1, rows) = x (1, cols) . w (rows, cols)^T for BF16/F16, Q8_0 and Q4_0
+// weights at one token (batch-1 decode), built to read the weight at the copy bandwidth whatever its shape.
+// Files: matvec_stream.cu (BF16/F16, the public entry points), matvec_stream_quant.cu (Q8_0/Q4_0: two bulk
+// copies per stage, quants and scales; version 2's exact math; see its header), matvec_stream_plan.cuh (the
+// ring plan and helpers both share).
 //  - Each block (one per SM) owns a contiguous run of whole rows, so its part of the row-major weight is ONE
 //    contiguous byte range; a producer warp streams it into a ring of shared-memory stages (whole rows, ~16 KB,
 //    up to 112 KB of ring, one block per SM) with cp.async.bulk, completion on mbarriers.
@@ -27,8 +30,10 @@ namespace ferry::cuda_ops {
 struct MatvecParams;
 
 inline constexpr int kStreamMaxTokens = 1;         // one token: x lives in registers
-inline constexpr int64_t kStreamColAlign = 256;    // one warp-wide 16-byte load of 8 values per lane
-inline constexpr int64_t kStreamMaxCols = 16384;   // 8 segments of x per warp in registers (64 floats per lane)
+// Columns: BF16/F16 and Q8_0 a multiple of 256, Q4_0 of 512 (one warp-wide load: 16 bytes of 8 half values,
+// 8 bytes of 8 Q8_0 / 16 Q4_0 values per lane), up to 16384 (64 activations per lane in registers).
+inline constexpr int64_t kStreamColAlign = 256;
+inline constexpr int64_t kStreamMaxCols = 16384;
 
 // Whether version 7 takes this weight type, token count and shape on a device with `max_smem` bytes of
 // opt-in shared memory per block (the per-row partials grow with rows / SMs).

@@ -1,0 +1,97 @@
+// Matvec version 7 internals shared by the half-precision kernel (matvec_stream.cu) and the Q8_0/Q4_0 kernel
+// (matvec_stream_quant.cu): the ring budget, how a weight is cut into ring stages, the bulk copy, the device
+// queries. Design: matvec_stream.cuh.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/hopper.cuh"
+#include "backends/cuda/matvec.cuh"
+
+namespace ferry::cuda_ops::v7 {
+
+inline constexpr int kConsumerWarps = 8;
+inline constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + one producer warp
+inline constexpr int64_t kStageTarget = 16384;              // bytes a stage aims at (whole rows, at least one)
+inline constexpr int kMaxStageRows = 8;                     // rows per stage at most
+// Ring budget, one block per SM. A 100 KB ring with two blocks allowed per SM (so that the next matvec could
+// fill its ring while this one drains) ran at 0.57-0.85x of this on every shape (matvec_bench, H200), most
+// likely from blocks doubling up on some SMs while others idled, and 3 instead of 4 stages of 14336 columns.
+inline constexpr int64_t kRingBytes = 112 * 1024;
+// Version 8 (an experiment kept for matvec_bench): the same kernel with a ring near the 227 KB limit, to see
+// whether more bytes in flight per SM lift the 4096-column shapes (56-78% with 112 KB, against 95% at 14336).
+inline constexpr int64_t kDeepRingBytes = 192 * 1024;
+inline constexpr int kMaxStages = 16;
+inline constexpr int kBarrierBytes = 256;  // full[kMaxStages], empty[kMaxStages] mbarriers
+
+// How version 7 cuts a weight of rows whole rows of row_bytes bytes for grid blocks. Host and device agree.
+struct StreamPlan {
+  int64_t rows_per_stage;  // whole rows per ring stage
+  int stages;              // ring depth
+  int segs_per_row;        // column segments per row (a segment = one warp-wide load of the row)
+  int64_t max_rows;        // rows of the tallest block (the partials' height)
+};
+
+inline StreamPlan make_plan(int64_t rows, int64_t row_bytes, int segs_per_row, int64_t grid, bool deep) {
+  StreamPlan p{};
+  p.rows_per_stage = kStageTarget / row_bytes > 1 ? kStageTarget / row_bytes : 1;
+  if (p.rows_per_stage > kMaxStageRows) p.rows_per_stage = kMaxStageRows;
+  const int64_t stage_bytes = p.rows_per_stage * row_bytes;
+  const int64_t fit = (deep ? kDeepRingBytes : kRingBytes) / stage_bytes;
+  p.stages = int(fit < kMaxStages ? fit : kMaxStages);
+  p.segs_per_row = segs_per_row;
+  p.max_rows = rows / grid + (rows % grid > 0 ? 1 : 0);
+  return p;
+}
+
+// One block per SM, or one per row when there are fewer rows than SMs.
+inline int64_t stream_grid(int64_t rows, int n_sms) { return rows < n_sms ? rows : n_sms; }
+
+// Block b of grid owns rows [first, first + count): rows / grid each, the first rows % grid blocks one more.
+struct BlockRows {
+  int64_t first, count;
+};
+__host__ __device__ inline BlockRows block_rows(int64_t rows, int64_t grid, int64_t b) {
+  const int64_t per = rows / grid, extra = rows % grid;
+  return {b * per + (b < extra ? b : extra), per + (b < extra ? 1 : 0)};
+}
+
+// One 1-D bulk copy global -> shared completing `bar`'s transaction count (bytes % 16 == 0, both 16-aligned).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          sm90::smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(sm90::smem_addr(bar))
+      : "memory");
+}
+
+// Consumers only (the producer warp has returned): named barrier 1 over the 8 consumer warps.
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerWarps * 32) : "memory");
+}
+
+inline int device_sm_count() {
+  int dev = 0, n = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&dev));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+inline size_t device_max_smem() {
+  int dev = 0, n = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&dev));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return size_t(n);
+}
+
+// The Q8_0/Q4_0 kernel (matvec_stream_quant.cu).
+// Whether it takes a weight of `wtype` (Q8_0 or Q4_0) of rows x cols (the column rule, the ring, the shared
+// memory); and one launch (requires quant_stream_supports).
+bool quant_stream_supports(DType wtype, int64_t rows, int64_t cols, int n_sms, size_t max_smem, bool deep);
+void quant_stream_launch(DType wtype, const MatvecParams& p, int n_sms, bool deep, cudaStream_t stream);
+
+}  // namespace ferry::cuda_ops::v7
