@@ -384,11 +384,9 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
                                                                  w.rows());
   const int mv_version =
       path == cuda_ops::MatmulPath::Matvec
-          ? cuda_ops::choose_matvec_version(w.dtype == DType::BF16, n, w.rows(), w.cols(),
-                                            // v7 for Q8_0/Q4_0 only when forced (FERRY_CUDA_MATVEC=7): not yet measured
-                                            (options_.matvec_version == 7 || w.dtype == DType::BF16 ||
-                                             w.dtype == DType::F16) &&
-                                                cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols()),
+          ? cuda_ops::choose_matvec_version(w.dtype == DType::BF16, w.dtype == DType::BF16 || w.dtype == DType::F16,
+                                            n, w.rows(), w.cols(),
+                                            cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols()),
                                             options_.matvec_version, cuda_ops::kMatvecDefaultVersion)
           : 0;
   const auto path_name = [&]() -> std::string {

@@ -52,11 +52,12 @@ inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool 
 // -> v7 for BF16/F16 at n = 1 from 7168 columns (where it applies); else v2 for BF16 at n = 1 from 16384
 // rows (v5 falls far below v2 once a block owns many row groups); v5 otherwise (quantized types: v5 leads at
 // every shape, e.g. Q4_0 128256 x 4096 66.3% vs 51.8%).
-inline int choose_matvec_version(bool bf16_weight, int64_t n, int64_t rows, int64_t cols, bool stream_applies,
-                                 int forced, int default_version) {
+// half_weight: BF16 or F16 (version 7 for Q8_0/Q4_0 runs only when forced: not yet measured on a GPU).
+inline int choose_matvec_version(bool bf16_weight, bool half_weight, int64_t n, int64_t rows, int64_t cols,
+                                 bool stream_applies, int forced, int default_version) {
   if (forced == 2 || forced == 5) return forced;
   if (forced == 8) return 8;  // v7 with the deep ring where it applies, else v5 (matvec() decides)
-  if (stream_applies && (forced == 7 || (forced == 0 && n == 1 && cols >= 7168))) return 7;
+  if (stream_applies && (forced == 7 || (forced == 0 && half_weight && n == 1 && cols >= 7168))) return 7;
   if (bf16_weight && n == 1 && rows >= 16384) return 2;
   return forced == 6 ? 6 : default_version;
 }

@@ -21,9 +21,9 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //  6: version 5 with an L2 bulk prefetch of each warp's next item for BF16/F16 weights at 1..16 tokens on the
 //     CUDA-core path (other types and BF16 tensor-core shapes run version 5 as is). Compiled, not yet measured:
 //     selectable (FERRY_CUDA_MATVEC=6) and in matvec_bench for the comparison.
-//  7: "streamed" (matvec_stream.cuh): BF16/F16 at 1..4 tokens with cols % 1024 == 0, each block's contiguous
-//     rows streamed through a shared-memory ring by cp.async.bulk, filled before the PDL wait; version 5
-//     wherever it does not apply.
+//  7: "streamed" (matvec_stream.cuh): one token; BF16/F16/Q8_0 with columns a multiple of 256, Q4_0 of 512, up
+//     to 16384; each block's contiguous rows streamed through a shared-memory ring by cp.async.bulk, filled
+//     before the PDL wait; version 5 wherever it does not apply.
 //  8: version 7 with a 192 KB ring instead of 112 KB (an experiment for matvec_bench; version 5 wherever it
 //     does not apply, e.g. the lm head, whose per-row partials no longer fit beside the ring).
 inline constexpr int kMatvecDefaultVersion = 5;
