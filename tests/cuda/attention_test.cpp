@@ -29,27 +29,9 @@
 namespace ferry::test {
 namespace {
 
-// float -> bf16 bits, round to nearest even (no NaNs here), and back.
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-float from_bf16(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
-  std::vector<uint16_t> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = to_bf16(v[i]);
-  return r;
-}
 std::vector<float> bf16_round(const std::vector<float>& v) {
   std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = from_bf16(to_bf16(v[i]));
+  for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(v[i]));
   return r;
 }
 
@@ -64,7 +46,7 @@ class CudaAttention : public CudaOpsTest {
     std::vector<uint16_t> b(size_t(t.numel()));
     gpu_->copy_to_host(b.data(), t, b.size() * 2);
     std::vector<float> f(b.size());
-    for (size_t i = 0; i < b.size(); ++i) f[i] = from_bf16(b[i]);
+    for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
     return f;
   }
 
@@ -161,8 +143,8 @@ class CudaAttention : public CudaOpsTest {
     const float scale = 1.0f / std::sqrt(float(D));
 
     ASSERT_EQ(gpu_->kv_dtype(), DType::BF16);
-    const Tensor gkc = upload(DType::BF16, {n_blocks, bs, KVH, D}, to_bf16(kc));
-    const Tensor gvc = upload(DType::BF16, {n_blocks, bs, KVH, D}, to_bf16(vc));
+    const Tensor gkc = upload(DType::BF16, {n_blocks, bs, KVH, D}, to_bf16_bits(kc));
+    const Tensor gvc = upload(DType::BF16, {n_blocks, bs, KVH, D}, to_bf16_bits(vc));
     AttentionMeta gm;
     gm.n_seqs = n_seqs;
     gm.block_size = int32_t(bs);
@@ -324,8 +306,8 @@ TEST_F(CudaAttention, DecodeKernelsFixedPlanBatchInvariant) {
   for (int32_t i = 0; i < 40; ++i) seqs.emplace_back(1, 1 + (i * 397 + 1500) % 2500);
   test::PagedLayout L = test::make_paged_layout(bs, seqs, 90);
   const int64_t cache_n = L.n_blocks * bs * KVH * D;
-  const Tensor gkc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16(random_floats(size_t(cache_n), 91)));
-  const Tensor gvc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16(random_floats(size_t(cache_n), 92)));
+  const Tensor gkc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16_bits(random_floats(size_t(cache_n), 91)));
+  const Tensor gvc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16_bits(random_floats(size_t(cache_n), 92)));
   const Tensor gq = upload(DType::F32, {L.n_tokens, H, D}, random_floats(size_t(L.n_tokens * H * D), 93));
   const int32_t n_seqs = int32_t(seqs.size());
   AttentionMeta gm;

@@ -15,9 +15,20 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
+#include "core/fp16.h"
 #include "fixtures/numeric.h"
 
+// ASSERT_CUDA_OK(cudaMemcpy(...)): the call returned cudaSuccess (the call's text in the failure message).
+#define ASSERT_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
 namespace ferry::test {
+
+// Every value rounded to bf16 (round to nearest even: core/fp16.h) as bits.
+inline std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = f32_to_bf16(v[i]);
+  return r;
+}
 
 class CudaOpsTest : public ::testing::Test {
  protected:

@@ -10,7 +10,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstring>
 #include <string>
 
 #include "backends/cuda/gemm_sm90.cuh"
@@ -20,20 +19,7 @@
 namespace ferry::test {
 namespace {
 
-uint16_t to_bf16(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
-float from_bf16(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
-#define CK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 class Sm90GemmTest : public ::testing::Test {
  protected:
@@ -47,14 +33,14 @@ class Sm90GemmTest : public ::testing::Test {
   void check(int64_t m, int64_t n, int64_t k, const cuda_ops::GemmTile* tile, uint32_t seed) {
     const std::vector<float> xf = random_floats(size_t(m * k), seed), wf = random_floats(size_t(n * k), seed + 1);
     std::vector<uint16_t> xb(xf.size()), wb(wf.size());
-    for (size_t i = 0; i < xf.size(); ++i) xb[i] = to_bf16(xf[i]);
-    for (size_t i = 0; i < wf.size(); ++i) wb[i] = to_bf16(wf[i]);
+    for (size_t i = 0; i < xf.size(); ++i) xb[i] = f32_to_bf16(xf[i]);
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
     std::vector<float> ref(size_t(m * n));
     std::vector<double> wd(wb.size());
-    for (size_t i = 0; i < wb.size(); ++i) wd[i] = from_bf16(wb[i]);
+    for (size_t i = 0; i < wb.size(); ++i) wd[i] = bf16_to_f32(wb[i]);
     std::vector<double> xr(static_cast<size_t>(k));
     for (int64_t r = 0; r < m; ++r) {
-      for (int64_t i = 0; i < k; ++i) xr[size_t(i)] = from_bf16(xb[size_t(r * k + i)]);
+      for (int64_t i = 0; i < k; ++i) xr[size_t(i)] = bf16_to_f32(xb[size_t(r * k + i)]);
       for (int64_t c = 0; c < n; ++c) {
         const double* wr = wd.data() + c * k;
         double s = 0;
@@ -64,19 +50,19 @@ class Sm90GemmTest : public ::testing::Test {
     }
     uint16_t *dx = nullptr, *dw = nullptr;
     float* dout = nullptr;
-    CK(cudaMalloc(&dx, xb.size() * 2));
-    CK(cudaMalloc(&dw, wb.size() * 2));
-    CK(cudaMalloc(&dout, ref.size() * 4));
-    CK(cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dw, wb.data(), wb.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemset(dout, 0xFF, ref.size() * 4));  // NaN
+    ASSERT_CUDA_OK(cudaMalloc(&dx, xb.size() * 2));
+    ASSERT_CUDA_OK(cudaMalloc(&dw, wb.size() * 2));
+    ASSERT_CUDA_OK(cudaMalloc(&dout, ref.size() * 4));
+    ASSERT_CUDA_OK(cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+    ASSERT_CUDA_OK(cudaMemcpy(dw, wb.data(), wb.size() * 2, cudaMemcpyHostToDevice));
+    ASSERT_CUDA_OK(cudaMemset(dout, 0xFF, ref.size() * 4));  // NaN
     gemm_->run(dout, dx, dw, m, n, k, nullptr, tile);
-    CK(cudaDeviceSynchronize());
+    ASSERT_CUDA_OK(cudaDeviceSynchronize());
     std::vector<float> got(ref.size());
-    CK(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost));
-    CK(cudaFree(dx));
-    CK(cudaFree(dw));
-    CK(cudaFree(dout));
+    ASSERT_CUDA_OK(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA_OK(cudaFree(dx));
+    ASSERT_CUDA_OK(cudaFree(dw));
+    ASSERT_CUDA_OK(cudaFree(dout));
     const double err = rel_l2(got, ref);
     const std::string what = "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
                              (tile == nullptr                             ? " auto"

@@ -21,20 +21,7 @@
 namespace ferry::test {
 namespace {
 
-uint16_t to_bf16(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
-float from_bf16(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
-#define CK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 class SkinnyGemmTest : public ::testing::Test {
  protected:
@@ -50,11 +37,11 @@ class SkinnyGemmTest : public ::testing::Test {
   void check(int64_t n, int64_t rows, int64_t k, const cuda_ops::SkinnyTile* tile, int splits, uint32_t seed) {
     const std::vector<float> xf = random_floats(size_t(n * k), seed), wf = random_floats(size_t(rows * k), seed + 1);
     std::vector<uint16_t> xb(xf.size()), wb(wf.size());
-    for (size_t i = 0; i < xf.size(); ++i) xb[i] = to_bf16(xf[i]);
-    for (size_t i = 0; i < wf.size(); ++i) wb[i] = to_bf16(wf[i]);
+    for (size_t i = 0; i < xf.size(); ++i) xb[i] = f32_to_bf16(xf[i]);
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
     std::vector<double> xd(xb.size()), wd(wb.size());
-    for (size_t i = 0; i < xb.size(); ++i) xd[i] = from_bf16(xb[i]);
-    for (size_t i = 0; i < wb.size(); ++i) wd[i] = from_bf16(wb[i]);
+    for (size_t i = 0; i < xb.size(); ++i) xd[i] = bf16_to_f32(xb[i]);
+    for (size_t i = 0; i < wb.size(); ++i) wd[i] = bf16_to_f32(wb[i]);
     std::vector<float> ref(size_t(n * rows));
     for (int64_t t = 0; t < n; ++t) {
       const double* xr = xd.data() + t * k;
@@ -68,27 +55,27 @@ class SkinnyGemmTest : public ::testing::Test {
     uint16_t *dx = nullptr, *dw = nullptr;
     float* dout = nullptr;
     const size_t out_elems = size_t((n + 1) * rows);  // one guard row past the output
-    CK(cudaMalloc(&dx, xb.size() * 2));
-    CK(cudaMalloc(&dw, wb.size() * 2));
-    CK(cudaMalloc(&dout, out_elems * 4));
-    CK(cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dw, wb.data(), wb.size() * 2, cudaMemcpyHostToDevice));
+    ASSERT_CUDA_OK(cudaMalloc(&dx, xb.size() * 2));
+    ASSERT_CUDA_OK(cudaMalloc(&dw, wb.size() * 2));
+    ASSERT_CUDA_OK(cudaMalloc(&dout, out_elems * 4));
+    ASSERT_CUDA_OK(cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+    ASSERT_CUDA_OK(cudaMemcpy(dw, wb.data(), wb.size() * 2, cudaMemcpyHostToDevice));
     const cuda_ops::SkinnyPlan plan = cuda_ops::make_skinny_plan(n, rows, k, num_sms_, tile, splits);
     const cuda_ops::SkinnyGemmParams p{.out = dout, .x = dx, .w = dw, .n = n, .rows = rows, .k = k};
     std::vector<float> got[2];
     cudaStream_t stream = nullptr;
-    CK(cudaStreamCreate(&stream));
+    ASSERT_CUDA_OK(cudaStreamCreate(&stream));
     for (int run = 0; run < 2; ++run) {  // run 0 on the legacy stream (no PDL), run 1 on a stream (PDL)
-      CK(cudaMemset(dout, 0xFF, out_elems * 4));  // NaN
+      ASSERT_CUDA_OK(cudaMemset(dout, 0xFF, out_elems * 4));  // NaN
       cuda_ops::skinny_gemm(p, plan, run == 0 ? nullptr : stream);
-      CK(cudaDeviceSynchronize());
+      ASSERT_CUDA_OK(cudaDeviceSynchronize());
       got[run].resize(out_elems);
-      CK(cudaMemcpy(got[run].data(), dout, out_elems * 4, cudaMemcpyDeviceToHost));
+      ASSERT_CUDA_OK(cudaMemcpy(got[run].data(), dout, out_elems * 4, cudaMemcpyDeviceToHost));
     }
-    CK(cudaStreamDestroy(stream));
-    CK(cudaFree(dx));
-    CK(cudaFree(dw));
-    CK(cudaFree(dout));
+    ASSERT_CUDA_OK(cudaStreamDestroy(stream));
+    ASSERT_CUDA_OK(cudaFree(dx));
+    ASSERT_CUDA_OK(cudaFree(dw));
+    ASSERT_CUDA_OK(cudaFree(dout));
     const std::string what = "n=" + std::to_string(n) + " " + std::to_string(rows) + "x" + std::to_string(k) +
                              (plan.tile == cuda_ops::SkinnyTile::k128 ? " tile128" : " tile256") +
                              " splits=" + std::to_string(plan.splits) + (tile == nullptr && splits == 0 ? " (plan)" : "");
@@ -155,7 +142,7 @@ TEST_F(SkinnyBackendMatmul, Bf16WeightsAgainstCpu) {
   const int64_t n_out = 1000, n_in = 2048;
   const std::vector<float> f = random_floats(size_t(n_out * n_in), 21, 0.5f);
   std::vector<uint16_t> wq(f.size());
-  for (size_t i = 0; i < f.size(); ++i) wq[i] = to_bf16(f[i]);
+  for (size_t i = 0; i < f.size(); ++i) wq[i] = f32_to_bf16(f[i]);
   const Tensor hw = Tensor::make(DType::BF16, {n_out, n_in}, wq.data());
   const Tensor gw = gpu_->prepare_weight(hw, keep_);
   const std::vector<float> b = random_floats(size_t(n_out), 22);
