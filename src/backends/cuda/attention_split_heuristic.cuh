@@ -69,6 +69,12 @@ inline int32_t mma_default_stages(int64_t head_dim) {
   return head_dim == 64 ? DecodeSplitLimits::kMmaStages64 : DecodeSplitLimits::kMmaStages128;
 }
 
+// Query heads of one GQA group a block takes: the tensor-core kernel's tile rows (mma_rows), else 1, 2, 4 or 8.
+inline int32_t rows_per_block(DecodeKernel kernel, int64_t group) {
+  if (kernel == DecodeKernel::kTensorCores) return int32_t(mma_rows(group));
+  return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+}
+
 // group = n_heads / n_kv_heads; max_kv = max_blocks_per_seq * block_size; head_dim picks the tensor-core
 // kernel's ring depth.
 inline DecodeSplitPlan plan_decode_split(int64_t n_seqs, int64_t n_kv_heads, int64_t group, int64_t max_kv,
@@ -77,11 +83,7 @@ inline DecodeSplitPlan plan_decode_split(int64_t n_seqs, int64_t n_kv_heads, int
   using L = DecodeSplitLimits;
   DecodeSplitPlan plan{};
   plan.kernel = kernel;
-  plan.rows = kernel == DecodeKernel::kTensorCores ? mma_rows(group)
-              : group <= 1                         ? 1
-              : group <= 2                         ? 2
-              : group <= 4                         ? 4
-                                                   : 8;
+  plan.rows = rows_per_block(kernel, group);
   plan.n_row_groups = int32_t((group + plan.rows - 1) / plan.rows);
   max_kv = std::max<int64_t>(1, max_kv);
   const int64_t units = std::max<int64_t>(1, n_seqs * n_kv_heads * plan.n_row_groups);
@@ -112,11 +114,7 @@ inline DecodeSplitPlan plan_decode_split_fixed(int64_t group, int64_t max_kv,
                                                DecodeKernel kernel = DecodeKernel::kCudaCores, int64_t head_dim = 128) {
   DecodeSplitPlan plan{};
   plan.kernel = kernel;
-  plan.rows = kernel == DecodeKernel::kTensorCores ? mma_rows(group)
-              : group <= 1                         ? 1
-              : group <= 2                         ? 2
-              : group <= 4                         ? 4
-                                                   : 8;
+  plan.rows = rows_per_block(kernel, group);
   plan.n_row_groups = int32_t((group + plan.rows - 1) / plan.rows);
   plan.chunk = int32_t(kFixedChunk);
   plan.stages = kernel == DecodeKernel::kTensorCores ? mma_default_stages(head_dim)
