@@ -15,7 +15,10 @@
 namespace ferry::cuda_ops {
 namespace {
 
+using v7::block_rows;
+using v7::BlockRows;
 using v7::bulk_load;
+using v7::init_ring_barriers;
 using v7::kBarrierBytes;
 using v7::kConsumerWarps;
 using v7::kMaxStages;
@@ -69,18 +72,11 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
   float* part = reinterpret_cast<float*>(ring + size_t(plan.stages) * size_t(stage_vals));  // (warps, max_rows)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.x, per = p.w.rows / grid, extra = p.w.rows % grid;
-  const int64_t r0 = b * per + (b < extra ? b : extra);
-  const int64_t n_rows = per + (b < extra ? 1 : 0);
+  const BlockRows br = block_rows(p.w.rows, grid, blockIdx.x);
+  const int64_t r0 = br.first, n_rows = br.count;
   const int64_t n_stage = (n_rows + plan.rows_per_stage - 1) / plan.rows_per_stage;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < plan.stages; ++s) {
-      sm90::mbar_init(&full[s], 1);
-      sm90::mbar_init(&empty[s], kConsumerWarps);
-    }
-    sm90::fence_barrier_init();
-  }
+  if (threadIdx.x == 0) init_ring_barriers(full, empty, plan.stages, kConsumerWarps);
   __syncthreads();
 
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel

@@ -60,6 +60,16 @@ __host__ __device__ inline BlockRows block_rows(int64_t rows, int64_t grid, int6
   return {b * per + (b < extra ? b : extra), per + (b < extra ? 1 : 0)};
 }
 
+// Thread 0 of the block: the ring's barriers (full: the producer's one arrival plus the copy bytes; empty: one
+// arrival per consumer warp), made visible to the async proxy. The caller syncs the block after it.
+__device__ __forceinline__ void init_ring_barriers(uint64_t* full, uint64_t* empty, int stages, int consumer_warps) {
+  for (int s = 0; s < stages; ++s) {
+    sm90::mbar_init(&full[s], 1);
+    sm90::mbar_init(&empty[s], uint32_t(consumer_warps));
+  }
+  sm90::fence_barrier_init();
+}
+
 // One 1-D bulk copy global -> shared completing `bar`'s transaction count (bytes % 16 == 0, both 16-aligned).
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
   asm volatile(

@@ -131,13 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1) quant_stream_kernel(MatvecParams 
   const BlockRows br = block_rows(p.w.rows, grid, blockIdx.x);
   const int64_t n_stage = (br.count + plan.rows_per_stage - 1) / plan.rows_per_stage;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < plan.stages; ++s) {
-      sm90::mbar_init(&full[s], 1);
-      sm90::mbar_init(&empty[s], kConsumerWarps);
-    }
-    sm90::fence_barrier_init();
-  }
+  if (threadIdx.x == 0) init_ring_barriers(full, empty, plan.stages, kConsumerWarps);
   __syncthreads();
 
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel
