@@ -29,26 +29,8 @@ namespace {
 
 using namespace ferry;
 using bench::median_ms;
+using bench::random_bf16;
 
-// `count` random bf16 values (normal, scale 1, never zero) in device memory: an 8 Mi-value random block
-// copied repeatedly.
-uint16_t* random_bf16(size_t count, uint32_t seed) {
-  uint16_t* d = nullptr;
-  BENCH_CUDA_CHECK(cudaMalloc(&d, count * 2));
-  std::vector<uint16_t> block(size_t(8) << 20);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0, 1);
-  for (uint16_t& v : block) {
-    float f = dist(rng);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    v = uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-    if ((v & 0x7FFF) == 0) v = 0x3C00;
-  }
-  for (size_t at = 0; at < count; at += block.size())
-    BENCH_CUDA_CHECK(cudaMemcpy(d + at, block.data(), std::min(block.size(), count - at) * 2, cudaMemcpyHostToDevice));
-  return d;
-}
 
 double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
   double num = 0, den = 0;
