@@ -2,7 +2,7 @@
 // random data, every native weight type, every token count 1..16 and odd shapes (rows not a multiple of a
 // block's 16 rows, columns that leave the last unrolled chunks empty, K tiles that end mid-row).
 // Each case runs through CudaBackend::matmul (the default kernel version) and through cuda_ops::matvec directly
-// with every kept version (2, 5, 6, 7 and 8: matvec.cuh), so every selectable kernel stays tested.
+// with every kept version (2, 5, 7 and 9: matvec.cuh), so every selectable kernel stays tested.
 // Tolerance: relative L2 <= 1e-4 for every type (version 2 keeps activations in fp32 and feeds the quantized
 // values into the products exactly, matvec.cuh), far inside the 1e-3 allowed for quantized weights.
 // Version 5 (the default) quantizes the activations for Q8_0/Q4_0/Q4_1/Q4_K into two int8 levels per 32 values
@@ -70,7 +70,7 @@ class CudaMatvec : public CudaOpsTest {
     const bool split = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
     const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), n_out, n_in,
                                     split ? cuda_ops::scales_offset(type, n_out, n_in) : 0};
-    for (const int version : {2, 5, 6, 7, 8}) {
+    for (const int version : {2, 5, 7, 9}) {
       const Tensor o = poisoned({n, n_out});
       void* scratch = this->scratch(type, version, n, n_in);
       gpu_->synchronize();  // the backend's stream is done with the inputs and the poison before ours starts
@@ -128,13 +128,15 @@ TEST_F(CudaMatvec, OddShapesAndTiles) {
 // of unequal height), rows longer than a 16 KB stage (14336, 16384 columns), segment counts that do not divide
 // among the 8 consumer warps (768 and 7168 columns: 3 and 28 half-precision / Q8_0 segments; Q4_0's 512-value
 // segments: 3072 and 14336 columns, 6 and 28), bias on and off; and a call run twice is bit-identical (no
-// atomics). run() also checks every other version on the same data.
+// atomics). run() also checks every other version on the same data, version 9 (stage-batched) included where its
+// exact shapes apply (2048, 4096, 6144, 14336, 16384 columns; 263 rows of 4096 end on a 1-row last stage).
 TEST_F(CudaMatvec, StreamedShapes) {
   struct Shape {
     int64_t n_out, n_in;
   };
   for (const Shape s : {Shape{1, 256}, Shape{5, 2048}, Shape{133, 1024}, Shape{1000, 3072}, Shape{4103, 2048},
-                        Shape{300, 14336}, Shape{64, 16384}, Shape{17, 7168}, Shape{9, 768}}) {
+                        Shape{300, 14336}, Shape{64, 16384}, Shape{263, 4096}, Shape{131, 6144}, Shape{17, 7168},
+                        Shape{9, 768}}) {
     for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
       if (t == DType::Q4_0 && s.n_in % 512 != 0) continue;
       ASSERT_TRUE(cuda_ops::matvec_stream_applies(t, 1, s.n_out, s.n_in)) << dtype_name(t) << " " << s.n_out << "x"
@@ -153,6 +155,12 @@ TEST_F(CudaMatvec, StreamedShapes) {
   EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 2, 64, 4096));   // more than one token
   EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q4_1, 1, 64, 4096));   // not a streamed weight type
   EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q4_K, 1, 64, 4096));
+  // Version 9 (stage-batched): columns of 2048 x {1, 2, 3, 4, 6, 7, 8}, half-precision weights only.
+  for (const int64_t cols : {2048, 4096, 6144, 8192, 12288, 14336, 16384})
+    EXPECT_TRUE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 4103, cols, true)) << cols;
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 3072, true));   // 1.5 segments a warp
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 10240, true));  // 5: no instance
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 1, 64, 4096, true));
   // Deterministic: the same call twice gives the same bits.
   const int64_t rows = 2000, cols = 4096;
   const std::vector<float> f = random_floats(size_t(rows * cols), 5, 0.5f);

@@ -49,8 +49,8 @@ struct CudaBackendOptions {
   // copy), and split-KV decode attention cuts contexts into fixed-size chunks instead of sizing splits to the
   // batch. Slower decode (no matvec): its cost is measured in docs/perf-log.md.
   bool batch_invariant = false;
-  // Decode matvec kernel version (matvec.cuh): 2 or 5 everywhere; 7 (8) wherever it applies, else the rule; 6 in
-  // v5's place within matmul_dispatch.h's choose_matvec_version; 0: that rule as is.
+  // Decode matvec kernel version (matvec.cuh): 2 or 5 everywhere; 7 or 9 wherever it applies, else the rule
+  // (matmul_dispatch.h's choose_matvec_version); 0: that rule as is.
   int matvec_version = 0;
   // Per-op GPU times (op_profiler.h), printed to stderr when the backend is destroyed; step graphs are off.
   bool profile_ops = false;

@@ -43,8 +43,8 @@ inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool 
 }
 
 // The decode matvec version for a weight of rows x cols at n tokens. `forced` is FERRY_CUDA_MATVEC (0 when
-// unset): 2 or 5 run that version everywhere (8: v7 with the deep ring where it applies, else 5); 7 runs version 7 wherever it applies (stream_applies:
-// matvec_stream_applies) and the rule elsewhere; 6 is the rule without v7 and with v6 in v5's place. The rule, from
+// unset): 2 or 5 run that version everywhere (9: v9 where it applies, else v7 where it applies, else 5); 7 runs version 7 wherever it applies (stream_applies:
+// matvec_stream_applies) and the rule elsewhere. The rule, from
 // matvec_bench on one H200 (% of 4.30 TB/s at n = 1; v7's first cut, re-reading x through L1):
 //   4096 x 14336 (down): v5 66.1%, v7 95.0%     4096 x 7168 (down at TP=2): v5 61.1%, v7 66.7%
 //   14336 x 4096: v2 73.0%, v5 77.2-81.8%       128256 x 4096 (lm head): v2 94.3-95.2%, v5 49.0%
@@ -56,10 +56,10 @@ inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool 
 inline int choose_matvec_version(bool bf16_weight, bool half_weight, int64_t n, int64_t rows, int64_t cols,
                                  bool stream_applies, int forced, int default_version) {
   if (forced == 2 || forced == 5) return forced;
-  if (forced == 8) return 8;  // v7 with the deep ring where it applies, else v5 (matvec() decides)
+  if (forced == 9) return 9;  // matvec() falls back to v7, then v5, where v9 does not apply
   if (stream_applies && (forced == 7 || (forced == 0 && half_weight && n == 1 && cols >= 7168))) return 7;
   if (bf16_weight && n == 1 && rows >= 16384) return 2;
-  return forced == 6 ? 6 : default_version;
+  return default_version;
 }
 
 }  // namespace ferry::cuda_ops

@@ -287,10 +287,13 @@ void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n_tokens >= 1 && p.n_tokens <= kMatvecMaxTokens && p.w.rows >= 1 && p.w.cols >= 1);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  FERRY_CUDA_REQUIRE(p.version == 2 || (p.version >= 5 && p.version <= 8));
-  const bool deep = p.version == 8;
-  if ((p.version == 7 || deep) && matvec_stream_applies(wtype, p.n_tokens, p.w.rows, p.w.cols, deep)) {
-    matvec_stream(wtype, p, deep, stream);
+  FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 5 || p.version == 7 || p.version == 9);
+  if (p.version == 9 && matvec_stream_applies(wtype, p.n_tokens, p.w.rows, p.w.cols, true)) {
+    matvec_stream(wtype, p, StreamConsumer::kStageBatched, stream);
+    return;
+  }
+  if (p.version >= 7 && matvec_stream_applies(wtype, p.n_tokens, p.w.rows, p.w.cols)) {
+    matvec_stream(wtype, p, StreamConsumer::kRowByRow, stream);
     return;
   }
   if (p.version >= 5) {

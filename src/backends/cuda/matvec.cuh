@@ -18,14 +18,13 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //  5: persistent blocks, row groups split evenly over the SMs, K split among warps when rows are few, no
 //     staging; tensor cores for BF16 at 2..16 tokens; dp4a against two-level int8 activations (a pre-pass into
 //     MatvecParams::scratch) for Q8_0/Q4_0/Q4_1/Q4_K (matvec_v5.cuh). Measured on the H200: 1.06-6.3x v2.
-//  6: version 5 with an L2 bulk prefetch of each warp's next item for BF16/F16 weights at 1..16 tokens on the
-//     CUDA-core path (other types and BF16 tensor-core shapes run version 5 as is). Compiled, not yet measured:
-//     selectable (FERRY_CUDA_MATVEC=6) and in matvec_bench for the comparison.
 //  7: "streamed" (matvec_stream.cuh): one token; BF16/F16/Q8_0 with columns a multiple of 256, Q4_0 of 512, up
 //     to 16384; each block's contiguous rows streamed through a shared-memory ring by cp.async.bulk, filled
 //     before the PDL wait; version 5 wherever it does not apply.
-//  8: version 7 with a 192 KB ring instead of 112 KB (an experiment for matvec_bench; version 5 wherever it
-//     does not apply, e.g. the lm head, whose per-row partials no longer fit beside the ring).
+//  9: version 7 with a stage-batched consumer (matvec_stream.cu) where it applies (BF16/F16, columns of 2048 x
+//     {1, 2, 3, 4, 6, 7, 8}), else version 7, else 5. Compiled, not yet measured.
+// Versions 6 (v5 with an L2 bulk prefetch of each warp's next item) and 8 (v7 with a 192 KB ring) were measured
+// and removed: no better than v5 / v7 (docs/perf-log.md, sessions 3 and 4).
 inline constexpr int kMatvecDefaultVersion = 5;
 
 struct MatvecParams {
@@ -34,8 +33,8 @@ struct MatvecParams {
   const float* bias;   // (n_out) f32 or null
   float* out;          // (n, n_out) f32
   int n_tokens;        // 1 <= n <= kMatvecMaxTokens
-  int version = kMatvecDefaultVersion;  // 2, 5, 6, 7 or 8 (see above)
-  void* scratch = nullptr;  // versions 5/6, quantized weights: >= matvec_scratch_bytes() device bytes, 16-aligned
+  int version = kMatvecDefaultVersion;  // 2, 5, 7 or 9 (see above)
+  void* scratch = nullptr;  // versions 5/7/9 on quantized weights (v5's pre-pass): >= matvec_scratch_bytes() device bytes, 16-aligned
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.
@@ -50,8 +49,7 @@ size_t matvec_scratch_bytes(DType wtype, int version, int n_tokens, int64_t n_in
 // (tests: <= 1e-3); the quantized weight values still enter exactly.
 void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream);
 
-// Whether version 7 (deep: 8) runs this weight type, token count and shape on the current device (else
-// version 7 or 8 means 5).
-bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols, bool deep = false);
+// Whether version 7 (batched: 9) runs this weight type, token count and shape on the current device.
+bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols, bool batched = false);
 
 }  // namespace ferry::cuda_ops

@@ -1,4 +1,4 @@
-// Matvec version 7 (design: matvec_stream.cuh).
+// Matvec versions 7 and 9 (design: matvec_stream.cuh).
 #include "backends/cuda/matvec_stream.cuh"
 
 #include <cuda_bf16.h>
@@ -27,8 +27,16 @@ using v7::StreamPlan;
 
 constexpr int kSegVals = 256;  // one warp-wide 16-byte load: 32 lanes x 8 values
 
-StreamPlan make_half_plan(int64_t rows, int64_t cols, int64_t grid, bool deep) {
-  return v7::make_plan(rows, cols * 2, int(cols / kSegVals), grid, deep);
+StreamPlan make_half_plan(int64_t rows, int64_t cols, int64_t grid) {
+  return v7::make_plan(rows, cols * 2, int(cols / kSegVals), grid);
+}
+
+// Version 9's instance for cols: segments per warp kSegs = cols / 2048 exactly (cols % 2048 == 0) and the plan's
+// rows per stage (16 KB of whole rows: 4 at 2048 columns, 2 at 4096, else 1); 0 when no instance fits.
+int batched_segs(int64_t cols) {
+  if (cols % (kConsumerWarps * kSegVals) != 0) return 0;
+  const int64_t k = cols / (kConsumerWarps * kSegVals);
+  return k == 1 || k == 2 || k == 3 || k == 4 || k == 6 || k == 7 || k == 8 ? int(k) : 0;
 }
 
 size_t stream_smem_bytes(const StreamPlan& p, int64_t cols) {
@@ -60,7 +68,17 @@ __device__ __forceinline__ void dot8(const uint4& c, const float (&x)[8], float&
 // Consumer warp w owns the 256-value segments w, w + 8, ... of every row (kSegs = ceil(segs_per_row / 8) of
 // them): its activations for those columns live in registers for the whole kernel, so x is read once per
 // block (after the PDL wait) and the ring's shared-memory reads are the only per-weight traffic.
-template <class T, int kSegs>
+//
+// kRows = 0: version 7's consumer, one row after the other. kRows > 0: version 9's ("stage-batched"), for
+// shapes where every warp has exactly kSegs segments of every row and a stage holds exactly kRows rows (the
+// block's last stage fewer): all of a stage's 16-byte loads are issued first (kRows x kSegs per warp: 4 at 4096
+// columns, 7 at 14336), their FMAs run in kRows independent pairs of chains, the warp releases the slot right
+// after the FMAs (the data is in registers; the producer refills while the warp reduces), then the kRows
+// shuffle trees run interleaved; stage and phase are counters. Why: in version 7's SASS a row's segment loads
+// are serialized behind the previous segment's FMAs and each row pays a 5-deep shuffle chain before the next
+// row starts (~250 cycles a row): at 4096 columns (2 rows a 16 KB stage) the consumers need ~500 cycles a
+// stage, only ~2x what the roofline allows, against ~3.7x at 14336 columns (95% there, 56-78% at 4096).
+template <class T, int kSegs, int kRows>
 __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
   pdl_allow_dependents();
   extern __shared__ __align__(128) uint8_t smem[];
@@ -111,6 +129,52 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
     }
   }
 
+  if constexpr (kRows > 0) {  // version 9
+    int s = 0;
+    uint32_t phase = 0;
+    for (int64_t g = 0; g < n_stage; ++g) {
+      sm90::mbar_wait(&full[s], phase);
+      const int64_t left = n_rows - g * kRows;
+      const int rows_here = left < kRows ? int(left) : kRows;
+      const T* st = ring + size_t(s) * size_t(stage_vals) + warp * kSegVals + lane * 8;
+      uint4 c[kRows][kSegs];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int j = 0; j < kSegs; ++j) {
+          c[r][j] = r < rows_here ? *reinterpret_cast<const uint4*>(st + r * cols + j * kConsumerWarps * kSegVals)
+                                  : make_uint4(0, 0, 0, 0);
+        }
+      }
+      float v[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kSegs; ++j) dot8<T>(c[r][j], xr[j], a0, a1);
+        v[r] = a0 + a1;
+      }
+      // The FMAs consumed every loaded chunk (the empty asm keeps them before the arrival), so the slot is free.
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) asm volatile("" ::"f"(v[r]));
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(&empty[s]);
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) v[r] += __shfl_xor_sync(0xFFFFFFFFu, v[r], off);
+      }
+      if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          if (r < rows_here) part[int64_t(warp) * plan.max_rows + g * kRows + r] = v[r];
+      }
+      if (++s == plan.stages) {
+        s = 0;
+        phase ^= 1u;
+      }
+    }
+  } else {  // version 7
   for (int64_t g = 0; g < n_stage; ++g) {
     const int s = int(g % plan.stages);
     sm90::mbar_wait(&full[s], uint32_t(g / plan.stages) & 1u);
@@ -138,6 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
     __syncwarp();
     if (lane == 0) sm90::mbar_arrive(&empty[s]);
   }
+  }
   v7::consumers_sync();
 
   for (int64_t r = threadIdx.x; r < n_rows; r += kConsumerWarps * 32) {
@@ -154,57 +219,72 @@ int segs_bucket(int64_t cols) {
   return segs <= 1 ? 1 : segs <= 2 ? 2 : segs <= 4 ? 4 : 8;
 }
 
-template <class T, int kSegs>
-void launch_stream(const MatvecParams& p, int n_sms, bool deep, cudaStream_t stream) {
+template <class T, int kSegs, int kRows>
+void launch_stream(const MatvecParams& p, int n_sms, cudaStream_t stream) {
   const int64_t grid = v7::stream_grid(p.w.rows, n_sms);
-  const StreamPlan plan = make_half_plan(p.w.rows, p.w.cols, grid, deep);
+  const StreamPlan plan = make_half_plan(p.w.rows, p.w.cols, grid);
+  FERRY_CUDA_REQUIRE(kRows == 0 || plan.rows_per_stage == kRows);
   const size_t smem = stream_smem_bytes(plan, p.w.cols);
-  const auto kernel = matvec_stream_kernel<T, kSegs>;
+  const auto kernel = matvec_stream_kernel<T, kSegs, kRows>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   launch_pdl(kernel, dim3(unsigned(grid)), dim3(kThreads), smem, stream, p, plan, grid);
   FERRY_CUDA_CHECK_LAUNCH(matvec_stream_kernel);
 }
 
 template <class T>
-void launch_for_cols(const MatvecParams& p, int n_sms, bool deep, cudaStream_t stream) {
+void launch_for_cols(const MatvecParams& p, int n_sms, StreamConsumer consumer, cudaStream_t stream) {
+  if (consumer == StreamConsumer::kStageBatched) {
+    switch (batched_segs(p.w.cols)) {
+      case 1: launch_stream<T, 1, 4>(p, n_sms, stream); break;
+      case 2: launch_stream<T, 2, 2>(p, n_sms, stream); break;
+      case 3: launch_stream<T, 3, 1>(p, n_sms, stream); break;
+      case 4: launch_stream<T, 4, 1>(p, n_sms, stream); break;
+      case 6: launch_stream<T, 6, 1>(p, n_sms, stream); break;
+      case 7: launch_stream<T, 7, 1>(p, n_sms, stream); break;
+      case 8: launch_stream<T, 8, 1>(p, n_sms, stream); break;
+      default: FERRY_CUDA_REQUIRE(!"version 9 takes columns of 2048 x {1, 2, 3, 4, 6, 7, 8}");
+    }
+    return;
+  }
   switch (segs_bucket(p.w.cols)) {
-    case 1: launch_stream<T, 1>(p, n_sms, deep, stream); break;
-    case 2: launch_stream<T, 2>(p, n_sms, deep, stream); break;
-    case 4: launch_stream<T, 4>(p, n_sms, deep, stream); break;
-    default: launch_stream<T, 8>(p, n_sms, deep, stream); break;
+    case 1: launch_stream<T, 1, 0>(p, n_sms, stream); break;
+    case 2: launch_stream<T, 2, 0>(p, n_sms, stream); break;
+    case 4: launch_stream<T, 4, 0>(p, n_sms, stream); break;
+    default: launch_stream<T, 8, 0>(p, n_sms, stream); break;
   }
 }
 
 }  // namespace
 
 bool matvec_stream_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem,
-                            bool deep) {
+                            StreamConsumer consumer) {
   if (n_tokens != kStreamMaxTokens || rows < 1 || n_sms < 1) return false;
   if (wtype == DType::Q8_0 || wtype == DType::Q4_0)
-    return v7::quant_stream_supports(wtype, rows, cols, n_sms, max_smem, deep);
+    return consumer == StreamConsumer::kRowByRow && v7::quant_stream_supports(wtype, rows, cols, n_sms, max_smem);
   if (wtype != DType::BF16 && wtype != DType::F16) return false;
   if (cols < kStreamColAlign || cols % kStreamColAlign != 0 || cols > kStreamMaxCols) return false;
+  if (consumer == StreamConsumer::kStageBatched && batched_segs(cols) == 0) return false;
   const int64_t grid = v7::stream_grid(rows, n_sms);
-  const StreamPlan plan = make_half_plan(rows, cols, grid, deep);
+  const StreamPlan plan = make_half_plan(rows, cols, grid);
   return plan.stages >= 2 && stream_smem_bytes(plan, cols) <= max_smem;
 }
 
-bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols, bool deep) {
+bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols, bool batched) {
   return matvec_stream_supports(wtype, n_tokens, rows, cols, v7::device_sm_count(), v7::device_max_smem(),
-                                deep);
+                                batched ? StreamConsumer::kStageBatched : StreamConsumer::kRowByRow);
 }
 
-void matvec_stream(DType wtype, const MatvecParams& p, bool deep, cudaStream_t stream) {
+void matvec_stream(DType wtype, const MatvecParams& p, StreamConsumer consumer, cudaStream_t stream) {
   const int n_sms = v7::device_sm_count();
   FERRY_CUDA_REQUIRE(
-      matvec_stream_supports(wtype, p.n_tokens, p.w.rows, p.w.cols, n_sms, v7::device_max_smem(), deep));
+      matvec_stream_supports(wtype, p.n_tokens, p.w.rows, p.w.cols, n_sms, v7::device_max_smem(), consumer));
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
   if (wtype == DType::Q8_0 || wtype == DType::Q4_0) {
-    v7::quant_stream_launch(wtype, p, n_sms, deep, stream);
+    v7::quant_stream_launch(wtype, p, n_sms, stream);
   } else if (wtype == DType::BF16) {
-    launch_for_cols<__nv_bfloat16>(p, n_sms, deep, stream);
+    launch_for_cols<__nv_bfloat16>(p, n_sms, consumer, stream);
   } else {
-    launch_for_cols<__half>(p, n_sms, deep, stream);
+    launch_for_cols<__half>(p, n_sms, consumer, stream);
   }
 }
 

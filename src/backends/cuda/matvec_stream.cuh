@@ -35,13 +35,17 @@ inline constexpr int kStreamMaxTokens = 1;         // one token: x lives in regi
 inline constexpr int64_t kStreamColAlign = 256;
 inline constexpr int64_t kStreamMaxCols = 16384;
 
-// Whether version 7 takes this weight type, token count and shape on a device with `max_smem` bytes of
+// How the consumer warps walk a ring stage: kRowByRow is version 7; kStageBatched is version 9 (all of a stage's
+// loads first, the slot released before the reductions; BF16/F16 with columns of 2048 x {1, 2, 3, 4, 6, 7, 8}:
+// matvec_stream.cu).
+enum class StreamConsumer { kRowByRow, kStageBatched };
+
+// Whether version 7 (or 9) takes this weight type, token count and shape on a device with `max_smem` bytes of
 // opt-in shared memory per block (the per-row partials grow with rows / SMs).
-// deep: version 8's ring (192 KB instead of 112 KB).
 bool matvec_stream_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem,
-                            bool deep = false);
+                            StreamConsumer consumer = StreamConsumer::kRowByRow);
 
 // One launch on `stream` (capturable). Requires matvec_stream_supports.
-void matvec_stream(DType wtype, const MatvecParams& p, bool deep, cudaStream_t stream);
+void matvec_stream(DType wtype, const MatvecParams& p, StreamConsumer consumer, cudaStream_t stream);
 
 }  // namespace ferry::cuda_ops

@@ -22,9 +22,7 @@ inline constexpr int kMaxStageRows = 8;                     // rows per stage at
 // fill its ring while this one drains) ran at 0.57-0.85x of this on every shape (matvec_bench, H200), most
 // likely from blocks doubling up on some SMs while others idled, and 3 instead of 4 stages of 14336 columns.
 inline constexpr int64_t kRingBytes = 112 * 1024;
-// Version 8 (an experiment kept for matvec_bench): the same kernel with a ring near the 227 KB limit, to see
-// whether more bytes in flight per SM lift the 4096-column shapes (56-78% with 112 KB, against 95% at 14336).
-inline constexpr int64_t kDeepRingBytes = 192 * 1024;
+// (A 192 KB ring, measured as "version 8", ran 0.88-1.0x of this: bytes in flight are not the limit.)
 inline constexpr int kMaxStages = 16;
 inline constexpr int kBarrierBytes = 256;  // full[kMaxStages], empty[kMaxStages] mbarriers
 
@@ -36,12 +34,12 @@ struct StreamPlan {
   int64_t max_rows;        // rows of the tallest block (the partials' height)
 };
 
-inline StreamPlan make_plan(int64_t rows, int64_t row_bytes, int segs_per_row, int64_t grid, bool deep) {
+inline StreamPlan make_plan(int64_t rows, int64_t row_bytes, int segs_per_row, int64_t grid) {
   StreamPlan p{};
   p.rows_per_stage = kStageTarget / row_bytes > 1 ? kStageTarget / row_bytes : 1;
   if (p.rows_per_stage > kMaxStageRows) p.rows_per_stage = kMaxStageRows;
   const int64_t stage_bytes = p.rows_per_stage * row_bytes;
-  const int64_t fit = (deep ? kDeepRingBytes : kRingBytes) / stage_bytes;
+  const int64_t fit = kRingBytes / stage_bytes;
   p.stages = int(fit < kMaxStages ? fit : kMaxStages);
   p.segs_per_row = segs_per_row;
   p.max_rows = rows / grid + (rows % grid > 0 ? 1 : 0);
@@ -101,7 +99,7 @@ inline size_t device_max_smem() {
 // The Q8_0/Q4_0 kernel (matvec_stream_quant.cu).
 // Whether it takes a weight of `wtype` (Q8_0 or Q4_0) of rows x cols (the column rule, the ring, the shared
 // memory); and one launch (requires quant_stream_supports).
-bool quant_stream_supports(DType wtype, int64_t rows, int64_t cols, int n_sms, size_t max_smem, bool deep);
-void quant_stream_launch(DType wtype, const MatvecParams& p, int n_sms, bool deep, cudaStream_t stream);
+bool quant_stream_supports(DType wtype, int64_t rows, int64_t cols, int n_sms, size_t max_smem);
+void quant_stream_launch(DType wtype, const MatvecParams& p, int n_sms, cudaStream_t stream);
 
 }  // namespace ferry::cuda_ops::v7

@@ -56,8 +56,8 @@ constexpr int64_t quant_row_bytes(int64_t cols) {  // quants + fp16 scales of on
 }
 
 template <DType W>
-StreamPlan make_quant_plan(int64_t rows, int64_t cols, int64_t grid, bool deep) {
-  return make_plan(rows, quant_row_bytes<W>(cols), int(cols / QuantShape<W>::kSegVals), grid, deep);
+StreamPlan make_quant_plan(int64_t rows, int64_t cols, int64_t grid) {
+  return make_plan(rows, quant_row_bytes<W>(cols), int(cols / QuantShape<W>::kSegVals), grid);
 }
 
 size_t quant_smem_bytes(const StreamPlan& p, int64_t row_bytes) {
@@ -238,9 +238,9 @@ __global__ void __launch_bounds__(kThreads, 1) quant_stream_kernel(MatvecParams 
 }
 
 template <DType W, int kSegs>
-void launch_quant(const MatvecParams& p, int n_sms, bool deep, cudaStream_t stream) {
+void launch_quant(const MatvecParams& p, int n_sms, cudaStream_t stream) {
   const int64_t grid = stream_grid(p.w.rows, n_sms);
-  const StreamPlan plan = make_quant_plan<W>(p.w.rows, p.w.cols, grid, deep);
+  const StreamPlan plan = make_quant_plan<W>(p.w.rows, p.w.cols, grid);
   const size_t smem = quant_smem_bytes(plan, quant_row_bytes<W>(p.w.cols));
   const auto kernel = quant_stream_kernel<W, kSegs>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -250,22 +250,22 @@ void launch_quant(const MatvecParams& p, int n_sms, bool deep, cudaStream_t stre
 
 // Segments per warp per row, rounded up to the kernel instance: Q8_0 1, 2, 4, 8; Q4_0 1, 2, 4 (16384 columns).
 template <DType W>
-void launch_for_cols(const MatvecParams& p, int n_sms, bool deep, cudaStream_t stream) {
+void launch_for_cols(const MatvecParams& p, int n_sms, cudaStream_t stream) {
   const int64_t segs = (p.w.cols / QuantShape<W>::kSegVals + kConsumerWarps - 1) / kConsumerWarps;
   if (segs <= 1) {
-    launch_quant<W, 1>(p, n_sms, deep, stream);
+    launch_quant<W, 1>(p, n_sms, stream);
   } else if (segs <= 2) {
-    launch_quant<W, 2>(p, n_sms, deep, stream);
+    launch_quant<W, 2>(p, n_sms, stream);
   } else if (segs <= 4 || W == DType::Q4_0) {
-    launch_quant<W, 4>(p, n_sms, deep, stream);
+    launch_quant<W, 4>(p, n_sms, stream);
   } else {
-    if constexpr (W == DType::Q8_0) launch_quant<W, 8>(p, n_sms, deep, stream);
+    if constexpr (W == DType::Q8_0) launch_quant<W, 8>(p, n_sms, stream);
   }
 }
 
 }  // namespace
 
-bool quant_stream_supports(DType wtype, int64_t rows, int64_t cols, int n_sms, size_t max_smem, bool deep) {
+bool quant_stream_supports(DType wtype, int64_t rows, int64_t cols, int n_sms, size_t max_smem) {
   const int64_t seg_vals = wtype == DType::Q8_0 ? QuantShape<DType::Q8_0>::kSegVals
                          : wtype == DType::Q4_0 ? QuantShape<DType::Q4_0>::kSegVals
                                                 : 0;
@@ -273,19 +273,19 @@ bool quant_stream_supports(DType wtype, int64_t rows, int64_t cols, int n_sms, s
   if (cols < seg_vals || cols % seg_vals != 0 || cols > kStreamMaxCols) return false;
   const int64_t grid = stream_grid(rows, n_sms);
   const bool q8 = wtype == DType::Q8_0;
-  const StreamPlan plan = q8 ? make_quant_plan<DType::Q8_0>(rows, cols, grid, deep)
-                             : make_quant_plan<DType::Q4_0>(rows, cols, grid, deep);
+  const StreamPlan plan = q8 ? make_quant_plan<DType::Q8_0>(rows, cols, grid)
+                             : make_quant_plan<DType::Q4_0>(rows, cols, grid);
   const int64_t row_bytes = q8 ? quant_row_bytes<DType::Q8_0>(cols) : quant_row_bytes<DType::Q4_0>(cols);
   return plan.stages >= 2 && quant_smem_bytes(plan, row_bytes) <= max_smem;
 }
 
-void quant_stream_launch(DType wtype, const MatvecParams& p, int n_sms, bool deep, cudaStream_t stream) {
+void quant_stream_launch(DType wtype, const MatvecParams& p, int n_sms, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.w.scales % 16 == 0);
   if (wtype == DType::Q8_0) {
-    launch_for_cols<DType::Q8_0>(p, n_sms, deep, stream);
+    launch_for_cols<DType::Q8_0>(p, n_sms, stream);
   } else {
     FERRY_CUDA_REQUIRE(wtype == DType::Q4_0);
-    launch_for_cols<DType::Q4_0>(p, n_sms, deep, stream);
+    launch_for_cols<DType::Q4_0>(p, n_sms, stream);
   }
 }
 

@@ -69,30 +69,6 @@ __device__ __forceinline__ typename P::Ctx context_of(const MatvecParams& p) {
   }
 }
 
-// Version 6 = version 5 + L2 prefetch (half-precision weights, rows contiguous: DecodeHalf): before a warp loads
-// an item it asks the L2 for its next item (item + kWarps) with one bulk prefetch per row slice, so the DRAM
-// reads of the next item are in flight while this one is loaded and reduced. v5 leaves each warp with one load
-// batch in flight and a DRAM round trip per item (BF16 at 64-81% of the 4.30 TB/s copy bandwidth).
-template <class D>
-inline constexpr bool kRowContiguous = std::is_same_v<D, DecodeHalf<true>> || std::is_same_v<D, DecodeHalf<false>>;
-
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
-// Lane r < kR prefetches row r of item `item`'s slice (16-byte units c_lo..c_hi of a 2-byte-per-value row).
-template <int kR>
-__device__ __forceinline__ void prefetch_item(const MatvecParams& p, const Plan& pl, int64_t g_begin, int64_t item,
-                                              int lane) {
-  if (lane >= kR) return;
-  const int64_t row = (g_begin + item / pl.split) * kR + lane;
-  if (row >= p.w.rows) return;
-  const int64_t c_lo = int64_t(item % pl.split) * pl.slice;
-  const int64_t c_hi = c_lo + pl.slice < pl.n_units ? c_lo + pl.slice : pl.n_units;
-  if (c_hi <= c_lo) return;
-  prefetch_l2(p.w.data + (size_t(row) * size_t(p.w.cols) + size_t(c_lo) * 8) * 2, uint32_t((c_hi - c_lo) * 16));
-}
-
 // The block's group range and the end of the block: partials (gpb, S, kR, kTok) summed in slice order.
 struct BlockRange {
   int64_t g_begin, g_end;
@@ -132,7 +108,7 @@ __device__ __forceinline__ void finish_split(const MatvecParams& p, const Plan& 
 }
 
 // ---- CUDA-core kernel (float and dp4a paths) ---------------------------------------------------------------
-template <class D, int kTok, int kR, int kU, bool kPrefetch>
+template <class D, int kTok, int kR, int kU>
 __global__ void __launch_bounds__(kThreads, 1) matvec_v5_kernel(MatvecParams p, Plan pl) {
   pdl_allow_dependents();  // the next kernel's blocks take SMs as this one's finish (they wait for its results)
   using P = typename PathOf<D>::type;
@@ -147,9 +123,6 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v5_kernel(MatvecParams p, 
   bool waited = false;
 
   for (int64_t item = warp; item < n_items; item += kWarps) {
-    if constexpr (kPrefetch) {
-      if (item + kWarps < n_items) prefetch_item<kR>(p, pl, br.g_begin, item + kWarps, lane);
-    }
     const int64_t g_local = item / pl.split;
     const int s = int(item % pl.split);
     const int64_t row0 = (br.g_begin + g_local) * kR;
@@ -372,13 +345,7 @@ void launch_cuda_core(const MatvecParams& p, cudaStream_t stream) {
   Plan pl;
   const int grid = plan_for(p.w.rows, kR, P::units(p.w.cols), 32, size_t(kR) * kTok * sizeof(float), &pl);
   const size_t smem = pl.split > 1 ? size_t(pl.gpb) * pl.split * kR * kTok * sizeof(float) : 0;
-  if constexpr (kRowContiguous<D>) {
-    if (p.version == 6) {
-      launch_kernel(matvec_v5_kernel<D, kTok, kR, kU, true>, grid, smem, stream, p, pl);
-      return;
-    }
-  }
-  launch_kernel(matvec_v5_kernel<D, kTok, kR, kU, false>, grid, smem, stream, p, pl);
+  launch_kernel(matvec_v5_kernel<D, kTok, kR, kU>, grid, smem, stream, p, pl);
 }
 
 template <int kTok>
