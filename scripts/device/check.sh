@@ -112,8 +112,8 @@ if has bench; then
     note "$(grep -E 'pp512|tg128' "$OUT/b.log" | sed "s/^/[$t] /")"
     grep -i error "$OUT/b.log" | head -3
     # The other decode matvec versions (FERRY_CUDA_MATVEC) on the same model, generation only.
-    for v in ${FERRY_MATVEC_VERSIONS:-5 7}; do
-      # The rule already runs v5 on quantized weights: only version 7 (streamed) differs there.
+    for v in ${FERRY_MATVEC_VERSIONS:-5 7 9}; do
+      # The rule already runs v5 on quantized weights: only version 7 (streamed) differs there; 9 is BF16/F16 only.
       [ "$t" != bf16 ] && [ "$v" != 7 ] && continue
       FERRY_CUDA_MATVEC=$v "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
       cat "$OUT/b.log" >> "$log"
