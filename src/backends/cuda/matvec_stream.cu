@@ -72,9 +72,9 @@ __device__ __forceinline__ void dot8(const uint4& c, const float (&x)[8], float&
 // kRows = 0: version 7's consumer, one row after the other. kRows > 0: version 9's ("stage-batched"), for
 // shapes where every warp has exactly kSegs segments of every row and a stage holds exactly kRows rows (the
 // block's last stage fewer): all of a stage's 16-byte loads are issued first (kRows x kSegs per warp: 4 at 4096
-// columns, 7 at 14336), their FMAs run in kRows independent pairs of chains, the warp releases the slot right
-// after the FMAs (the data is in registers; the producer refills while the warp reduces), then the kRows
-// shuffle trees run interleaved; stage and phase are counters. Why: in version 7's SASS a row's segment loads
+// columns, 7 at 14336), the warp releases the slot right after them (the producer refills while the warp
+// computes), the FMAs run in kRows independent pairs of chains and the kRows shuffle trees interleaved;
+// stage and phase are counters. Why: in version 7's SASS a row's segment loads
 // are serialized behind the previous segment's FMAs and each row pays a 5-deep shuffle chain before the next
 // row starts (~250 cycles a row): at 4096 columns (2 rows a 16 KB stage) the consumers need ~500 cycles a
 // stage, only ~2x what the roofline allows, against ~3.7x at 14336 columns (95% there, 56-78% at 4096).
@@ -154,9 +154,9 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
         for (int j = 0; j < kSegs; ++j) dot8<T>(c[r][j], xr[j], a0, a1);
         v[r] = a0 + a1;
       }
-      // The FMAs consumed every loaded chunk (the empty asm keeps them before the arrival), so the slot is free.
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) asm volatile("" ::"f"(v[r]));
+      // The slot is free once every lane's loads are performed: __syncwarp orders them before lane 0's arrival,
+      // whose release the producer's wait acquires before it refills the slot. (ptxas issues the arrival right
+      // after the LDS.128s; the FMAs and the shuffles run while the producer refills.)
       __syncwarp();
       if (lane == 0) sm90::mbar_arrive(&empty[s]);
 #pragma unroll
