@@ -13,11 +13,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/simd.h"
 #include "dist/random_weights.h"
-#include "dist/sharding.h"
 #include "dist/thread_group.h"
+#include "cpu_rank.h"
 #include "fixtures/batches.h"
 #include "fixtures/numeric.h"
 #include "fixtures/test_paths.h"
@@ -27,7 +25,7 @@
 namespace ferry {
 namespace {
 
-constexpr int32_t kBlock = 16, kBlocks = 8;
+constexpr int32_t kBlocks = test::kRankBlocks;
 constexpr uint64_t kSeed = 7;
 
 ModelFile gen_file(DType wt, RandomInit init) {
@@ -42,19 +40,6 @@ ModelFile gen_file(DType wt, RandomInit init) {
 ModelFile file_less(DType wt, RandomInit init) {
   return open_random_model("random:tiny:" + std::string(dtype_name(wt)) + ":" + std::to_string(kSeed) +
                            (init == RandomInit::Flat ? "" : std::string(":") + random_init_name(init)));
-}
-
-RankModel make_rank(const ModelFile& f, int rank, int world, Communicator* comm) {
-  const ShardPlan plan = make_shard_plan(f.config, rank, world);
-  RankModel rm;
-  CpuBackendOptions o;
-  o.n_threads = 1;
-  o.simd = detect_simd();
-  rm.backend = std::make_unique<CpuBackend>(o);
-  ModelWeights w = load_sharded_weights(plan, *f.weights, f.gguf_names, *rm.backend);
-  rm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *rm.backend, KvCacheShape{kBlocks, kBlock}, 64,
-                                          ParallelContext{comm, plan.vocab});
-  return rm;
 }
 
 // The 24-token prompt: ids below the tiny shape's 512.
@@ -75,13 +60,13 @@ std::vector<float> prompt_logits(LlamaModel& model) {
 
 std::vector<float> run_world(const ModelFile& f, int world) {
   if (world == 1) {
-    RankModel rm = make_rank(f, 0, 1, nullptr);
+    RankModel rm = test::make_cpu_rank(f, 0, 1, nullptr);
     return prompt_logits(*rm.model);
   }
   RankModel leader;
   ThreadTpGroup group(world);
-  leader = make_rank(f, 0, world, &group.comm(0));
-  group.start(*leader.model, [&](int rank, Communicator& comm) { return make_rank(f, rank, world, &comm); });
+  leader = test::make_cpu_rank(f, 0, world, &group.comm(0));
+  group.start(*leader.model, [&](int rank, Communicator& comm) { return test::make_cpu_rank(f, rank, world, &comm); });
   std::vector<float> logits = prompt_logits(*leader.model);
   EXPECT_EQ(group.follower_error(), "");
   return logits;

@@ -10,11 +10,11 @@
 #include <thread>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/simd.h"
 #include "core/check.h"
 #include "dist/sharding.h"
 #include "dist/thread_communicator.h"
 #include "dist/thread_group.h"
+#include "cpu_rank.h"
 #include "fixtures/batches.h"
 #include "fixtures/numeric.h"
 #include "fixtures/test_paths.h"
@@ -51,22 +51,7 @@ ModelFile open_random_model(const ModelConfig& c, DType wt, const std::string& t
   return f;
 }
 
-constexpr int32_t kBlock = 16;
-constexpr int32_t kBlocks = 8;  // 128 tokens of context
-
-RankModel make_rank(const ModelFile& f, int rank, int world, Communicator* comm, CpuKernels kernels) {
-  const ShardPlan plan = make_shard_plan(f.config, rank, world);
-  RankModel rm;
-  CpuBackendOptions o;
-  o.kernels = kernels;
-  o.n_threads = 1;
-  o.simd = detect_simd();
-  rm.backend = std::make_unique<CpuBackend>(o);
-  ModelWeights w = load_sharded_weights(plan, *f.weights, f.gguf_names, *rm.backend);
-  rm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *rm.backend, KvCacheShape{kBlocks, kBlock}, 64,
-                                          ParallelContext{comm, plan.vocab});
-  return rm;
-}
+constexpr int32_t kBlocks = test::kRankBlocks;  // 128 tokens of context
 
 struct RunResult {
   std::vector<float> prompt_logits;  // (prompt, vocab)
@@ -96,13 +81,13 @@ std::vector<int32_t> test_prompt() {
 
 RunResult run_world(const ModelFile& f, int world, CpuKernels kernels) {
   if (world == 1) {
-    RankModel rm = make_rank(f, 0, 1, nullptr, kernels);
+    RankModel rm = test::make_cpu_rank(f, 0, 1, nullptr, kernels);
     return run_model(*rm.model, test_prompt(), 32);
   }
   RankModel leader;
   ThreadTpGroup group(world);  // destroyed first: it ends the followers through the leader
-  leader = make_rank(f, 0, world, &group.comm(0), kernels);
-  group.start(*leader.model, [&](int rank, Communicator& comm) { return make_rank(f, rank, world, &comm, kernels); });
+  leader = test::make_cpu_rank(f, 0, world, &group.comm(0), kernels);
+  group.start(*leader.model, [&](int rank, Communicator& comm) { return test::make_cpu_rank(f, rank, world, &comm, kernels); });
   RunResult r = run_model(*leader.model, test_prompt(), 32);
   EXPECT_EQ(group.follower_error(), "");
   return r;
@@ -151,9 +136,9 @@ TEST(TpCpuFailure, RankThrowingMidStepEndsEveryRankWithItsMessage) {
   auto fut = std::async(std::launch::async, [&]() -> std::string {
     RankModel leader;
     ThreadTpGroup group(2, std::chrono::seconds(20));
-    leader = make_rank(f, 0, 2, &group.comm(0), CpuKernels::Fast);
+    leader = test::make_cpu_rank(f, 0, 2, &group.comm(0), CpuKernels::Fast);
     group.start(*leader.model, [&](int rank, Communicator& comm) {
-      RankModel rm = make_rank(f, rank, 2, &comm, CpuKernels::Fast);
+      RankModel rm = test::make_cpu_rank(f, rank, 2, &comm, CpuKernels::Fast);
       rm.model->set_observer([](const std::string& name, int layer, const Tensor&) {
         if (name == "attn" && layer == 1) fail("injected failure in layer {}", layer);
       });
@@ -258,7 +243,7 @@ TEST(TpPlan, QuantizedSplitOffBlockBoundaryIsAClearError) {
   const ModelFile f = open_random_model(c, DType::Q4_0, "offblock");
   IdentityCommunicator comm;
   try {
-    make_rank(f, 0, 2, &comm, CpuKernels::Fast);
+    test::make_cpu_rank(f, 0, 2, &comm, CpuKernels::Fast);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("block boundaries"), std::string::npos) << e.what();
