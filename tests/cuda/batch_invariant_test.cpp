@@ -20,24 +20,8 @@
 namespace ferry {
 namespace {
 
-std::vector<int32_t> random_prompt(uint64_t seed, int n) {
-  std::vector<int32_t> p;
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int i = 0; i < n; ++i) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    p.push_back(int32_t(3 + s % 250));  // byte tokens of the synthetic vocabulary
-  }
-  return p;
-}
-
-GenerationRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
-}
+// Prompts of byte tokens of the synthetic vocabulary (ids 3..252).
+std::vector<int32_t> random_prompt(uint64_t seed, int n) { return test::random_prompt(seed, n, 253); }
 
 // Every token of h, once its request has finished.
 std::vector<int32_t> ids_of(RequestHandle& h) {
@@ -68,13 +52,13 @@ class CudaBatchInvariance : public ::testing::Test {
     std::vector<int32_t> alone, busy;
     {
       ServingEngine solo(eo, so);
-      alone = ids_of(*solo.submit(greedy(target, 40)));
+      alone = ids_of(*solo.submit(test::greedy_request(target, 40)));
     }
     ServingEngine e(eo, so);
     std::vector<std::shared_ptr<RequestHandle>> others;
-    for (int i = 0; i < 5; ++i) others.push_back(e.submit(greedy(random_prompt(100 + i, 20 + 97 * i), 40)));
-    auto t = e.submit(greedy(target, 40));
-    for (int i = 5; i < 11; ++i) others.push_back(e.submit(greedy(random_prompt(100 + i, 3 + 11 * i), 40)));
+    for (int i = 0; i < 5; ++i) others.push_back(e.submit(test::greedy_request(random_prompt(100 + i, 20 + 97 * i), 40)));
+    auto t = e.submit(test::greedy_request(target, 40));
+    for (int i = 5; i < 11; ++i) others.push_back(e.submit(test::greedy_request(random_prompt(100 + i, 3 + 11 * i), 40)));
     busy = ids_of(*t);
     for (auto& h : others) ids_of(*h);
     return {alone, busy};

@@ -28,19 +28,9 @@ namespace {
 constexpr int kMaxTokens = 24;
 constexpr int64_t kVocab = 49152;  // smollm2-135m
 
-std::vector<int32_t> prompt_of(uint64_t seed, int n) {
-  std::vector<int32_t> p;
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int i = 0; i < n; ++i) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    p.push_back(int32_t(3 + s % 250));  // byte tokens of the synthetic vocabulary
-  }
-  return p;
-}
-
 GenerationRequest request(uint64_t seed, float temperature, int32_t top_k, float top_p, float min_p) {
   GenerationRequest r;
-  r.prompt = prompt_of(seed, 5 + int(seed * 7 % 40));
+  r.prompt = test::random_prompt(seed, 5 + int(seed * 7 % 40), 253);  // byte tokens of the synthetic vocabulary
   r.sampling.temperature = temperature;
   r.sampling.top_k = top_k;
   r.sampling.top_p = top_p;
