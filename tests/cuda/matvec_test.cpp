@@ -94,6 +94,46 @@ class CudaMatvec : public CudaOpsTest {
   }
 };
 
+// The dispatch rule (matmul_dispatch.h) on the Llama-3-8B decode shapes, host only (runs without a device): the
+// measured winners stay where they won, and a forced version only replaces what it is asked to.
+TEST(MatvecDispatch, RuleOnLlama3Shapes) {  // host only
+  using cuda_ops::choose_matvec_version;
+  const int def = cuda_ops::kMatvecDefaultVersion;
+  // BF16 at one token: v7 from 7168 columns where it applies, v2 from 16384 rows, v5 otherwise.
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, true, 0, def), 7);   // down
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, 0, def), 2);   // fused gate/up
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 128256, 4096, true, 0, def), 2);  // lm head
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, 0, def), def);  // fused q|k|v
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, false, 0, def), def);  // v7 does not apply
+  EXPECT_EQ(choose_matvec_version(true, true, 2, 4096, 14336, false, 0, def), def);  // two tokens
+  // Quantized weights keep v5 unless v7 is forced, even where v7 applies.
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, 0, def), def);
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, 7, def), 7);
+  // Forced versions: 2 and 5 everywhere; 7 where it applies, else the rule; 9 always (matvec() falls back).
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, 5, def), 5);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, 2, def), 2);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, 7, def), 7);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, false, 7, def), 2);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, 9, def), 9);
+}
+
+// Which kernel a matmul of n tokens takes (choose_matmul_path), host only.
+TEST(MatmulDispatch, PathByTokenCount) {  // host only
+  using cuda_ops::choose_matmul_path;
+  using cuda_ops::MatmulPath;
+  EXPECT_EQ(choose_matmul_path(1, true, true, false, true, 4096), MatmulPath::Matvec);
+  EXPECT_EQ(choose_matmul_path(4, true, true, false, true, 4096), MatmulPath::Matvec);
+  EXPECT_EQ(choose_matmul_path(8, true, true, false, true, 6144), MatmulPath::Skinny);    // 1.14x cuBLASLt
+  EXPECT_EQ(choose_matmul_path(8, true, true, false, true, 28672), MatmulPath::Cublas);   // rows past 8192
+  EXPECT_EQ(choose_matmul_path(8, false, true, false, true, 6144), MatmulPath::Matvec);   // no bf16 copy at hand
+  EXPECT_EQ(choose_matmul_path(32, false, true, false, true, 4096), MatmulPath::Skinny);  // dequantized per call
+  EXPECT_EQ(choose_matmul_path(33, true, true, false, true, 4096), MatmulPath::Cublas);   // skinny loses from ~56
+  EXPECT_EQ(choose_matmul_path(64, true, true, false, false, 4096), MatmulPath::Cublas);
+  EXPECT_EQ(choose_matmul_path(256, true, true, false, false, 4096), MatmulPath::HopperGemm);
+  EXPECT_EQ(choose_matmul_path(512, true, false, false, false, 4096), MatmulPath::Cublas);  // shape it does not take
+  EXPECT_EQ(choose_matmul_path(1, true, true, true, true, 4096), MatmulPath::HopperGemm);   // batch-invariant
+}
+
 TEST_F(CudaMatvec, EveryTypeEveryTokenCount) {
   for (const DType t : {DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
     for (int64_t n = 1; n <= 16; ++n) {
