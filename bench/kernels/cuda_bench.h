@@ -52,6 +52,19 @@ double median_ms(cudaStream_t s, F&& launch, int samples = 15, int per_sample = 
   return double(t[t.size() / 2]);
 }
 
+// Device 0's properties, its name and SM count printed first; false (and "no CUDA device" on stderr) when there
+// is none.
+inline bool report_device(cudaDeviceProp& prop) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return false;
+  }
+  BENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  return true;
+}
+
 // `count` random bf16 values (normal, scale 1, never zero) in device memory: an 8 Mi-value random block copied
 // repeatedly. The caller frees it (cudaFree).
 inline uint16_t* random_bf16(size_t count, uint32_t seed) {

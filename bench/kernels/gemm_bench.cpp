@@ -173,14 +173,8 @@ int main(int argc, char** argv) {
     }
   }
   if (sections.empty()) sections = {"gemm", "matmul"};
-  int dev = 0;
-  if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 1;
-  }
   cudaDeviceProp prop{};
-  BENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  if (!bench::report_device(prop)) return 1;
   bench::KernelJson json;
   try {
     for (const std::string& sec : sections) {

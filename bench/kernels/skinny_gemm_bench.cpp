@@ -66,14 +66,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int dev = 0;
-  if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 1;
-  }
   cudaDeviceProp prop{};
-  BENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  if (!bench::report_device(prop)) return 1;
   if (prop.major != 9) {
     std::printf("not a compute capability 9.x device: skipped\n");
     return 0;
