@@ -13,7 +13,7 @@
 #          transformers (safetensors); `ferry score --device cuda` logits vs transformers' at every position of
 #          3 prompts (cosine >= 0.999, mean KL <= 1e-3; float32 transformers reported alongside);
 # bench:   `ferry bench --device cuda -p 512 -n 128` on Llama-3-8B-shaped random models made on the machine
-#          with `ferry gen` (BF16, Q8_0, Q4_0);
+#          with `ferry gen` (BF16, Q8_0, Q4_0; FERRY_BENCH_TYPES picks a subset);
 # serve:   `ferry serve --device cuda` on the BF16 model under serve_bench (64 and 256 streaming clients);
 # profile: per-op GPU time tables (FERRY_CUDA_PROFILE=1) of batch-1 decode (BF16, Q4_0) and of a serve run.
 # A summary table is printed last; full logs go under $OUT (tests.log, kernels.log, correctness.log,
@@ -97,7 +97,7 @@ fi
 if has bench; then
   log="$OUT/bench.log"
   : > "$log"
-  for t in bf16 q8_0 q4_0; do
+  for t in ${FERRY_BENCH_TYPES:-bf16 q8_0 q4_0}; do
     m="/tmp/llama3-8b-$t.gguf"
     [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type "$t" -o "$m" -t 16 >> "$log" 2>&1
     # BF16 and Q4_0 runs on roofline charts with the kernel harnesses' points when they ran first (Q8_0's

@@ -99,22 +99,27 @@ class CudaMatvec : public CudaOpsTest {
 TEST(MatvecDispatch, RuleOnLlama3Shapes) {  // host only
   using cuda_ops::choose_matvec_version;
   const int def = cuda_ops::kMatvecDefaultVersion;
-  // BF16 at one token: v7 from 7168 columns where it applies, v2 from 16384 rows, v5 otherwise.
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, true, 0, def), 7);   // down
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, 0, def), 2);   // fused gate/up
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 128256, 4096, true, 0, def), 2);  // lm head
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, 0, def), def);  // fused q|k|v
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, false, 0, def), def);  // v7 does not apply
-  EXPECT_EQ(choose_matvec_version(true, true, 2, 4096, 14336, false, 0, def), def);  // two tokens
+  // BF16 at one token: v9 wherever it applies; else v7 from 7168 columns where it applies, v2 from 16384 rows,
+  // v5 otherwise.
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, true, true, 0, def), 9);    // down
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, true, 0, def), 9);    // fused gate/up
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 128256, 4096, true, true, 0, def), 9);   // lm head
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, true, 0, def), 9);     // fused q|k|v
+  EXPECT_EQ(choose_matvec_version(false, true, 1, 4096, 4096, true, true, 0, def), 9);    // F16 wo
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, true, false, 0, def), 7);   // v9 does not apply
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, false, 0, def), 2);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, false, 0, def), def);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, false, false, 0, def), def);  // neither applies
+  EXPECT_EQ(choose_matvec_version(true, true, 2, 4096, 14336, false, false, 0, def), def);  // two tokens
   // Quantized weights keep v5 unless v7 is forced, even where v7 applies.
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, 0, def), def);
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, 7, def), 7);
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 0, def), def);
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 7, def), 7);
   // Forced versions: 2 and 5 everywhere; 7 where it applies, else the rule; 9 always (matvec() falls back).
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, 5, def), 5);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, 2, def), 2);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, 7, def), 7);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, false, 7, def), 2);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, 9, def), 9);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, true, 5, def), 5);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, true, 2, def), 2);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, true, 7, def), 7);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, false, false, 7, def), 2);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, false, 9, def), 9);
 }
 
 // Which kernel a matmul of n tokens takes (choose_matmul_path), host only.
@@ -176,7 +181,7 @@ TEST_F(CudaMatvec, StreamedShapes) {
   };
   for (const Shape s : {Shape{1, 256}, Shape{5, 2048}, Shape{133, 1024}, Shape{1000, 3072}, Shape{4103, 2048},
                         Shape{300, 14336}, Shape{64, 16384}, Shape{263, 4096}, Shape{131, 6144}, Shape{17, 7168},
-                        Shape{9, 768}}) {
+                        Shape{9, 768}, Shape{700, 7168}, Shape{150, 10240}, Shape{90, 2816}, Shape{33, 1792}}) {
     for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
       if (t == DType::Q4_0 && s.n_in % 512 != 0) continue;
       ASSERT_TRUE(cuda_ops::matvec_stream_applies(t, 1, s.n_out, s.n_in)) << dtype_name(t) << " " << s.n_out << "x"
@@ -195,11 +200,12 @@ TEST_F(CudaMatvec, StreamedShapes) {
   EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 2, 64, 4096));   // more than one token
   EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q4_1, 1, 64, 4096));   // not a streamed weight type
   EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q4_K, 1, 64, 4096));
-  // Version 9 (stage-batched): columns of 2048 x {1, 2, 3, 4, 6, 7, 8}, half-precision weights only.
-  for (const int64_t cols : {2048, 4096, 6144, 8192, 12288, 14336, 16384})
+  // Version 9 (stage-batched): half-precision weights whose (segments per warp, rows per stage) pair has an
+  // instance: 1792, 2048 and 2816..16384 columns (7168: 28 segments, 4 on warps 0-3 and 3 on warps 4-7).
+  for (const int64_t cols : {1792, 2048, 2816, 3072, 4096, 6144, 7168, 8192, 10240, 12288, 14336, 16384})
     EXPECT_TRUE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 4103, cols, true)) << cols;
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 3072, true));   // 1.5 segments a warp
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 10240, true));  // 5: no instance
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 2560, true));  // 3 rows a stage: no instance
+  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 1024, true));  // 8 rows a stage: no instance
   EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 1, 64, 4096, true));
   // Deterministic: the same call twice gives the same bits.
   const int64_t rows = 2000, cols = 4096;

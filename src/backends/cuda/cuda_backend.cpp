@@ -387,6 +387,7 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
           ? cuda_ops::choose_matvec_version(w.dtype == DType::BF16, w.dtype == DType::BF16 || w.dtype == DType::F16,
                                             n, w.rows(), w.cols(),
                                             cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols()),
+                                            cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols(), true),
                                             options_.matvec_version, cuda_ops::kMatvecDefaultVersion)
           : 0;
   const auto path_name = [&]() -> std::string {

@@ -43,20 +43,25 @@ inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool 
 }
 
 // The decode matvec version for a weight of rows x cols at n tokens. `forced` is FERRY_CUDA_MATVEC (0 when
-// unset): 2 or 5 run that version everywhere (9: v9 where it applies, else v7 where it applies, else 5); 7 runs version 7 wherever it applies (stream_applies:
-// matvec_stream_applies) and the rule elsewhere. The rule, from
-// matvec_bench on one H200 (% of 4.30 TB/s at n = 1; v7's first cut, re-reading x through L1):
-//   4096 x 14336 (down): v5 66.1%, v7 95.0%     4096 x 7168 (down at TP=2): v5 61.1%, v7 66.7%
-//   14336 x 4096: v2 73.0%, v5 77.2-81.8%       128256 x 4096 (lm head): v2 94.3-95.2%, v5 49.0%
-//   28672 x 4096 (fused gate/up): v2 83.6%, v5 47.6%, v7 75.1%   6144 x 4096: v2 56.2%, v5 61.5-69.4%
-// -> v7 for BF16/F16 at n = 1 from 7168 columns (where it applies); else v2 for BF16 at n = 1 from 16384
-// rows (v5 falls far below v2 once a block owns many row groups); v5 otherwise (quantized types: v5 leads at
-// every shape, e.g. Q4_0 128256 x 4096 66.3% vs 51.8%).
-// half_weight: BF16 or F16 (version 7 for Q8_0/Q4_0 runs only when forced: not yet measured on a GPU).
+// unset): 2 or 5 run that version everywhere; 9 runs v9 where it applies, else v7 where it applies, else 5; 7 runs
+// version 7 wherever it applies (stream_applies: matvec_stream_applies) and the rule elsewhere. batched_applies:
+// version 9 takes the shape (matvec_stream_applies(..., batched = true)). The rule, from matvec_bench on one H200
+// (% of 4.30 TB/s at n = 1, BF16; session 5):
+//                   v2     v5     v7     v9
+//   14336 x 4096    -      80.9   71.0   97.3       4096 x 14336 (down)    -     65.9   93.6   97.7
+//   28672 x 4096    83.6   47.7   75.2  101.0       128256 x 4096 (lm)    94.8   49.2   78.1  105.4
+//   6144 x 4096     56.2   68.7   62.0   85.3       4096 x 4096 (wo)       -     63.3   55.7   78.7
+//   3072 x 4096     41.5   60.4   52.1   73.1       4096 x 2048            45.3   55.6   37.7   59.0
+// -> v9 for BF16/F16 at n = 1 wherever it applies (ferry bench tg128, Llama-3-8B BF16: 244.2 tok/s against 200.3
+// under the previous rule in the same call); else v7 from 7168 columns where it applies; else v2 for BF16 at n = 1
+// from 16384 rows (v5 falls far below v2 once a block owns many row groups); v5 otherwise (quantized types: v5
+// leads at every shape, e.g. Q4_0 128256 x 4096 66.3% vs v7 41.7%).
+// half_weight: BF16 or F16 (version 7 for Q8_0/Q4_0 runs only when forced: measured slower than v5).
 inline int choose_matvec_version(bool bf16_weight, bool half_weight, int64_t n, int64_t rows, int64_t cols,
-                                 bool stream_applies, int forced, int default_version) {
+                                 bool stream_applies, bool batched_applies, int forced, int default_version) {
   if (forced == 2 || forced == 5) return forced;
   if (forced == 9) return 9;  // matvec() falls back to v7, then v5, where v9 does not apply
+  if (forced == 0 && half_weight && n == 1 && batched_applies) return 9;
   if (stream_applies && (forced == 7 || (forced == 0 && half_weight && n == 1 && cols >= 7168))) return 7;
   if (bf16_weight && n == 1 && rows >= 16384) return 2;
   return default_version;

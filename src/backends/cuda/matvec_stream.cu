@@ -31,12 +31,16 @@ StreamPlan make_half_plan(int64_t rows, int64_t cols, int64_t grid) {
   return v7::make_plan(rows, cols * 2, int(cols / kSegVals), grid);
 }
 
-// Version 9's instance for cols: segments per warp kSegs = cols / 2048 exactly (cols % 2048 == 0) and the plan's
-// rows per stage (16 KB of whole rows: 4 at 2048 columns, 2 at 4096, else 1); 0 when no instance fits.
+// Version 9's instance for cols (a multiple of 256): kSegs = ceil(segments / 8) segments per warp (warps past the
+// row's last segment load nothing for that j: 7168 columns are 28 segments, 4 for warps 0-3 and 3 for warps 4-7)
+// and the plan's rows per stage (16 KB of whole rows: 4 at 1792-2048 columns, 2 at 2816-4096, else 1), when an
+// instance for that pair is compiled; 0 otherwise.
 int batched_segs(int64_t cols) {
-  if (cols % (kConsumerWarps * kSegVals) != 0) return 0;
-  const int64_t k = cols / (kConsumerWarps * kSegVals);
-  return k == 1 || k == 2 || k == 3 || k == 4 || k == 6 || k == 7 || k == 8 ? int(k) : 0;
+  if (cols < kSegVals || cols % kSegVals != 0 || cols > kStreamMaxCols) return 0;
+  const int64_t k = (cols / kSegVals + kConsumerWarps - 1) / kConsumerWarps;
+  const int64_t rows_per_stage = v7::make_plan(1, cols * 2, int(cols / kSegVals), 1).rows_per_stage;
+  const int64_t rows_for_k = k == 1 ? 4 : k == 2 ? 2 : 1;  // the instances of launch_for_cols
+  return rows_per_stage == rows_for_k ? int(k) : 0;
 }
 
 size_t stream_smem_bytes(const StreamPlan& p, int64_t cols) {
@@ -142,8 +146,12 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
       for (int r = 0; r < kRows; ++r) {
 #pragma unroll
         for (int j = 0; j < kSegs; ++j) {
-          c[r][j] = r < rows_here ? *reinterpret_cast<const uint4*>(st + r * cols + j * kConsumerWarps * kSegVals)
-                                  : make_uint4(0, 0, 0, 0);
+          // Segment j of this warp exists (warp-uniform; false only for the last j when segments % 8 != 0): a
+          // load past the row would read the next row or slot (zero activations, but 0 x NaN is NaN).
+          const bool live = j * kConsumerWarps + warp < plan.segs_per_row;
+          c[r][j] = r < rows_here && live
+                        ? *reinterpret_cast<const uint4*>(st + r * cols + j * kConsumerWarps * kSegVals)
+                        : make_uint4(0, 0, 0, 0);
         }
       }
       float v[kRows];
@@ -239,10 +247,11 @@ void launch_for_cols(const MatvecParams& p, int n_sms, StreamConsumer consumer, 
       case 2: launch_stream<T, 2, 2>(p, n_sms, stream); break;
       case 3: launch_stream<T, 3, 1>(p, n_sms, stream); break;
       case 4: launch_stream<T, 4, 1>(p, n_sms, stream); break;
+      case 5: launch_stream<T, 5, 1>(p, n_sms, stream); break;
       case 6: launch_stream<T, 6, 1>(p, n_sms, stream); break;
       case 7: launch_stream<T, 7, 1>(p, n_sms, stream); break;
       case 8: launch_stream<T, 8, 1>(p, n_sms, stream); break;
-      default: FERRY_CUDA_REQUIRE(!"version 9 takes columns of 2048 x {1, 2, 3, 4, 6, 7, 8}");
+      default: FERRY_CUDA_REQUIRE(!"no version 9 instance for these columns (batched_segs)");
     }
     return;
   }

@@ -36,7 +36,8 @@ inline constexpr int64_t kStreamColAlign = 256;
 inline constexpr int64_t kStreamMaxCols = 16384;
 
 // How the consumer warps walk a ring stage: kRowByRow is version 7; kStageBatched is version 9 (all of a stage's
-// loads first, the slot released before the reductions; BF16/F16 with columns of 2048 x {1, 2, 3, 4, 6, 7, 8}:
+// loads first, the slot released before the reductions; BF16/F16 with columns a multiple of 256 whose segments per
+// warp and rows per stage have a compiled instance: 1792, 2048 and 2816..16384; batched_segs() in
 // matvec_stream.cu).
 enum class StreamConsumer { kRowByRow, kStageBatched };
 
