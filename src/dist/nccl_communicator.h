@@ -45,6 +45,8 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return link_->rank(); }
   int world() const override { return link_->world(); }
   void all_reduce_sum(const Tensor& x) override;
+  void all_reduce_add_rms_norm(Backend& backend, const Tensor& out, const Tensor& residual, const Tensor& delta,
+                               const Tensor& weight, float eps) override;
   void all_gather_inplace(const Tensor& buf) override;
   void broadcast(std::vector<uint8_t>& bytes) override;
   void barrier() override;
@@ -56,6 +58,11 @@ class NcclCommunicator final : public Communicator {
   // (backends/cuda/peer_all_reduce.h) here on every rank alike, before the first step.
   using SmallAllReduce = std::function<bool(float* x, size_t n, CUstream_st* stream)>;
   void set_small_all_reduce(SmallAllReduce small) { small_ = std::move(small); }
+  // The same for all_reduce_add_rms_norm: `small_norm(delta, residual, out, weight, rows, cols, eps, stream)`
+  // does the fused all-reduce + residual add + RMSNorm when it takes the shape (returns true).
+  using SmallAllReduceNorm = std::function<bool(float* delta, float* residual, float* out, const float* weight,
+                                                int64_t rows, int64_t cols, float eps, CUstream_st* stream)>;
+  void set_small_all_reduce_norm(SmallAllReduceNorm small) { small_norm_ = std::move(small); }
 
  private:
   [[noreturn]] void die(const std::string& why) noexcept;  // the watchdog's and the link's way out
@@ -66,6 +73,7 @@ class NcclCommunicator final : public Communicator {
   std::chrono::seconds timeout_;
   ncclComm* comm_ = nullptr;
   SmallAllReduce small_;
+  SmallAllReduceNorm small_norm_;
   std::atomic<bool> stop_{false}, failed_{false};
   std::atomic<int64_t> step_started_ns_{0};  // steady-clock ns when the current step began; 0: idle
   std::mutex fail_mu_;

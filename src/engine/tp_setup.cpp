@@ -107,6 +107,12 @@ void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, Nccl
     peer->run(x, n, stream);
     return true;
   });
+  comm.set_small_all_reduce_norm([peer](float* delta, float* residual, float* out, const float* weight, int64_t rows,
+                                        int64_t cols, float eps, CUstream_st* stream) {
+    if (!peer->fits_add_rms_norm(rows, cols)) return false;
+    peer->run_add_rms_norm(delta, residual, out, weight, rows, cols, eps, stream);
+    return true;
+  });
 }
 #endif
 

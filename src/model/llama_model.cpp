@@ -382,11 +382,9 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     const Tensor k_cache = k_cache_[size_t(l)].view(backend_.kv_dtype(), {kv_.n_blocks, kv_.block_size, KVH, D});
     const Tensor v_cache = v_cache_[size_t(l)].view(backend_.kv_dtype(), {kv_.n_blocks, kv_.block_size, KVH, D});
 
-    if (l == 0) {
-      backend_.rms_norm(xb, x, L.attn_norm, c.rms_eps);
-    } else {  // x += previous layer's ffn output, then norm
-      backend_.add_rms_norm(xb, x, delta, L.attn_norm, c.rms_eps);
-    }
+    // Layers after the first: the previous layer's end did x += its ffn output and this norm (fused with its
+    // all-reduce where the communicator can).
+    if (l == 0) backend_.rms_norm(xb, x, L.attn_norm, c.rms_eps);
     observe("attn_norm", l, xb);
     if (!L.wqkv.empty()) {
       // Fused: one matmul for q|k|v, then one op for q/k norm, RoPE, q out and the K/V cache writes. With a
@@ -414,9 +412,9 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     backend_.attention(attn, q, k_cache, v_cache, meta, scale);
     observe("attn", l, attn);
     backend_.matmul(delta, flat(attn), L.wo, Tensor{});
-    comm_->all_reduce_sum(delta);  // row-parallel: partial sums over this rank's heads
+    // Row-parallel: partial sums over this rank's heads; then x += delta and the ffn norm.
+    comm_->all_reduce_add_rms_norm(backend_, xb, x, delta, L.ffn_norm, c.rms_eps);
     observe("attn_out", l, delta);
-    backend_.add_rms_norm(xb, x, delta, L.ffn_norm, c.rms_eps);
     observe("ffn_norm", l, xb);
     if (!L.w_gate_up.empty()) {
       backend_.matmul(gate_up, xb, L.w_gate_up, Tensor{});
@@ -427,7 +425,13 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
       backend_.swiglu(gate, gate, up);
     }
     backend_.matmul(delta, gate, L.w_down, Tensor{});
-    comm_->all_reduce_sum(delta);  // row-parallel: partial sums over this rank's hidden units
+    // Row-parallel: partial sums over this rank's hidden units; then x += delta and the next layer's attention
+    // norm (the last layer's sum goes to the output norm below, on the rows that need logits).
+    if (l + 1 < c.n_layers) {
+      comm_->all_reduce_add_rms_norm(backend_, xb, x, delta, weights_.layers[size_t(l) + 1].attn_norm, c.rms_eps);
+    } else {
+      comm_->all_reduce_sum(delta);
+    }
     observe("ffn_out", l, delta);
   }
 

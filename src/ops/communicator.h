@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/backend.h"
 
 namespace ferry {
 
@@ -32,6 +33,14 @@ class Communicator {
   // x: contiguous f32 tensor in backend memory, any shape; replaced by the element-wise sum over ranks
   // (the same bits on every rank).
   virtual void all_reduce_sum(const Tensor& x) = 0;
+  // all_reduce_sum(delta), then backend.add_rms_norm(out, residual, delta, weight, eps) (shapes as there).
+  // An implementation may fuse the two into one device launch (NcclCommunicator with the CUDA peer all-reduce
+  // does, for decode-sized messages); delta holds the sum afterwards either way.
+  virtual void all_reduce_add_rms_norm(Backend& backend, const Tensor& out, const Tensor& residual,
+                                       const Tensor& delta, const Tensor& weight, float eps) {
+    all_reduce_sum(delta);
+    backend.add_rms_norm(out, residual, delta, weight, eps);
+  }
   // buf: contiguous f32 tensor of world * part elements in backend memory; rank r has filled elements
   // [r * part, (r + 1) * part); afterwards every rank holds every part.
   virtual void all_gather_inplace(const Tensor& buf) = 0;

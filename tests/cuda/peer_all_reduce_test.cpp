@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -182,6 +183,73 @@ TEST(PeerAllReduce, CapturedGraphReplaysWithChangingInputs) {
     CK(cudaSetDevice(r));
     CK(cudaGraphExecDestroy(exec[size_t(r)]));
   }
+}
+
+// The fused all-reduce + residual add + RMSNorm (run_add_rms_norm), against the host: delta becomes the rank-order
+// sum and residual += it bit for bit (f32 additions only); out = residual / rms * weight within 2e-6 relative
+// (the device's sum of squares runs in another order than the host's double one); out is the same bits on every
+// rank. Plain run() calls in between share the call counter.
+TEST(PeerAllReduce, FusedAddRmsNormMatchesHost) {
+  const int world = gpu_count();
+  if (world < 2) GTEST_SKIP() << "needs 2 GPUs, found " << world;
+  Group g;
+  make_group(g, std::min(world, PeerAllReduce::kMaxWorld));
+  struct Shape {
+    int64_t rows, cols;
+  };
+  uint32_t seed = 77;
+  for (const Shape sh : {Shape{1, 4096}, Shape{3, 1000}, Shape{32, 4096}, Shape{2, 8192}, Shape{5, 2048}}) {
+    ASSERT_TRUE(g.ranks[0]->fits_add_rms_norm(sh.rows, sh.cols));
+    const size_t n = size_t(sh.rows * sh.cols);
+    // Layout of x[r]: delta [n], residual [n], out [n], weight [cols] (each a multiple of 4 floats: aligned).
+    ASSERT_LE(3 * n + size_t(sh.cols), g.cap);
+    const auto delta = inputs(g.world, n, seed++);
+    const std::vector<float> residual = test::random_floats(n, seed++);
+    const std::vector<float> weight = test::random_floats(size_t(sh.cols), seed++);
+    for (int r = 0; r < g.world; ++r) {
+      CK(cudaSetDevice(r));
+      float* base = g.x[size_t(r)];
+      CK(cudaMemcpy(base, delta[size_t(r)].data(), n * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(base + n, residual.data(), n * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(base + 3 * n, weight.data(), weight.size() * 4, cudaMemcpyHostToDevice));
+      g.ranks[size_t(r)]->run_add_rms_norm(base, base + n, base + 2 * n, base + 3 * n, sh.rows, sh.cols, 1e-5f,
+                                           g.streams[size_t(r)]);
+    }
+    const std::vector<float> sum = host_sum(delta);
+    std::vector<float> res(n), want(n);
+    for (size_t i = 0; i < n; ++i) res[i] = residual[i] + sum[i];
+    for (int64_t row = 0; row < sh.rows; ++row) {
+      double ss = 0;
+      for (int64_t j = 0; j < sh.cols; ++j) ss += double(res[size_t(row * sh.cols + j)]) * res[size_t(row * sh.cols + j)];
+      const double scale = 1.0 / std::sqrt(ss / double(sh.cols) + 1e-5);
+      for (int64_t j = 0; j < sh.cols; ++j)
+        want[size_t(row * sh.cols + j)] = float(res[size_t(row * sh.cols + j)] * scale * weight[size_t(j)]);
+    }
+    expect_all_equal(g, sum, 0, "fused: delta");
+    expect_all_equal(g, res, n, "fused: residual");
+    if (HasFatalFailure()) return;
+    std::vector<float> out0;
+    for (int r = 0; r < g.world; ++r) {
+      CK(cudaSetDevice(r));
+      std::vector<float> got(n);
+      CK(cudaMemcpy(got.data(), g.x[size_t(r)] + 2 * n, n * 4, cudaMemcpyDeviceToHost));
+      EXPECT_LE(test::rel_l2(got, want), 2e-6) << "rank " << r << " " << sh.rows << "x" << sh.cols;
+      if (r == 0) out0 = got;
+      else EXPECT_EQ(std::memcmp(got.data(), out0.data(), n * 4), 0) << "rank " << r << " differs from rank 0";
+    }
+    // A plain all-reduce after it (same counter).
+    const auto e = inputs(g.world, 4096, seed++);
+    upload(g, e, 0);
+    for (int r = 0; r < g.world; ++r) {
+      CK(cudaSetDevice(r));
+      g.ranks[size_t(r)]->run(g.x[size_t(r)], e[0].size(), g.streams[size_t(r)]);
+    }
+    expect_all_equal(g, host_sum(e), 0, "plain after fused");
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_FALSE(g.ranks[0]->fits_add_rms_norm(1, 8196));   // more columns than a block takes
+  EXPECT_FALSE(g.ranks[0]->fits_add_rms_norm(129, 1024));  // more rows than blocks
+  EXPECT_FALSE(g.ranks[0]->fits_add_rms_norm(1, 4097));    // not float4 rows
 }
 
 }  // namespace

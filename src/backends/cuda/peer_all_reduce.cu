@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry {
 namespace {
@@ -53,6 +54,10 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(T* __restrict__ x, int64_t units, const __grid_constant__ PeerPtrs p,
                                                                    uint32_t* counter, uint32_t* done, int rank,
                                                                    int world, int64_t max_units) {
+  // Launched with PDL: the next kernel (the norm, then the matvec whose producer streams weights) is placed
+  // while this one waits on its peers. Everything, the call counter included, is read after pdl_wait().
+  cuda_ops::pdl_allow_dependents();
+  cuda_ops::pdl_wait();
   __shared__ uint32_t gen_s;
   __shared__ bool last_s;
   const int b = int(blockIdx.x);
@@ -91,6 +96,109 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(T* __restrict
     x[i] = acc;
   }
   // The last block to finish advances the call counter (every block has read it by then).
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last_s = atomicAdd(done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && last_s) {
+    *done = 0;
+    *counter = gen;
+  }
+}
+
+__device__ __forceinline__ float block_sum(float v, float* partial) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
+  return total;
+}
+
+// The all-reduce of delta fused with the residual add and RMSNorm that follow it (one launch instead of two, no
+// round trip of the sum through a second kernel). Block b owns row b (rows <= kMaxBlocks): it pushes the row's
+// delta into slot [set][rank] of every peer, flags it, waits for every peer's row b, sums in rank order (the
+// same bits as peer_all_reduce_kernel on every rank), then residual += sum and out = residual * rsqrt(mean of
+// squares + eps) * weight, fp32; delta is left holding the sum (as after all_reduce_sum). kV float4 per thread:
+// cols <= kThreads * 4 * kV.
+//   delta, residual, out: [rows, cols] f32 row-major (16-byte aligned, cols % 4 == 0); weight: [cols] f32.
+template <int kV>
+__global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* __restrict__ delta, float4* residual,
+                                                                        float4* out, const float4* weight, int64_t vecs,
+                                                                        float eps, const __grid_constant__ PeerPtrs p,
+                                                                        uint32_t* counter, uint32_t* done, int rank,
+                                                                        int world, int64_t max_units) {
+  cuda_ops::pdl_allow_dependents();
+  cuda_ops::pdl_wait();
+  __shared__ uint32_t gen_s;
+  __shared__ bool last_s;
+  __shared__ float partial[kThreads / 32];
+  const int b = int(blockIdx.x);
+  if (threadIdx.x == 0) gen_s = *counter + 1;
+  __syncthreads();
+  const uint32_t gen = gen_s;
+  const int set = int(gen & 1u);
+  const int64_t lo = int64_t(b) * vecs;
+  float4 d[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int64_t j = threadIdx.x + int64_t(i) * kThreads;
+    d[i] = j < vecs ? delta[lo + j] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  for (int q = 0; q < world; ++q) {
+    if (q == rank) continue;
+    float4* slot = reinterpret_cast<float4*>(p.data[q]) + (int64_t(set) * world + rank) * max_units + lo;
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      const int64_t j = threadIdx.x + int64_t(i) * kThreads;
+      if (j < vecs) slot[j] = d[i];
+    }
+  }
+  __syncthreads();
+  const int q = int(threadIdx.x);
+  if (q < world && q != rank) {
+    __threadfence_system();
+    store_release_sys(p.flags[q] + (set * world + rank) * kMaxBlocks + b, gen);
+  }
+  if (q < world && q != rank) {
+    const uint32_t* flag = p.flags[rank] + (set * world + q) * kMaxBlocks + b;
+    while (load_acquire_sys(flag) != gen) {
+    }
+  }
+  __syncthreads();
+  const float4* mine = reinterpret_cast<const float4*>(p.data[rank]) + int64_t(set) * world * max_units + lo;
+  float ss = 0.0f;
+  float4 v[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int64_t j = threadIdx.x + int64_t(i) * kThreads;
+    if (j >= vecs) {
+      v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      continue;
+    }
+    float4 acc = rank == 0 ? d[i] : __ldcg(mine + j);
+    for (int r = 1; r < world; ++r) acc = add(acc, r == rank ? d[i] : __ldcg(mine + int64_t(r) * max_units + j));
+    delta[lo + j] = acc;
+    const float4 res = residual[lo + j];
+    v[i] = add(res, acc);
+    residual[lo + j] = v[i];
+    ss = fmaf(v[i].x, v[i].x, ss);
+    ss = fmaf(v[i].y, v[i].y, ss);
+    ss = fmaf(v[i].z, v[i].z, ss);
+    ss = fmaf(v[i].w, v[i].w, ss);
+  }
+  const float scale = 1.0f / sqrtf(block_sum(ss, partial) / float(vecs * 4) + eps);
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int64_t j = threadIdx.x + int64_t(i) * kThreads;
+    if (j >= vecs) continue;
+    const float4 g = weight[j];
+    out[lo + j] = make_float4(v[i].x * scale * g.x, v[i].y * scale * g.y, v[i].z * scale * g.z, v[i].w * scale * g.w);
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -180,24 +288,59 @@ void PeerAllReduce::connect_local(const std::vector<PeerAllReduce*>& ranks) {
   connected_ = true;
 }
 
+namespace {
+
+PeerPtrs peer_ptrs(const std::vector<void*>& peers, int world, size_t max_elems) {
+  PeerPtrs p{};
+  for (int r = 0; r < world; ++r) {
+    p.data[r] = static_cast<float*>(peers[size_t(r)]);
+    p.flags[r] = flags_of(peers[size_t(r)], world, max_elems);
+  }
+  return p;
+}
+
+}  // namespace
+
+bool PeerAllReduce::fits_add_rms_norm(int64_t rows, int64_t cols) const {
+  return rows >= 1 && rows <= kMaxBlocks && cols >= 4 && cols % 4 == 0 && cols <= kNormMaxCols &&
+         fits(size_t(rows * cols));
+}
+
+void PeerAllReduce::run_add_rms_norm(float* delta, float* residual, float* out, const float* weight, int64_t rows,
+                                     int64_t cols, float eps, CUstream_st* stream) {
+  FERRY_CUDA_REQUIRE(connected_ && fits_add_rms_norm(rows, cols));
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  FERRY_CUDA_REQUIRE(aligned(delta) && aligned(residual) && aligned(out) && aligned(weight));
+  const PeerPtrs p = peer_ptrs(peers_, world_, max_elems_);
+  uint32_t* counter = flags_of(buffer_, world_, max_elems_) + flag_count(world_);
+  const int64_t vecs = cols / 4, max_units = int64_t(max_elems_ / 4);
+  const auto go = [&]<int kV>() {
+    cuda_ops::launch_pdl(peer_all_reduce_norm_kernel<kV>, dim3(unsigned(rows)), dim3(kThreads), 0, stream,
+                         reinterpret_cast<float4*>(delta), reinterpret_cast<float4*>(residual),
+                         reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(weight), vecs, eps, p, counter,
+                         counter + 1, rank_, world_, max_units);
+  };
+  if (vecs <= kThreads) go.template operator()<1>();
+  else if (vecs <= 2 * kThreads) go.template operator()<2>();
+  else if (vecs <= 4 * kThreads) go.template operator()<4>();
+  else go.template operator()<8>();
+  FERRY_CUDA_CHECK_LAUNCH(peer_all_reduce_norm_kernel);
+}
+
 void PeerAllReduce::run(float* x, size_t n, CUstream_st* stream) {
   FERRY_CUDA_REQUIRE(connected_ && fits(n));
-  PeerPtrs p{};
-  for (int r = 0; r < world_; ++r) {
-    p.data[r] = static_cast<float*>(peers_[size_t(r)]);
-    p.flags[r] = flags_of(peers_[size_t(r)], world_, max_elems_);
-  }
+  const PeerPtrs p = peer_ptrs(peers_, world_, max_elems_);
   uint32_t* counter = flags_of(buffer_, world_, max_elems_) + flag_count(world_);
   const bool vec = n % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const int64_t units = vec ? int64_t(n / 4) : int64_t(n);
   const int64_t max_units = vec ? int64_t(max_elems_ / 4) : int64_t(max_elems_);
   const int blocks = int(std::min<int64_t>(kMaxBlocks, (units + kThreads - 1) / kThreads));
   if (vec) {
-    peer_all_reduce_kernel<float4><<<blocks, kThreads, 0, stream>>>(reinterpret_cast<float4*>(x), units, p, counter,
-                                                                   counter + 1, rank_, world_, max_units);
+    cuda_ops::launch_pdl(peer_all_reduce_kernel<float4>, dim3(unsigned(blocks)), dim3(kThreads), 0, stream,
+                         reinterpret_cast<float4*>(x), units, p, counter, counter + 1, rank_, world_, max_units);
   } else {
-    peer_all_reduce_kernel<float><<<blocks, kThreads, 0, stream>>>(x, units, p, counter, counter + 1, rank_, world_,
-                                                                  max_units);
+    cuda_ops::launch_pdl(peer_all_reduce_kernel<float>, dim3(unsigned(blocks)), dim3(kThreads), 0, stream, x, units, p,
+                         counter, counter + 1, rank_, world_, max_units);
   }
   FERRY_CUDA_CHECK_LAUNCH(peer_all_reduce_kernel);
 }

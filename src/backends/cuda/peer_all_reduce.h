@@ -56,6 +56,15 @@ class PeerAllReduce {
   // (the device current at construction must be current). Every rank must make the same sequence of calls.
   void run(float* x, size_t n, CUstream_st* stream);
 
+  // run() on delta fused with the residual add and RMSNorm that follow it, one row per block:
+  //   delta += the other ranks' delta (rank order); residual += delta; out = residual / rms(residual) * weight.
+  // delta, residual, out: [rows, cols] f32 row-major; weight: [cols] f32; all 16-byte aligned, in this rank's
+  // device memory. Same call-sequence rule as run() (the two share the call counter).
+  static constexpr int64_t kNormMaxCols = 8192;
+  bool fits_add_rms_norm(int64_t rows, int64_t cols) const;
+  void run_add_rms_norm(float* delta, float* residual, float* out, const float* weight, int64_t rows, int64_t cols,
+                        float eps, CUstream_st* stream);
+
  private:
   int rank_, world_, device_ = 0;
   size_t max_elems_;                  // f32 values per slot
