@@ -9,6 +9,7 @@
 // and every element is read before it is written by the same thread, so out may alias x.
 #include "backends/cuda/norm.cuh"
 
+#include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/pdl.cuh"
 
@@ -16,23 +17,6 @@ namespace ferry::cuda_ops {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-  return v;
-}
-
-__device__ float block_sum(float v) {
-  __shared__ float partial[kThreads / 32];
-  v = warp_sum(v);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  float total = 0;
-#pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
-  return total;
-}
 
 template <bool kAdd>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
@@ -49,7 +33,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
     }
     ss = fmaf(v, v, ss);
   }
-  const float scale = 1.0f / sqrtf(block_sum(ss) / float(p.cols) + p.eps);
+  const float scale = 1.0f / sqrtf(block_sum<kThreads>(ss) / float(p.cols) + p.eps);
   for (int64_t j = threadIdx.x; j < p.cols; j += kThreads) p.out[base + j] = src[j] * scale * p.weight[j];
 }
 
@@ -97,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(RmsNormParams p)
   }
   float total;
   if constexpr (kGroup == kThreads) {
-    total = block_sum(ss);
+    total = block_sum<kThreads>(ss);
   } else {
     total = warp_sum(ss);
   }

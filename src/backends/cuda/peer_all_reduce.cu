@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/pdl.cuh"
 
@@ -47,55 +48,34 @@ __device__ __forceinline__ T r_value(int r, int rank, const T* x, const T* mine,
   return r == rank ? x[i] : __ldcg(mine + int64_t(r) * max_units + i);
 }
 
-// x: [units] of T (float4 when n % 4 == 0 and x is 16-byte aligned, else float), this rank's input and output.
-// p: every rank's buffer; counter/done: this rank's call counter and blocks-finished count (device memory).
-// max_units: slot size in T. Grid: blocks over units (<= kMaxBlocks), kThreads threads.
-template <typename T>
-__global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(T* __restrict__ x, int64_t units, const __grid_constant__ PeerPtrs p,
-                                                                   uint32_t* counter, uint32_t* done, int rank,
-                                                                   int world, int64_t max_units) {
-  // Launched with PDL: the next kernel (the norm, then the matvec whose producer streams weights) is placed
-  // while this one waits on its peers. Everything, the call counter included, is read after pdl_wait().
-  cuda_ops::pdl_allow_dependents();
-  cuda_ops::pdl_wait();
+// The steps every kernel of a call takes (peer_all_reduce_kernel, peer_all_reduce_norm_kernel).
+// begin_call: this call's generation (every block reads the counter before the last one advances it).
+__device__ __forceinline__ uint32_t begin_call(const uint32_t* counter) {
   __shared__ uint32_t gen_s;
-  __shared__ bool last_s;
-  const int b = int(blockIdx.x);
-  if (threadIdx.x == 0) gen_s = *counter + 1;  // every block reads it before the last one increments it
+  if (threadIdx.x == 0) gen_s = *counter + 1;
   __syncthreads();
-  const uint32_t gen = gen_s;
-  const int set = int(gen & 1u);
-  const int64_t per_block = (units + gridDim.x - 1) / gridDim.x;
-  const int64_t lo = int64_t(b) * per_block;
-  const int64_t hi = lo + per_block < units ? lo + per_block : units;
+  return gen_s;
+}
 
-  // Push this block's chunk into slot [set][rank] of every peer.
-  for (int q = 0; q < world; ++q) {
-    if (q == rank) continue;
-    T* slot = reinterpret_cast<T*>(p.data[q]) + (int64_t(set) * world + rank) * max_units;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) slot[i] = x[i];
-  }
+// After the block's pushes into slot [set][rank] of every peer: thread q flags chunk b as landed in peer q's
+// buffer, then waits for peer q's chunk b of this call in this rank's buffer.
+__device__ __forceinline__ void signal_and_wait(const PeerPtrs& p, int rank, int world, int b, uint32_t gen) {
+  const int set = int(gen & 1u);
   __syncthreads();  // the block's stores happen before thread q's fence and flag
   const int q = int(threadIdx.x);
   if (q < world && q != rank) {
     __threadfence_system();
     store_release_sys(p.flags[q] + (set * world + rank) * kMaxBlocks + b, gen);
-  }
-  // Wait for every peer's chunk b of this call (thread q watches rank q's flag in this rank's buffer).
-  if (q < world && q != rank) {
     const uint32_t* flag = p.flags[rank] + (set * world + q) * kMaxBlocks + b;
     while (load_acquire_sys(flag) != gen) {
     }
   }
   __syncthreads();
-  // Sum in rank order (the same bits on every rank); peers' values from this rank's own buffer, past L1.
-  const T* mine = reinterpret_cast<const T*>(p.data[rank]) + int64_t(set) * world * max_units;
-  for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
-    T acc = r_value(0, rank, x, mine, max_units, i);
-    for (int r = 1; r < world; ++r) acc = add(acc, r_value(r, rank, x, mine, max_units, i));
-    x[i] = acc;
-  }
-  // The last block to finish advances the call counter (every block has read it by then).
+}
+
+// The last block to finish advances the call counter (every block has read it by then).
+__device__ __forceinline__ void end_call(uint32_t* counter, uint32_t* done, uint32_t gen) {
+  __shared__ bool last_s;
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -108,15 +88,39 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(T* __restrict
   }
 }
 
-__device__ __forceinline__ float block_sum(float v, float* partial) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  float total = 0;
-#pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
-  return total;
+// x: [units] of T (float4 when n % 4 == 0 and x is 16-byte aligned, else float), this rank's input and output.
+// p: every rank's buffer; counter/done: this rank's call counter and blocks-finished count (device memory).
+// max_units: slot size in T. Grid: blocks over units (<= kMaxBlocks), kThreads threads.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(T* __restrict__ x, int64_t units, const __grid_constant__ PeerPtrs p,
+                                                                   uint32_t* counter, uint32_t* done, int rank,
+                                                                   int world, int64_t max_units) {
+  // Launched with PDL: the next kernel (the norm, then the matvec whose producer streams weights) is placed
+  // while this one waits on its peers. Everything, the call counter included, is read after pdl_wait().
+  cuda_ops::pdl_allow_dependents();
+  cuda_ops::pdl_wait();
+  const int b = int(blockIdx.x);
+  const uint32_t gen = begin_call(counter);
+  const int set = int(gen & 1u);
+  const int64_t per_block = (units + gridDim.x - 1) / gridDim.x;
+  const int64_t lo = int64_t(b) * per_block;
+  const int64_t hi = lo + per_block < units ? lo + per_block : units;
+
+  // Push this block's chunk into slot [set][rank] of every peer.
+  for (int q = 0; q < world; ++q) {
+    if (q == rank) continue;
+    T* slot = reinterpret_cast<T*>(p.data[q]) + (int64_t(set) * world + rank) * max_units;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) slot[i] = x[i];
+  }
+  signal_and_wait(p, rank, world, b, gen);
+  // Sum in rank order (the same bits on every rank); peers' values from this rank's own buffer, past L1.
+  const T* mine = reinterpret_cast<const T*>(p.data[rank]) + int64_t(set) * world * max_units;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
+    T acc = r_value(0, rank, x, mine, max_units, i);
+    for (int r = 1; r < world; ++r) acc = add(acc, r_value(r, rank, x, mine, max_units, i));
+    x[i] = acc;
+  }
+  end_call(counter, done, gen);
 }
 
 // The all-reduce of delta fused with the residual add and RMSNorm that follow it (one launch instead of two, no
@@ -134,13 +138,8 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
                                                                         int world, int64_t max_units) {
   cuda_ops::pdl_allow_dependents();
   cuda_ops::pdl_wait();
-  __shared__ uint32_t gen_s;
-  __shared__ bool last_s;
-  __shared__ float partial[kThreads / 32];
   const int b = int(blockIdx.x);
-  if (threadIdx.x == 0) gen_s = *counter + 1;
-  __syncthreads();
-  const uint32_t gen = gen_s;
+  const uint32_t gen = begin_call(counter);
   const int set = int(gen & 1u);
   const int64_t lo = int64_t(b) * vecs;
   float4 d[kV];
@@ -158,18 +157,7 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
       if (j < vecs) slot[j] = d[i];
     }
   }
-  __syncthreads();
-  const int q = int(threadIdx.x);
-  if (q < world && q != rank) {
-    __threadfence_system();
-    store_release_sys(p.flags[q] + (set * world + rank) * kMaxBlocks + b, gen);
-  }
-  if (q < world && q != rank) {
-    const uint32_t* flag = p.flags[rank] + (set * world + q) * kMaxBlocks + b;
-    while (load_acquire_sys(flag) != gen) {
-    }
-  }
-  __syncthreads();
+  signal_and_wait(p, rank, world, b, gen);
   const float4* mine = reinterpret_cast<const float4*>(p.data[rank]) + int64_t(set) * world * max_units + lo;
   float ss = 0.0f;
   float4 v[kV];
@@ -191,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
     ss = fmaf(v[i].z, v[i].z, ss);
     ss = fmaf(v[i].w, v[i].w, ss);
   }
-  const float scale = 1.0f / sqrtf(block_sum(ss, partial) / float(vecs * 4) + eps);
+  const float scale = 1.0f / sqrtf(cuda_ops::block_sum<kThreads>(ss) / float(vecs * 4) + eps);
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
     const int64_t j = threadIdx.x + int64_t(i) * kThreads;
@@ -199,16 +187,7 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
     const float4 g = weight[j];
     out[lo + j] = make_float4(v[i].x * scale * g.x, v[i].y * scale * g.y, v[i].z * scale * g.z, v[i].w * scale * g.w);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last_s = atomicAdd(done, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0 && last_s) {
-    *done = 0;
-    *counter = gen;
-  }
+  end_call(counter, done, gen);
 }
 
 size_t data_bytes(int world, size_t max_elems) { return 2 * size_t(world) * max_elems * sizeof(float); }
