@@ -13,7 +13,9 @@
 //            captured in one CUDA graph and replayed (what a captured decode step sees); v1 also back to back
 //            on the stream. Versions: v1 CUDA cores, v2 tensor cores (default plan), v3 tensor cores, deeper
 //            rings at 1 block per SM; the output of each against v1's (relative L2).
-// Usage: attention_bench [--json FILE] [prefill|decode]... (none: both).
+//   mixed  : mixed serving steps (prompt chunks + decode rows), old two launches against the one-launch
+//            kernel (mixed_attention.cuh) and each part alone; see bench_mixed.
+// Usage: attention_bench [--json FILE] [prefill|decode|mixed]... (none: all).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,6 +32,7 @@
 #include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/device_errors.h"
 #include "backends/cuda/flash_prefill.cuh"
+#include "backends/cuda/mixed_attention.cuh"
 #include "cuda_bench.h"
 #include "kernel_json.h"
 
@@ -73,11 +76,18 @@ struct Problem {
   }
 };
 
-void make_problem(Problem& pr, int n_sets, int B, int q_len, int kv_len, int H, int KVH, int D,
-                  cuda_ops::DeviceErrors* errors, int n_sms) {
+// seqs: (q_len, kv_len) per sequence.
+void make_problem_seqs(Problem& pr, int n_sets, const std::vector<std::pair<int, int>>& seqs, int H, int KVH, int D,
+                       cuda_ops::DeviceErrors* errors, int n_sms) {
   const int bs = 16;
-  const int max_blocks = (kv_len + bs - 1) / bs;
-  const int64_t n_blocks = int64_t(n_sets) * B * max_blocks;
+  const int B = int(seqs.size());
+  int max_blocks = 1, n_tok = 0, blocks_per_set = 0;
+  for (const auto& [ql, kl] : seqs) {
+    max_blocks = std::max(max_blocks, (kl + bs - 1) / bs);
+    blocks_per_set += (kl + bs - 1) / bs;
+    n_tok += ql;
+  }
+  const int64_t n_blocks = int64_t(n_sets) * blocks_per_set;
   std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
@@ -98,29 +108,35 @@ void make_problem(Problem& pr, int n_sets, int B, int q_len, int kv_len, int H, 
   };
   const __nv_bfloat16* kc = fill(3);
   const __nv_bfloat16* vc = fill(4);
-  const size_t n_tok = size_t(B) * size_t(q_len);
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> q(n_tok * H * D);
+  std::vector<float> q(size_t(n_tok) * H * D);
   for (float& x : q) x = dist(rng);
   const float* qd = upload(q, pr.keep);
   const size_t nb = static_cast<size_t>(B);
-  std::vector<int32_t> q_start(nb), ql(nb, q_len), kl(nb, kv_len);
-  for (int s = 0; s < B; ++s) q_start[size_t(s)] = s * q_len;
+  std::vector<int32_t> q_start(nb), ql(nb), kl(nb);
+  for (int s = 0, row = 0; s < B; ++s) {
+    q_start[size_t(s)] = row;
+    ql[size_t(s)] = seqs[size_t(s)].first;
+    kl[size_t(s)] = seqs[size_t(s)].second;
+    row += seqs[size_t(s)].first;
+  }
   const int32_t* qs_d = upload(q_start, pr.keep);
   const int32_t* ql_d = upload(ql, pr.keep);
   const int32_t* kl_d = upload(kl, pr.keep);
   for (int set = 0; set < n_sets; ++set) {
-    std::vector<int32_t> table(size_t(B) * size_t(max_blocks));
-    for (size_t i = 0; i < table.size(); ++i) table[i] = perm[size_t(set) * table.size() + i];
+    std::vector<int32_t> table(size_t(B) * size_t(max_blocks), -1);
+    size_t next = size_t(set) * size_t(blocks_per_set);
+    for (int s = 0; s < B; ++s)
+      for (int j = 0; j < (kl[size_t(s)] + bs - 1) / bs; ++j) table[size_t(s) * size_t(max_blocks) + size_t(j)] = perm[next++];
     void* out = nullptr;
-    BENCH_CUDA_CHECK(cudaMalloc(&out, n_tok * H * D * 4));
+    BENCH_CUDA_CHECK(cudaMalloc(&out, size_t(n_tok) * H * D * 4));
     pr.keep.push_back(out);
     cuda_ops::AttentionParams p{.out = static_cast<float*>(out), .q = qd, .k_cache = kc, .v_cache = vc,
                                 .q_start = qs_d, .q_len = ql_d, .kv_len = kl_d,
                                 .block_tables = upload(table, pr.keep), .n_seqs = B,
                                 .max_blocks_per_seq = max_blocks, .block_size = bs, .n_blocks = int32_t(n_blocks),
-                                .n_tokens = int32_t(n_tok), .n_heads = H, .n_kv_heads = KVH, .head_dim = D,
+                                .n_tokens = n_tok, .n_heads = H, .n_kv_heads = KVH, .head_dim = D,
                                 .scale = 1.0f / std::sqrt(float(D)), .errors = errors};
     p.scratch_bytes = cuda_ops::decode_split_scratch_bytes(p, cuda_ops::plan_decode_split(p, n_sms));
     void* scratch = nullptr;
@@ -130,6 +146,12 @@ void make_problem(Problem& pr, int n_sets, int B, int q_len, int kv_len, int H, 
     p.scratch = static_cast<float*>(scratch);
     pr.params.push_back(p);
   }
+}
+
+// B sequences of q_len queries at the end of kv_len positions each.
+void make_problem(Problem& pr, int n_sets, int B, int q_len, int kv_len, int H, int KVH, int D,
+                  cuda_ops::DeviceErrors* errors, int n_sms) {
+  make_problem_seqs(pr, n_sets, std::vector<std::pair<int, int>>(size_t(B), {q_len, kv_len}), H, KVH, D, errors, n_sms);
 }
 
 std::vector<float> download(const float* d, size_t n) {
@@ -150,8 +172,8 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
   std::printf("\n== prefill attention, causal, paged bf16 cache, H 32 KVH 8, B*L = 16384 (TFLOP/s = 4*B*H*L^2*D/2 / t) ==\n");
-  std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "128x64 ms", "TF/s", "128x32 ms",
-              "TF/s", "vs 128x64", "64x64 ms", "TF/s", "vs 128x64");
+  std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "128x64 ms", "TF/s",
+              "128x32 ms", "TF/s", "vs 128x64", "64x64 ms", "TF/s", "vs 128x64", "attn() ms", "TF/s", "vs 128x64");
   cudaStream_t s;
   BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   for (const int D : {128, 64}) {
@@ -172,9 +194,13 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
       const double t_def = run(V::kRows128, o_def);
       const double t_k32 = run(V::kRows128Keys32, o_k32);
       const double t_r64 = run(V::kRows64, o_r64);
-      std::printf("%4d %6d %4d %9.3f %9.1f %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e\n", D, L, B, t_def, flop / t_def * 1e-9,
-                  t_k32, flop / t_k32 * 1e-9, rel_l2(o_k32, o_def), t_r64, flop / t_r64 * 1e-9, rel_l2(o_r64, o_def));
-      const double t1 = std::min(t_def, std::min(t_k32, t_r64)), t2 = t1;
+      // attention(): the dispatch (the one-launch mixed kernel, mixed_attention.cuh).
+      const double t_att = median_ms(s, [&] { cuda_ops::attention(p, s); }, 15);
+      const std::vector<float> o_att = download(p.out, n_out);
+      std::printf("%4d %6d %4d %9.3f %9.1f %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e\n", D, L, B, t_def,
+                  flop / t_def * 1e-9, t_k32, flop / t_k32 * 1e-9, rel_l2(o_k32, o_def), t_r64, flop / t_r64 * 1e-9,
+                  rel_l2(o_r64, o_def), t_att, flop / t_att * 1e-9, rel_l2(o_att, o_def));
+      const double t1 = std::min(t_def, std::min(t_k32, t_r64)), t2 = t_att;
       const double bytes = double(B) * L * (2.0 * 32 * 4 + 2.0 * 8 * 2) * D;  // q, out f32; k, v bf16
       json.add("flash prefill attention D" + std::to_string(D) + " L" + std::to_string(L) + " B" + std::to_string(B),
                flop, bytes, std::min(t1, t2) * 1e-3);
@@ -260,6 +286,127 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
   BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+
+// Mixed serving steps (issue 4): prompt chunks beside decode rows, H 32, KVH 8, D 128, block 16, shuffled blocks.
+// Versions, each timed as back-to-back calls on the stream (PDL between them, as in an eager step) cycling
+// over several copies of the cache (>= 512 MB of decode K/V in all, so the L2 never holds the next call's):
+//   old       : flash prefill (128-row tiles, plain launch) then split-KV decode (2 launches: before mixattn);
+//   old+pdl   : the same with the prefill launched with PDL;
+//   pre128    : the prefill launch alone (128-row tiles, PDL), pre64: 64-row tiles (plain), dec: the decode
+//               launch alone;
+//   mixed RxS : mixed_attention, R-row prefill tiles, S prefill slots per SM (one launch);
+//   attn()    : the dispatch.
+// Every full version's output is compared with old's ("=" bit-identical, else relative L2).
+void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
+  using cuda_ops::FlashPrefillVariant;
+  using cuda_ops::MixedAttentionConfig;
+  std::printf("\n== mixed steps: prompt chunks + decode rows, H 32 KVH 8 D 128, bf16 paged K/V, block 16; us per "
+              "call (back-to-back on the stream) ==\n");
+  cudaStream_t s;
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
+  struct Case {
+    const char* name;
+    std::vector<std::pair<int, int>> prompts;  // (q_len, kv_len)
+    int n_decode;                               // decode rows at contexts 512..640
+  };
+  const Case cases[] = {
+      {"460 new + 50 dec", {{460, 460}}, 50},
+      {"460 on 512 + 50 dec", {{460, 972}}, 50},
+      {"230 new + 230 on 512 + 50 dec", {{230, 230}, {230, 742}}, 50},
+      {"64 dec (decode step)", {}, 64},
+      {"512 new (prefill only)", {{512, 512}}, 0},
+      {"2048 new (prefill only)", {{2048, 2048}}, 0},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::pair<int, int>> seqs = c.prompts;
+    for (int i = 0; i < c.n_decode; ++i) seqs.emplace_back(1, 512 + (i * 37) % 129);
+    double kv_bytes = 0, flop = 0;
+    int n_tok = 0;
+    for (const auto& [ql, kl] : seqs) {
+      kv_bytes += double(kl) * 8 * 128 * 2 * 2;
+      n_tok += ql;
+      if (ql >= 2) flop += 4.0 * 32 * 128 * double(ql) * (double(kl) - ql / 2.0);
+    }
+    const int n_sets = int(std::max(1.0, std::ceil(512e6 / kv_bytes)));
+    Problem pr;
+    make_problem_seqs(pr, n_sets, seqs, 32, 8, 128, errors, n_sms);
+    const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(pr.params[0], n_sms);
+    const size_t n_out = size_t(n_tok) * 32 * 128;
+    int next = 0;
+    auto timed = [&](const std::function<void(const cuda_ops::AttentionParams&)>& f) {
+      const int n_calls = std::max(20, n_sets);
+      return median_ms(s, [&] {
+        for (int i = 0; i < n_calls; ++i) {
+          f(pr.params[size_t(next)]);
+          next = (next + 1) % n_sets;
+        }
+      }, 7) / n_calls * 1e3;
+    };
+    auto output = [&](const std::function<void(const cuda_ops::AttentionParams&)>& f) {
+      BENCH_CUDA_CHECK(cudaMemset(pr.params[0].out, 0xFF, n_out * 4));  // NaN: every row must be rewritten
+      f(pr.params[0]);
+      BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
+      return download(pr.params[0].out, n_out);
+    };
+    struct Version {
+      std::string name;
+      std::function<void(const cuda_ops::AttentionParams&)> f;
+      bool full;  // writes every row
+    };
+    std::vector<Version> vs = {
+        {"old", [&](const cuda_ops::AttentionParams& p) {
+           cuda_ops::flash_prefill_attention(p, s);
+           cuda_ops::decode_split_attention(p, plan, s);
+         }, true},
+        {"old+pdl", [&](const cuda_ops::AttentionParams& p) {
+           cuda_ops::flash_prefill_attention(p, s, FlashPrefillVariant::kRows128Pdl);
+           cuda_ops::decode_split_attention(p, plan, s);
+         }, true},
+        {"pre128", [&](const cuda_ops::AttentionParams& p) {
+           cuda_ops::flash_prefill_attention(p, s, FlashPrefillVariant::kRows128Pdl);
+         }, false},
+        {"pre64", [&](const cuda_ops::AttentionParams& p) {
+           cuda_ops::flash_prefill_attention(p, s, FlashPrefillVariant::kRows64);
+         }, false},
+        {"dec", [&](const cuda_ops::AttentionParams& p) { cuda_ops::decode_split_attention(p, plan, s); }, false},
+    };
+    for (const int rows : {64, 128}) {
+      for (const int slots : {1, 2}) {
+        vs.push_back({"mix" + std::to_string(rows) + "x" + std::to_string(slots),
+                      [&, rows, slots](const cuda_ops::AttentionParams& p) {
+                        cuda_ops::mixed_attention(p, plan, s, MixedAttentionConfig{.tile_rows = rows, .slots_per_sm = slots});
+                      }, true});
+      }
+    }
+    vs.push_back({"attn()", [&](const cuda_ops::AttentionParams& p) { cuda_ops::attention(p, s); }, true});
+    std::printf("%s (%d sequences, %d rows; prefill %.2f GFLOP, K/V %.1f MB; decode plan %d x %d):\n", c.name,
+                int(seqs.size()), n_tok, flop * 1e-9, kv_bytes * 1e-6, plan.n_splits, plan.chunk);
+    std::vector<float> ref;
+    double best = 1e30;
+    for (const Version& v : vs) {
+      const double us = timed(v.f);
+      std::string cmp = "-";
+      if (v.full) {
+        const std::vector<float> o = output(v.f);
+        if (ref.empty()) {
+          ref = o;
+          cmp = "(ref)";
+        } else if (std::memcmp(o.data(), ref.data(), o.size() * 4) == 0) {
+          cmp = "=";
+        } else {
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%.2e", rel_l2(o, ref));
+          cmp = buf;
+        }
+        if (v.name != "old") best = std::min(best, us);
+      }
+      std::printf("  %-8s %9.2f us  %s\n", v.name.c_str(), us, cmp.c_str());
+    }
+    json.add(std::string("mixed attention ") + c.name, flop, kv_bytes, best * 1e-6);
+  }
+  BENCH_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -286,6 +433,7 @@ int main(int argc, char** argv) {
   try {
     if (wanted("prefill")) bench_prefill(errors, n_sms, json);
     if (wanted("decode")) bench_decode(errors, n_sms, json);
+    if (wanted("mixed")) bench_mixed(errors, n_sms, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;

@@ -17,12 +17,17 @@
 #ifdef FERRY_HAS_CUDA
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <string>
+#include <tuple>
 
 #include <cuda_runtime.h>
 
 #include "backends/cuda/decode_mma.cuh"
 #include "backends/cuda/decode_split.cuh"
+#include "backends/cuda/flash_prefill.cuh"
+#include "backends/cuda/mixed_attention.cuh"
 #include "cuda_test_util.h"
 #include "fixtures/paged_layout.h"
 
@@ -339,6 +344,113 @@ TEST_F(CudaAttention, DecodeKernelsFixedPlanBatchInvariant) {
     for (const float x : a) ASSERT_TRUE(std::isfinite(x));
     EXPECT_EQ(std::memcmp(a.data(), all.data(), a.size() * 4), 0)
         << (kernel == DecodeKernel::kTensorCores ? "tensor" : "CUDA") << "-core kernel: row 0 alone differs";
+  }
+}
+
+// Mixed serving steps (prompt chunks beside many decode rows, the shape of issue 4's steps scaled down): the
+// backend's dispatch (the one-launch kernel, mixed_attention.cuh) against the CPU reference.
+TEST_F(CudaAttention, MixedStepPromptsAndDecodeRows) {
+  std::vector<std::pair<int32_t, int32_t>> seqs = {{230, 742}, {150, 150}};
+  for (int32_t i = 0; i < 30; ++i) seqs.emplace_back(1, 300 + (i * 37) % 129);
+  check({32, 8, 128, 16}, seqs, 100);
+  seqs[0] = {97, 97};
+  check({16, 4, 64, 16}, seqs, 101);
+  check({8, 1, 128, 16}, {{70, 70}, {1, 1}, {1, 900}, {3, 40}}, 102);  // GQA 8: one 8-row decode tile
+}
+
+// The one-launch kernel directly, every configuration (64 / 128-row prefill tiles, 1 / 2 prefill slots per SM),
+// against the two-launch path (flash prefill with 128-row tiles, then split-KV decode) on the same inputs: decode
+// rows bit-identical (the same block code and plan), prefill rows bit-identical at 128 rows and within 1e-6 at
+// 64 (the same per-row arithmetic: a 128-row tile only adds fully masked key tiles, which leave a row's state
+// unchanged); each call twice on the same scratch (the ticket counter is back at zero: same bits). Batches:
+// prompts + decode rows (prompt slots first), decode rows only and a q_len-0 sequence beside (decode first),
+// several long prompts (many tickets per slot), and split decode (few decode rows: arrival counters in use).
+TEST_F(CudaAttention, MixedKernelConfigsMatchTwoLaunches) {
+  const std::vector<std::vector<std::pair<int32_t, int32_t>>> batches = {
+      {{300, 812}, {1, 500}, {1, 77}, {64, 64}, {1, 640}, {2, 2}},
+      {{1, 300}, {1, 17}, {0, 40}, {1, 1000}},
+      {{700, 700}, {513, 1300}, {129, 129}},
+      {{40, 40}, {1, 3000}},
+  };
+  uint32_t seed = 110;
+  for (const auto& [H, KVH, D] : {std::tuple<int64_t, int64_t, int64_t>{32, 8, 128}, {16, 2, 64}, {32, 2, 128}}) {
+    for (const auto& seqs : batches) {
+      const int64_t bs = 16;
+      test::PagedLayout L = test::make_paged_layout(bs, seqs, seed);
+      const int64_t cache_n = L.n_blocks * bs * KVH * D;
+      const Tensor gkc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16_bits(random_floats(size_t(cache_n), seed + 1)));
+      const Tensor gvc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16_bits(random_floats(size_t(cache_n), seed + 2)));
+      const Tensor gq = upload(DType::F32, {L.n_tokens, H, D}, random_floats(size_t(L.n_tokens * H * D), seed + 3));
+      seed += 4;
+      const int32_t n_seqs = int32_t(seqs.size());
+      const Tensor q_start = upload(DType::I32, {n_seqs}, L.q_start), q_len = upload(DType::I32, {n_seqs}, L.q_len);
+      const Tensor kv_len = upload(DType::I32, {n_seqs}, L.kv_len);
+      const Tensor tables = upload(DType::I32, {n_seqs, L.max_blocks}, L.tables);
+      constexpr int64_t kErrWords = int64_t((sizeof(cuda_ops::DeviceErrors) + 3) / 4);
+      const Tensor errs = upload(DType::I32, {kErrWords}, std::vector<int32_t>(size_t(kErrWords), 0));
+      cuda_ops::AttentionParams p{.out = nullptr, .q = gq.ptr<float>(), .k_cache = gkc.ptr<__nv_bfloat16>(),
+                                  .v_cache = gvc.ptr<__nv_bfloat16>(), .q_start = q_start.ptr<int32_t>(),
+                                  .q_len = q_len.ptr<int32_t>(), .kv_len = kv_len.ptr<int32_t>(),
+                                  .block_tables = tables.ptr<int32_t>(), .n_seqs = n_seqs,
+                                  .max_blocks_per_seq = L.max_blocks, .block_size = int32_t(bs),
+                                  .n_blocks = int32_t(L.n_blocks), .n_tokens = L.n_tokens, .n_heads = int32_t(H),
+                                  .n_kv_heads = int32_t(KVH), .head_dim = int32_t(D),
+                                  .scale = 1.0f / std::sqrt(float(D)), .errors = errs.ptr<cuda_ops::DeviceErrors>()};
+      const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(p, 132);
+      ASSERT_TRUE(cuda_ops::mixed_attention_supports(p, plan));
+      p.scratch_bytes = cuda_ops::decode_split_scratch_bytes(p, plan);
+      const int64_t scratch_words = int64_t((p.scratch_bytes + 3) / 4);
+      const Tensor scratch = upload(DType::I32, {scratch_words}, std::vector<int32_t>(size_t(scratch_words), 0));
+      p.scratch = scratch.ptr<float>();
+      const int64_t n_out = int64_t(L.n_tokens) * H * D;
+      cudaStream_t stream = gpu_->stream();
+      // Rows of sequences with q_len == 1 (decode) or >= 2 (prefill) of a result.
+      const auto rows = [&](const std::vector<float>& all, bool decode) {
+        std::vector<float> r;
+        const size_t row_floats = size_t(H * D);
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          if (L.q_len[i] == 0 || (L.q_len[i] == 1) != decode) continue;
+          const size_t b = size_t(L.q_start[i]) * row_floats;
+          r.insert(r.end(), all.begin() + long(b), all.begin() + long(b + size_t(L.q_len[i]) * row_floats));
+        }
+        return r;
+      };
+      const Tensor ref_out = poisoned({n_out});
+      p.out = ref_out.ptr<float>();
+      cuda_ops::flash_prefill_attention(p, stream);
+      cuda_ops::decode_split_attention(p, plan, stream);
+      const std::vector<float> ref = download(ref_out);
+      for (const float x : rows(ref, false)) ASSERT_TRUE(std::isfinite(x));
+      for (const float x : rows(ref, true)) ASSERT_TRUE(std::isfinite(x));
+      for (const int tile_rows : {64, 128}) {
+        for (const int slots : {1, 2}) {
+          const Tensor out = poisoned({n_out});
+          p.out = out.ptr<float>();
+          const cuda_ops::MixedAttentionConfig cfg{.tile_rows = tile_rows, .slots_per_sm = slots};
+          cuda_ops::mixed_attention(p, plan, stream, cfg);
+          const std::vector<float> first = download(out);
+          cuda_ops::mixed_attention(p, plan, stream, cfg);
+          const std::vector<float> second = download(out);
+          const std::string what = "H " + std::to_string(H) + " KVH " + std::to_string(KVH) + " D " +
+                                   std::to_string(D) + ", " + std::to_string(seqs.size()) + " seqs, rows " +
+                                   std::to_string(tile_rows) + " slots " + std::to_string(slots);
+          EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * 4), 0) << what << ": a repeated call differs";
+          const std::vector<float> dec = rows(first, true), ref_dec = rows(ref, true);
+          EXPECT_EQ(std::memcmp(dec.data(), ref_dec.data(), dec.size() * 4), 0) << what << ": decode rows";
+          const std::vector<float> pre = rows(first, false), ref_pre = rows(ref, false);
+          const bool same = std::memcmp(pre.data(), ref_pre.data(), pre.size() * 4) == 0;
+          if (tile_rows == 128) {
+            EXPECT_TRUE(same) << what << ": prefill rows";
+          }
+          const double err = pre.empty() ? 0.0 : rel_l2(pre, ref_pre);
+          EXPECT_LE(err, 1e-6) << what << ": prefill rows";
+          std::printf("  %s: prefill rows %s (rel L2 %.2e)\n", what.c_str(), same ? "bit-identical" : "differ", err);
+        }
+      }
+      cuda_ops::DeviceErrors e{};
+      gpu_->copy_to_host(&e, errs, sizeof(e));
+      EXPECT_EQ(e.bits, 0u) << "device error value " << e.value;
+    }
   }
 }
 

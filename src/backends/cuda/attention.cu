@@ -16,6 +16,7 @@
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/flash_prefill.cuh"
+#include "backends/cuda/mixed_attention.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -174,6 +175,19 @@ int sm_count() {
   return n;
 }
 
+// Prefill tiles of the one-launch kernel: 128 rows (twice the K/V reuse per block) once those tiles alone fill
+// a wave of 2 blocks per SM (long prompts); else 64 rows (twice the blocks). Prefill slots: 2 per SM (the whole
+// machine). attention_bench mixed, H200, Llama-3-8B heads, us (64 rows x 2 slots / 64 x 1 / 128 x 2):
+// 460 new + 50 decode rows 57.4 / 52.7 / 56.4, 460 on 512 + 50 81.4 / 93.4 / 91.9, 512 new alone 33.0 / 34.2 /
+// 44.5, 2048 new alone 232.6 / 375.4 / 184.8 (docs/perf-log.md "## mixattn").
+MixedAttentionConfig mixed_config(const AttentionParams& p, int n_sms) {
+  MixedAttentionConfig c;
+  const int64_t tiles128 = int64_t(p.n_tokens) / 128 * p.n_heads;
+  c.tile_rows = tiles128 >= int64_t(2) * n_sms ? 128 : 64;
+  c.slots_per_sm = 2;
+  return c;
+}
+
 }  // namespace
 
 size_t attention_scratch_bytes(const AttentionParams& p) {
@@ -189,10 +203,16 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     attention_simple(p, stream);
     return;
   }
-  // Rows of sequences with q_len >= 2 (prefill) and with q_len == 1 (decode): each launch skips the
-  // other's sequences on the device. A batch of only one kind pays one launch whose blocks exit at once.
+  // Rows of sequences with q_len >= 2 (prefill) and with q_len == 1 (decode), in one launch whose blocks take
+  // either kind (mixed_attention.cuh); else two launches, each skipping the other's sequences on the device.
+  const int n_sms = sm_count();
+  const DecodeSplitPlan plan = plan_decode_split(p, n_sms);
+  if (mixed_attention_supports(p, plan)) {
+    mixed_attention(p, plan, stream, mixed_config(p, n_sms));
+    return;
+  }
   flash_prefill_attention(p, stream);
-  decode_split_attention(p, plan_decode_split(p, sm_count()), stream);
+  decode_split_attention(p, plan, stream);
 }
 
 }  // namespace ferry::cuda_ops

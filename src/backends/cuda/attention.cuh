@@ -8,8 +8,9 @@
 // kernel (flash_prefill.cuh: bf16 tiles, fp32 softmax and accumulation), sequences with q_len == 1 to the
 // split-KV decode kernel (decode_split.cuh: tensor cores at head_dim 64/128 (decode_mma.cuh), CUDA cores
 // otherwise; bf16 K/V, fp32 softmax and accumulation) whose last block per (sequence, KV head)
-// merges the splits; each kernel skips the other's sequences on the device, so both are launched every
-// call. Other head dims: the simple kernel below for every row.
+// merges the splits. Both kinds run in ONE launch (mixed_attention.cuh: prefill tiles and decode blocks in one
+// grid, so they overlap) where it applies (the tensor-core decode plan); otherwise two launches, each kernel
+// skipping the other's sequences on the device. Other head dims: the simple kernel below for every row.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -17,12 +17,14 @@
 
 namespace ferry::cuda_ops {
 
-// Which kernel variant (benchmarks compare them; attention() uses kDefault).
+// Which kernel variant (benchmarks compare them; attention() uses kDefault where it does not run the one-launch
+// mixed kernel, mixed_attention.cuh).
 enum class FlashPrefillVariant {
   kDefault,   // = kRows128
   kRows64,    // MT = 1: 64 query rows per block
   kRows128,   // MT = 2: 128 query rows per block, 64-position key tiles
   kRows128Keys32,  // MT = 2 with 32-position key tiles (fewer live score registers)
+  kRows128Pdl,     // kRows128 launched with programmatic dependent launch (pdl.cuh); the others launch plainly
 };
 
 // head_dim 64 or 128.
