@@ -2,13 +2,12 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/pdl.cuh"
+#include "backends/cuda/silu.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 __global__ void swiglu_kernel(float* out, const float* gate, const float* up, int64_t count) {
   pdl_allow_dependents();

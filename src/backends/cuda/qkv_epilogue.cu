@@ -14,6 +14,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/pdl.cuh"
+#include "backends/cuda/silu.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -96,8 +97,6 @@ __global__ void __launch_bounds__(kThreads) qkv_epilogue_kernel(QkvEpilogueParam
   KvT* dst = static_cast<KvT*>(is_v ? p.v_cache : p.k_cache) + (slot * KVH + kh) * D;
   for (int64_t j = lane; j < D; j += 32) store_kv_value(dst + j, buf[j]);
 }
-
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 __global__ void __launch_bounds__(kSwigluThreads) swiglu_fused4_kernel(SwigluFusedParams p) {
   pdl_allow_dependents();
