@@ -8,7 +8,8 @@
 #          goldens, compute-sanitizer memcheck on the op tests;
 # kernels: the kernel harnesses (matvec vs cuBLAS and % of the 4.30 TB/s roofline; attention and GEMM; fused
 #          ops, sampling, fused projections);
-# memcheck: compute-sanitizer over the op tests (also part of `tests` unless FERRY_QUICK=1);
+# memcheck: compute-sanitizer over the op tests (also part of `tests` unless FERRY_QUICK=1; FERRY_MEMCHECK_FILTER
+#          narrows it to the kernels that changed);
 # correctness: reference/gpu_check.py: Llama-3-8B- and Qwen3-8B-shaped random bf16 models written by
 #          transformers (safetensors); `ferry score --device cuda` logits vs transformers' at every position of
 #          3 prompts (cosine >= 0.999, mean KL <= 1e-3; float32 transformers reported alongside);
@@ -47,20 +48,24 @@ missing=$(ldd "$C/ferry" | grep "not found" || true)
 if has tests; then
   log="$OUT/tests.log"
   : > "$log"
-  timeout 400 "$C/test_cuda" > "$OUT/t.log" 2>&1; rc=$?; cat "$OUT/t.log" >> "$log"
-  note "test_cuda: $(gtest_result "$OUT/t.log") (exit status $rc)"
+  # FERRY_TEST_FILTER: a gtest filter for test_cuda (the tests of the kernels that changed); test_e2e then skips.
+  timeout 400 "$C/test_cuda" --gtest_filter="${FERRY_TEST_FILTER:-*}" > "$OUT/t.log" 2>&1; rc=$?
+  cat "$OUT/t.log" >> "$log"
+  note "test_cuda${FERRY_TEST_FILTER:+ ($FERRY_TEST_FILTER)}: $(gtest_result "$OUT/t.log") (exit status $rc)"
   [ "$rc" = 0 ] || tail -5 "$OUT/t.log"
   grep -E "default kernels: alone" "$OUT/t.log" | tee -a "$summary"
   grep -E "^\[  FAILED|Failure" "$OUT/t.log" | head -20
-  "$C/test_e2e" > "$OUT/t.log" 2>&1; cat "$OUT/t.log" >> "$log"
-  note "test_e2e (cpu): $(gtest_result "$OUT/t.log")"
+  if [ -z "${FERRY_TEST_FILTER:-}" ]; then
+    "$C/test_e2e" > "$OUT/t.log" 2>&1; cat "$OUT/t.log" >> "$log"
+    note "test_e2e (cpu): $(gtest_result "$OUT/t.log")"
+  fi
   rm -f "$OUT/t.log"
   stage_done tests
 fi
 if has memcheck || { has tests && [ "${FERRY_QUICK:-0}" != 1 ]; }; then
   log="$OUT/tests.log"
   timeout "${FERRY_MEMCHECK_TIMEOUT:-400}" compute-sanitizer --tool memcheck "$C/test_cuda" \
-    --gtest_filter='CudaOps.*:CudaAttention.*:CudaMatmul.*:CudaMatvec.*:CudaStepGraph.*:CudaQkvEpilogue.*:-CudaOps.OutOfMemory*' > "$OUT/t.log" 2>&1
+    --gtest_filter="${FERRY_MEMCHECK_FILTER:-CudaOps.*:CudaAttention.*:CudaMatmul.*:CudaMatvec.*:CudaStepGraph.*:CudaQkvEpilogue.*:-CudaOps.OutOfMemory*}" > "$OUT/t.log" 2>&1
   cat "$OUT/t.log" >> "$log"
   note "memcheck: $(grep -E 'ERROR SUMMARY' "$OUT/t.log" | tail -1) $(gtest_result "$OUT/t.log")"
   rm -f "$OUT/t.log"
