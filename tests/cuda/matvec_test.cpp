@@ -137,6 +137,24 @@ TEST(MatmulDispatch, PathByTokenCount) {  // host only
   EXPECT_EQ(choose_matmul_path(256, true, true, false, false, 4096), MatmulPath::HopperGemm);
   EXPECT_EQ(choose_matmul_path(512, true, false, false, false, 4096), MatmulPath::Cublas);  // shape it does not take
   EXPECT_EQ(choose_matmul_path(1, true, true, true, true, 4096), MatmulPath::HopperGemm);   // batch-invariant
+  // The wgmma skinny GEMM where it is available (wg_skinny_fits) and beat cuBLASLt (matmul_dispatch.h's table).
+  const auto wg = [&](int64_t n, int64_t rows, int64_t cols) {
+    return choose_matmul_path(n, true, true, false, n <= 128, rows, true, cols);  // skinny_fits: n <= 128 here
+  };
+  EXPECT_EQ(wg(32, 4096, 4096), MatmulPath::Skinny);          // the mma.sync skinny GEMM keeps n <= 32
+  EXPECT_EQ(wg(33, 4096, 4096), MatmulPath::WgSkinny);        // 1.04-1.09 at n = 32..48
+  EXPECT_EQ(wg(48, 3072, 4096), MatmulPath::WgSkinny);        // TP=2 qkv: 1.07
+  EXPECT_EQ(wg(56, 4096, 4096), MatmulPath::Cublas);          // 0.98
+  EXPECT_EQ(wg(40, 4096, 2048), MatmulPath::Cublas);          // TP=2 wo: 0.92
+  EXPECT_EQ(wg(48, 6144, 4096), MatmulPath::Cublas);          // 1.01: no clear win
+  EXPECT_EQ(wg(64, 28672, 4096), MatmulPath::WgSkinny);       // 1.04
+  EXPECT_EQ(wg(57, 128256, 4096), MatmulPath::WgSkinny);      // 1.07
+  EXPECT_EQ(wg(64, 4096, 14336), MatmulPath::WgSkinny);       // 1.05
+  EXPECT_EQ(wg(64, 14336, 4096), MatmulPath::Cublas);         // TP=2 gate/up: 1.02, a tie
+  EXPECT_EQ(wg(65, 128256, 4096), MatmulPath::Cublas);        // 0.96 at n = 96
+  EXPECT_EQ(wg(200, 4096, 14336), MatmulPath::Cublas);
+  EXPECT_EQ(choose_matmul_path(64, true, true, false, false, 28672, false, 4096), MatmulPath::Cublas);  // not fit
+  EXPECT_EQ(choose_matmul_path(64, true, true, true, false, 4096, true), MatmulPath::HopperGemm);  // batch-invariant
 }
 
 TEST_F(CudaMatvec, EveryTypeEveryTokenCount) {

@@ -29,6 +29,7 @@
 #include "backends/cuda/step_graph.h"
 #include "backends/cuda/weight_layout.cuh"
 #include "backends/cuda/weight_repack.h"
+#include "backends/cuda/wgmma_skinny.cuh"
 #include "core/check.h"
 #include "formats/quant.h"
 
@@ -115,6 +116,10 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   if (options.hopper_gemm || options.batch_invariant) {
     auto hopper = std::make_unique<Sm90Gemm>(options.device_index);
     if (hopper->available()) sm90_gemm_ = std::move(hopper);
+  }
+  if (options.hopper_gemm) {
+    auto wg = std::make_unique<cuda_ops::WgSkinnyGemm>(options.device_index);
+    if (wg->available()) wg_skinny_ = std::move(wg);
   }
   if (options.batch_invariant) {
     FERRY_CHECK(sm90_gemm_ != nullptr, "batch-invariant mode needs ferry's Hopper GEMM (compute capability 9.x); "
@@ -381,7 +386,9 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
                            reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
   const cuda_ops::MatmulPath path = cuda_ops::choose_matmul_path(n, bf16_at_hand, hopper_fits, options_.batch_invariant,
                                                                  cuda_ops::skinny_gemm_supports(n, w.rows(), w.cols()),
-                                                                 w.rows());
+                                                                 w.rows(),
+                                                                 wg_skinny_ && cuda_ops::wg_skinny_supports(n, w.rows(), w.cols()),
+                                                                 w.cols());
   const int mv_version =
       path == cuda_ops::MatmulPath::Matvec
           ? cuda_ops::choose_matvec_version(w.dtype == DType::BF16, w.dtype == DType::BF16 || w.dtype == DType::F16,
@@ -393,6 +400,7 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   const auto path_name = [&]() -> std::string {
     if (path == cuda_ops::MatmulPath::Matvec) return fmt::format("matvec v{}", mv_version);
     if (path == cuda_ops::MatmulPath::Skinny) return std::string("skinny");
+    if (path == cuda_ops::MatmulPath::WgSkinny) return std::string("wgskinny");
     return path == cuda_ops::MatmulPath::HopperGemm ? "gemm_sm90" : "cublaslt";
   };
   const OpProfiler::Scope prof(
@@ -446,6 +454,10 @@ void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& 
     cuda_ops::skinny_gemm({.out = out.ptr<float>(), .x = static_cast<const uint16_t*>(x_bf16_.data()), .w = wb, .n = n,
                            .rows = n_out, .k = n_in},
                           cuda_ops::make_skinny_plan(n, n_out, n_in, sms), stream_);
+  } else if (path == cuda_ops::MatmulPath::WgSkinny && reinterpret_cast<uintptr_t>(wb) % 16 == 0) {  // TMA: 16 B
+    wg_skinny_->run({.out = out.ptr<float>(), .x = static_cast<const uint16_t*>(x_bf16_.data()), .w = wb, .n = n,
+                     .rows = n_out, .k = n_in},
+                    stream_);
   } else {
     ensure(gemm_workspace_, kGemmWorkspaceBytes);
     gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in,

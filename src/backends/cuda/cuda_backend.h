@@ -33,12 +33,14 @@ namespace cuda_ops {
 class CublasLtGemm;
 class OpProfiler;
 class Sm90Gemm;
+class WgSkinnyGemm;
 struct DeviceErrors;
 }  // namespace cuda_ops
 
 struct CudaBackendOptions {
   int device_index = 0;  // which CUDA device
-  // matmul for n > 16 tokens: ferry's TMA + wgmma GEMM (gemm_sm90.cuh) on compute capability 9.x where the
+  // matmul for n > 16 tokens: ferry's TMA + wgmma GEMMs (gemm_sm90.cuh; wgmma_skinny.cuh at 33..255 tokens) on
+  // compute capability 9.x where the
   // shape is covered; false (or another GPU, or an uncovered shape): cuBLASLt.
   bool hopper_gemm = true;
   // Quantized/F16/F32 weights also keep a bf16 copy made once at load (2 bytes per weight more), which the
@@ -128,6 +130,7 @@ class CudaBackend final : public Backend {
   CUstream_st* stream_ = nullptr;
   std::unique_ptr<cuda_ops::CublasLtGemm> gemm_;
   std::unique_ptr<cuda_ops::Sm90Gemm> sm90_gemm_;  // ferry's Hopper GEMM (options_.hopper_gemm)
+  std::unique_ptr<cuda_ops::WgSkinnyGemm> wg_skinny_;  // the 33..255-token wgmma GEMM (options_.hopper_gemm)
   cuda_ops::DeviceErrors* errors_ = nullptr;  // mapped pinned host memory, written by kernels
   DeviceBuffer gemm_workspace_;  // cuBLASLt workspace
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path

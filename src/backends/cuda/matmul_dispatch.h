@@ -15,7 +15,7 @@
 
 namespace ferry::cuda_ops {
 
-enum class MatmulPath { Matvec, Cublas, HopperGemm, Skinny };
+enum class MatmulPath { Matvec, Cublas, HopperGemm, Skinny, WgSkinny };
 
 // skinny_fits: skinny_gemm_supports(n, weight_rows, k) (skinny_gemm.cuh). The skinny GEMM takes the cuBLASLt
 // calls it beats: measured on one H200 (skinny_gemm_bench, weights streamed from HBM; speed-up over cuBLASLt of
@@ -29,14 +29,42 @@ enum class MatmulPath { Matvec, Cublas, HopperGemm, Skinny };
 inline constexpr int64_t kSkinnyMaxTokensUsed = 32;
 inline constexpr int64_t kSkinnyMaxRowsUsed = 8192;
 
+// wg_skinny_fits: a WgSkinnyGemm is available and wg_skinny_supports(n, weight_rows, k) (wgmma_skinny.cuh);
+// weight_cols: k. The wgmma skinny GEMM takes the cuBLASLt calls it beat. Measured on one H200
+// (wgmma_skinny_bench, weights streamed from HBM, 10 back-to-back calls; docs/perf-log.md "## wgskinny"): speed-up
+// over cuBLASLt of the plan make_wg_skinny_plan now picks, read off the same run's sweep:
+//                   n = 32    48    56    64    96   128   192   255
+//   128256 x 4096:    1.06  1.04  1.07  1.07  0.96  0.97  0.96  0.93
+//   28672 x 4096:     1.02  1.03  1.03  1.04  0.99  1.00  0.99  0.95   (n <= 64: 2 splits, 1.7 waves)
+//   4096 x 14336:     1.01  1.03  1.03  1.05  1.02  0.97  1.03  0.97
+//   4096 x 4096:      1.04  1.09  0.98  0.94  0.95  0.85  0.95  0.88
+//   3072 x 4096 (TP=2 qkv):  1.11  1.07  1.05  0.94 ...    4096 x 7168 (TP=2 down): 1.03  1.04  1.03  0.92 ...
+//   6144 x 4096:      1.01  1.01  0.99  0.97 ...      14336 x 4096 (TP=2): 0.98  1.00  0.99  1.02 ...
+//   4096 x 2048 (TP=2 wo): 0.93  0.92  0.88  0.87 ...
+// (cuBLASLt itself reached 56-92% of 4.30 TB/s at these shapes in this harness.) -> n = 33..64 on weights of at
+// least 16384 rows (fused gate/up, lm head) or k >= 14336 (down), and n = 33..48 on weights of at most 4096 rows
+// with k >= 4096; cuBLASLt elsewhere (1.01-1.02 at the edges of a winning shape's range count as its range; a
+// shape with no clear win stays on cuBLASLt: one run's spread is a few percent).
+inline constexpr int64_t kWgSkinnyMinTokensUsed = 33;
+inline constexpr int64_t kWgSkinnyMaxTokensUsed = 64;
+inline constexpr int64_t kWgSkinnyMaxTokensNarrow = 48;  // rows <= 4096 and k >= 4096
+
+inline bool wg_skinny_wins(int64_t n, int64_t weight_rows, int64_t weight_cols) {
+  if (n < kWgSkinnyMinTokensUsed || n > kWgSkinnyMaxTokensUsed) return false;
+  if (weight_rows >= 16384 || weight_cols >= 14336) return true;
+  return n <= kWgSkinnyMaxTokensNarrow && weight_rows <= 4096 && weight_cols >= 4096;
+}
+
 inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool hopper_gemm_fits,
-                                     bool batch_invariant, bool skinny_fits = false, int64_t weight_rows = 0) {
+                                     bool batch_invariant, bool skinny_fits = false, int64_t weight_rows = 0,
+                                     bool wg_skinny_fits = false, int64_t weight_cols = 0) {
   if (batch_invariant) return MatmulPath::HopperGemm;
   if (n <= 4) return MatmulPath::Matvec;
   if (skinny_fits && n <= kSkinnyMaxTokensUsed && weight_rows <= kSkinnyMaxRowsUsed &&
       (n > 16 || bf16_weights_at_hand)) {
     return MatmulPath::Skinny;
   }
+  if (wg_skinny_fits && wg_skinny_wins(n, weight_rows, weight_cols)) return MatmulPath::WgSkinny;
   if (n <= 16) return bf16_weights_at_hand ? MatmulPath::Cublas : MatmulPath::Matvec;
   if (n < 256 || !hopper_gemm_fits) return MatmulPath::Cublas;
   return MatmulPath::HopperGemm;
