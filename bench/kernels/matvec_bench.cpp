@@ -184,10 +184,11 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < ms.size(); ++i) {
         const int m = ms[i];
         // v5 (and v7, the streamed one, for half-precision, Q8_0 and Q4_0 weights; v9, v7 with the stage-batched
-        // consumer, for half-precision ones) against v2 on this shape: relative L2, printed on their rows.
+        // consumer, for half-precision ones; v10, stage-batched with dp4a, for Q8_0 and Q4_0) against v2 on this
+        // shape: relative L2, printed on their rows.
         const bool half = t == DType::BF16 || t == DType::F16;
         const std::vector<int> kVersions = half ? std::vector<int>{2, 5, 7, 9}
-                                           : (t == DType::Q8_0 || t == DType::Q4_0) ? std::vector<int>{2, 5, 7}
+                                           : (t == DType::Q8_0 || t == DType::Q4_0) ? std::vector<int>{2, 5, 7, 10}
                                                                                     : std::vector<int>{2, 5};
         const int kN = int(kVersions.size());
         std::vector<std::vector<float>> res(static_cast<size_t>(kN));

@@ -22,6 +22,7 @@
 
 #include "backends/cuda/matvec_stream.cuh"
 #include "backends/cuda/matvec_stream_plan.cuh"
+#include "backends/cuda/matvec_stream_quant.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/weight_layout.cuh"
 
@@ -135,21 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1) quant_stream_kernel(MatvecParams 
   __syncthreads();
 
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel
-    if (lane == 0) {
-      const uint8_t* qsrc = p.w.data + br.first * qrow;
-      const uint8_t* ssrc = p.w.data + p.w.scales + br.first * srow;
-      for (int64_t g = 0; g < n_stage; ++g) {
-        const int s = int(g % plan.stages);
-        sm90::mbar_wait(&empty[s], (uint32_t(g / plan.stages) & 1u) ^ 1u);
-        const int64_t left = br.count - g * plan.rows_per_stage;
-        const int64_t rows_here = left < plan.rows_per_stage ? left : plan.rows_per_stage;
-        const uint32_t qbytes = uint32_t(rows_here * qrow), sbytes = uint32_t(rows_here * srow);
-        uint8_t* dst = ring + size_t(s) * size_t(stage_bytes);
-        sm90::mbar_arrive_expect_tx(&full[s], qbytes + sbytes);
-        bulk_load(dst, qsrc + g * stage_q, qbytes, &full[s]);
-        bulk_load(dst + stage_q, ssrc + g * plan.rows_per_stage * srow, sbytes, &full[s]);
-      }
-    }
+    if (lane == 0) produce_quant_stages(p.w, plan, br, split_row_bytes(W, cols), ring, full, empty);
     return;
   }
 

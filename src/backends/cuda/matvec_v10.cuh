@@ -1,0 +1,45 @@
+// Matvec version 10: out (1, rows) = x (1, cols) . w (rows, cols)^T for Q8_0 and Q4_0 weights at one token,
+// version 9's streamed, stage-batched design (matvec_stream.cuh, matvec_stream.cu) with a dp4a consumer.
+//  - Stream: one block per SM owns a contiguous run of whole rows; a producer warp streams them through a 112 KB
+//    ring of shared-memory stages BEFORE the PDL wait, a stage = two bulk copies (its rows' quants, then their
+//    fp16 scales: "quants then scales", weight_layout.cuh) completing one mbarrier (matvec_stream_quant.cuh, shared
+//    with version 7's quantized kernel). A stage holds kRows = 8, 4, 2 or 1 whole rows, the most whose bytes
+//    stay within 20 KB (Q4_0 4096 columns: 8 rows of 2304 bytes; Q8_0 4096: 4 of 4352; Q4_0 14336: 2; Q8_0
+//    14336: 1).
+//  - Activations: no pre-pass launch. After the PDL wait each consumer lane reads the 16 f32 activations it
+//    owns per segment and quantizes them itself to version 5's two int8 levels per 32-value block (the block's
+//    max |x| from the partner lane by one shuffle): x ~= dx2 (256 q1 + q2), relative error ~2e-5
+//    (matvec_v10_math.cuh). They stay in registers for the whole kernel: 10 registers per segment.
+//  - Consumers: 8 warps; a "segment" = 512 columns of a row (Q8_0: 16 quant bytes a lane, one LDS.128; Q4_0: 8
+//    bytes, one LDS.64), warp w owns segments w, w + 8, ... (kSegs = ceil(cols / 4096) of them). Per stage all
+//    kRows x kSegs quant loads and fp16 scale loads are issued first, the slot is released (mbarrier arrive),
+//    then the dp4a chains (Q8_0: 8 dp4a per 16 values; Q4_0: 2 masks + 8 dp4a per 16 values, the high nibbles
+//    as unsigned bytes 16 q so nothing shifts, the offset 8 folded into a chain's start), one I2F and one FFMA
+//    per row and segment, and the kRows rows reduced together: a transposing shuffle tree (each step halves the
+//    rows a lane carries: 2 log2(kRows) + 5 - log2(kRows) shuffles for kRows rows instead of 5 kRows).
+//  - Per-warp row partials are added in warp order at the end (fixed order: deterministic).
+// Columns: a multiple of 512, 512..16384. Numerics: int32-exact products against the quantized activations,
+// fp32 accumulation per row: relative L2 vs the f32 reference ~2e-5 (version 5's activation error).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ferry::cuda_ops {
+
+struct MatvecParams;
+
+// Whether version 10 takes this weight type, token count and shape on a device with `n_sms` SMs and
+// `max_smem` bytes of opt-in shared memory per block (the per-row partials grow with rows / SMs).
+bool matvec_v10_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem);
+// The same on the current device.
+bool matvec_v10_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols);
+
+// One launch on `stream` (capturable; no scratch). Requires matvec_v10_applies and p.w.scales % 16 == 0.
+void matvec_v10(DType wtype, const MatvecParams& p, cudaStream_t stream);
+
+}  // namespace ferry::cuda_ops

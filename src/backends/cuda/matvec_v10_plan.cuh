@@ -1,0 +1,60 @@
+// Matvec version 10's plan (design: matvec_v10.cuh): rows per ring stage, segments per warp, the shared-memory
+// budget, and which (type, segments, rows) kernel instances exist. Host and device agree.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cuda/matvec_stream_plan.cuh"
+#include "backends/cuda/matvec_stream_quant.cuh"
+#include "backends/cuda/matvec_v10_math.cuh"
+
+namespace ferry::cuda_ops::v10 {
+
+inline constexpr int64_t kStageMaxBytes = 20 * 1024;  // a stage's quants + scales at most (unless one row is more)
+inline constexpr int64_t kMaxCols = 16384;             // kSegs <= 4: 40 activation registers a lane
+
+constexpr int64_t quant_row_bytes(DType w, int64_t cols) { return cols / kQBlock * ((w == DType::Q8_0 ? 32 : 16) + 2); }
+
+// Rows per stage: the largest of 8, 4, 2 whose bytes fit kStageMaxBytes, else 1. E.g. Q4_0 4096 columns: 8 x
+// 2304 = 18 KB; Q8_0 4096: 4 x 4352 = 17 KB; Q4_0 14336: 2 x 8064; Q8_0 14336: 1 x 15232.
+constexpr int stage_rows(DType w, int64_t cols) {
+  for (int r = 8; r > 1; r /= 2)
+    if (r * quant_row_bytes(w, cols) <= kStageMaxBytes) return r;
+  return 1;
+}
+
+// Segments (512 columns) per consumer warp per row, rounded up: 4096 columns 1, 14336 columns 4 (28 segments:
+// warps 0-3 take 4, warps 4-7 take 3).
+constexpr int segs_per_warp(int64_t cols) {
+  return int((cols / kSegVals + v7::kConsumerWarps - 1) / v7::kConsumerWarps);
+}
+
+// Whether some supported column count runs instance (w, segs, rows): only those are compiled.
+constexpr bool instance_used(DType w, int segs, int rows) {
+  for (int64_t cols = kSegVals; cols <= kMaxCols; cols += kSegVals)
+    if (segs_per_warp(cols) == segs && stage_rows(w, cols) == rows) return true;
+  return false;
+}
+
+inline v7::StreamPlan make_plan(DType w, int64_t rows, int64_t cols, int64_t grid) {
+  v7::StreamPlan p{};
+  p.rows_per_stage = stage_rows(w, cols);
+  const int64_t fit = v7::kRingBytes / (p.rows_per_stage * quant_row_bytes(w, cols));
+  p.stages = int(fit < v7::kMaxStages ? fit : v7::kMaxStages);
+  p.segs_per_row = int(cols / kSegVals);
+  p.max_rows = rows / grid + (rows % grid > 0 ? 1 : 0);
+  return p;
+}
+
+// Barriers, ring, per-warp row partials (kConsumerWarps, max_rows) f32.
+inline size_t smem_bytes(const v7::StreamPlan& p, DType w, int64_t cols) {
+  return size_t(v7::kBarrierBytes) + size_t(p.stages) * size_t(p.rows_per_stage * quant_row_bytes(w, cols)) +
+         size_t(v7::kConsumerWarps) * size_t(p.max_rows) * sizeof(float);
+}
+
+// One launch of the instance for plan (matvec_v10_q8.cu, matvec_v10_q4.cu).
+void launch_q8(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q4(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+
+}  // namespace ferry::cuda_ops::v10

@@ -1,0 +1,170 @@
+// Host-only (runs without a GPU): matvec v10's consumer lanes emulated on the CPU with the kernel's own lane math
+// (matvec_v10_math.cuh, compiled for the host): warp w takes segments w, w + 8, ... of every row, lane l the
+// activations and quant bytes of matvec_v10_math.cuh's mapping, its 16 activations quantized from the block's
+// max |x| (its own and its partner lane's), exact dp4a sums, one fp32 FMA per (row, segment) with the fp16
+// scale. Checked against the CPU reference (dequantize, fp32 dot): relative L2 <= 1e-4 (the matvec tests'
+// bound), and against the reference fed the activations the lanes quantized (<= 1e-5: only the summation order
+// differs; this also checks that every column is read once, at the right place). What it cannot check: the
+// ring, the barriers, the shuffles (reduce_rows), PDL; test_cuda's CudaMatvec tests do on a GPU.
+#ifdef FERRY_HAS_CUDA
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cuda/matvec_v10_math.cuh"
+#include "backends/cuda/weight_repack.h"
+#include "fixtures/numeric.h"
+#include "formats/quant.h"
+
+namespace ferry::cuda_ops::v10 {
+namespace {
+
+constexpr int kWarps = 8;  // consumer warps (matvec_stream_plan.cuh)
+
+// Column of value i (0..15, LaneAct order) of lane `lane` in segment `seg`.
+int64_t lane_col(DType t, int64_t seg, int lane, int i) {
+  if (t == DType::Q8_0) return seg * kSegVals + lane * kLaneVals + i;
+  const int64_t block = seg * (kSegVals / kQBlock) + lane / 2;
+  return block * kQBlock + (i < 8 ? 8 * (lane % 2) + i : 16 + 8 * (lane % 2) + (i - 8));
+}
+
+struct Emulated {
+  std::vector<float> out;  // (rows)
+  std::vector<float> xq;   // (cols): the activations as the lanes quantized them, dx2 (256 q1 + q2)
+};
+
+// quants: [rows, nb x 32|16], scales: [rows, nb] fp16 (split_blocks); x: (cols).
+Emulated emulate(DType t, const std::vector<uint8_t>& quants, const std::vector<uint8_t>& scales, int64_t rows,
+                 int64_t cols, const std::vector<float>& x) {
+  const bool q4 = t == DType::Q4_0;
+  const int64_t segs = cols / kSegVals, nb = cols / kQBlock, qrow = nb * (q4 ? 16 : 32);
+  const int lane_bytes = q4 ? 8 : 16;
+  Emulated e{std::vector<float>(size_t(rows), 0.0f), std::vector<float>(size_t(cols), std::nanf(""))};
+  // Activations of every (segment, lane), as the kernel makes them before its stage loop.
+  std::vector<LaneAct> act(size_t(segs) * 32);
+  for (int64_t seg = 0; seg < segs; ++seg) {
+    float xv[32][kLaneVals];
+    float amax[32] = {};
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int i = 0; i < kLaneVals; ++i) {
+        xv[lane][i] = x[size_t(lane_col(t, seg, lane, i))];
+        amax[lane] = std::max(amax[lane], std::fabs(xv[lane][i]));
+      }
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+      const float m = std::max(amax[lane], amax[lane ^ 1]);
+      LaneAct& a = act[size_t(seg * 32 + lane)];
+      a = q4 ? quantize_lane<true>(xv[lane], m) : quantize_lane<false>(xv[lane], m);
+      const float dx2 = q4 ? a.scale * 16.0f : a.scale;
+      for (int i = 0; i < kLaneVals; ++i) {
+        const int q1 = int8_t(a.hi[i / 4] >> (8 * (i % 4))), q2 = int8_t(a.lo[i / 4] >> (8 * (i % 4)));
+        e.xq[size_t(lane_col(t, seg, lane, i))] = float(double(dx2) * double(256 * q1 + q2));
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float total = 0.0f;
+    for (int warp = 0; warp < kWarps; ++warp) {  // warp partials added in warp order, as the kernel
+      float lanes = 0.0f;
+      for (int lane = 0; lane < 32; ++lane) {
+        float acc = 0.0f;
+        for (int64_t seg = warp; seg < segs; seg += kWarps) {
+          const LaneAct& a = act[size_t(seg * 32 + lane)];
+          const uint8_t* qp = quants.data() + size_t(r * qrow + seg * 32 * lane_bytes + lane * lane_bytes);
+          const int64_t block = seg * (kSegVals / kQBlock) + lane / 2;
+          uint16_t d;
+          std::memcpy(&d, scales.data() + size_t(r * nb + block) * 2, 2);
+          int si;
+          if (q4) {
+            uint32_t q[2];
+            std::memcpy(q, qp, 8);
+            si = dot_q4_lane(q, a);
+          } else {
+            uint32_t q[4];
+            std::memcpy(q, qp, 16);
+            si = dot_q8_lane(q, a);
+          }
+          acc = std::fma(half_bits_to_float(d) * a.scale, float(si), acc);
+        }
+        lanes += acc;
+      }
+      total += lanes;
+    }
+    e.out[size_t(r)] = total;
+  }
+  return e;
+}
+
+TEST(CudaMatvecV10Emulation, LanesMatchTheReference) {
+  CpuBackend cpu{CpuBackendOptions{.kernels = CpuKernels::Reference, .n_threads = 0, .simd = SimdLevel::Scalar}};
+  struct Case {
+    int64_t rows, cols;
+    float x_scale, outlier;
+  };
+  // 512..16384 columns (1 to 4 segments a warp, warps without a segment at 512..3584 columns, uneven ones at
+  // 7168 and 14336), activations far from 1 and with outlier columns 1000x the rest.
+  const Case cases[] = {{9, 512, 1.0f, 0.0f},   {13, 2048, 1.0f, 0.0f},   {7, 3072, 1.0f, 0.0f},
+                        {11, 4096, 1.0f, 0.0f}, {5, 7168, 1.0f, 0.0f},    {3, 14336, 1.0f, 0.0f},
+                        {2, 16384, 1.0f, 0.0f}, {40, 2048, 1e6f, 0.0f},   {40, 2048, 1e-7f, 0.0f},
+                        {40, 2048, 1.0f, 1000.0f}, {40, 4096, 1.0f, 1000.0f}};
+  double worst = 0, worst_q = 0;
+  for (const Case c : cases) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0}) {
+      const uint32_t seed = uint32_t(c.rows * 131 + c.cols);
+      const std::vector<float> f = test::random_floats(size_t(c.rows * c.cols), seed, 0.5f);
+      std::vector<uint8_t> gguf(size_t(c.rows) * row_bytes(t, c.cols));
+      for (int64_t r = 0; r < c.rows; ++r)
+        quantize_row(t, f.data() + r * c.cols, gguf.data() + size_t(r) * row_bytes(t, c.cols), c.cols);
+      // A per-column offset (a non-zero mean per block) exercises Q4_0's offset-8 term.
+      std::vector<float> x = test::random_floats(size_t(c.cols), seed + 1);
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = (x[i] + 0.3f * float(i % 7) - 0.9f) * c.x_scale;
+        if (c.outlier > 0.0f && i % 97 == 3) x[i] *= c.outlier;
+      }
+      std::vector<uint8_t> quants, scales;
+      split_blocks(t, gguf.data(), c.rows, c.cols, quants, scales);
+      const Emulated e = emulate(t, quants, scales, c.rows, c.cols, x);
+      const Tensor hw = Tensor::make(t, {c.rows, c.cols}, gguf.data());
+      std::vector<float> ref(size_t(c.rows)), ref_q(size_t(c.rows));
+      cpu.matmul(Tensor::make(DType::F32, {1, c.rows}, ref.data()), Tensor::make(DType::F32, {1, c.cols}, x.data()),
+                 hw, Tensor{});
+      std::vector<float> xq = e.xq;
+      ASSERT_TRUE(std::none_of(xq.begin(), xq.end(), [](float v) { return std::isnan(v); }))
+          << "a column no lane owns: " << dtype_name(t) << " " << c.cols;
+      cpu.matmul(Tensor::make(DType::F32, {1, c.rows}, ref_q.data()), Tensor::make(DType::F32, {1, c.cols}, xq.data()),
+                 hw, Tensor{});
+      const double err = test::rel_l2(e.out, ref), err_q = test::rel_l2(e.out, ref_q);
+      EXPECT_LE(err, 1e-4) << dtype_name(t) << " " << c.rows << "x" << c.cols << " x_scale " << c.x_scale;
+      EXPECT_LE(err_q, 1e-5) << dtype_name(t) << " " << c.rows << "x" << c.cols << " x_scale " << c.x_scale;
+      worst = std::max(worst, err);
+      worst_q = std::max(worst_q, err_q);
+    }
+  }
+  std::printf("v10 emulation: worst relative L2 %.2e vs the f32 reference, %.2e vs the same-quantization one\n",
+              worst, worst_q);
+}
+
+// A block whose values are all zero (or below kTinyBlock) quantizes to zero words and a zero scale; a lane whose
+// 16 values are zero but whose partner's are not keeps the partner's scale and zero words.
+TEST(CudaMatvecV10Emulation, ZeroAndTinyBlocks) {
+  float zeros[kLaneVals] = {};
+  for (const float amax : {0.0f, 1e-31f}) {
+    const LaneAct a = quantize_lane<true>(zeros, amax);
+    EXPECT_EQ(a.scale, 0.0f);
+    EXPECT_EQ(a.offset, 0);
+    for (int w = 0; w < 4; ++w) EXPECT_EQ(a.hi[w] | a.lo[w], 0u);
+  }
+  const LaneAct b = quantize_lane<false>(zeros, 3.0f);
+  EXPECT_GT(b.scale, 0.0f);
+  for (int w = 0; w < 4; ++w) EXPECT_EQ(b.hi[w] | b.lo[w], 0u);
+}
+
+}  // namespace
+}  // namespace ferry::cuda_ops::v10
+
+#endif  // FERRY_HAS_CUDA
