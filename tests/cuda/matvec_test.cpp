@@ -2,7 +2,7 @@
 // random data, every native weight type, every token count 1..16 and odd shapes (rows not a multiple of a
 // block's 16 rows, columns that leave the last unrolled chunks empty, K tiles that end mid-row).
 // Each case runs through CudaBackend::matmul (the default kernel version) and through cuda_ops::matvec directly
-// with every kept version (2, 5, 7 and 9: matvec.cuh), so every selectable kernel stays tested.
+// with every kept version (2, 5, 7, 9 and 10: matvec.cuh), so every selectable kernel stays tested.
 // Tolerance: relative L2 <= 1e-4 for every type (version 2 keeps activations in fp32 and feeds the quantized
 // values into the products exactly, matvec.cuh), far inside the 1e-3 allowed for quantized weights.
 // Version 5 (the default) quantizes the activations for Q8_0/Q4_0/Q4_1/Q4_K into two int8 levels per 32 values
@@ -20,6 +20,7 @@
 
 #include "backends/cuda/matmul_dispatch.h"
 #include "backends/cuda/matvec.cuh"
+#include "backends/cuda/matvec_v10.cuh"
 #include "backends/cuda/weight_layout.cuh"
 #include "cuda_test_util.h"
 #include "formats/quant.h"
@@ -70,7 +71,7 @@ class CudaMatvec : public CudaOpsTest {
     const bool split = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
     const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), n_out, n_in,
                                     split ? cuda_ops::scales_offset(type, n_out, n_in) : 0};
-    for (const int version : {2, 5, 7, 9}) {
+    for (const int version : {2, 5, 7, 9, 10}) {
       const Tensor o = poisoned({n, n_out});
       void* scratch = this->scratch(type, version, n, n_in);
       gpu_->synchronize();  // the backend's stream is done with the inputs and the poison before ours starts
@@ -111,7 +112,14 @@ TEST(MatvecDispatch, RuleOnLlama3Shapes) {  // host only
   EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, false, 0, def), def);
   EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, false, false, 0, def), def);  // neither applies
   EXPECT_EQ(choose_matvec_version(true, true, 2, 4096, 14336, false, false, 0, def), def);  // two tokens
-  // Quantized weights keep v5 unless v7 is forced, even where v7 applies.
+  // Q4_0 at one token: v10 wherever it applies (measured: every Llama-3 shape and tg128); Q8_0 keeps v5 (v10 lost
+  // end to end); v7 only when forced, even where it applies.
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 0, def, true), 10);   // Q4_0 down
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 28672, 4096, true, true, 0, def, true), 10);   // Q4_0 gate/up
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 0, def, true), def);  // v10 n/a
+  EXPECT_EQ(choose_matvec_version(false, false, 2, 4096, 14336, false, false, 0, def, true), def);  // two tokens
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 5, def, true), 5);    // forced 5
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 0, def, false), def);  // Q8_0
   EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 0, def), def);
   EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 7, def), 7);
   // Forced versions: 2 and 5 everywhere; 7 where it applies, else the rule; 9 always (matvec() falls back).
@@ -120,6 +128,12 @@ TEST(MatvecDispatch, RuleOnLlama3Shapes) {  // host only
   EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, true, 7, def), 7);
   EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, false, false, 7, def), 2);
   EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, false, 9, def), 9);
+  // Forced 10: version 10 for Q8_0/Q4_0 where it applies (batched_applies), the rule elsewhere.
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 10, def), 10);
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 10, def), def);
+  EXPECT_EQ(choose_matvec_version(false, false, 2, 4096, 14336, false, false, 10, def), def);
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, true, 10, def), 9);    // BF16: the rule
+  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, true, false, 10, def), 7);
 }
 
 // Which kernel a matmul of n tokens takes (choose_matmul_path), host only.
@@ -235,18 +249,44 @@ TEST_F(CudaMatvec, StreamedShapes) {
       quantize_row(t, f.data() + r * cols, w.data() + size_t(r) * row_bytes(t, cols), cols);
     const Tensor gw = gpu_->prepare_weight(Tensor::make(t, {rows, cols}, w.data()), keep_);
     const size_t scales = t == DType::BF16 ? 0 : cuda_ops::scales_offset(t, rows, cols);
-    std::vector<std::vector<float>> got;
-    for (int i = 0; i < 2; ++i) {
-      const Tensor o = poisoned({1, rows});
-      gpu_->synchronize();
-      cuda_ops::matvec(t, {.w = {static_cast<const uint8_t*>(gw.data), rows, cols, scales}, .x = gx.ptr<float>(),
-                           .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1, .version = 7},
-                       nullptr);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      got.push_back(download(o));
+    for (const int version : {7, 10}) {  // 10: Q8_0/Q4_0 only
+      if (version == 10 && t == DType::BF16) continue;
+      std::vector<std::vector<float>> got;
+      for (int i = 0; i < 2; ++i) {
+        const Tensor o = poisoned({1, rows});
+        gpu_->synchronize();
+        cuda_ops::matvec(t, {.w = {static_cast<const uint8_t*>(gw.data), rows, cols, scales}, .x = gx.ptr<float>(),
+                             .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1, .version = version},
+                         nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        got.push_back(download(o));
+      }
+      EXPECT_EQ(got[0], got[1]) << dtype_name(t) << " version " << version;
     }
-    EXPECT_EQ(got[0], got[1]) << dtype_name(t);
   }
+}
+
+// Version 10 (Q8_0/Q4_0, one token; matvec_v10.cuh) where it applies: 512..16384 columns (1 to 4 segments a
+// warp, 3 at 12288, uneven ones at 7168 and 14336), 1, 2, 4 and 8 rows a ring stage, and enough rows a block that
+// the ring wraps several times with a short last stage (e.g. 20000 x 4096: 151-152 rows a block, Q4_0 19 stages
+// of 8 rows through 6 slots). run() checks every version against the f32 reference (kTol) on the same data.
+TEST_F(CudaMatvec, Version10Shapes) {
+  struct Shape {
+    int64_t n_out, n_in;
+  };
+  for (const Shape s : {Shape{20000, 4096}, Shape{3001, 14336}, Shape{1500, 7168}, Shape{2100, 2048},
+                        Shape{700, 16384}, Shape{900, 12288}, Shape{37, 512}, Shape{6000, 6144}}) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0}) {
+      ASSERT_TRUE(cuda_ops::matvec_v10_applies(t, 1, s.n_out, s.n_in)) << dtype_name(t) << " " << s.n_in;
+      const double err = run(t, 1, s.n_out, s.n_in, s.n_out % 2 == 0, 17 + uint32_t(s.n_in));
+      EXPECT_LE(err, kTol) << dtype_name(t) << " " << s.n_out << "x" << s.n_in;
+    }
+  }
+  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q8_0, 1, 64, 768));    // not a multiple of 512
+  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q4_0, 1, 64, 32768));  // past 16384 columns
+  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q8_0, 2, 64, 4096));   // more than one token
+  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q4_1, 1, 64, 4096));   // Q8_0 and Q4_0 only
+  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::BF16, 1, 64, 4096));
 }
 
 // Few rows and many columns (version 5 splits K among the warps of a block there), including a last slice

@@ -20,6 +20,7 @@
 #include "backends/cuda/gemm_sm90.cuh"
 #include "backends/cuda/matmul_dispatch.h"
 #include "backends/cuda/matvec.cuh"
+#include "backends/cuda/matvec_v10.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/op_profiler.h"
 #include "backends/cuda/qkv_epilogue.cuh"
@@ -394,8 +395,11 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
           ? cuda_ops::choose_matvec_version(w.dtype == DType::BF16, w.dtype == DType::BF16 || w.dtype == DType::F16,
                                             n, w.rows(), w.cols(),
                                             cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols()),
-                                            cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols(), true),
-                                            options_.matvec_version, cuda_ops::kMatvecDefaultVersion)
+                                            w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0
+                                                ? cuda_ops::matvec_v10_applies(w.dtype, int(n), w.rows(), w.cols())
+                                                : cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols(), true),
+                                            options_.matvec_version, cuda_ops::kMatvecDefaultVersion,
+                                            w.dtype == DType::Q4_0)
           : 0;
   const auto path_name = [&]() -> std::string {
     if (path == cuda_ops::MatmulPath::Matvec) return fmt::format("matvec v{}", mv_version);
