@@ -117,9 +117,9 @@ if has bench; then
     note "$(grep -E 'pp512|tg128' "$OUT/b.log" | sed "s/^/[$t] /")"
     grep -i error "$OUT/b.log" | head -3
     # The other decode matvec versions (FERRY_CUDA_MATVEC) on the same model, generation only.
-    for v in ${FERRY_MATVEC_VERSIONS:-5 7 9}; do
-      # The rule already runs v5 on quantized weights: only version 7 (streamed) differs there; 9 is BF16/F16 only.
-      [ "$t" != bf16 ] && [ "$v" != 7 ] && continue
+    for v in ${FERRY_MATVEC_VERSIONS:-5 7 9 10}; do
+      # Versions 9 (BF16/F16) and 10 (Q8_0/Q4_0) are each for one kind of weight; 5 and 7 take both.
+      { [ "$t" = bf16 ] && [ "$v" = 10 ]; } || { [ "$t" != bf16 ] && [ "$v" = 9 ]; } && continue
       FERRY_CUDA_MATVEC=$v "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
       cat "$OUT/b.log" >> "$log"
       note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, matvec v$v] /")"

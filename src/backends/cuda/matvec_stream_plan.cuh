@@ -96,6 +96,21 @@ inline size_t device_max_smem() {
   return size_t(n);
 }
 
+// The dynamic shared memory a streaming block asks for, raised so that a second block never fits the same SM.
+// The kernels assume one block per SM (the grid is the SM count, each block streams an equal share of the
+// rows): a second block on one SM leaves another SM idle. Under PDL the blocks are placed while the previous
+// kernel still holds part of the machine, so a kernel that could fit twice doubles up on the free SMs (version
+// 7 with a 100 KB ring, 2 blocks per SM allowed, ran at 0.57-0.85x; docs/perf-log.md). Two blocks fit when
+// 2 x (smem + reserved) <= per-SM memory: H200 228 KB, 1 KB reserved per block -> at least 113 KB + 16 bytes.
+inline size_t one_block_per_sm(size_t smem) {
+  int dev = 0, per_sm = 0, reserved = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&dev));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  const size_t floor = size_t(per_sm) / 2 - size_t(reserved) + 16;
+  return smem > floor ? smem : floor;
+}
+
 // The Q8_0/Q4_0 kernel (matvec_stream_quant.cu).
 // Whether it takes a weight of `wtype` (Q8_0 or Q4_0) of rows x cols (the column rule, the ring, the shared
 // memory); and one launch (requires quant_stream_supports).

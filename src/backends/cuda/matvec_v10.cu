@@ -28,7 +28,7 @@ void matvec_v10(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.w.scales % 16 == 0);
   const int64_t grid = v7::stream_grid(p.w.rows, n_sms);
   const v7::StreamPlan plan = v10::make_plan(wtype, p.w.rows, p.w.cols, grid);
-  const size_t smem = v10::smem_bytes(plan, wtype, p.w.cols);
+  const size_t smem = v7::one_block_per_sm(v10::smem_bytes(plan, wtype, p.w.cols));
   if (wtype == DType::Q8_0) {
     v10::launch_q8(p, plan, grid, smem, stream);
   } else {
