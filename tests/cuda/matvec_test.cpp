@@ -112,14 +112,12 @@ TEST(MatvecDispatch, RuleOnLlama3Shapes) {  // host only
   EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, false, 0, def), def);
   EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, false, false, 0, def), def);  // neither applies
   EXPECT_EQ(choose_matvec_version(true, true, 2, 4096, 14336, false, false, 0, def), def);  // two tokens
-  // Q4_0 at one token: v10 wherever it applies (measured: every Llama-3 shape and tg128); Q8_0 keeps v5 (v10 lost
-  // end to end); v7 only when forced, even where it applies.
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 0, def, true), 10);   // Q4_0 down
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 28672, 4096, true, true, 0, def, true), 10);   // Q4_0 gate/up
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 0, def, true), def);  // v10 n/a
-  EXPECT_EQ(choose_matvec_version(false, false, 2, 4096, 14336, false, false, 0, def, true), def);  // two tokens
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 5, def, true), 5);    // forced 5
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 0, def, false), def);  // Q8_0
+  // Q8_0 and Q4_0 at one token: v10 wherever it applies (batched_applies = matvec_v10_applies; measured on
+  // every Llama-3 shape and in tg128); v7 only when forced, even where it applies.
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 0, def), 10);   // down
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 28672, 4096, true, true, 0, def), 10);   // gate/up
+  EXPECT_EQ(choose_matvec_version(false, false, 2, 4096, 14336, false, false, 0, def), def);  // two tokens
+  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 5, def), 5);    // forced 5
   EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 0, def), def);
   EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 7, def), 7);
   // Forced versions: 2 and 5 everywhere; 7 where it applies, else the rule; 9 always (matvec() falls back).

@@ -41,6 +41,8 @@ struct AttentionParams {
                                 // leave the counters at zero after every launch
   size_t scratch_bytes = 0;
   bool batch_invariant = false;  // decode splits cut contexts into fixed-size chunks (not sized to the batch)
+  int32_t max_q_len = -1;       // the most query rows of any sequence when the host knows it (-1: unknown);
+                                // 0 or 1: a decode-only step
 };
 
 // Device scratch that attention(p) needs (0 when the dispatch needs none); depends only on the host-side

@@ -409,8 +409,7 @@ void CudaBackend::matmul_impl(const Tensor& out, const Tensor& x, const Tensor& 
                                             w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0
                                                 ? cuda_ops::matvec_v10_applies(w.dtype, int(n), w.rows(), w.cols())
                                                 : cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols(), true),
-                                            options_.matvec_version, cuda_ops::kMatvecDefaultVersion,
-                                            w.dtype == DType::Q4_0)
+                                            options_.matvec_version, cuda_ops::kMatvecDefaultVersion)
           : 0;
   // SwiGLU inside the streamed matvec (one token, BF16/F16 weights); anywhere else its own op first.
   const bool fuse_swiglu = swiglu_gate_up != nullptr && path == cuda_ops::MatmulPath::Matvec &&
@@ -553,6 +552,10 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
                      .n_blocks = int32_t(k_cache.shape[0]), .n_tokens = int32_t(n), .n_heads = int32_t(n_heads),
                      .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
                      .errors = errors_, .batch_invariant = options_.batch_invariant};
+  if (meta.host_q_len != nullptr) {
+    ap.max_q_len = 0;
+    for (int32_t s = 0; s < meta.n_seqs; ++s) ap.max_q_len = std::max(ap.max_q_len, meta.host_q_len[s]);
+  }
   if (options_.batch_invariant) {
     using cuda_ops::DecodeSplitLimits;
     const int64_t max_kv = int64_t(meta.max_blocks_per_seq) * meta.block_size;

@@ -82,28 +82,27 @@ inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool 
 //   3072 x 4096     41.5   60.4   52.1   73.1       4096 x 2048            45.3   55.6   37.7   59.0
 // -> v9 for BF16/F16 at n = 1 wherever it applies (ferry bench tg128, Llama-3-8B BF16: 244.2 tok/s against 200.3
 // under the previous rule in the same call); else v7 from 7168 columns where it applies; else v2 for BF16 at n = 1
-// from 16384 rows (v5 falls far below v2 once a block owns many row groups); v5 otherwise (quantized types: v5
-// leads at every shape, e.g. Q4_0 128256 x 4096 66.3% vs v7 41.7%).
+// from 16384 rows (v5 falls far below v2 once a block owns many row groups); v5 otherwise (quantized types where
+// v10 does not apply: v5 beats v7 at every shape, e.g. Q4_0 128256 x 4096 66.3% vs 41.7%).
 // half_weight: BF16 or F16 (version 7 for Q8_0/Q4_0 runs only when forced: measured slower than v5). For Q8_0/Q4_0,
 // batched_applies is matvec_v10_applies (version 10, matvec_v10.cuh: the stage-batched stream with a dp4a
 // consumer); forced 10 runs it wherever it applies and the rule elsewhere. Version 10 measured on one H200
 // (docs/perf-log.md "## qv9"; matvec_bench --quick, % of 4.30 TB/s at n = 1, v5 -> v10, same run):
 //   Q4_0: 14336 x 4096 47.7 -> 69.5, 4096 x 14336 53.5 -> 61.3, 28672 x 4096 65.0 -> 83.1, 6144 x 4096 36.1 ->
 //         43.8, 4096 x 4096 35.2 -> 40.3, 128256 x 4096 66.3 -> 99.3; ferry bench tg128 (Llama-3-8B): 399.3 -> 427.1
-//   Q8_0: 61.9 -> 85.8, 63.1 -> 78.5, 77.0 -> 94.7, 49.1 -> 71.4, 45.3 -> 58.4, 87.4 -> 103.3; but tg128 264.2 ->
-//         256.5 (slower end to end: not understood yet)
-// -> v10 for Q4_0 at n = 1 wherever it applies (q4_0_weight); Q8_0 keeps v5 until its end-to-end loss is explained.
+//   Q8_0: 61.9 -> 85.8, 63.1 -> 78.5, 77.0 -> 94.7, 49.1 -> 71.4, 45.3 -> 58.4, 87.4 -> 103.3; tg128 264.2 ->
+//         256.5 with 2 blocks per SM possible, 268.3 -> 347.2 once v9/v10 blocks ask for one SM each
+//         (matvec_stream_plan.cuh one_block_per_sm; session 5, call 2)
+// -> v10 for Q8_0/Q4_0 at n = 1 wherever it applies (batched_applies is only true for them).
 inline int choose_matvec_version(bool bf16_weight, bool half_weight, int64_t n, int64_t rows, int64_t cols,
-                                 bool stream_applies, bool batched_applies, int forced, int default_version,
-                                 bool q4_0_weight = false) {
+                                 bool stream_applies, bool batched_applies, int forced, int default_version) {
   if (forced == 10) {  // version 10 for Q8_0/Q4_0 where it applies, the rule elsewhere
     if (!half_weight && batched_applies) return 10;
     forced = 0;
   }
   if (forced == 2 || forced == 5) return forced;
   if (forced == 9) return 9;  // matvec() falls back to v7, then v5, where v9 does not apply
-  if (forced == 0 && half_weight && n == 1 && batched_applies) return 9;
-  if (forced == 0 && q4_0_weight && n == 1 && batched_applies) return 10;
+  if (forced == 0 && n == 1 && batched_applies) return half_weight ? 9 : 10;
   if (stream_applies && (forced == 7 || (forced == 0 && half_weight && n == 1 && cols >= 7168))) return 7;
   if (bf16_weight && n == 1 && rows >= 16384) return 2;
   return default_version;
