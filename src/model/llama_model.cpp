@@ -418,13 +418,13 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     observe("ffn_norm", l, xb);
     if (!L.w_gate_up.empty()) {
       backend_.matmul(gate_up, xb, L.w_gate_up, Tensor{});
-      backend_.swiglu_matmul(delta, gate, gate_up, L.w_down);  // gate: scratch for silu(g) * u
+      backend_.swiglu_fused(gate, gate_up);
     } else {
       backend_.matmul(gate, xb, L.w_gate, Tensor{});
       backend_.matmul(up, xb, L.w_up, Tensor{});
       backend_.swiglu(gate, gate, up);
-      backend_.matmul(delta, gate, L.w_down, Tensor{});
     }
+    backend_.matmul(delta, gate, L.w_down, Tensor{});
     // Row-parallel: partial sums over this rank's hidden units; then x += delta and the next layer's attention
     // norm (the last layer's sum goes to the output norm below, on the rows that need logits).
     if (l + 1 < c.n_layers) {

@@ -149,13 +149,6 @@ class Backend {
   virtual void qkv_epilogue(const QkvEpilogueArgs& a) { fail("backend {} has no qkv_epilogue", name()); }
   // out: (n, hidden) f32 = silu(gate_up[:, :hidden]) * gate_up[:, hidden:]; gate_up: (n, 2*hidden) f32.
   virtual void swiglu_fused(const Tensor& out, const Tensor& gate_up) { fail("backend {} has no swiglu_fused", name()); }
-  // out: (n, n_out) f32 = swiglu_fused(gate_up) · w (n_out, hidden)ᵀ; act: (n, hidden) f32 scratch that may
-  // receive swiglu_fused(gate_up) on the way. A backend may fuse the two (CUDA at one token: the streamed
-  // matvec computes silu(g) * u as it loads its activations, the same bits as the two ops).
-  virtual void swiglu_matmul(const Tensor& out, const Tensor& act, const Tensor& gate_up, const Tensor& w) {
-    swiglu_fused(act, gate_up);
-    matmul(out, act, w, Tensor{});
-  }
   // out: (m, cols) = x[rows[i]] for i < m; rows: (m) i32
   virtual void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) = 0;
 

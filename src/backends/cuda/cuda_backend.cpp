@@ -373,17 +373,6 @@ void CudaBackend::add_rms_norm(const Tensor& out, const Tensor& residual, const 
 }
 
 void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
-  matmul_impl(out, x, w, bias, nullptr);
-}
-
-void CudaBackend::swiglu_matmul(const Tensor& out, const Tensor& act, const Tensor& gate_up, const Tensor& w) {
-  require_cuda(gate_up, "swiglu_matmul gate|up");
-  FERRY_ASSERT(gate_up.dtype == DType::F32 && gate_up.rows() == act.rows() && gate_up.cols() == 2 * act.cols());
-  matmul_impl(out, act, w, Tensor{}, &gate_up);
-}
-
-void CudaBackend::matmul_impl(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
-                              const Tensor* swiglu_gate_up) {
   require_cuda(out, "matmul output");
   require_cuda(x, "matmul input");
   require_cuda(w, "matmul weight");
@@ -411,14 +400,8 @@ void CudaBackend::matmul_impl(const Tensor& out, const Tensor& x, const Tensor& 
                                                 : cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols(), true),
                                             options_.matvec_version, cuda_ops::kMatvecDefaultVersion)
           : 0;
-  // SwiGLU inside the streamed matvec (one token, BF16/F16 weights); anywhere else its own op first.
-  const bool fuse_swiglu = swiglu_gate_up != nullptr && path == cuda_ops::MatmulPath::Matvec &&
-                           (mv_version == 7 || mv_version == 9) &&
-                           (w.dtype == DType::BF16 || w.dtype == DType::F16) &&
-                           cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols());
-  if (swiglu_gate_up != nullptr && !fuse_swiglu) swiglu_fused(x, *swiglu_gate_up);
   const auto path_name = [&]() -> std::string {
-    if (path == cuda_ops::MatmulPath::Matvec) return fmt::format("matvec v{}{}", mv_version, fuse_swiglu ? " +swiglu" : "");
+    if (path == cuda_ops::MatmulPath::Matvec) return fmt::format("matvec v{}", mv_version);
     if (path == cuda_ops::MatmulPath::Skinny) return std::string("skinny");
     if (path == cuda_ops::MatmulPath::WgSkinny) return std::string("wgskinny");
     return path == cuda_ops::MatmulPath::HopperGemm ? "gemm_sm90" : "cublaslt";
@@ -437,8 +420,7 @@ void CudaBackend::matmul_impl(const Tensor& out, const Tensor& x, const Tensor& 
     cuda_ops::matvec(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(),
                                .bias = bias.empty() ? nullptr : bias.ptr<float>(), .out = out.ptr<float>(),
                                .n_tokens = int(n), .version = mv_version,
-                               .scratch = scratch > 0 ? x_bf16_.data() : nullptr,
-                               .swiglu_gate_up = fuse_swiglu ? swiglu_gate_up->ptr<float>() : nullptr},
+                               .scratch = scratch > 0 ? x_bf16_.data() : nullptr},
                      stream_);
   } else {
     matmul_gemm(out, x, w, bias, path);

@@ -106,7 +106,6 @@ class CudaBackend final : public Backend {
   void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) override;
   void qkv_epilogue(const QkvEpilogueArgs& a) override;  // qkv_epilogue.cuh
   void swiglu_fused(const Tensor& out, const Tensor& gate_up) override;
-  void swiglu_matmul(const Tensor& out, const Tensor& act, const Tensor& gate_up, const Tensor& w) override;
 
   // GPU sampling (sampling.cuh; Backend::sample): out (m) i32 on the device = one token per row of logits
   // (m, vocab) f32 on the device, drawn as engine/sampler.cpp would for params[i] at positions[i] (the Philox
@@ -117,11 +116,6 @@ class CudaBackend final : public Backend {
               std::span<const uint64_t> positions) override;
 
  private:
-  // matmul's body. swiglu_gate_up (swiglu_matmul): x is the (n, hidden) scratch and the activations are
-  // silu(g) * u of this (n, 2 * hidden) tensor, applied inside the streamed matvec where it runs, else by
-  // swiglu_fused into x first.
-  void matmul_impl(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
-                   const Tensor* swiglu_gate_up);
   // The bf16 GEMM paths matmul() chose (matmul_dispatch.h): HopperGemm (when it takes the shape), Skinny, or
   // cuBLASLt (Cublas, and HopperGemm for a shape it does not take).
   void matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, cuda_ops::MatmulPath path);

@@ -286,11 +286,8 @@ size_t matvec_scratch_bytes(DType wtype, int version, int n_tokens, int64_t n_in
 
 void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n_tokens >= 1 && p.n_tokens <= kMatvecMaxTokens && p.w.rows >= 1 && p.w.cols >= 1);
-  FERRY_CUDA_REQUIRE(p.swiglu_gate_up != nullptr || reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  // The fused SwiGLU (swiglu_gate_up) exists only in the streamed kernels (versions 7 and 9).
-  FERRY_CUDA_REQUIRE(p.swiglu_gate_up == nullptr ||
-                     ((p.version == 7 || p.version == 9) && matvec_stream_applies(wtype, p.n_tokens, p.w.rows, p.w.cols)));
   FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 5 || p.version == 7 || p.version == 9 || p.version == 10);
   if (p.version == 10 && matvec_v10_applies(wtype, p.n_tokens, p.w.rows, p.w.cols)) {
     matvec_v10(wtype, p, stream);

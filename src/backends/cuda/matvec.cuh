@@ -40,10 +40,6 @@ struct MatvecParams {
   int n_tokens;        // 1 <= n <= kMatvecMaxTokens
   int version = kMatvecDefaultVersion;  // 2, 5, 7, 9 or 10 (see above)
   void* scratch = nullptr;  // versions 5/7/9 on quantized weights (v5's pre-pass): >= matvec_scratch_bytes() device bytes, 16-aligned
-  // (1, 2 * n_in) f32 [g | u], 16-byte aligned, or null. When set (versions 7 and 9 where they apply, one token),
-  // the activations are x_j = silu(g_j) * u_j computed as the kernel loads them, and x is not read: the SwiGLU
-  // before the down projection costs no launch of its own.
-  const float* swiglu_gate_up = nullptr;
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.

@@ -11,7 +11,6 @@
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/matvec_stream_plan.cuh"
 #include "backends/cuda/pdl.cuh"
-#include "backends/cuda/silu.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -125,15 +124,6 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
     const int seg = j * kConsumerWarps + warp;
     if (seg < plan.segs_per_row) {
       const int64_t col = int64_t(seg) * kSegVals + lane * 8;
-      if (p.swiglu_gate_up != nullptr) {  // x = silu(g) * u of the fused gate|up row
-        const float4* gp = reinterpret_cast<const float4*>(p.swiglu_gate_up + col);
-        const float4* up = reinterpret_cast<const float4*>(p.swiglu_gate_up + cols + col);
-        const float4 g0 = gp[0], g1 = gp[1], u0 = up[0], u1 = up[1];
-        xr[j][0] = silu_mul(g0.x, u0.x), xr[j][1] = silu_mul(g0.y, u0.y), xr[j][2] = silu_mul(g0.z, u0.z);
-        xr[j][3] = silu_mul(g0.w, u0.w), xr[j][4] = silu_mul(g1.x, u1.x), xr[j][5] = silu_mul(g1.y, u1.y);
-        xr[j][6] = silu_mul(g1.z, u1.z), xr[j][7] = silu_mul(g1.w, u1.w);
-        continue;
-      }
       const float4* xp = reinterpret_cast<const float4*>(p.x + col);
       const float4 a = xp[0], c = xp[1];
       xr[j][0] = a.x, xr[j][1] = a.y, xr[j][2] = a.z, xr[j][3] = a.w;
@@ -298,11 +288,8 @@ void matvec_stream(DType wtype, const MatvecParams& p, StreamConsumer consumer, 
   const int n_sms = v7::device_sm_count();
   FERRY_CUDA_REQUIRE(
       matvec_stream_supports(wtype, p.n_tokens, p.w.rows, p.w.cols, n_sms, v7::device_max_smem(), consumer));
-  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  FERRY_CUDA_REQUIRE(p.swiglu_gate_up ? reinterpret_cast<uintptr_t>(p.swiglu_gate_up) % 16 == 0
-                                      : reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
   if (wtype == DType::Q8_0 || wtype == DType::Q4_0) {
-    FERRY_CUDA_REQUIRE(p.swiglu_gate_up == nullptr);  // the quantized stream kernels read x only
     v7::quant_stream_launch(wtype, p, n_sms, stream);
   } else if (wtype == DType::BF16) {
     launch_for_cols<__nv_bfloat16>(p, n_sms, consumer, stream);
