@@ -28,8 +28,10 @@ struct Group {
   int world = 0;
   std::vector<std::unique_ptr<PeerAllReduce>> ranks;
   std::vector<cudaStream_t> streams;
-  std::vector<float*> x;  // per rank: [cap + 4] f32 (room for an unaligned view at x + 1)
-  size_t cap = 0;
+  std::vector<float*> x;  // per rank: [room] f32 (room for an unaligned view at x + 1, and for the fused test's
+                          // delta, residual, out and weight side by side)
+  size_t cap = 0;         // the largest message, f32 values
+  size_t room = 0;        // f32 values allocated per rank: 4 * cap + 4
 
   ~Group() {
     for (int r = 0; r < world; ++r) {
@@ -54,6 +56,7 @@ int gpu_count() {
 void make_group(Group& g, int world) {
   g.world = world;
   g.cap = PeerAllReduce::kMaxBytes / 4;
+  g.room = 4 * g.cap + 4;
   for (int r = 0; r < world; ++r) {
     CK(cudaSetDevice(r));
     g.ranks.push_back(std::make_unique<PeerAllReduce>(r, world));
@@ -61,7 +64,7 @@ void make_group(Group& g, int world) {
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     g.streams.push_back(s);
     float* p = nullptr;
-    CK(cudaMalloc(&p, (g.cap + 4) * 4));
+    CK(cudaMalloc(&p, g.room * 4));
     g.x.push_back(p);
   }
   std::vector<PeerAllReduce*> all;
@@ -202,7 +205,7 @@ TEST(PeerAllReduce, FusedAddRmsNormMatchesHost) {
     ASSERT_TRUE(g.ranks[0]->fits_add_rms_norm(sh.rows, sh.cols));
     const size_t n = size_t(sh.rows * sh.cols);
     // Layout of x[r]: delta [n], residual [n], out [n], weight [cols] (each a multiple of 4 floats: aligned).
-    ASSERT_LE(3 * n + size_t(sh.cols), g.cap);
+    ASSERT_LE(3 * n + size_t(sh.cols), g.room);
     const auto delta = inputs(g.world, n, seed++);
     const std::vector<float> residual = test::random_floats(n, seed++);
     const std::vector<float> weight = test::random_floats(size_t(sh.cols), seed++);
