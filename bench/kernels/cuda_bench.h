@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -84,5 +85,27 @@ inline uint16_t* random_bf16(size_t count, uint32_t seed) {
     BENCH_CUDA_CHECK(cudaMemcpy(d + at, block.data(), std::min(block.size(), count - at) * 2, cudaMemcpyHostToDevice));
   return d;
 }
+
+// Relative L2 error of a against the reference ref (same size); infinity when a holds a non-finite value, so a
+// broken kernel never reads as accurate.
+inline double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += double(a[i] - ref[i]) * double(a[i] - ref[i]);
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(num / den);
+}
+
+// The Llama-3-8B projection weights (rows x k) and their TP=2 halves, as the GEMM harnesses sweep them.
+struct ProjectionShape {
+  const char* name;
+  int64_t rows, k;
+};
+inline constexpr ProjectionShape kLlama3ProjectionShapes[] = {
+    {"qkv", 6144, 4096},      {"wo", 4096, 4096},          {"gate_up", 28672, 4096},
+    {"down", 4096, 14336},    {"lm_head", 128256, 4096},   {"tp2 qkv", 3072, 4096},
+    {"tp2 wo", 4096, 2048},   {"tp2 gate_up", 14336, 4096}, {"tp2 down", 4096, 7168}};
 
 }  // namespace ferry::bench

@@ -35,23 +35,9 @@ using namespace ferry;
 using bench::median_ms;
 using bench::random_bf16;
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += double(a[i] - ref[i]) * double(a[i] - ref[i]);
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return std::sqrt(num / den);
-}
-
-struct Shape {
-  const char* name;
-  int64_t rows, k;
-};
-const Shape kShapes[] = {{"qkv", 6144, 4096},        {"wo", 4096, 4096},          {"gate_up", 28672, 4096},
-                         {"down", 4096, 14336},      {"lm_head", 128256, 4096},   {"tp2 qkv", 3072, 4096},
-                         {"tp2 wo", 4096, 2048},     {"tp2 gate_up", 14336, 4096}, {"tp2 down", 4096, 7168}};
+using bench::rel_l2;
+using Shape = bench::ProjectionShape;
+constexpr const auto& kShapes = bench::kLlama3ProjectionShapes;
 
 const char* tile_name(cuda_ops::WgSkinnyTile t) {
   return t == cuda_ops::WgSkinnyTile::k128x1 ? "1x" : t == cuda_ops::WgSkinnyTile::k128x2 ? "2x" : "256";

@@ -8,9 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -28,6 +31,21 @@ inline std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
   std::vector<uint16_t> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) r[i] = f32_to_bf16(v[i]);
   return r;
+}
+
+// The two runs of a GEMM kernel test (run 0 on the legacy stream, run 1 with PDL), each output NaN-poisoned past
+// its first `valid` values: nothing was written past the output, both runs gave the same bits, and run 0 is within
+// `tol` (relative L2) of ref. Prints the error under `what`.
+inline void expect_two_runs_match(std::vector<float> (&got)[2], size_t valid, const std::vector<float>& ref, double tol,
+                                  const std::string& what) {
+  bool guard_intact = true;
+  for (size_t i = valid; i < got[0].size(); ++i) guard_intact &= std::isnan(got[0][i]) && std::isnan(got[1][i]);
+  EXPECT_TRUE(guard_intact) << what << ": a write past the output";
+  EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), valid * 4), 0) << what << ": runs differ";
+  got[0].resize(valid);
+  const double err = rel_l2(got[0], ref);
+  EXPECT_LE(err, tol) << what;
+  std::printf("  %-44s rel L2 %.2e\n", what.c_str(), err);
 }
 
 class CudaOpsTest : public ::testing::Test {

@@ -1,10 +1,10 @@
 #include "backends/cuda/gemm_sm90.cuh"
 
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/hopper.cuh"
+#include "backends/cuda/tensor_map.h"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -143,26 +143,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// A 2-D bf16 tensor map over rows x cols (row pitch cols x 2 bytes), box 64 columns x box_rows rows.
-CUtensorMap make_tmap(void* encode, const uint16_t* base, int64_t rows, int64_t cols, int box_rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(kBlockK), cuuint32_t(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode)(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(base), dims, strides, box, elem_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FERRY_CUDA_REQUIRE(r == CUDA_SUCCESS);
-  return map;
-}
-
 template <int kBN>
 void launch(void* encode, const GemmPlan& plan, float* out, const uint16_t* x, const uint16_t* w, int64_t m,
             int64_t n, int64_t k, cudaStream_t stream) {
-  const CUtensorMap tx = make_tmap(encode, x, m, k, kBlockM);
-  const CUtensorMap tw = make_tmap(encode, w, n, k, kBN);
+  const CUtensorMap tx = make_bf16_tmap(encode, x, m, k, kBlockK, kBlockM);
+  const CUtensorMap tw = make_bf16_tmap(encode, w, n, k, kBlockK, kBN);
   gemm_sm90_kernel<kBN><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(tx, tw, out, int(m), int(n), int(k),
                                                                               plan.group_m);
   FERRY_CUDA_CHECK_LAUNCH(gemm_sm90_kernel);
@@ -175,13 +160,8 @@ Sm90Gemm::Sm90Gemm(int device) {
   FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
   if (major != 9) return;
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess || fn == nullptr) {
-    (void)cudaGetLastError();
-    return;
-  }
+  void* fn = find_tensor_map_encoder();
+  if (fn == nullptr) return;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         Cfg<256>::kSmemBytes));
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<192>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -2,10 +2,10 @@
 // one producer warp, split K reduced over a thread-block cluster through distributed shared memory.
 #include <cooperative_groups.h>
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/hopper.cuh"
+#include "backends/cuda/tensor_map.h"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/wgmma_skinny.cuh"
 #include "backends/cuda/wgmma_skinny_mma.cuh"
@@ -236,22 +236,6 @@ struct KernelOf<WgConfig<kNt, kConsumers, kMt, kStages, kMinBlocks>> {
   static constexpr auto value = wg_skinny_kernel<kNt, kConsumers, kMt, kStages, kMinBlocks>;
 };
 
-// A 2-D bf16 tensor map over rows x cols (row pitch cols x 2 bytes), box 64 columns x box_rows rows, 128-byte
-// swizzle; out-of-range elements load as zeros.
-CUtensorMap make_tmap(void* encode, const uint16_t* base, int64_t rows, int64_t cols, int box_rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(kWgSkinnyStageK), cuuint32_t(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode)(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(base), dims, strides, box, elem_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FERRY_CUDA_REQUIRE(r == CUDA_SUCCESS);
-  return map;
-}
-
 // The launch configuration of one instance: grid (splits, row tiles), cluster (splits, 1, 1), PDL on streams
 // other than the legacy default stream (as launch_pdl). attr: storage for the two attributes cfg points to.
 template <class C>
@@ -275,8 +259,8 @@ cudaLaunchConfig_t launch_config(const WgSkinnyPlan& plan, cudaStream_t stream, 
 template <int kNt, WgSkinnyTile kTile>
 void launch(void* encode, const WgSkinnyParams& p, const WgSkinnyPlan& plan, cudaStream_t stream) {
   using C = typename Instance<kNt, kTile>::C;
-  const CUtensorMap tw = make_tmap(encode, p.w, p.rows, p.k, C::kBm);
-  const CUtensorMap tx = make_tmap(encode, p.x, p.n, p.k, kNt);
+  const CUtensorMap tw = make_bf16_tmap(encode, p.w, p.rows, p.k, kWgSkinnyStageK, C::kBm);
+  const CUtensorMap tx = make_bf16_tmap(encode, p.x, p.n, p.k, kWgSkinnyStageK, kNt);
   const WgKernelArgs args{.out = p.out, .n = int(p.n), .rows = int(p.rows), .k = int(p.k),
                           .k_per_split = int(plan.k_per_split),
                           .vec_out = p.rows % 4 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0};
@@ -328,13 +312,8 @@ WgSkinnyGemm::WgSkinnyGemm(int device) {
   FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
   if (major != 9) return;
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess || fn == nullptr) {
-    (void)cudaGetLastError();
-    return;
-  }
+  void* fn = find_tensor_map_encoder();
+  if (fn == nullptr) return;
   raise_smem_limit<64, WgSkinnyTile::k128x1>();
   raise_smem_limit<128, WgSkinnyTile::k128x1>();
   raise_smem_limit<64, WgSkinnyTile::k128x2>();
