@@ -15,10 +15,11 @@ export LD_LIBRARY_PATH="$(dirname "$a"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:
 m="/tmp/llama3-8b-$type.gguf"
 [ -f "$m" ] || "$a" gen --shape llama3-8b --type "$type" -o "$m" -t 16 > /dev/null
 tg() { "$1" bench --device cuda -m "$m" -p 0 -n 128 -r 3 2>&1 | grep -E "\| +tg128" | awk -F'|' '{print $8}' | awk '{print $1}'; }
-sa=0; sb=0
+results=""
 for i in $(seq 1 "$rounds"); do
   x=$(tg "$a"); y=$(tg "$b")
   echo "round $i: A $x  B $y"
-  sa=$(echo "$sa + ${x:-0}" | bc -l); sb=$(echo "$sb + ${y:-0}" | bc -l)
+  results="$results ${x:-0} ${y:-0}"
 done
-echo "mean: A $(echo "$sa / $rounds" | bc -l | cut -c1-6)  B $(echo "$sb / $rounds" | bc -l | cut -c1-6)  ($type tg128)"
+echo "$results" | awk -v t="$type" '{ for (i = 1; i <= NF; i += 2) { a += $i; b += $(i + 1); n++ } }
+  END { printf "mean: A %.1f  B %.1f  (%s tg128, %d rounds)\n", a / n, b / n, t, n }'
