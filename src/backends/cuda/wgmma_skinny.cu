@@ -49,20 +49,6 @@ struct WgKernelArgs {
   bool vec_out;     // rows % 4 == 0 and out 16-byte aligned: float4 stores
 };
 
-template <int kNt>
-__device__ __forceinline__ void wgmma_tile(float (&d)[kNt / 2], uint64_t da, uint64_t db, int scale_d) {
-  if constexpr (kNt == 64) {
-    wgmma_m64n64k16(d, da, db, scale_d);
-  } else if constexpr (kNt == 128) {
-    wgmma_m64n128k16(d, da, db, scale_d);
-  } else if constexpr (kNt == 192) {
-    wgmma_m64n192k16(d, da, db, scale_d);
-  } else {
-    static_assert(kNt == 256);
-    wgmma_m64n256k16(d, da, db, scale_d);
-  }
-}
-
 // grid (splits, row tiles), cluster (splits, 1, 1), Config::kThreads threads, Config::kSmemBytes dynamic shared.
 // tmap_w: w (rows, k) bf16, box 64 (k) x kBm (rows), 128B swizzle; tmap_x: x (n, k) bf16, box 64 x kNt.
 // Shared memory (1024-aligned): kBarrierBytes of mbarriers (full[kStages], empty[kStages]), then the ring:

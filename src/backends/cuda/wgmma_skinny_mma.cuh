@@ -1,6 +1,6 @@
-// Device helpers the wgmma skinny GEMM (wgmma_skinny.cu) needs beyond hopper.cuh: wgmma m64n64k16 (hopper.cuh
-// carries n128/n192/n256 only) and a TMA tile load with an L2 cache-policy hint. Device-only; include from .cu
-// files compiled for sm_90a, after hopper.cuh.
+// Device helpers the wgmma skinny GEMMs (wgmma_skinny.cu, wgmma_skinny_persist.cu) need beyond hopper.cuh: wgmma
+// m64n64k16 (hopper.cuh carries n128/n192/n256 only), the wgmma of one m64 tile for any of the four N, and a TMA
+// tile load with an L2 cache-policy hint. Device-only; include from .cu files compiled for sm_90a.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +43,21 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a,
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// The wgmma of one m64 tile for N = kNt tokens (64, 128, 192 or 256): d (64 x kNt f32 fragment) (+)= A . B^T.
+template <int kNt>
+__device__ __forceinline__ void wgmma_tile(float (&d)[kNt / 2], uint64_t da, uint64_t db, int scale_d) {
+  if constexpr (kNt == 64) {
+    wgmma_m64n64k16(d, da, db, scale_d);
+  } else if constexpr (kNt == 128) {
+    wgmma_m64n128k16(d, da, db, scale_d);
+  } else if constexpr (kNt == 192) {
+    wgmma_m64n192k16(d, da, db, scale_d);
+  } else {
+    static_assert(kNt == 256);
+    wgmma_m64n256k16(d, da, db, scale_d);
+  }
 }
 
 }  // namespace ferry::cuda_ops::sm90
