@@ -156,11 +156,9 @@ void launch(void* encode, const GemmPlan& plan, float* out, const uint16_t* x, c
 }  // namespace
 
 Sm90Gemm::Sm90Gemm(int device) {
-  int major = 0;
-  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
-  if (major != 9) return;
-  void* fn = find_tensor_map_encoder();
+  const HopperTma tma = find_hopper_tma(device);
+  num_sms_ = tma.num_sms;
+  void* fn = tma.encode;
   if (fn == nullptr) return;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         Cfg<256>::kSmemBytes));

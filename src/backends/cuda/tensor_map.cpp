@@ -19,6 +19,15 @@ void* find_tensor_map_encoder() {
   return fn;
 }
 
+HopperTma find_hopper_tma(int device) {
+  HopperTma t;
+  int major = 0;
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&t.num_sms, cudaDevAttrMultiProcessorCount, device));
+  if (major == 9) t.encode = find_tensor_map_encoder();
+  return t;
+}
+
 CUtensorMap make_bf16_tmap(void* encode, const uint16_t* base, int64_t rows, int64_t cols, int box_cols, int box_rows) {
   CUtensorMap map;
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};

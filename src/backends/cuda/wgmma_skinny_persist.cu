@@ -301,11 +301,9 @@ void launch(void* encode, const WgSkinnyParams& p, const WgPersistPlan& plan, vo
 }  // namespace
 
 WgSkinnyPersistGemm::WgSkinnyPersistGemm(int device) {
-  int major = 0;
-  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
-  if (major != 9) return;
-  void* fn = find_tensor_map_encoder();
+  const HopperTma tma = find_hopper_tma(device);
+  num_sms_ = tma.num_sms;
+  void* fn = tma.encode;
   if (fn == nullptr) return;
   raise_smem_limit<64>();
   raise_smem_limit<128>();
