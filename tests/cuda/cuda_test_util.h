@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +33,15 @@ inline std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
   std::vector<uint16_t> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) r[i] = f32_to_bf16(v[i]);
   return r;
+}
+
+// The SM count of device 0 when it is a Hopper (compute capability 9.x), else 0 (no device or another kind): the
+// sm_90a-only kernels' tests skip on 0.
+inline int hopper_sm_count() {
+  if (CudaBackend::device_count() == 0) return 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) return 0;
+  return prop.multiProcessorCount;
 }
 
 // The two runs of a GEMM kernel test (run 0 on the legacy stream, run 1 with PDL), each output NaN-poisoned past

@@ -21,16 +21,11 @@
 namespace ferry::test {
 namespace {
 
-
-
 class SkinnyGemmTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    cudaDeviceProp prop{};
-    ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-    if (prop.major != 9) GTEST_SKIP() << "not a compute capability 9.x device";
-    num_sms_ = prop.multiProcessorCount;
+    num_sms_ = hopper_sm_count();
+    if (num_sms_ == 0) GTEST_SKIP() << "no compute capability 9.x device";
   }
 
   // out (n, rows) = x (n, k) . w (rows, k)^T with the given tile / splits (null / 0: the plan's).

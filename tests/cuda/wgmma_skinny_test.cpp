@@ -38,10 +38,7 @@ const char* tile_name(WgSkinnyTile t) {
 class WgSkinnyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    cudaDeviceProp prop{};
-    ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-    if (prop.major != 9) GTEST_SKIP() << "not a compute capability 9.x device";
+    if (hopper_sm_count() == 0) GTEST_SKIP() << "no compute capability 9.x device";
     gemm_ = std::make_unique<cuda_ops::WgSkinnyGemm>(0);
     ASSERT_TRUE(gemm_->available());
     persist_ = std::make_unique<cuda_ops::WgSkinnyPersistGemm>(0);
