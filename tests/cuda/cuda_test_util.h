@@ -44,6 +44,25 @@ inline int hopper_sm_count() {
   return prop.multiProcessorCount;
 }
 
+// The float64 reference of out (n, rows) = x (n, k) . w (rows, k)^T over bf16 bit patterns, rounded to f32.
+inline std::vector<float> reference_gemm_bf16(const std::vector<uint16_t>& xb, const std::vector<uint16_t>& wb,
+                                              int64_t n, int64_t rows, int64_t k) {
+  std::vector<double> xd(xb.size()), wd(wb.size());
+  for (size_t i = 0; i < xb.size(); ++i) xd[i] = bf16_to_f32(xb[i]);
+  for (size_t i = 0; i < wb.size(); ++i) wd[i] = bf16_to_f32(wb[i]);
+  std::vector<float> ref(size_t(n * rows));
+  for (int64_t t = 0; t < n; ++t) {
+    const double* xr = xd.data() + t * k;
+    for (int64_t r = 0; r < rows; ++r) {
+      const double* wr = wd.data() + r * k;
+      double s = 0;
+      for (int64_t i = 0; i < k; ++i) s += xr[i] * wr[i];
+      ref[size_t(t * rows + r)] = float(s);
+    }
+  }
+  return ref;
+}
+
 // The two runs of a GEMM kernel test (run 0 on the legacy stream, run 1 with PDL), each output NaN-poisoned past
 // its first `valid` values: nothing was written past the output, both runs gave the same bits, and run 0 is within
 // `tol` (relative L2) of ref. Prints the error under `what`.

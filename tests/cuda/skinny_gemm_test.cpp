@@ -30,23 +30,9 @@ class SkinnyGemmTest : public ::testing::Test {
 
   // out (n, rows) = x (n, k) . w (rows, k)^T with the given tile / splits (null / 0: the plan's).
   void check(int64_t n, int64_t rows, int64_t k, const cuda_ops::SkinnyTile* tile, int splits, uint32_t seed) {
-    const std::vector<float> xf = random_floats(size_t(n * k), seed), wf = random_floats(size_t(rows * k), seed + 1);
-    std::vector<uint16_t> xb(xf.size()), wb(wf.size());
-    for (size_t i = 0; i < xf.size(); ++i) xb[i] = f32_to_bf16(xf[i]);
-    for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
-    std::vector<double> xd(xb.size()), wd(wb.size());
-    for (size_t i = 0; i < xb.size(); ++i) xd[i] = bf16_to_f32(xb[i]);
-    for (size_t i = 0; i < wb.size(); ++i) wd[i] = bf16_to_f32(wb[i]);
-    std::vector<float> ref(size_t(n * rows));
-    for (int64_t t = 0; t < n; ++t) {
-      const double* xr = xd.data() + t * k;
-      for (int64_t r = 0; r < rows; ++r) {
-        const double* wr = wd.data() + r * k;
-        double s = 0;
-        for (int64_t i = 0; i < k; ++i) s += xr[i] * wr[i];
-        ref[size_t(t * rows + r)] = float(s);
-      }
-    }
+    const std::vector<uint16_t> xb = to_bf16_bits(random_floats(size_t(n * k), seed));
+    const std::vector<uint16_t> wb = to_bf16_bits(random_floats(size_t(rows * k), seed + 1));
+    const std::vector<float> ref = reference_gemm_bf16(xb, wb, n, rows, k);
     uint16_t *dx = nullptr, *dw = nullptr;
     float* dout = nullptr;
     const size_t out_elems = size_t((n + 1) * rows);  // one guard row past the output

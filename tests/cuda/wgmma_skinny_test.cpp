@@ -68,19 +68,7 @@ class WgSkinnyTest : public ::testing::Test {
     k_ = k;
     const std::vector<uint16_t> xb = to_bf16_bits(random_floats(size_t(n * k), seed));
     const std::vector<uint16_t> wb = to_bf16_bits(random_floats(size_t(rows * k), seed + 1));
-    std::vector<double> xd(xb.size()), wd(wb.size());
-    for (size_t i = 0; i < xb.size(); ++i) xd[i] = bf16_to_f32(xb[i]);
-    for (size_t i = 0; i < wb.size(); ++i) wd[i] = bf16_to_f32(wb[i]);
-    ref_.assign(size_t(n * rows), 0.0f);
-    for (int64_t t = 0; t < n; ++t) {
-      const double* xr = xd.data() + t * k;
-      for (int64_t r = 0; r < rows; ++r) {
-        const double* wr = wd.data() + r * k;
-        double s = 0;
-        for (int64_t i = 0; i < k; ++i) s += xr[i] * wr[i];
-        ref_[size_t(t * rows + r)] = float(s);
-      }
-    }
+    ref_ = reference_gemm_bf16(xb, wb, n, rows, k);
     ASSERT_CUDA_OK(cudaMalloc(&dx_, xb.size() * 2));
     ASSERT_CUDA_OK(cudaMalloc(&dw_, wb.size() * 2));
     ASSERT_CUDA_OK(cudaMalloc(&dout_, size_t((n + 1) * rows) * 4));  // one guard row past the output
