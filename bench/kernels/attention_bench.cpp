@@ -76,9 +76,11 @@ struct Problem {
   }
 };
 
-// seqs: (q_len, kv_len) per sequence.
+// seqs: (q_len, kv_len) per sequence. key_splits > 1: the scratch also holds mixed_attention's key-split partials
+// for up to that many splits, and the sets share one scratch (calls run one after the other on one stream and
+// leave its counters at zero; the partials are written and read within a call).
 void make_problem_seqs(Problem& pr, int n_sets, const std::vector<std::pair<int, int>>& seqs, int H, int KVH, int D,
-                       cuda_ops::DeviceErrors* errors, int n_sms) {
+                       cuda_ops::DeviceErrors* errors, int n_sms, int key_splits = 1) {
   const int bs = 16;
   const int B = int(seqs.size());
   int max_blocks = 1, n_tok = 0, blocks_per_set = 0;
@@ -138,11 +140,15 @@ void make_problem_seqs(Problem& pr, int n_sets, const std::vector<std::pair<int,
                                 .max_blocks_per_seq = max_blocks, .block_size = bs, .n_blocks = int32_t(n_blocks),
                                 .n_tokens = n_tok, .n_heads = H, .n_kv_heads = KVH, .head_dim = D,
                                 .scale = 1.0f / std::sqrt(float(D)), .errors = errors};
-    p.scratch_bytes = cuda_ops::decode_split_scratch_bytes(p, cuda_ops::plan_decode_split(p, n_sms));
-    void* scratch = nullptr;
-    BENCH_CUDA_CHECK(cudaMalloc(&scratch, p.scratch_bytes));
-    BENCH_CUDA_CHECK(cudaMemset(scratch, 0, p.scratch_bytes));  // arrival counters start at zero
-    pr.keep.push_back(scratch);
+    const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(p, n_sms);
+    p.scratch_bytes = key_splits > 1 ? cuda_ops::mixed_attention_scratch_bytes(p, plan, {.key_splits = key_splits})
+                                     : cuda_ops::decode_split_scratch_bytes(p, plan);
+    void* scratch = key_splits > 1 && set > 0 ? pr.params[0].scratch : nullptr;
+    if (scratch == nullptr) {
+      BENCH_CUDA_CHECK(cudaMalloc(&scratch, p.scratch_bytes));
+      BENCH_CUDA_CHECK(cudaMemset(scratch, 0, p.scratch_bytes));  // arrival counters start at zero
+      pr.keep.push_back(scratch);
+    }
     p.scratch = static_cast<float*>(scratch);
     pr.params.push_back(p);
   }
@@ -295,8 +301,11 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
 //   pre128    : the prefill launch alone (128-row tiles, PDL), pre64: 64-row tiles (plain), dec: the decode
 //               launch alone;
 //   mixed RxS : mixed_attention, R-row prefill tiles, S prefill slots per SM (one launch);
+//   mixRxSkK  : the same with prompt tiles' keys split over up to K blocks (key_splits K, min_split_key_tiles 2);
+//   rule      : the dispatch's tiles and slots with mixed_key_splits' K (the proposal, not yet attention()'s);
 //   attn()    : the dispatch.
-// Every full version's output is compared with old's ("=" bit-identical, else relative L2).
+// Every full version's output is compared with old's ("=" bit-identical, else relative L2; key splits change the
+// rounding of P: ~1-1.6e-3 predicted by an emulation of the tile arithmetic).
 void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
   using cuda_ops::FlashPrefillVariant;
   using cuda_ops::MixedAttentionConfig;
@@ -329,7 +338,7 @@ void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
     }
     const int n_sets = int(std::max(1.0, std::ceil(512e6 / kv_bytes)));
     Problem pr;
-    make_problem_seqs(pr, n_sets, seqs, 32, 8, 128, errors, n_sms);
+    make_problem_seqs(pr, n_sets, seqs, 32, 8, 128, errors, n_sms, cuda_ops::kMaxKeySplits);
     const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(pr.params[0], n_sms);
     const size_t n_out = size_t(n_tok) * 32 * 128;
     int next = 0;
@@ -378,9 +387,27 @@ void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
                       }, true});
       }
     }
+    // Key splits: 64-row tiles at 1 and 2 slots per SM, 128-row tiles (long prompts) at 2.
+    for (const auto& [rows, slots] : {std::pair<int, int>{64, 1}, {64, 2}, {128, 2}}) {
+      for (const int k : {2, 4}) {
+        const MixedAttentionConfig cfg{.tile_rows = rows, .slots_per_sm = slots, .key_splits = k};
+        if (!cuda_ops::mixed_key_splits_fit(pr.params[0], plan, cfg)) continue;
+        vs.push_back({"mix" + std::to_string(rows) + "x" + std::to_string(slots) + "k" + std::to_string(k),
+                      [&, cfg](const cuda_ops::AttentionParams& p) { cuda_ops::mixed_attention(p, plan, s, cfg); },
+                      true});
+      }
+    }
+    // The dispatch's tile rows and slots (attention.cu's mixed_config) with the proposed split.
+    const int rule_rows = int64_t(n_tok) / 128 * 32 >= int64_t(2) * n_sms ? 128 : 64;
+    const MixedAttentionConfig rule{.tile_rows = rule_rows, .slots_per_sm = 2,
+                                    .key_splits = cuda_ops::mixed_key_splits(pr.params[0], plan, rule_rows, n_sms)};
+    vs.push_back({"rule", [&, rule](const cuda_ops::AttentionParams& p) {
+                    cuda_ops::mixed_attention(p, plan, s, rule);
+                  }, true});
     vs.push_back({"attn()", [&](const cuda_ops::AttentionParams& p) { cuda_ops::attention(p, s); }, true});
-    std::printf("%s (%d sequences, %d rows; prefill %.2f GFLOP, K/V %.1f MB; decode plan %d x %d):\n", c.name,
-                int(seqs.size()), n_tok, flop * 1e-9, kv_bytes * 1e-6, plan.n_splits, plan.chunk);
+    std::printf("%s (%d sequences, %d rows; prefill %.2f GFLOP, K/V %.1f MB; decode plan %d x %d; rule: %d-row "
+                "tiles, key_splits %d):\n", c.name, int(seqs.size()), n_tok, flop * 1e-9, kv_bytes * 1e-6,
+                plan.n_splits, plan.chunk, rule.tile_rows, rule.key_splits);
     std::vector<float> ref;
     double best = 1e30;
     for (const Version& v : vs) {
@@ -400,7 +427,7 @@ void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
         }
         if (v.name != "old") best = std::min(best, us);
       }
-      std::printf("  %-8s %9.2f us  %s\n", v.name.c_str(), us, cmp.c_str());
+      std::printf("  %-10s %9.2f us  %s\n", v.name.c_str(), us, cmp.c_str());
     }
     json.add(std::string("mixed attention ") + c.name, flop, kv_bytes, best * 1e-6);
   }

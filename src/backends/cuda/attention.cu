@@ -185,6 +185,7 @@ MixedAttentionConfig mixed_config(const AttentionParams& p, int n_sms) {
   const int64_t tiles128 = int64_t(p.n_tokens) / 128 * p.n_heads;
   c.tile_rows = tiles128 >= int64_t(2) * n_sms ? 128 : 64;
   c.slots_per_sm = 2;
+  c.key_splits = 1;  // not measured: mixed_key_splits(p, plan, c.tile_rows, n_sms) proposes (perf-log "## mixsplit")
   return c;
 }
 
@@ -192,7 +193,9 @@ MixedAttentionConfig mixed_config(const AttentionParams& p, int n_sms) {
 
 size_t attention_scratch_bytes(const AttentionParams& p) {
   if (p.n_tokens == 0 || p.n_seqs == 0 || !use_fast_path(p)) return 0;
-  return decode_split_scratch_bytes(p, plan_decode_split(p, sm_count()));
+  const int n_sms = sm_count();
+  // The one-launch kernel's (its key splits' partials, if mixed_config splits); a superset of the decode plan's.
+  return mixed_attention_scratch_bytes(p, plan_decode_split(p, n_sms), mixed_config(p, n_sms));
 }
 
 void attention(const AttentionParams& p, cudaStream_t stream) {

@@ -37,8 +37,9 @@ struct AttentionParams {
   float scale;                  // softmax scale (1/sqrt(head_dim) usually)
   DeviceErrors* errors;
   float* scratch = nullptr;     // >= attention_scratch_bytes(*this) bytes of device memory (split-KV
-                                // arrival counters, then partials); zeroed once when allocated, the kernels
-                                // leave the counters at zero after every launch
+                                // arrival counters, then partials, then the mixed kernel's key-split partials);
+                                // zeroed once when allocated, the kernels leave the counters at zero after
+                                // every launch
   size_t scratch_bytes = 0;
   bool batch_invariant = false;  // decode splits cut contexts into fixed-size chunks (not sized to the batch)
   int32_t max_q_len = -1;       // the most query rows of any sequence when the host knows it (-1: unknown);

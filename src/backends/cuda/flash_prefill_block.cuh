@@ -1,12 +1,16 @@
 // The work of one block of the flash prefill kernel (flash_prefill.cu, whose head comment describes the layout):
-// one query tile of one sequence and one head, as a device function, so that the mixed-step kernel
-// (mixed_attention.cu) can run prefill tiles beside decode units in one launch. Device code only (include from
-// .cu files); the constants live in prefill_detail.
+// one query tile of one sequence and one head, as device functions, so that the mixed-step kernel
+// (mixed_attention.cu) can run prefill tiles beside decode units in one launch: tile_geometry (where the tile
+// sits), flash_prefill_walk (a range of its key tiles into a softmax state), write_tile_rows (the state -> out),
+// flash_prefill_tile (all three over every key tile: the standalone kernel's block), and finish_key_split (the end
+// of one of several blocks that split a tile's keys: partials in scratch, the last block merges them). Device
+// code only (include from .cu files); the constants live in prefill_detail.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/attention_mma.cuh"
@@ -112,13 +116,51 @@ __device__ inline void load_kv_tile_async(const AttentionParams& p, const int32_
 template <int D, int MT>
 constexpr int kMinBlocks = (D == 64 && MT == 1) ? 3 : 2;
 
-// Query tile `tile` (0: the sequence's last rows, which see the most keys) of sequence s (q_len >= 2) and
-// query head h. smem_raw: PrefillShape<D, MT, KT>::kSmemBytes of dynamic shared memory, 16-byte aligned. Every
-// thread of the block (kThreads) calls it; it ends with a __syncthreads() after its last shared-memory read,
-// so the caller may reuse the shared memory at once.
+// Where query tile `tile` (0: the sequence's last rows, which see the most keys) of sequence s (q_len >= 2) sits,
+// for tiles of kTileQ query rows and key tiles of kTileK positions. Any thread may compute it (reads q_len,
+// kv_len, q_start of s).
+struct TileGeom {
+  int q_len;      // the sequence's query rows
+  int q_row0;     // its first row in q / out
+  int i0;         // the tile's first row within the sequence
+  int pos0;       // position of the sequence's query row 0 (kv_len - q_len)
+  int k_end;      // keys the tile needs: positions [0, k_end)
+  int n_k_tiles;  // ceil(k_end / kTileK)
+};
+
+template <int kTileQ, int kTileK>
+__device__ __forceinline__ TileGeom tile_geometry(const AttentionParams& p, int s, int tile) {
+  TileGeom tg;
+  tg.q_len = p.q_len[s];
+  const int kv_len = p.kv_len[s];
+  tg.q_row0 = p.q_start[s];
+  const int n_tiles = (tg.q_len + kTileQ - 1) / kTileQ;
+  tg.i0 = (n_tiles - 1 - tile) * kTileQ;  // last tile first
+  tg.pos0 = kv_len - tg.q_len;
+  tg.k_end = tg.pos0 + min(tg.i0 + kTileQ, tg.q_len);
+  tg.n_k_tiles = (tg.k_end + kTileK - 1) / kTileK;
+  return tg;
+}
+
+// A tile's softmax state after a range of key tiles, in the m16n8k16 C-fragment layout: warp w's m-tile mt holds
+// the tile's rows 16w + 64mt + g (rr = 0) and + 8 (rr = 1), columns 8nt + 2t + e (lane = 4g + t, e = 0, 1).
+template <int D, int MT>
+struct TileAcc {
+  float o[MT][D / 8][4];  // unnormalised output: o[mt][nt][2rr + e]
+  float m[MT][2];         // running max of the row's scores (log2 domain), the same in the 4 lanes of a quad
+  float l[MT][2];         // this lane's part of the row's denominator (the quad's 4 parts sum to it)
+};
+
+// Walks key tiles [j_begin, j_end) (0 <= j_begin < j_end <= tg.n_k_tiles) of query tile tg of sequence s for query
+// head h from a fresh state into acc. smem_raw: PrefillShape<D, MT, KT>::kSmemBytes of dynamic shared memory,
+// 16-byte aligned (Q tile, then 2 stages of K and V tiles). Every thread of the block (kThreads) calls it; it ends
+// with a __syncthreads() after its last shared-memory read, so the caller may reuse the shared memory at once.
+// Key tile j's arithmetic does not depend on j_begin: a split range computes what the whole walk computes for
+// those tiles, from its own running max.
 template <int D, int MT, int KT>
-__device__ __forceinline__ void flash_prefill_tile(const AttentionParams& p, int s, int tile, int h,
-                                                   unsigned char* smem_raw) {
+__device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, const TileGeom& tg, int s, int h,
+                                                   int j_begin, int j_end, unsigned char* smem_raw,
+                                                   TileAcc<D, MT>& acc) {
   using Sh = PrefillShape<D, MT, KT>;
   constexpr int kTileQ = Sh::kTileQ, kTileK = Sh::kTileK, kStride = Sh::kStride;
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -126,17 +168,12 @@ __device__ __forceinline__ void flash_prefill_tile(const AttentionParams& p, int
   __nv_bfloat16* vs = ks + 2 * Sh::kKvElems;     // 2 stages
 
   const int kvh = h / (p.n_heads / p.n_kv_heads);
-  const int q_len = p.q_len[s], kv_len = p.kv_len[s], q_row0 = p.q_start[s];
-  const int n_tiles = (q_len + kTileQ - 1) / kTileQ;
-  const int i0 = (n_tiles - 1 - tile) * kTileQ;  // last tile first
-  const int pos0 = kv_len - q_len;               // position of query row 0
+  const int q_len = tg.q_len, q_row0 = tg.q_row0, i0 = tg.i0, pos0 = tg.pos0, k_end = tg.k_end;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int k_end = pos0 + min(i0 + kTileQ, q_len);  // keys the block needs: [0, k_end)
   const int32_t* table = p.block_tables + int64_t(s) * p.max_blocks_per_seq;
-  const int n_k_tiles = (k_end + kTileK - 1) / kTileK;
 
   // First K/V tile in flight before Q is staged.
-  load_kv_tile_async<D, kTileK>(p, table, kvh, 0, k_end, ks, vs);
+  load_kv_tile_async<D, kTileK>(p, table, kvh, j_begin * kTileK, k_end, ks, vs);
   cp_async_commit();
 
   // Q rows [i0, i0 + kTileQ) of head h -> qs, scaled, bf16; rows past q_len are zeros.
@@ -163,8 +200,9 @@ __device__ __forceinline__ void flash_prefill_tile(const AttentionParams& p, int
     mt_k_last[mt] = mt_row0[mt] < q_len ? pos0 + min(mt_row0[mt] + 15, q_len - 1) : -1;  // -1: no valid row
   }
 
-  float o[MT][D / 8][4];
-  float m[MT][2], l[MT][2];
+  float (&o)[MT][D / 8][4] = acc.o;
+  float (&m)[MT][2] = acc.m;
+  float (&l)[MT][2] = acc.l;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -173,13 +211,14 @@ __device__ __forceinline__ void flash_prefill_tile(const AttentionParams& p, int
     l[mt][0] = l[mt][1] = 0.0f;
   }
 
-  for (int j = 0; j < n_k_tiles; ++j) {
+  for (int j = j_begin; j < j_end; ++j) {
     const int k0 = j * kTileK;
-    const __nv_bfloat16* kt = ks + (j & 1) * Sh::kKvElems;
-    const __nv_bfloat16* vt = vs + (j & 1) * Sh::kKvElems;
-    if (j + 1 < n_k_tiles) {
-      load_kv_tile_async<D, kTileK>(p, table, kvh, k0 + kTileK, k_end, ks + ((j + 1) & 1) * Sh::kKvElems,
-                            vs + ((j + 1) & 1) * Sh::kKvElems);
+    const int stage = (j - j_begin) & 1;
+    const __nv_bfloat16* kt = ks + stage * Sh::kKvElems;
+    const __nv_bfloat16* vt = vs + stage * Sh::kKvElems;
+    if (j + 1 < j_end) {
+      load_kv_tile_async<D, kTileK>(p, table, kvh, k0 + kTileK, k_end, ks + (stage ^ 1) * Sh::kKvElems,
+                                    vs + (stage ^ 1) * Sh::kKvElems);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -286,24 +325,141 @@ __device__ __forceinline__ void flash_prefill_tile(const AttentionParams& p, int
         }
       }
     }
-    __syncthreads();  // every warp is done with stage j & 1 before the next iteration refills it
+    __syncthreads();  // every warp is done with this stage before the next iteration refills it
   }
+}
 
+// Writes query tile tg's rows below q_len for query head h: out = o / l (the quad's denominator).
+template <int D, int MT>
+__device__ __forceinline__ void write_tile_rows(const AttentionParams& p, const TileGeom& tg, int h,
+                                                const TileAcc<D, MT>& acc) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-      float lsum = l[mt][rr];
+      float lsum = acc.l[mt][rr];
       lsum += __shfl_xor_sync(kFull, lsum, 1);
       lsum += __shfl_xor_sync(kFull, lsum, 2);
-      const int row = mt_row0[mt] + g + 8 * rr;
-      if (row >= q_len) continue;
+      const int row = tg.i0 + warp * 16 + mt * 64 + g + 8 * rr;
+      if (row >= tg.q_len) continue;
       const float inv = 1.0f / lsum;
-      float* op = p.out + (int64_t(q_row0) + row) * p.n_heads * D + int64_t(h) * D;
+      float* op = p.out + (int64_t(tg.q_row0) + row) * p.n_heads * D + int64_t(h) * D;
 #pragma unroll
       for (int nt = 0; nt < D / 8; ++nt)
         *reinterpret_cast<float2*>(op + nt * 8 + 2 * t) =
-            make_float2(o[mt][nt][2 * rr] * inv, o[mt][nt][2 * rr + 1] * inv);
+            make_float2(acc.o[mt][nt][2 * rr] * inv, acc.o[mt][nt][2 * rr + 1] * inv);
+    }
+  }
+}
+
+// Query tile `tile` (0: the sequence's last rows, which see the most keys) of sequence s (q_len >= 2) and
+// query head h, all its keys in one walk. smem_raw: PrefillShape<D, MT, KT>::kSmemBytes of dynamic shared memory,
+// 16-byte aligned. Every thread of the block (kThreads) calls it; it ends with a __syncthreads() after its last
+// shared-memory read, so the caller may reuse the shared memory at once.
+template <int D, int MT, int KT>
+__device__ __forceinline__ void flash_prefill_tile(const AttentionParams& p, int s, int tile, int h,
+                                                   unsigned char* smem_raw) {
+  const TileGeom tg = tile_geometry<PrefillShape<D, MT, KT>::kTileQ, KT>(p, s, tile);
+  TileAcc<D, MT> acc;
+  flash_prefill_walk<D, MT, KT>(p, tg, s, h, 0, tg.n_k_tiles, smem_raw, acc);
+  write_tile_rows<D, MT>(p, tg, h, acc);
+}
+
+// Key splits of a query tile (mixed_attention.cu): the scratch where each split leaves its rows' state, indexed by
+// the tile's rows in q / out (so its size depends on n_tokens only), and the tiles' arrival counters.
+struct PrefillSplitScratch {
+  int32_t* counters;  // (n_counters) i32, counters[-i] for the launch's i-th (tile, head); zero between launches
+  float* acc;         // (n_tokens, n_heads, n_splits, head_dim) f32: a split's unnormalised output rows
+  float* ml;          // (n_tokens, n_heads, n_splits, 2) f32: (running max m, log2 domain; denominator l) per row
+  int32_t n_splits;   // the stride: most splits of one tile
+  int32_t n_counters; // (tile, head) pairs with a counter: a pair at or past it never splits
+};
+
+// The end of split `split` of n_used (2 .. S.n_splits) of query tile tg, query head h, once flash_prefill_walk has
+// left the split's state in acc: writes the split's rows (o, m, l) to S, counts the split on *counter, and the
+// last split to arrive merges the n_used partials of every row in ascending split order (all read back from S,
+// its own too) into out = sum_j w_j o_j / sum_j w_j l_j, w_j = 2^(m_j - max_j m_j) (0 for a split that saw no key
+// of the row). The arithmetic and its order do not depend on which split arrives last: the same bits every call.
+// s_last: a shared int. Every thread of the block calls it.
+template <int D, int MT, int kMaxSplits>
+__device__ __forceinline__ void finish_key_split(const AttentionParams& p, const TileGeom& tg, int h, int split,
+                                                 int n_used, const PrefillSplitScratch& S, int32_t* counter,
+                                                 const TileAcc<D, MT>& acc, int& s_last) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // The split's rows: o (each lane its 2 x D / 8 float2), then (m, quad-summed l) from lane t == 0.
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float lsum = acc.l[mt][rr];
+      lsum += __shfl_xor_sync(kFull, lsum, 1);
+      lsum += __shfl_xor_sync(kFull, lsum, 2);
+      const int row = tg.i0 + warp * 16 + mt * 64 + g + 8 * rr;
+      if (row >= tg.q_len) continue;
+      const int64_t part = (int64_t(tg.q_row0 + row) * p.n_heads + h) * S.n_splits + split;
+      float* ap = S.acc + part * D + 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt)
+        *reinterpret_cast<float2*>(ap + nt * 8) = make_float2(acc.o[mt][nt][2 * rr], acc.o[mt][nt][2 * rr + 1]);
+      if (t == 0) *reinterpret_cast<float2*>(S.ml + part * 2) = make_float2(acc.m[mt][rr], lsum);
+    }
+  }
+  __threadfence();  // this block's partials are visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int prev = atomicAdd(counter, 1);
+    s_last = prev == n_used - 1;
+    if (s_last) atomicExch(counter, 0);  // every split has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+
+  // Merge, per row this thread holds: the splits' (m, l) first (one L2 round trip), then their o, split by split.
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int row = tg.i0 + warp * 16 + mt * 64 + g + 8 * rr;
+      if (row >= tg.q_len) continue;
+      const int64_t base = (int64_t(tg.q_row0 + row) * p.n_heads + h) * S.n_splits;
+      float2 ml[kMaxSplits];
+      float m_all = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kMaxSplits; ++j) {
+        ml[j] = j < n_used ? __ldcg(reinterpret_cast<const float2*>(S.ml + (base + j) * 2))
+                           : make_float2(-INFINITY, 0.0f);
+        m_all = fmaxf(m_all, ml[j].x);
+      }
+      float w[kMaxSplits];
+      float l_all = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kMaxSplits; ++j) {
+        w[j] = ml[j].x == -INFINITY ? 0.0f : exp2f(ml[j].x - m_all);
+        if (j < n_used) l_all = fmaf(ml[j].y, w[j], l_all);
+      }
+      float2 o[D / 8];
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) o[nt] = make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int j = 0; j < kMaxSplits; ++j) {
+        if (j >= n_used) break;
+        const float2* ap = reinterpret_cast<const float2*>(S.acc + (base + j) * D + 2 * t);
+        float2 a[D / 8];
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) a[nt] = __ldcg(ap + nt * 4);
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          o[nt].x = fmaf(a[nt].x, w[j], o[nt].x);
+          o[nt].y = fmaf(a[nt].y, w[j], o[nt].y);
+        }
+      }
+      const float inv = 1.0f / l_all;
+      float* op = p.out + (int64_t(tg.q_row0) + row) * p.n_heads * D + int64_t(h) * D;
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt)
+        *reinterpret_cast<float2*>(op + nt * 8 + 2 * t) = make_float2(o[nt].x * inv, o[nt].y * inv);
     }
   }
 }
