@@ -256,8 +256,9 @@ void ServingEngine::Impl::step() {
   const bool has_prefill = std::any_of(plan.chunks.begin(), plan.chunks.end(),
                                        [](const ScheduledChunk& c) { return c.n_tokens > 1 || !c.sample; });
   using Seconds = std::chrono::duration<double>;
+  const LlamaModel::StepHostTime host = device_sampling ? m->model->last_step_host_time() : LlamaModel::StepHostTime{};
   profile.add(has_prefill, plan.n_tokens, int64_t(plan.chunks.size()), Seconds(t1 - t0).count(),
-              Seconds(t2 - t1).count(), Seconds(t3 - t2).count());
+              Seconds(t2 - t1).count(), Seconds(t3 - t2).count(), host.enqueue_s, host.wait_s);
   if (options.check_invariants) check_invariants();
 }
 

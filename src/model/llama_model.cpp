@@ -1,6 +1,7 @@
 #include "model/llama_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -277,6 +278,7 @@ void LlamaModel::forward_sampled(const Batch& batch, std::span<const RowSampling
     sample_params_.push_back(p);
     sample_positions_.push_back(r.position);
   }
+  const auto t_start = std::chrono::steady_clock::now();
   encode_batch(batch, step_bytes_);
   try {
     comm_->broadcast(step_bytes_);  // world 1: a no-op (kept so that the step is framed like forward's)
@@ -306,7 +308,10 @@ void LlamaModel::forward_sampled(const Batch& batch, std::span<const RowSampling
       traffic_.host_bytes += int64_t(run.nbytes());
       i = j;
     }
+    const auto t_enqueued = std::chrono::steady_clock::now();
     backend_.synchronize();
+    step_host_time_ = {.enqueue_s = std::chrono::duration<double>(t_enqueued - t_start).count(),
+                       .wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_enqueued).count()};
     comm_->step_done();
   } catch (const std::exception& e) {
     comm_->abort(e.what());
@@ -417,8 +422,7 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     observe("attn_out", l, delta);
     observe("ffn_norm", l, xb);
     if (!L.w_gate_up.empty()) {
-      backend_.matmul(gate_up, xb, L.w_gate_up, Tensor{});
-      backend_.swiglu_fused(gate, gate_up);
+      backend_.matmul_swiglu(gate, gate_up, xb, L.w_gate_up);  // SwiGLU in the matmul where the backend can
     } else {
       backend_.matmul(gate, xb, L.w_gate, Tensor{});
       backend_.matmul(up, xb, L.w_up, Tensor{});

@@ -108,6 +108,14 @@ class LlamaModel {
     int64_t eager = 0;     // steps run op by op
   };
   const GraphStats& graph_stats() const { return graph_stats_; }
+  // Host time of the last forward_sampled: enqueuing the step's work (a graph launch, or every op of an eager
+  // step) and then waiting for the device to finish it. Enqueue close to enqueue + wait means the host, not
+  // the device, sets the step's pace.
+  struct StepHostTime {
+    double enqueue_s = 0;
+    double wait_s = 0;
+  };
+  const StepHostTime& last_step_host_time() const { return step_host_time_; }
 
  private:
   void run_step(const Batch& batch, std::vector<float>& logits);  // this rank's part of one step
@@ -171,6 +179,7 @@ class LlamaModel {
   bool graphs_on_ = true;
   std::map<GraphKey, std::unique_ptr<StepGraph>> graphs_;
   GraphStats graph_stats_;
+  StepHostTime step_host_time_;
 };
 
 }  // namespace ferry
