@@ -85,7 +85,9 @@ void NcclCommunicator::all_reduce_add_rms_norm(Backend& backend, const Tensor& o
                                                const Tensor& delta, const Tensor& weight, float eps) {
   FERRY_ASSERT(delta.dtype == DType::F32 && delta.device == Device::Cuda);
   FERRY_CHECK(!failed_, "{}", failure_);
-  if (small_norm_ && weight.dtype == DType::F32 &&
+  // The fused kernel writes f32 rows; a bf16 out (the backend's matmul input dtype, at larger steps) takes the
+  // all-reduce and then the backend's norm.
+  if (small_norm_ && weight.dtype == DType::F32 && out.dtype == DType::F32 &&
       small_norm_(static_cast<float*>(delta.data), static_cast<float*>(residual.data), static_cast<float*>(out.data),
                   static_cast<const float*>(weight.data), delta.rows(), delta.cols(), eps, stream_)) {
     return;

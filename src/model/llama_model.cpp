@@ -362,9 +362,11 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     meta.host_block_tables = host_meta->block_tables.data();
   }
 
-  // Activation views for this step: (n, ...) f32.
+  // Activation views for this step: (n, ...) f32, but for xb: the backend's matmul input dtype (bf16 where every
+  // matmul of n tokens reads bf16; f32 while a debug observer reads the step).
   const Tensor x = x_.view(DType::F32, {n, c.dim});          // residual stream
-  const Tensor xb = xb_.view(DType::F32, {n, c.dim});        // normed input of a sublayer
+  const DType xb_dtype = observer_ ? DType::F32 : backend_.matmul_input_dtype(n);
+  const Tensor xb = xb_.view(xb_dtype, {n, c.dim});          // normed input of a sublayer
   const Tensor q = q_.view(DType::F32, {n, H, D});
   const Tensor k = k_.view(DType::F32, {n, KVH, D});
   const Tensor v = v_.view(DType::F32, {n, KVH, D});

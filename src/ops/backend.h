@@ -117,15 +117,23 @@ class Backend {
   // stale (scratch memory it recorded was reallocated since): capture again.
   virtual bool replay(const StepGraph& graph) { return false; }
 
+  // The dtype in which the model hands a step of n tokens' normed activations (the input of the q|k|v and
+  // gate|up matmuls) from the norm to the matmul: F32 here; BF16 on a backend whose every matmul path for n
+  // tokens reads bf16 activations anyway (the norm then writes them rounded, and no conversion pass runs before
+  // each matmul). rms_norm / add_rms_norm outputs and matmul's x accept it.
+  virtual DType matmul_input_dtype(int64_t n_tokens) const { return DType::F32; }
+
   // ---- ops ----
   // out: (n, dim) f32; table: (vocab, dim) any dtype; ids: (n) i32
   virtual void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
-  // out, x: (rows, cols) f32; weight: (cols) f32. out = x / rms(x) * weight. out may alias x.
+  // out, x: (rows, cols) f32 (out: or matmul_input_dtype(rows)); weight: (cols) f32. out = x / rms(x) * weight.
+  // out may alias x.
   virtual void rms_norm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) = 0;
-  // residual: (n, dim) f32, updated in place: residual += delta; then out = rms_norm(residual) * weight.
+  // residual: (n, dim) f32, updated in place: residual += delta; then out = rms_norm(residual) * weight (out: f32
+  // or matmul_input_dtype(n)).
   virtual void add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
                             float eps) = 0;
-  // out: (n, n_out) f32 = x (n, n_in) f32 · w (n_out, n_in)ᵀ [+ bias (n_out) f32, or empty]
+  // out: (n, n_out) f32 = x (n, n_in) f32 (or matmul_input_dtype(n)) · w (n_out, n_in)ᵀ [+ bias (n_out) f32, or empty]
   virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
   // x: (n, n_heads, head_dim) f32, rotated in place; positions: (n) i32; inv_freq: (head_dim/2) f32
   // (rope scaling is folded into inv_freq by the model). Rotates the first 2*len(inv_freq) dims of each head.

@@ -6,8 +6,11 @@
 //    loads (rms_norm 60-80%, add_rms_norm 67-87% of copy bandwidth at 512..8192 x 4096, fused_ops_bench).
 //  - scalar kernel (anything else): a row per block; thread t owns elements t, t + kThreads, ...
 // In both, the sum of squares is fp32 (per thread, then warp shuffles, then one word per warp in shared memory)
-// and every element is read before it is written by the same thread, so out may alias x.
+// and every element is read before it is written by the same thread, so out may alias x. Either writes f32 rows
+// (out) or the same values rounded to bf16 (out_bf16: the input of a bf16 GEMM, without a conversion pass).
 #include "backends/cuda/norm.cuh"
+
+#include <cuda_bf16.h>
 
 #include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/common.cuh"
@@ -18,7 +21,12 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <bool kAdd>
+__device__ inline uint32_t bf16x2_bits(float lo, float hi) {
+  return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
+template <bool kAdd, bool kBf16>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
   pdl_allow_dependents();
   pdl_wait();
@@ -34,11 +42,18 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
     ss = fmaf(v, v, ss);
   }
   const float scale = 1.0f / sqrtf(block_sum<kThreads>(ss) / float(p.cols) + p.eps);
-  for (int64_t j = threadIdx.x; j < p.cols; j += kThreads) p.out[base + j] = src[j] * scale * p.weight[j];
+  for (int64_t j = threadIdx.x; j < p.cols; j += kThreads) {
+    const float y = src[j] * scale * p.weight[j];
+    if constexpr (kBf16) {
+      p.out_bf16[base + j] = __bfloat16_as_ushort(__float2bfloat16_rn(y));
+    } else {
+      p.out[base + j] = y;
+    }
+  }
 }
 
 // A row per group of kGroup threads (256: one block; 32: one warp, 8 rows per block); kV float4 per thread.
-template <bool kAdd, int kGroup, int kV>
+template <bool kAdd, bool kBf16, int kGroup, int kV>
 __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(RmsNormParams p) {
   pdl_allow_dependents();
   pdl_wait();
@@ -87,27 +102,31 @@ __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(RmsNormParams p)
   }
   const float scale = 1.0f / sqrtf(total / float(p.cols) + p.eps);
   const float4* w = reinterpret_cast<const float4*>(p.weight);
-  float4* o = reinterpret_cast<float4*>(p.out) + base;
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
     const int64_t j = lane + int64_t(i) * kGroup;
     if (!live || j >= vecs) continue;
     const float4 g = w[j];
-    o[j] = make_float4(v[i].x * scale * g.x, v[i].y * scale * g.y, v[i].z * scale * g.z, v[i].w * scale * g.w);
+    const float4 y = make_float4(v[i].x * scale * g.x, v[i].y * scale * g.y, v[i].z * scale * g.z, v[i].w * scale * g.w);
+    if constexpr (kBf16) {
+      reinterpret_cast<uint2*>(p.out_bf16)[base + j] = make_uint2(bf16x2_bits(y.x, y.y), bf16x2_bits(y.z, y.w));
+    } else {
+      reinterpret_cast<float4*>(p.out)[base + j] = y;
+    }
   }
 }
 
 // Launches the vector kernel when the shape takes it; false otherwise.
-template <bool kAdd>
+template <bool kAdd, bool kBf16>
 bool launch_vec(const RmsNormParams& p, cudaStream_t stream) {
   const auto aligned = [](const void* q) { return q == nullptr || reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   if (p.cols % 4 != 0 || p.cols > 8192 || !aligned(p.out) || !aligned(p.x) || !aligned(p.residual) ||
-      !aligned(p.delta) || !aligned(p.weight))
+      !aligned(p.delta) || !aligned(p.weight) || reinterpret_cast<uintptr_t>(p.out_bf16) % 8 != 0)
     return false;
   const int64_t vecs = p.cols / 4;
   const auto go = [&]<int kGroup, int kV>() {
     constexpr int kRowsPerBlock = kThreads / kGroup;
-    launch_pdl(rms_norm_vec_kernel<kAdd, kGroup, kV>, dim3(unsigned((p.rows + kRowsPerBlock - 1) / kRowsPerBlock)),
+    launch_pdl(rms_norm_vec_kernel<kAdd, kBf16, kGroup, kV>, dim3(unsigned((p.rows + kRowsPerBlock - 1) / kRowsPerBlock)),
                dim3(kThreads), 0, stream, p);
   };
   if (vecs < kThreads) {  // cols < 1024: a warp per row
@@ -127,19 +146,25 @@ bool launch_vec(const RmsNormParams& p, cudaStream_t stream) {
   return true;
 }
 
-void launch(const RmsNormParams& p, bool add, cudaStream_t stream) {
-  if (p.rows == 0) return;
-  FERRY_CUDA_REQUIRE(p.cols > 0 && p.rows <= 0x7FFFFFFF);
-  if (add ? launch_vec<true>(p, stream) : launch_vec<false>(p, stream)) {
+template <bool kAdd, bool kBf16>
+void launch_as(const RmsNormParams& p, cudaStream_t stream) {
+  if (launch_vec<kAdd, kBf16>(p, stream)) {
     FERRY_CUDA_CHECK_LAUNCH(rms_norm_vec_kernel);
     return;
   }
-  if (add) {
-    launch_pdl(rms_norm_kernel<true>, dim3(unsigned(p.rows)), dim3(kThreads), 0, stream, p);
-  } else {
-    launch_pdl(rms_norm_kernel<false>, dim3(unsigned(p.rows)), dim3(kThreads), 0, stream, p);
-  }
+  launch_pdl(rms_norm_kernel<kAdd, kBf16>, dim3(unsigned(p.rows)), dim3(kThreads), 0, stream, p);
   FERRY_CUDA_CHECK_LAUNCH(rms_norm_kernel);
+}
+
+void launch(const RmsNormParams& p, bool add, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  FERRY_CUDA_REQUIRE(p.cols > 0 && p.rows <= 0x7FFFFFFF);
+  FERRY_CUDA_REQUIRE((p.out != nullptr) != (p.out_bf16 != nullptr));
+  if (p.out_bf16 != nullptr) {
+    add ? launch_as<true, true>(p, stream) : launch_as<false, true>(p, stream);
+  } else {
+    add ? launch_as<true, false>(p, stream) : launch_as<false, false>(p, stream);
+  }
 }
 
 }  // namespace
