@@ -354,6 +354,7 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   meta.q_len = i32(L.q_len, L.n_seqs);
   meta.kv_len = i32(L.kv_len, L.n_seqs);
   meta.block_tables = i32(L.tables, int64_t(L.n_seqs) * L.mb);
+  meta.decode_only = n == L.n_seqs;  // every chunk of a step has at least one token: n == n_seqs means one each
   if (host_meta) {
     FERRY_ASSERT(host_meta->max_blocks_per_seq == L.mb);
     meta.host_q_start = host_meta->q_start.data();

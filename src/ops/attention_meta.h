@@ -21,6 +21,9 @@ struct AttentionMeta {
   const int32_t* host_q_len = nullptr;
   const int32_t* host_kv_len = nullptr;
   const int32_t* host_block_tables = nullptr;
+  // Every sequence has exactly one query row (a decode step), as the caller knows even without host mirrors
+  // (a captured step): a backend may then run its decode kernel alone. False: not known, look at q_len.
+  bool decode_only = false;
 };
 
 }  // namespace ferry

@@ -534,7 +534,9 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
                      .n_blocks = int32_t(k_cache.shape[0]), .n_tokens = int32_t(n), .n_heads = int32_t(n_heads),
                      .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
                      .errors = errors_, .batch_invariant = options_.batch_invariant};
-  if (meta.host_q_len != nullptr) {
+  if (meta.decode_only) {
+    ap.max_q_len = 1;  // a captured decode step too: the decode kernel alone (attention.cu)
+  } else if (meta.host_q_len != nullptr) {
     ap.max_q_len = 0;
     for (int32_t s = 0; s < meta.n_seqs; ++s) ap.max_q_len = std::max(ap.max_q_len, meta.host_q_len[s]);
   }
