@@ -11,7 +11,9 @@
 // faster than v2), and the v5/v6 rows end with their relative L2 against v2 ("MISMATCH" above 1e-4); v6 (v5 with an
 // L2 prefetch of each warp's next item) runs for BF16 and F16 only. Versions 3 and 4
 // were measured and removed (docs/perf-log.md).
-// Usage: matvec_bench [--quick] [--json FILE] (quick: M = 1 only;
+// Version 10 (the streamed, stage-batched dp4a kernel) runs for Q8_0, Q4_0 and Q4_K.
+// Usage: matvec_bench [--quick] [--types T1,T2,..] [--json FILE] (quick: M = 1 only; --types: only these weight
+// types, by dtype name, e.g. bf16,q8_0,q4_0,q4_K;
 // --json: every row as {name, flops, bytes, seconds} for `ferry bench --plot --kernels`, bench/kernels/kernel_json.h;
 // bytes there = weight + activations read + outputs written).
 #include <cublas_v2.h>
@@ -99,15 +101,17 @@ void free_copies(std::vector<void*>& v) {
 
 int main(int argc, char** argv) {
   bool quick = false;
-  std::string json_path;
+  std::string json_path, types_filter;  // types_filter: ",T1,T2,", empty = every type
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
     if (arg == "--quick") {
       quick = true;
     } else if (arg == "--json" && a + 1 < argc) {
       json_path = argv[++a];
+    } else if (arg == "--types" && a + 1 < argc) {
+      types_filter = "," + std::string(argv[++a]) + ",";
     } else {
-      std::fprintf(stderr, "usage: matvec_bench [--quick] [--json FILE]\n");
+      std::fprintf(stderr, "usage: matvec_bench [--quick] [--types T1,T2,..] [--json FILE]\n");
       return 2;
     }
   }
@@ -167,6 +171,8 @@ int main(int argc, char** argv) {
                cublas_us[i] * 1e-6);
     for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
       if (sh.rows == 128256 && t != DType::Q4_0 && t != DType::Q8_0 && t != DType::BF16) continue;
+      if (!types_filter.empty() && types_filter.find("," + std::string(dtype_name(t)) + ",") == std::string::npos)
+        continue;
       const std::vector<uint8_t> hw = random_weight(t, sh.rows, sh.cols);
       std::vector<DeviceBuffer> keep;
       const Tensor w = backend.prepare_weight(Tensor::make(t, {sh.rows, sh.cols}, const_cast<uint8_t*>(hw.data())), keep);
@@ -189,6 +195,7 @@ int main(int argc, char** argv) {
         const bool half = t == DType::BF16 || t == DType::F16;
         const std::vector<int> kVersions = half ? std::vector<int>{2, 5, 7, 9}
                                            : (t == DType::Q8_0 || t == DType::Q4_0) ? std::vector<int>{2, 5, 7, 10}
+                                           : t == DType::Q4_K                       ? std::vector<int>{2, 5, 10}
                                                                                     : std::vector<int>{2, 5};
         const int kN = int(kVersions.size());
         std::vector<std::vector<float>> res(static_cast<size_t>(kN));

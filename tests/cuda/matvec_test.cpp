@@ -264,7 +264,7 @@ TEST_F(CudaMatvec, StreamedShapes) {
   }
 }
 
-// Version 10 (Q8_0/Q4_0, one token; matvec_v10.cuh) where it applies: 512..16384 columns (1 to 4 segments a
+// Version 10 (Q8_0/Q4_0/Q4_K, one token; matvec_v10.cuh) where it applies: 512..16384 columns (1 to 4 segments a
 // warp, 3 at 12288, uneven ones at 7168 and 14336), 1, 2, 4 and 8 rows a ring stage, and enough rows a block that
 // the ring wraps several times with a short last stage (e.g. 20000 x 4096: 151-152 rows a block, Q4_0 19 stages
 // of 8 rows through 6 slots). run() checks every version against the f32 reference (kTol) on the same data.
@@ -274,17 +274,56 @@ TEST_F(CudaMatvec, Version10Shapes) {
   };
   for (const Shape s : {Shape{20000, 4096}, Shape{3001, 14336}, Shape{1500, 7168}, Shape{2100, 2048},
                         Shape{700, 16384}, Shape{900, 12288}, Shape{37, 512}, Shape{6000, 6144}}) {
-    for (const DType t : {DType::Q8_0, DType::Q4_0}) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
       ASSERT_TRUE(cuda_ops::matvec_v10_applies(t, 1, s.n_out, s.n_in)) << dtype_name(t) << " " << s.n_in;
       const double err = run(t, 1, s.n_out, s.n_in, s.n_out % 2 == 0, 17 + uint32_t(s.n_in));
       EXPECT_LE(err, kTol) << dtype_name(t) << " " << s.n_out << "x" << s.n_in;
     }
   }
+  // Q4_K (GGUF super-blocks streamed as stored, matvec_v10_math.cuh): odd rows (a short last stage in some
+  // blocks), activations far from 1 and outlier columns.
+  for (const Shape s : {Shape{4103, 4096}, Shape{301, 14336}, Shape{133, 1024}}) {
+    EXPECT_LE(run(DType::Q4_K, 1, s.n_out, s.n_in, true, 23 + uint32_t(s.n_out)), kTol) << s.n_out << "x" << s.n_in;
+  }
+  EXPECT_LE(run(DType::Q4_K, 1, 40, 2048, true, 90, 1e6f), kTol);
+  EXPECT_LE(run(DType::Q4_K, 1, 40, 2048, false, 91, 1e-7f), kTol);
+  EXPECT_LE(run(DType::Q4_K, 1, 40, 2048, false, 92, 1.0f, 1000.0f), kTol);
+  // Deterministic: the same Q4_K call twice gives the same bits.
+  {
+    const int64_t rows = 2000, cols = 4096;
+    const std::vector<float> f = random_floats(size_t(rows * cols), 5, 0.5f);
+    std::vector<uint8_t> w(size_t(rows) * row_bytes(DType::Q4_K, cols));
+    for (int64_t r = 0; r < rows; ++r)
+      quantize_row(DType::Q4_K, f.data() + r * cols, w.data() + size_t(r) * row_bytes(DType::Q4_K, cols), cols);
+    const Tensor gw = gpu_->prepare_weight(Tensor::make(DType::Q4_K, {rows, cols}, w.data()), keep_);
+    const Tensor gx = upload(DType::F32, {1, cols}, random_floats(size_t(cols), 6));
+    std::vector<std::vector<float>> got;
+    for (int i = 0; i < 2; ++i) {
+      const Tensor o = poisoned({1, rows});
+      gpu_->synchronize();
+      cuda_ops::matvec(DType::Q4_K, {.w = {static_cast<const uint8_t*>(gw.data), rows, cols, 0}, .x = gx.ptr<float>(),
+                                     .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1, .version = 10},
+                       nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      got.push_back(download(o));
+    }
+    EXPECT_EQ(got[0], got[1]) << "q4_K version 10";
+  }
   EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q8_0, 1, 64, 768));    // not a multiple of 512
   EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q4_0, 1, 64, 32768));  // past 16384 columns
   EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q8_0, 2, 64, 4096));   // more than one token
-  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q4_1, 1, 64, 4096));   // Q8_0 and Q4_0 only
+  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q4_1, 1, 64, 4096));   // Q8_0, Q4_0 and Q4_K only
+  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q4_K, 1, 64, 768));    // Q4_K: 512-column segments too
   EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::BF16, 1, 64, 4096));
+}
+
+// Version 10 on the Llama-3-8B projections issue 3 names (14336 x 4096 gate/up half, 4096 x 14336 down), every
+// type it takes; run() also checks versions 2/5/7/9 on the same data.
+TEST_F(CudaMatvec, Version10LlamaShapes) {
+  for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+    EXPECT_LE(run(t, 1, 14336, 4096, false, 61), kTol) << dtype_name(t) << " 14336x4096";
+    EXPECT_LE(run(t, 1, 4096, 14336, true, 62), kTol) << dtype_name(t) << " 4096x14336";
+  }
 }
 
 // Few rows and many columns (version 5 splits K among the warps of a block there), including a last slice

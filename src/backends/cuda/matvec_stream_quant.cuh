@@ -16,7 +16,9 @@ namespace ferry::cuda_ops::v7 {
 struct SplitRowBytes {
   int64_t quants, scales;
 };
+// Q4_K (version 10 only) streams its GGUF super-blocks as stored: quants = nb_k x 144, scales = 0 (one copy).
 __host__ __device__ inline SplitRowBytes split_row_bytes(DType w, int64_t cols) {
+  if (w == DType::Q4_K) return {cols / kKBlock * kQ4KBytes, 0};
   const int64_t nb = cols / kQBlock;
   return {nb * (w == DType::Q8_0 ? 32 : 16), nb * 2};
 }
@@ -44,7 +46,7 @@ __device__ __forceinline__ void produce_quant_stages(const WeightView& w, const 
     uint8_t* dst = ring + size_t(s) * size_t(stage_bytes);
     sm90::mbar_arrive_expect_tx(&full[s], qbytes + sbytes);
     bulk_load(dst, qsrc + g * stage_q, qbytes, &full[s]);
-    bulk_load(dst + stage_q, ssrc + g * plan.rows_per_stage * rb.scales, sbytes, &full[s]);
+    if (sbytes > 0) bulk_load(dst + stage_q, ssrc + g * plan.rows_per_stage * rb.scales, sbytes, &full[s]);
     if (++s == plan.stages) {
       s = 0;
       phase ^= 1u;

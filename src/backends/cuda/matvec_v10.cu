@@ -8,7 +8,7 @@
 namespace ferry::cuda_ops {
 
 bool matvec_v10_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem) {
-  if (wtype != DType::Q8_0 && wtype != DType::Q4_0) return false;
+  if (wtype != DType::Q8_0 && wtype != DType::Q4_0 && wtype != DType::Q4_K) return false;
   if (n_tokens != 1 || rows < 1 || n_sms < 1) return false;
   if (cols < v10::kSegVals || cols % v10::kSegVals != 0 || cols > v10::kMaxCols) return false;
   const int64_t grid = v7::stream_grid(rows, n_sms);
@@ -31,8 +31,10 @@ void matvec_v10(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   const size_t smem = v7::one_block_per_sm(v10::smem_bytes(plan, wtype, p.w.cols));
   if (wtype == DType::Q8_0) {
     v10::launch_q8(p, plan, grid, smem, stream);
-  } else {
+  } else if (wtype == DType::Q4_0) {
     v10::launch_q4(p, plan, grid, smem, stream);
+  } else {
+    v10::launch_q4k(p, plan, grid, smem, stream);
   }
 }
 

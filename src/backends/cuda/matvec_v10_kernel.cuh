@@ -43,11 +43,16 @@ __device__ __forceinline__ float reduce_rows(float (&v)[kRows], int lane) {
   return t;
 }
 
-// A lane's quant words of one row's segment: Q8_0 16 bytes, Q4_0 8 bytes.
+// A lane's quant words of one row's segment: Q8_0 16 bytes, Q4_0 and Q4_K 8 bytes.
 template <DType W>
 struct LaneQuants {
   static constexpr int kWords = W == DType::Q8_0 ? 4 : 2;
   uint32_t q[kWords];
+};
+// Q4_K: the lane's super-block header words (fp16 d | dmin << 16, then the 12 scale bytes); else empty.
+template <DType W>
+struct alignas(16) LaneHead {
+  uint32_t x, y, z, w;
 };
 
 template <DType W>
@@ -64,12 +69,14 @@ __device__ __forceinline__ LaneQuants<W> load_quants(const uint8_t* p) {  // p: 
 }
 
 // grid blocks (v7::block_rows); kSegs = segs_per_warp(cols), kRows = plan.rows_per_stage = stage_rows(W, cols).
-// p.w: quants [rows, nb x 32|16] then at p.w.scales fp16 [rows, nb]; p.x (1, cols) f32; p.out (1, rows) f32.
+// p.w: Q8_0/Q4_0 quants [rows, nb x 32|16] then at p.w.scales fp16 [rows, nb]; Q4_K [rows, cols / 256] GGUF
+// super-blocks of 144 bytes; p.x (1, cols) f32; p.out (1, rows) f32.
 template <DType W, int kSegs, int kRows>
 __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
   constexpr bool kQ4 = W == DType::Q4_0;
-  constexpr int kLaneBytes = kQ4 ? 8 : 16;    // quant bytes a lane loads per segment of a row
-  constexpr int kSegBytes = 32 * kLaneBytes;  // quant bytes of one segment of a row
+  constexpr bool kQ4K = W == DType::Q4_K;
+  constexpr int kLaneBytes = kQ4 || kQ4K ? 8 : 16;             // quant bytes a lane loads per segment of a row
+  constexpr int kSegBytes = kQ4K ? kQ4KSegBytes : 32 * kLaneBytes;  // bytes of one segment of a row (Q4_K: + headers)
   pdl_allow_dependents();
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);  // [stages]: a stage's bytes have landed
@@ -105,9 +112,11 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
     float xv[kLaneVals];
     if (seg < plan.segs_per_row) {
       const float* base = p.x + int64_t(seg) * kSegVals;
-      const float4* run0 = reinterpret_cast<const float4*>(kQ4 ? base + (lane / 2) * kQBlock + (lane % 2) * 8
-                                                               : base + lane * kLaneVals);
-      const float4* run1 = kQ4 ? run0 + 4 : run0 + 2;  // Q4_0: 16 values further; Q8_0: the next 8
+      const float4* run0 = reinterpret_cast<const float4*>(kQ4    ? base + (lane / 2) * kQBlock + (lane % 2) * 8
+                                                           : kQ4K ? base + q4k_lane_col(lane, 0)
+                                                                  : base + lane * kLaneVals);
+      // Q4_0: 16 values further; Q4_K: 32 further (group B); Q8_0: the next 8
+      const float4* run1 = kQ4 ? run0 + 4 : kQ4K ? run0 + 8 : run0 + 2;
       const float4 a = run0[0], b = run0[1], c = run1[0], d = run1[1];
       const float4 f[4] = {a, b, c, d};
 #pragma unroll
@@ -118,12 +127,25 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
 #pragma unroll
       for (int i = 0; i < kLaneVals; ++i) xv[i] = 0.0f;
     }
-    float amax = 0.0f;
+    if constexpr (kQ4K) {  // each group's 32 values: 8 on each of 4 lanes (lane ^ 1, lane ^ 2)
+      float am[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int i = 0; i < kLaneVals; ++i) amax = fmaxf(amax, fabsf(xv[i]));
-    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));  // the partner lane holds the block's other half
-    act[j] = quantize_lane<kQ4>(xv, amax);
+      for (int i = 0; i < kLaneVals; ++i) am[i / 8] = fmaxf(am[i / 8], fabsf(xv[i]));
+#pragma unroll
+      for (int g = 0; g < 2; ++g) {
+        am[g] = fmaxf(am[g], __shfl_xor_sync(0xFFFFFFFFu, am[g], 1));
+        am[g] = fmaxf(am[g], __shfl_xor_sync(0xFFFFFFFFu, am[g], 2));
+      }
+      act[j] = quantize_lane_q4k(xv, am[0], am[1]);
+    } else {
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kLaneVals; ++i) amax = fmaxf(amax, fabsf(xv[i]));
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));  // the partner lane holds the block's other half
+      act[j] = quantize_lane<kQ4>(xv, amax);
+    }
   }
+  [[maybe_unused]] const Q4KLaneSel ksel = q4k_lane_sel(lane);
 
   int s = 0;
   uint32_t phase = 0;
@@ -131,7 +153,9 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
     sm90::mbar_wait(&full[s], phase);
     const int64_t left = br.count - g * kRows;
     const int rows_here = left < kRows ? int(left) : kRows;
-    const uint8_t* sq = ring + size_t(s) * size_t(stage_bytes) + warp * kSegBytes + lane * kLaneBytes;
+    // Q4_K: the lane's super-block of the warp's segment (its header; its quant bytes 16 + 8 (lane % 16) on)
+    const uint8_t* sq = ring + size_t(s) * size_t(stage_bytes) + warp * kSegBytes +
+                        (kQ4K ? (lane / 16) * kQ4KBytes : lane * kLaneBytes);
     const uint16_t* ss = reinterpret_cast<const uint16_t*>(ring + size_t(s) * size_t(stage_bytes) + stage_q) +
                          warp * (kSegVals / kQBlock) + lane / 2;
     // All of the stage's loads first. Rows past the block's last (in its last stage) load whatever the slot
@@ -139,17 +163,25 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
     // (warp-uniform) load nothing: zero quants, zero scale.
     LaneQuants<W> q[kRows][kSegs];
     uint16_t d[kRows][kSegs];
+    [[maybe_unused]] LaneHead<W> hd[kRows][kSegs];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
       for (int j = 0; j < kSegs; ++j) {
         if (j * kConsumerWarps + warp < plan.segs_per_row) {
-          q[r][j] = load_quants<W>(sq + r * rb.quants + j * kConsumerWarps * kSegBytes);
-          d[r][j] = ss[r * nb + j * kConsumerWarps * (kSegVals / kQBlock)];
+          if constexpr (kQ4K) {
+            const uint8_t* sb = sq + r * rb.quants + j * kConsumerWarps * kSegBytes;
+            q[r][j] = load_quants<W>(sb + 16 + 8 * (lane % 16));
+            hd[r][j] = *reinterpret_cast<const LaneHead<W>*>(sb);  // 16 lanes read the same header: broadcast
+          } else {
+            q[r][j] = load_quants<W>(sq + r * rb.quants + j * kConsumerWarps * kSegBytes);
+            d[r][j] = ss[r * nb + j * kConsumerWarps * (kSegVals / kQBlock)];
+          }
         } else {
 #pragma unroll
           for (int i = 0; i < LaneQuants<W>::kWords; ++i) q[r][j].q[i] = 0;
           d[r][j] = 0;
+          if constexpr (kQ4K) hd[r][j] = {0u, 0u, 0u, 0u};
         }
       }
     }
@@ -163,13 +195,22 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
       float acc = 0.0f;
 #pragma unroll
       for (int j = 0; j < kSegs; ++j) {
-        int si;
-        if constexpr (kQ4) {
-          si = dot_q4_lane(q[r][j].q, act[j]);
+        if constexpr (kQ4K) {  // dx2 (d I_D - dmin I_M); a missing segment has d = dmin = 0
+          const LaneHead<W>& h = hd[r][j];
+          const Q4KSums t = dot_q4k_lane(q[r][j].q, act[j], q4k_scale_min(h.y, h.z, h.w, ksel));
+          const float dd = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFFu)));
+          const float dm = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
+          acc = fmaf(fmaf(-dm, float(t.m_a), dd * float(t.d_a)), act[j].scale, acc);
+          acc = fmaf(fmaf(-dm, float(t.m_b), dd * float(t.d_b)), act[j].scale_b, acc);
         } else {
-          si = dot_q8_lane(q[r][j].q, act[j]);
+          int si;
+          if constexpr (kQ4) {
+            si = dot_q4_lane(q[r][j].q, act[j]);
+          } else {
+            si = dot_q8_lane(q[r][j].q, act[j]);
+          }
+          acc = fmaf(__half2float(__ushort_as_half(d[r][j])) * act[j].scale, float(si), acc);
         }
-        acc = fmaf(__half2float(__ushort_as_half(d[r][j])) * act[j].scale, float(si), acc);
       }
       v[r] = acc;
     }

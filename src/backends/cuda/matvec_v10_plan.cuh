@@ -14,7 +14,10 @@ namespace ferry::cuda_ops::v10 {
 inline constexpr int64_t kStageMaxBytes = 20 * 1024;  // a stage's quants + scales at most (unless one row is more)
 inline constexpr int64_t kMaxCols = 16384;             // kSegs <= 4: 40 activation registers a lane
 
-constexpr int64_t quant_row_bytes(DType w, int64_t cols) { return cols / kQBlock * ((w == DType::Q8_0 ? 32 : 16) + 2); }
+constexpr int64_t quant_row_bytes(DType w, int64_t cols) {
+  if (w == DType::Q4_K) return cols / kKBlock * kQ4KBytes;  // GGUF super-blocks as stored (one region)
+  return cols / kQBlock * ((w == DType::Q8_0 ? 32 : 16) + 2);
+}
 
 // Rows per stage: the largest of 8, 4, 2 whose bytes fit kStageMaxBytes, else 1. E.g. Q4_0 4096 columns: 8 x
 // 2304 = 18 KB; Q8_0 4096: 4 x 4352 = 17 KB; Q4_0 14336: 2 x 8064; Q8_0 14336: 1 x 15232.
@@ -53,8 +56,9 @@ inline size_t smem_bytes(const v7::StreamPlan& p, DType w, int64_t cols) {
          size_t(v7::kConsumerWarps) * size_t(p.max_rows) * sizeof(float);
 }
 
-// One launch of the instance for plan (matvec_v10_q8.cu, matvec_v10_q4.cu).
+// One launch of the instance for plan (matvec_v10_q8.cu, matvec_v10_q4.cu, matvec_v10_q4k.cu).
 void launch_q8(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
 void launch_q4(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q4k(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
 
 }  // namespace ferry::cuda_ops::v10
