@@ -397,11 +397,13 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     if (!L.wqkv.empty()) {
       // Fused: one matmul for q|k|v, then one op for q/k norm, RoPE, q out and the K/V cache writes. With a
       // debug observer the op also leaves f32 copies of k and v, so q, k, v are observable as in the unfused path.
+      // With the attention in one op: a backend may fuse the two at a decode step (q is then not written).
       backend_.matmul(flat(qkv), xb, L.wqkv, L.bqkv);
-      backend_.qkv_epilogue({.qkv = qkv, .positions = pos, .slots = slots, .inv_freq = inv_freq_,
-                             .q_norm = c.qk_norm ? L.q_norm : Tensor{}, .k_norm = c.qk_norm ? L.k_norm : Tensor{},
-                             .eps = c.rms_eps, .ordering = c.rope_ordering, .q = q, .k_cache = k_cache,
-                             .v_cache = v_cache, .k_out = observer_ ? k : Tensor{}, .v_out = observer_ ? v : Tensor{}});
+      backend_.qkv_attention({.qkv = qkv, .positions = pos, .slots = slots, .inv_freq = inv_freq_,
+                              .q_norm = c.qk_norm ? L.q_norm : Tensor{}, .k_norm = c.qk_norm ? L.k_norm : Tensor{},
+                              .eps = c.rms_eps, .ordering = c.rope_ordering, .q = q, .k_cache = k_cache,
+                              .v_cache = v_cache, .k_out = observer_ ? k : Tensor{}, .v_out = observer_ ? v : Tensor{}},
+                             attn, meta, scale);
     } else {
       backend_.matmul(flat(q), xb, L.wq, L.bq);
       backend_.matmul(flat(k), xb, L.wk, L.bk);
@@ -413,11 +415,11 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
       backend_.rope(q, pos, inv_freq_, c.rope_ordering);
       backend_.rope(k, pos, inv_freq_, c.rope_ordering);
       backend_.store_kv(k_cache, v_cache, k, v, slots);
+      backend_.attention(attn, q, k_cache, v_cache, meta, scale);
     }
     observe("q", l, q);
     observe("k", l, k);
     observe("v", l, v);
-    backend_.attention(attn, q, k_cache, v_cache, meta, scale);
     observe("attn", l, attn);
     backend_.matmul(delta, flat(attn), L.wo, Tensor{});
     // Row-parallel: partial sums over this rank's heads; then x += delta and the ffn norm.

@@ -155,8 +155,23 @@ class Backend {
   // rms_norm + rope); q heads go to a.q, k and v heads to the caches at the token's slot (as store_kv, rounded
   // to kv_dtype()), and to a.k_out / a.v_out when set.
   virtual void qkv_epilogue(const QkvEpilogueArgs& a) { fail("backend {} has no qkv_epilogue", name()); }
+  // qkv_epilogue(e), then attention(out, e.q, e.k_cache, e.v_cache, meta, scale): the default does exactly that. A
+  // backend may fuse the two for a decode step (meta.decode_only) and then leave e.q unwritten (the cache rows and
+  // out are what the model reads next); it must not when e.k_out / e.v_out are asked for (a debug observer).
+  virtual void qkv_attention(const QkvEpilogueArgs& e, const Tensor& out, const AttentionMeta& meta, float scale) {
+    qkv_epilogue(e);
+    attention(out, e.q, e.k_cache, e.v_cache, meta, scale);
+  }
   // out: (n, hidden) f32 = silu(gate_up[:, :hidden]) * gate_up[:, hidden:]; gate_up: (n, 2*hidden) f32.
   virtual void swiglu_fused(const Tensor& out, const Tensor& gate_up) { fail("backend {} has no swiglu_fused", name()); }
+  // The fused ffn input projection: out (n, hidden) f32 = silu(x · w_gate_upᵀ[:, :hidden]) * x · w_gate_upᵀ[:, hidden:];
+  // x: (n, dim) f32; w_gate_up: (2*hidden, dim), the rows of w_gate then those of w_up (a TP shard keeps that
+  // shape with hidden / world); gate_up: (n, 2*hidden) f32 scratch. The default is matmul into gate_up then
+  // swiglu_fused; a backend may compute SwiGLU inside the matmul instead and leave gate_up unwritten.
+  virtual void matmul_swiglu(const Tensor& out, const Tensor& gate_up, const Tensor& x, const Tensor& w_gate_up) {
+    matmul(gate_up, x, w_gate_up, Tensor{});
+    swiglu_fused(out, gate_up);
+  }
   // out: (m, cols) = x[rows[i]] for i < m; rows: (m) i32
   virtual void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) = 0;
 

@@ -146,6 +146,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
 
 void attention_simple(const AttentionParams& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
+  FERRY_CUDA_REQUIRE(p.qkv == nullptr);  // reads q: the fused epilogue is the decode kernel's
   FERRY_CUDA_REQUIRE(p.head_dim >= 1 && p.head_dim <= 256);
   FERRY_CUDA_REQUIRE(p.n_kv_heads >= 1 && p.n_heads % p.n_kv_heads == 0 && p.block_size >= 1);
   FERRY_CUDA_REQUIRE(p.n_heads <= 65535);
@@ -213,6 +214,8 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   // H200: the decode kernel alone 8.7 us a call at batch 1; tg128 235 either way, docs/perf-log.md.)
   const int n_sms = sm_count();
   const DecodeSplitPlan plan = plan_decode_split(p, n_sms);
+  // The fused q/k/v epilogue (p.qkv) exists only in the decode kernel: the caller says the step is decode-only.
+  FERRY_CUDA_REQUIRE(p.qkv == nullptr || (p.max_q_len >= 0 && p.max_q_len <= 1));
   if (p.max_q_len >= 0 && p.max_q_len <= 1) {
     decode_split_attention(p, plan, stream);
     return;

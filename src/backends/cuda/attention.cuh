@@ -44,6 +44,21 @@ struct AttentionParams {
   bool batch_invariant = false;  // decode splits cut contexts into fixed-size chunks (not sized to the batch)
   int32_t max_q_len = -1;       // the most query rows of any sequence when the host knows it (-1: unknown);
                                 // 0 or 1: a decode-only step
+
+  // The q/k/v epilogue fused into a decode-only step (decode_fused_qkv.cuh; tensor-core decode plan, max_q_len
+  // 1, head_dim 64/128, full RoPE): qkv set means q is not read; each block normalizes and rotates its heads
+  // from qkv and the step's key/value go to their cache slot (k_cache_out / v_cache_out, the same caches).
+  const float* qkv = nullptr;           // (n, n_heads + 2 * n_kv_heads, head_dim) f32, bias included
+  const int32_t* positions = nullptr;   // (n) i32
+  const float* inv_freq = nullptr;      // (head_dim / 2) f32
+  bool rope_interleaved = true;         // pairs (2i, 2i+1); false: (i, i + head_dim / 2)
+  const float* q_norm = nullptr;        // (head_dim) f32 per-head RMSNorm weights (Qwen3), or null
+  const float* k_norm = nullptr;
+  float norm_eps = 0;
+  const int64_t* slots = nullptr;       // (n) i64 cache slot of each row's token (block * block_size + offset)
+  int64_t n_slots = 0;                  // n_blocks * block_size; a slot outside sets kBadSlot
+  __nv_bfloat16* k_cache_out = nullptr;
+  __nv_bfloat16* v_cache_out = nullptr;
 };
 
 // Device scratch that attention(p) needs (0 when the dispatch needs none); depends only on the host-side

@@ -11,6 +11,8 @@
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/attention_split_heuristic.cuh"
 #include "backends/cuda/attention_store.cuh"
+#include "backends/cuda/decode_mma.cuh"
+#include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/device_errors.h"
@@ -511,6 +513,52 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
                                                        token_bucket(meta.n_seqs))
                                          : std::string(),
                                0.0);
+  cuda_ops::AttentionParams ap = attention_params(out, q, k_cache, v_cache, meta, scale);
+  launch_attention(ap);
+}
+
+void CudaBackend::qkv_attention(const QkvEpilogueArgs& e, const Tensor& out, const AttentionMeta& meta, float scale) {
+  const int64_t D = e.q.n_dims == 3 ? e.q.shape[2] : 0, H = e.q.n_dims == 3 ? e.q.shape[1] : 0;
+  const int64_t KVH = e.k_cache.n_dims == 4 ? e.k_cache.shape[2] : 0;
+  const bool fusable = meta.decode_only && e.k_out.empty() && e.v_out.empty() && cuda_ops::decode_mma_supports(int(D)) &&
+                       KVH > 0 && H % KVH == 0 &&
+                       cuda_ops::default_decode_kernel(int(D), int(H / KVH)) == cuda_ops::DecodeKernel::kTensorCores &&
+                       2 * e.inv_freq.numel() == D && e.qkv.dtype == DType::F32 && e.qkv.n_dims == 3 &&
+                       e.qkv.shape[1] == H + 2 * KVH && e.qkv.shape[2] == D;
+  if (!fusable) {
+    Backend::qkv_attention(e, out, meta, scale);
+    return;
+  }
+  const OpProfiler::Scope prof(
+      profiler_.get(), profiler_ ? fmt::format("attention decode+qkv seqs={}", token_bucket(meta.n_seqs)) : std::string(),
+      0.0);
+  require_cuda(e.qkv, "qkv_attention input");
+  require_cuda(e.positions, "qkv_attention positions");
+  require_cuda(e.slots, "qkv_attention slots");
+  require_cuda(e.inv_freq, "qkv_attention frequencies");
+  const int64_t n = e.qkv.shape[0];
+  FERRY_ASSERT(e.q.shape[0] == n && n == meta.n_seqs);
+  FERRY_ASSERT(e.positions.dtype == DType::I32 && e.positions.numel() == n);
+  FERRY_ASSERT(e.slots.dtype == DType::I64 && e.slots.numel() == n);
+  FERRY_ASSERT(e.q_norm.empty() == e.k_norm.empty() && (e.q_norm.empty() || e.q_norm.numel() == D));
+  cuda_ops::AttentionParams ap = attention_params(out, e.q, e.k_cache, e.v_cache, meta, scale);
+  const auto f32_or_null = [](const Tensor& t) { return t.empty() ? nullptr : t.ptr<float>(); };
+  ap.qkv = e.qkv.ptr<float>();
+  ap.positions = e.positions.ptr<int32_t>();
+  ap.inv_freq = e.inv_freq.ptr<float>();
+  ap.rope_interleaved = e.ordering == RopeOrdering::Interleaved;
+  ap.q_norm = f32_or_null(e.q_norm);
+  ap.k_norm = f32_or_null(e.k_norm);
+  ap.norm_eps = e.eps;
+  ap.slots = e.slots.ptr<int64_t>();
+  ap.n_slots = e.k_cache.shape[0] * e.k_cache.shape[1];
+  ap.k_cache_out = e.k_cache.ptr<__nv_bfloat16>();
+  ap.v_cache_out = e.v_cache.ptr<__nv_bfloat16>();
+  launch_attention(ap);
+}
+
+cuda_ops::AttentionParams CudaBackend::attention_params(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                                        const Tensor& v_cache, const AttentionMeta& meta, float scale) {
   require_cuda(out, "attention output");
   require_cuda(q, "queries");
   require_cuda(k_cache, "K cache");
@@ -550,6 +598,10 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
                 "batch-invariant decode attention takes at most {} sequences here, not {}",
                 DecodeSplitLimits::kMaxCounters / (n_kv_heads * 8), meta.n_seqs);
   }
+  return ap;
+}
+
+void CudaBackend::launch_attention(cuda_ops::AttentionParams& ap) {
   ap.scratch_bytes = attention_scratch_bytes(ap);
   if (ap.scratch_bytes > 0) {
     const uint64_t epoch = scratch_epoch_;

@@ -30,6 +30,7 @@ struct CUstream_st;  // cudaStream_t without including the CUDA headers here
 namespace ferry {
 
 namespace cuda_ops {
+struct AttentionParams;
 class CublasLtGemm;
 class OpProfiler;
 class Sm90Gemm;
@@ -105,6 +106,10 @@ class CudaBackend final : public Backend {
   void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) override;
   void qkv_epilogue(const QkvEpilogueArgs& a) override;  // qkv_epilogue.cuh
+  // A decode step (meta.decode_only, no k_out/v_out, head_dim 64/128 on the tensor-core decode kernel, full RoPE):
+  // one launch, the epilogue inside the decode kernel (decode_fused_qkv.cuh; e.q is not written). Otherwise the
+  // two ops.
+  void qkv_attention(const QkvEpilogueArgs& e, const Tensor& out, const AttentionMeta& meta, float scale) override;
   void swiglu_fused(const Tensor& out, const Tensor& gate_up) override;
 
   // GPU sampling (sampling.cuh; Backend::sample): out (m) i32 on the device = one token per row of logits
@@ -137,6 +142,11 @@ class CudaBackend final : public Backend {
   DeviceBuffer x_bf16_;          // (n, n_in) bf16: activations rounded for the GEMM path
   bool capturing_ = false;       // between begin_capture and end_capture/cancel_capture
   uint64_t scratch_epoch_ = 0;   // bumped whenever ensure() reallocates a scratch buffer
+  // attention()'s checks and parameters (q: (n, n_heads, head_dim), for its shape; the pointer is read unless a
+  // fused epilogue replaces it), then its scratch and launch.
+  cuda_ops::AttentionParams attention_params(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                             const Tensor& v_cache, const AttentionMeta& meta, float scale);
+  void launch_attention(cuda_ops::AttentionParams& ap);
   DeviceBuffer attn_scratch_;    // attention_scratch_bytes(): split-KV decode partials
   DeviceBuffer sample_rows_;     // (m) cuda_ops::SampleRowParams for sample()
   std::unique_ptr<cuda_ops::OpProfiler> profiler_;  // options_.profile_ops, else null

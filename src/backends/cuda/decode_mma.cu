@@ -34,7 +34,8 @@ using decode_mma_detail::kTile;
 using decode_mma_detail::kWarps;
 using decode_mma_detail::MmaShape;
 
-template <int D, int kM, int kStages>
+// kFused: the q/k/v epilogue inside (p.qkv set; decode_fused_qkv.cuh), with its ~10 KB of static shared memory.
+template <int D, int kM, int kStages, bool kFused>
 __global__ void __launch_bounds__(kThreads, MmaShape<D, kStages>::kMinBlocks)
     decode_mma_kernel(AttentionParams p, DecodeSplitPlan plan) {
   pdl_allow_dependents();
@@ -42,14 +43,20 @@ __global__ void __launch_bounds__(kThreads, MmaShape<D, kStages>::kMinBlocks)
   extern __shared__ __align__(128) unsigned char smem_ring[];  // (kWarps, kStages, K (16, D) | V (16, D)) bf16
   __shared__ uint32_t s_valid[kWarps][kStages];                // valid-row mask of each ring slot
   __shared__ DecodeEpilogueSmem<kM, kWarps> es;
-  decode_mma_block<D, kM, kStages>(p, plan, int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), smem_ring, s_valid,
-                                   es);
+  if constexpr (kFused) {
+    __shared__ decode_mma_detail::FusedQkvSmem<D, kM> fs;
+    decode_mma_block<D, kM, kStages, true>(p, plan, int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), smem_ring,
+                                           s_valid, es, &fs);
+  } else {
+    decode_mma_block<D, kM, kStages>(p, plan, int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), smem_ring, s_valid,
+                                     es);
+  }
 }
 
 template <int D, int kM, int kStages>
 void launch_mma(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
   constexpr size_t kSmem = MmaShape<D, kStages>::kSmemBytes;
-  const auto kernel = decode_mma_kernel<D, kM, kStages>;
+  const auto kernel = p.qkv != nullptr ? decode_mma_kernel<D, kM, kStages, true> : decode_mma_kernel<D, kM, kStages, false>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   const dim3 grid(unsigned(plan.n_splits), unsigned(p.n_seqs), unsigned(p.n_kv_heads * plan.n_row_groups));
   launch_pdl(kernel, grid, dim3(kThreads), kSmem, stream, p, plan);
@@ -86,7 +93,11 @@ void decode_mma_attention(const AttentionParams& p, const DecodeSplitPlan& plan,
   FERRY_CUDA_REQUIRE(plan.rows == 8 || plan.rows == 16);
   FERRY_CUDA_REQUIRE(plan.stages == 3 || plan.stages == 6);
   FERRY_CUDA_REQUIRE(plan.chunk % kTile == 0);  // tiles of a chunk start at multiples of 16
-  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && reinterpret_cast<uintptr_t>(p.q) % 8 == 0);
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
+                     (p.qkv != nullptr || reinterpret_cast<uintptr_t>(p.q) % 8 == 0));
+  FERRY_CUDA_REQUIRE(p.qkv == nullptr || (p.positions != nullptr && p.inv_freq != nullptr && p.slots != nullptr &&
+                                          p.k_cache_out != nullptr && p.v_cache_out != nullptr &&
+                                          (p.q_norm == nullptr) == (p.k_norm == nullptr)));
   if (p.head_dim == 64) {
     launch_mma_stages<64>(p, plan, stream);
   } else {

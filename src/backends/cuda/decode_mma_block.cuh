@@ -12,6 +12,7 @@
 #include "backends/cuda/attention_mma.cuh"
 #include "backends/cuda/attention_split_heuristic.cuh"
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/decode_fused_qkv.cuh"
 #include "backends/cuda/decode_merge.cuh"
 
 namespace ferry::cuda_ops::decode_mma_detail {
@@ -119,12 +120,14 @@ __device__ inline uint32_t issue_tile(const AttentionParams& p, const int32_t* t
 // Block (chunk `split`, sequence s, z = KV head * n_row_groups + row group) of a plan with plan.rows == kM,
 // plan.stages == kStages. Shared memory: smem_ring (kWarps, kStages, K (16, D) | V (16, D)) bf16, 128-byte
 // aligned, MmaShape<D, kStages>::kSmemBytes; s_valid (kWarps, kStages) u32 (valid-row mask of each ring slot);
-// es the epilogue's. Every thread of the block (kThreads) calls it; it returns uniformly over the block and
-// leaves the shared memory free for the caller's next use only after a __syncthreads().
-template <int D, int kM, int kStages>
+// es the epilogue's. kFused (p.qkv set): the q/k/v epilogue runs here too (decode_fused_qkv.cuh), in fs.
+// Every thread of the block (kThreads) calls it; it returns uniformly over the block and leaves the shared memory
+// free for the caller's next use only after a __syncthreads().
+template <int D, int kM, int kStages, bool kFused = false>
 __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const DecodeSplitPlan& plan, int split,
                                                  int s, int z, unsigned char* smem_ring,
-                                                 uint32_t (*s_valid)[kStages], DecodeEpilogueSmem<kM, kWarps>& es) {
+                                                 uint32_t (*s_valid)[kStages], DecodeEpilogueSmem<kM, kWarps>& es,
+                                                 FusedQkvSmem<D, kM>* fs = nullptr) {
   using Sh = MmaShape<D, kStages>;
   constexpr int kK = D / 16;  // 16-dim k-steps of QK^T, and 16-dim column pairs of PV
   // After the main loop the ring is free: the warps' accumulators (kWarps, kM, D) f32 reuse it.
@@ -161,6 +164,13 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
     cp_async_commit();  // empty groups keep the count uniform
   }
 
+  // Fused epilogue: this block's query heads (and, where its chunk holds the step's token, that key and value)
+  // from the raw projection, while the first tiles' copies are in flight.
+  const bool covers_last = kFused && start <= kv - 1 && kv - 1 < end;
+  if constexpr (kFused) {
+    fused_qkv_prepare<D, kM, kWarps>(p, row, kvh, kvh * group + r0, n_rows, covers_last, covers_last && rg == 0, *fs);
+  }
+
   // Q as mma A fragments (row = query head r0 + mma row; rows >= n_rows are zero), scaled by scale * log2e,
   // split into bf16 hi + lo: q_hi[k] / q_lo[k] for dims [16k, 16k + 16): a0 = (row g, dims 2t, 2t+1),
   // a1 = (row g+8, ..), a2 = (row g, dims 2t+8, 2t+9), a3 = (row g+8, ..).
@@ -177,7 +187,7 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
       }
       const int r = g + 8 * half;
       const bool has = r < n_rows && (kM == 16 || half == 0);
-      const float* qp = p.q + (int64_t(row) * p.n_heads + h0 + (has ? r : 0)) * D + 2 * t;
+      const float* qp = kFused ? &fs->q[has ? r : 0][2 * t] : p.q + (int64_t(row) * p.n_heads + h0 + (has ? r : 0)) * D + 2 * t;
 #pragma unroll
       for (int k = 0; k < kK; ++k) {
 #pragma unroll
@@ -214,6 +224,13 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // this lane's copies of tile `it` have landed
     __syncwarp();                  // ... and every other lane's
+    if constexpr (kFused) {
+      if (covers_last) {
+        unsigned char* slot = ring + (it % kStages) * Sh::kStageBytes;
+        fused_qkv_patch<D, kM>(first + it * stride, kv - 1, slot, slot + Sh::kTileBytes, *fs,
+                               [](int r, int c) { return tile_offset<D>(r, c); });
+      }
+    }
     const unsigned char* kt = ring + (it % kStages) * Sh::kStageBytes;
     const unsigned char* vt = kt + Sh::kTileBytes;
     const uint32_t valid = s_valid[warp][it % kStages];

@@ -307,6 +307,7 @@ void decode_split_attention(const AttentionParams& p, const DecodeSplitPlan& pla
                      int64_t(p.n_seqs) * p.n_kv_heads * plan.n_row_groups <= Limits::kMaxCounters);
   FERRY_CUDA_REQUIRE(p.scratch != nullptr && p.scratch_bytes >= decode_split_scratch_bytes(p, plan));
   FERRY_CUDA_REQUIRE(p.n_seqs <= 65535 && p.n_heads <= 65535 && p.n_kv_heads * plan.n_row_groups <= 65535);
+  FERRY_CUDA_REQUIRE(p.qkv == nullptr || plan.kernel == DecodeKernel::kTensorCores);  // the fused epilogue
   if (plan.kernel == DecodeKernel::kTensorCores) {
     decode_mma_attention(p, plan, stream);
     return;
