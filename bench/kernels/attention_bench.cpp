@@ -5,7 +5,8 @@
 //            FLOPs counted as for causal SDPA: 4 * B * H * L^2 * D / 2 (two matmuls, 2 FLOP per MAC, half
 //            the L x L scores). Variants (query rows x key positions per tile): 128 x 64 (the
 //            default), 128 x 32 and 64 x 64; "vs 128x64" is the relative
-//            L2 difference of a variant's output from the default's (the default is what the tests check).
+//            L2 difference of a variant's output from the default's (the default is what the tests check);
+//            "v1 128" / "v1 64": 128 x 64 and 64 x 64 with the first-version key walk (flash_prefill_walk_v1.cuh).
 //   decode : one query row per sequence at context C, B sequences (each its own block table, blocks
 //            shuffled), H 32, KVH 8, D 128; bytes = bf16 K + V read (B * C * 8 * 128 * 2 bytes * 2) plus the
 //            f32 q and out rows, against the 4.30 TB/s copy ceiling. Several copies of the cache (>= 512 MB in
@@ -178,8 +179,9 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
   std::printf("\n== prefill attention, causal, paged bf16 cache, H 32 KVH 8, B*L = 16384 (TFLOP/s = 4*B*H*L^2*D/2 / t) ==\n");
-  std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "128x64 ms", "TF/s",
-              "128x32 ms", "TF/s", "vs 128x64", "64x64 ms", "TF/s", "vs 128x64", "attn() ms", "TF/s", "vs 128x64");
+  std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %9s %9s %9s %9s %9s %9s\n", "D", "L", "B",
+              "128x64 ms", "TF/s", "128x32 ms", "TF/s", "vs 128x64", "64x64 ms", "TF/s", "vs 128x64", "attn() ms",
+              "TF/s", "vs 128x64", "v1 128 ms", "TF/s", "vs 128x64", "v1 64 ms", "TF/s", "vs 64x64");
   cudaStream_t s;
   BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   for (const int D : {128, 64}) {
@@ -203,9 +205,15 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
       // attention(): the dispatch (the one-launch mixed kernel, mixed_attention.cuh).
       const double t_att = median_ms(s, [&] { cuda_ops::attention(p, s); }, 15);
       const std::vector<float> o_att = download(p.out, n_out);
-      std::printf("%4d %6d %4d %9.3f %9.1f %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e\n", D, L, B, t_def,
+      // The first-version key walk (flash_prefill_walk_v1.cuh), same tiles.
+      std::vector<float> o_v128, o_v64;
+      const double t_v128 = run(V::kRows128V1, o_v128);
+      const double t_v64 = run(V::kRows64V1, o_v64);
+      std::printf("%4d %6d %4d %9.3f %9.1f %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e | %9.3f %9.1f %9.2e "
+                  "%9.3f %9.1f %9.2e\n", D, L, B, t_def,
                   flop / t_def * 1e-9, t_k32, flop / t_k32 * 1e-9, rel_l2(o_k32, o_def), t_r64, flop / t_r64 * 1e-9,
-                  rel_l2(o_r64, o_def), t_att, flop / t_att * 1e-9, rel_l2(o_att, o_def));
+                  rel_l2(o_r64, o_def), t_att, flop / t_att * 1e-9, rel_l2(o_att, o_def), t_v128, flop / t_v128 * 1e-9,
+                  rel_l2(o_v128, o_def), t_v64, flop / t_v64 * 1e-9, rel_l2(o_v64, o_r64));
       const double t1 = std::min(t_def, std::min(t_k32, t_r64)), t2 = t_att;
       const double bytes = double(B) * L * (2.0 * 32 * 4 + 2.0 * 8 * 2) * D;  // q, out f32; k, v bf16
       json.add("flash prefill attention D" + std::to_string(D) + " L" + std::to_string(L) + " B" + std::to_string(B),
@@ -299,7 +307,8 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
 //   old       : flash prefill (128-row tiles, plain launch) then split-KV decode (2 launches: before mixattn);
 //   old+pdl   : the same with the prefill launched with PDL;
 //   pre128    : the prefill launch alone (128-row tiles, PDL), pre64: 64-row tiles (plain), dec: the decode
-//               launch alone;
+//               launch alone; pre128v1 / pre64v1: the prefill launch alone with the first-version key walk
+//               (flash_prefill_walk_v1.cuh; plain launches);
 //   mixed RxS : mixed_attention, R-row prefill tiles, S prefill slots per SM (one launch);
 //   mixRxSkK  : the same with prompt tiles' keys split over up to K blocks (key_splits K, min_split_key_tiles 2);
 //   rule      : the dispatch's tiles and slots with mixed_key_splits' K (the proposal, not yet attention()'s);
@@ -377,6 +386,12 @@ void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
         {"pre64", [&](const cuda_ops::AttentionParams& p) {
            cuda_ops::flash_prefill_attention(p, s, FlashPrefillVariant::kRows64);
          }, false},
+        {"pre128v1", [&](const cuda_ops::AttentionParams& p) {
+           cuda_ops::flash_prefill_attention(p, s, FlashPrefillVariant::kRows128V1);
+         }, false},
+        {"pre64v1", [&](const cuda_ops::AttentionParams& p) {
+           cuda_ops::flash_prefill_attention(p, s, FlashPrefillVariant::kRows64V1);
+         }, false},
         {"dec", [&](const cuda_ops::AttentionParams& p) { cuda_ops::decode_split_attention(p, plan, s); }, false},
     };
     for (const int rows : {64, 128}) {
@@ -399,7 +414,8 @@ void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
     }
     // The dispatch's tile rows and slots (attention.cu's mixed_config) with the proposed split.
     const int rule_rows = int64_t(n_tok) / 128 * 32 >= int64_t(2) * n_sms ? 128 : 64;
-    const MixedAttentionConfig rule{.tile_rows = rule_rows, .slots_per_sm = 2,
+    const int rule_slots = rule_rows == 64 && int64_t(n_tok) / 64 * 32 <= int64_t(2) * n_sms ? 1 : 2;
+    const MixedAttentionConfig rule{.tile_rows = rule_rows, .slots_per_sm = rule_slots,
                                     .key_splits = cuda_ops::mixed_key_splits(pr.params[0], plan, rule_rows, n_sms)};
     vs.push_back({"rule", [&, rule](const cuda_ops::AttentionParams& p) {
                     cuda_ops::mixed_attention(p, plan, s, rule);

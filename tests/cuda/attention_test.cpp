@@ -241,6 +241,14 @@ TEST_F(CudaAttention, PrefillTileEdges) {
   check({12, 4, 64, 8}, seqs, 23);
 }
 
+// Block sizes that are not powers of two (the K/V copies divide positions by the block size once per key):
+// 24 and 40, prompts across several 64-key tiles, a chunk after cached positions, decode rows beside.
+TEST_F(CudaAttention, PrefillOddBlockSizes) {
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{150, 150}, {70, 333}, {1, 260}, {5, 5}};
+  check({16, 4, 128, 24}, seqs, 24);
+  check({8, 2, 64, 40}, seqs, 25);
+}
+
 // Long contexts: a 1100-token fresh prefill, a 300-token chunk at the end of 5000, decode at 5000 and 4097.
 TEST_F(CudaAttention, LongContextPrefillAndDecode) {
   check({4, 2, 128, 16}, {{1100, 1100}, {300, 5000}, {1, 5000}, {1, 4097}}, 30);
@@ -450,6 +458,77 @@ TEST_F(CudaAttention, MixedKernelConfigsMatchTwoLaunches) {
       cuda_ops::DeviceErrors e{};
       gpu_->copy_to_host(&e, errs, sizeof(e));
       EXPECT_EQ(e.bits, 0u) << "device error value " << e.value;
+    }
+  }
+}
+
+// The prefill kernel's key walk (flash_prefill_block.cuh) against its first version (flash_prefill_walk_v1.cuh,
+// kept for the benchmark), directly, 128- and 64-row tiles: the same arithmetic, so within 1e-6 (bit-identical
+// unless the compiler contracts differently); head_dim 128 and 64, block sizes 16, 8 and 24, prompts on prefixes.
+// Last, one block table entry of a prompt set out of range: both versions report kBadBlock and zero-fill those
+// keys alike.
+TEST_F(CudaAttention, PrefillWalkMatchesFirstVersion) {
+  using V = cuda_ops::FlashPrefillVariant;
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{300, 812}, {64, 64}, {129, 129}, {1, 50}, {200, 1000}, {2, 2}};
+  uint32_t seed = 140;
+  for (const auto& [H, KVH, D, bs] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{32, 8, 128, 16}, {16, 2, 64, 8},
+                                      {8, 8, 128, 24}}) {
+    for (const bool bad_block : {false, true}) {
+      test::PagedLayout L = test::make_paged_layout(bs, seqs, seed);
+      if (bad_block) L.tables[size_t(4 * L.max_blocks + 7)] = int32_t(L.n_blocks + 3);  // sequence 4, positions 7bs..
+      const int64_t cache_n = L.n_blocks * bs * KVH * D;
+      const Tensor gkc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16_bits(random_floats(size_t(cache_n), seed + 1)));
+      const Tensor gvc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16_bits(random_floats(size_t(cache_n), seed + 2)));
+      const Tensor gq = upload(DType::F32, {L.n_tokens, H, D}, random_floats(size_t(L.n_tokens * H * D), seed + 3));
+      seed += 4;
+      const int32_t n_seqs = int32_t(seqs.size());
+      const Tensor q_start = upload(DType::I32, {n_seqs}, L.q_start), q_len = upload(DType::I32, {n_seqs}, L.q_len);
+      const Tensor kv_len = upload(DType::I32, {n_seqs}, L.kv_len);
+      const Tensor tables = upload(DType::I32, {n_seqs, L.max_blocks}, L.tables);
+      constexpr int64_t kErrWords = int64_t((sizeof(cuda_ops::DeviceErrors) + 3) / 4);
+      const int64_t n_out = int64_t(L.n_tokens) * H * D;
+      cudaStream_t stream = gpu_->stream();
+      const std::string what = "H " + std::to_string(H) + " KVH " + std::to_string(KVH) + " D " + std::to_string(D) +
+                               " bs " + std::to_string(bs) + (bad_block ? ", a bad block" : "");
+      // Prompt rows (q_len >= 2) of one run of variant v, and the device error bits it left.
+      const auto run = [&](V v, uint32_t& bits) {
+        const Tensor errs = upload(DType::I32, {kErrWords}, std::vector<int32_t>(size_t(kErrWords), 0));
+        const Tensor out = poisoned({n_out});
+        const cuda_ops::AttentionParams p{.out = out.ptr<float>(), .q = gq.ptr<float>(),
+                                          .k_cache = gkc.ptr<__nv_bfloat16>(), .v_cache = gvc.ptr<__nv_bfloat16>(),
+                                          .q_start = q_start.ptr<int32_t>(), .q_len = q_len.ptr<int32_t>(),
+                                          .kv_len = kv_len.ptr<int32_t>(), .block_tables = tables.ptr<int32_t>(),
+                                          .n_seqs = n_seqs, .max_blocks_per_seq = L.max_blocks,
+                                          .block_size = int32_t(bs), .n_blocks = int32_t(L.n_blocks),
+                                          .n_tokens = L.n_tokens, .n_heads = int32_t(H), .n_kv_heads = int32_t(KVH),
+                                          .head_dim = int32_t(D), .scale = 1.0f / std::sqrt(float(D)),
+                                          .errors = errs.ptr<cuda_ops::DeviceErrors>()};
+        cuda_ops::flash_prefill_attention(p, stream, v);
+        const std::vector<float> all = download(out);
+        cuda_ops::DeviceErrors e{};
+        gpu_->copy_to_host(&e, errs, sizeof(e));
+        bits = e.bits;
+        std::vector<float> r;
+        const size_t row_floats = size_t(H * D);
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          if (L.q_len[i] < 2) continue;
+          const size_t b = size_t(L.q_start[i]) * row_floats;
+          r.insert(r.end(), all.begin() + long(b), all.begin() + long(b + size_t(L.q_len[i]) * row_floats));
+        }
+        return r;
+      };
+      for (const auto& [now, v1] : {std::pair<V, V>{V::kRows128, V::kRows128V1}, {V::kRows64, V::kRows64V1}}) {
+        uint32_t bits_now = 0, bits_v1 = 0;
+        const std::vector<float> a = run(now, bits_now), b = run(v1, bits_v1);
+        for (const float x : a) ASSERT_TRUE(std::isfinite(x)) << what;
+        const double err = rel_l2(a, b);
+        const bool same = std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+        const std::string rows = now == V::kRows128 ? "128-row tiles" : "64-row tiles";
+        EXPECT_LE(err, 1e-6) << what << ", " << rows;
+        EXPECT_EQ(bits_now, bad_block ? uint32_t(cuda_ops::kBadBlock) : 0u) << what << ", " << rows;
+        EXPECT_EQ(bits_v1, bits_now) << what << ", " << rows << ": the first version's error bits";
+        std::printf("  %s, %s: %s (rel L2 %.2e)\n", what.c_str(), rows.c_str(), same ? "bit-identical" : "differ", err);
+      }
     }
   }
 }

@@ -177,15 +177,18 @@ int sm_count() {
 }
 
 // Prefill tiles of the one-launch kernel: 128 rows (twice the K/V reuse per block) once those tiles alone fill
-// a wave of 2 blocks per SM (long prompts); else 64 rows (twice the blocks). Prefill slots: 2 per SM (the whole
-// machine). attention_bench mixed, H200, Llama-3-8B heads, us (64 rows x 2 slots / 64 x 1 / 128 x 2):
-// 460 new + 50 decode rows 57.4 / 52.7 / 56.4, 460 on 512 + 50 81.4 / 93.4 / 91.9, 512 new alone 33.0 / 34.2 /
-// 44.5, 2048 new alone 232.6 / 375.4 / 184.8 (docs/perf-log.md "## mixattn").
+// a wave of 2 blocks per SM (long prompts); else 64 rows (twice the blocks). Prefill slots: 1 per SM while the
+// 64-row tiles fit in one wave of 2 per SM (the decode blocks get the other half of the machine from the start),
+// else 2. attention_bench mixed, H200, Llama-3-8B heads, us, with the one-lookup-per-key walk (64 rows x 2 slots /
+// 64 x 1 / 128 x 2): 460 new + 50 decode rows 55.1 / 50.9 / 50.9, 460 on 512 + 50 70.4 / 70.7 / 70.8, 230 new +
+// 230 on 512 + 50 57.4 / 54.8 / 60.4, 512 new alone 25.8 / 25.6 / 37.9, 2048 new alone 168.2 / 241.9 / 142.0
+// (docs/perf-log.md "## pfattn"; 64 x 1 also won the first case with the old walk, "## mixattn").
 MixedAttentionConfig mixed_config(const AttentionParams& p, int n_sms) {
   MixedAttentionConfig c;
   const int64_t tiles128 = int64_t(p.n_tokens) / 128 * p.n_heads;
+  const int64_t tiles64 = int64_t(p.n_tokens) / 64 * p.n_heads;
   c.tile_rows = tiles128 >= int64_t(2) * n_sms ? 128 : 64;
-  c.slots_per_sm = 2;
+  c.slots_per_sm = c.tile_rows == 64 && tiles64 <= int64_t(2) * n_sms ? 1 : 2;
   c.key_splits = 1;  // not measured: mixed_key_splits(p, plan, c.tile_rows, n_sms) proposes (perf-log "## mixsplit")
   return c;
 }

@@ -51,6 +51,13 @@ __device__ inline void cp_async_16(void* smem_dst, const void* gmem_src, int src
   const unsigned dst = unsigned(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes));
 }
+// 16 bytes global -> shared without registers (L2 only), or 16 zero bytes (reading nothing) when zero_fill.
+__device__ inline void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool zero_fill) {
+  const unsigned dst = unsigned(__cvta_generic_to_shared(smem_dst));
+  asm volatile(
+      "{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n cp.async.cg.shared.global [%0], [%1], 16, z;\n}\n" ::"r"(dst),
+      "l"(gmem_src), "r"(int(zero_fill)));
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>  // waits until at most kPending of this thread's committed groups are in flight
 __device__ inline void cp_async_wait() {

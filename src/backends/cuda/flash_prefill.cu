@@ -5,12 +5,17 @@
 //    16-byte row reads of an ldmatrix hit eight different bank groups):
 //      qs (kTileQ, D + 8)            Q · scale · log2e, written once
 //      ks, vs (2, kTileK, D + 8)     two stages of K and V tiles, filled by cp.async
-//  - Per key tile (kTileK = KT positions, 64 by default): issue the next tile's copies, wait for this tile, then per
-//    m16 tile of the warp: S (16 x 64) = Q·Kᵀ from (D/16) x 4 ldmatrix.x4 of K and (D/16) x 8 mma; mask
-//    only when the tile crosses the m-tile's first position; online softmax per row (2 rows per thread,
-//    max over the 4 lanes of a quad); P rounded to bf16 in registers and reused as the A fragment of
-//    P·V (the C layout of two adjacent n8 tiles is the A layout of one k16 step); V B-fragments via
-//    ldmatrix.x4.trans, each shared by the MT m-tiles.
+//  - K/V tile copies: each warp resolves a quarter of the tile's keys through the block table (one lookup per key,
+//    by one lane, fetched a tile ahead so its latency hides behind the math); the copying threads take the rows by
+//    shuffle (KvCopyMap, flash_prefill_block.cuh). The first version looked every 16-byte copy up itself
+//    (flash_prefill_walk_v1.cuh, variants kRows128V1 / kRows64V1).
+//  - Per key tile (kTileK = KT positions, 64 by default): wait for this tile's copies, one barrier, issue the next
+//    tile's copies into the other stage, then per m16 tile of the warp: S (16 x 64) = Q·Kᵀ from (D/16) x 4
+//    ldmatrix.x4 of K and (D/16) x 8 mma (Q fragments in registers across key tiles at MT = 1); mask only when the
+//    tile crosses the m-tile's first position; online softmax per row (2 rows per thread, max over the 4 lanes of
+//    a quad), O rescaled only when some row of the warp has a new max; P rounded to bf16 in registers and reused
+//    as the A fragment of P·V (the C layout of two adjacent n8 tiles is the A layout of one k16 step); V
+//    B-fragments via ldmatrix.x4.trans, each shared by the MT m-tiles.
 //  - A warp whose m-tiles all end before the key tile skips its math.
 //  - Tiles of one sequence run last-first (the longest causal ranges start first); heads are the fast grid
 //    dimension, so the blocks in flight share their K/V tiles in L2 (GQA groups too).
@@ -23,6 +28,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/flash_prefill_block.cuh"
+#include "backends/cuda/flash_prefill_walk_v1.cuh"
 #include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops {
@@ -34,29 +40,34 @@ using prefill_detail::kMinBlocks;
 using prefill_detail::kThreads;
 using prefill_detail::PrefillShape;
 
-template <int D, int MT, int KT>
+// kV1: the first-version key walk (flash_prefill_walk_v1.cuh).
+template <int D, int MT, int KT, bool kV1 = false>
 __global__ void __launch_bounds__(kThreads, (kMinBlocks<D, MT>)) flash_prefill_kernel(AttentionParams p) {
   pdl_allow_dependents();
   pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int s = 0, tile = 0;
   if (!find_tile(p, PrefillShape<D, MT, KT>::kTileQ, int(blockIdx.y), s, tile)) return;  // same answer in every warp
-  flash_prefill_tile<D, MT, KT>(p, s, tile, int(blockIdx.x), smem_raw);
+  if constexpr (kV1) {
+    prefill_v1::flash_prefill_tile_v1<D, MT, KT>(p, s, tile, int(blockIdx.x), smem_raw);
+  } else {
+    flash_prefill_tile<D, MT, KT>(p, s, tile, int(blockIdx.x), smem_raw);
+  }
 }
 
-template <int D, int MT, int KT>
+template <int D, int MT, int KT, bool kV1 = false>
 void launch_prefill(const AttentionParams& p, cudaStream_t stream, bool pdl = false) {
   using Sh = PrefillShape<D, MT, KT>;
   // Tiles: sum over sequences of ceil(q_len / kTileQ) <= n_tokens / kTileQ + n_seqs.
   const int64_t max_tiles = (int64_t(p.n_tokens) + Sh::kTileQ - 1) / Sh::kTileQ + p.n_seqs;
   FERRY_CUDA_REQUIRE(max_tiles <= 65535);
-  FERRY_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<D, MT, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(Sh::kSmemBytes)));
+  const auto kernel = flash_prefill_kernel<D, MT, KT, kV1>;
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Sh::kSmemBytes)));
   const dim3 grid(unsigned(p.n_heads), unsigned(max_tiles));
   if (pdl) {
-    launch_pdl(flash_prefill_kernel<D, MT, KT>, grid, dim3(kThreads), Sh::kSmemBytes, stream, p);
+    launch_pdl(kernel, grid, dim3(kThreads), Sh::kSmemBytes, stream, p);
   } else {
-    flash_prefill_kernel<D, MT, KT><<<grid, kThreads, Sh::kSmemBytes, stream>>>(p);
+    kernel<<<grid, kThreads, Sh::kSmemBytes, stream>>>(p);
   }
   FERRY_CUDA_CHECK_LAUNCH(flash_prefill_kernel);
 }
@@ -69,12 +80,19 @@ void flash_prefill_attention(const AttentionParams& p, cudaStream_t stream, Flas
   if (p.n_tokens == 0 || p.n_seqs == 0) return;
   FERRY_CUDA_REQUIRE(flash_prefill_supports(p.head_dim));
   FERRY_CUDA_REQUIRE(p.n_heads <= 65535 && p.n_kv_heads >= 1 && p.n_heads % p.n_kv_heads == 0);
+  FERRY_CUDA_REQUIRE(flash_prefill_cache_fits(p));
   switch (variant) {
     case FlashPrefillVariant::kRows64:
       p.head_dim == 64 ? launch_prefill<64, 1, 64>(p, stream) : launch_prefill<128, 1, 64>(p, stream);
       break;
     case FlashPrefillVariant::kRows128Keys32:
       p.head_dim == 64 ? launch_prefill<64, 2, 32>(p, stream) : launch_prefill<128, 2, 32>(p, stream);
+      break;
+    case FlashPrefillVariant::kRows128V1:
+      p.head_dim == 64 ? launch_prefill<64, 2, 64, true>(p, stream) : launch_prefill<128, 2, 64, true>(p, stream);
+      break;
+    case FlashPrefillVariant::kRows64V1:
+      p.head_dim == 64 ? launch_prefill<64, 1, 64, true>(p, stream) : launch_prefill<128, 1, 64, true>(p, stream);
       break;
     case FlashPrefillVariant::kRows128Pdl:
       p.head_dim == 64 ? launch_prefill<64, 2, 64>(p, stream, true) : launch_prefill<128, 2, 64>(p, stream, true);

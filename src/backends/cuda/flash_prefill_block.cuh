@@ -80,34 +80,78 @@ __device__ inline int count_tiles(const AttentionParams& p, int tile_q) {
   return total;
 }
 
-// Issues the copies of K and V rows of positions [k0, k0 + kTileK) of one KV head into ks/vs
-// (kTileK, D + 8) bf16; positions at or past k_end, and positions whose block table entry is out of range
-// (reported), are zero-filled.
+// How the block's threads copy a K/V tile of kTileK positions: copy step i (< kPerThread) of thread tid moves the
+// 16-byte chunk tid % kChunks of key (tid / kChunks) + i * kKeyStep, for K and for V. Warp w thus copies the keys
+// w * kWarpKeys + sub + i * kKeyStep (sub < kWarpKeys), kTileK / 4 of them, and its lane i * kWarpKeys + sub looks
+// that key up in the block table once per tile (KeySlot); step i of lane l takes the row from lane
+// i * kWarpKeys + l / kChunks with one shuffle.
 template <int D, int kTileK>
-__device__ inline void load_kv_tile_async(const AttentionParams& p, const int32_t* table, int kvh, int k0,
-                                          int k_end, __nv_bfloat16* ks, __nv_bfloat16* vs) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  constexpr int kPerThread = kTileK * kChunks / kThreads;
+struct KvCopyMap {
+  static constexpr int kChunks = D / 8;                           // 16-byte chunks per row
+  static constexpr int kPerThread = kTileK * kChunks / kThreads;  // copy steps per thread, per tensor
+  static constexpr int kWarpKeys = 32 / kChunks;                  // keys one warp covers per step
+  static constexpr int kKeyStep = kThreads / kChunks;             // keys between a thread's steps
+  static constexpr int kLookupLanes = kPerThread * kWarpKeys;     // = kTileK / 4: lanes with a key to look up
+  static_assert(kChunks <= 32 && kTileK * kChunks % kThreads == 0 && kLookupLanes <= 32);
+  // The key (within the tile) that `lane` of warp `warp` looks up (lane < kLookupLanes).
+  __device__ static int lookup_key(int warp, int lane) {
+    return warp * kWarpKeys + lane % kWarpKeys + (lane / kWarpKeys) * kKeyStep;
+  }
+};
+
+// One lane's block-table lookup for one key of a K/V tile, fetched a tile ahead of its use so that the load's
+// latency overlaps the math: blk = the table entry (unchecked), in = the position within its block; in = -1: no key
+// (past k_end, or a lane without a key), zero-filled.
+struct KeySlot {
+  int blk;
+  int in;
+};
+
+// Starts the lookup of the key this lane resolves for the tile at positions [k0, k0 + kTileK).
+template <int D, int kTileK>
+__device__ __forceinline__ KeySlot fetch_key_slot(const AttentionParams& p, const int32_t* table, int k0, int k_end) {
+  using Map = KvCopyMap<D, kTileK>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pos = k0 + Map::lookup_key(warp, lane);
+  KeySlot ks{-1, -1};
+  if (lane < Map::kLookupLanes && pos < k_end) {
+    ks.blk = __ldg(table + pos / p.block_size);
+    ks.in = pos % p.block_size;
+  }
+  return ks;
+}
+
+// Issues the copies of K and V rows of the tile whose lookups are `slot` (fetch_key_slot) into ks/vs
+// (kTileK, D + 8) bf16; keys past k_end, and keys whose block table entry is out of range (reported), are
+// zero-filled. Every thread of the block calls it (warp shuffles).
+template <int D, int kTileK>
+__device__ __forceinline__ void load_kv_tile_async(const AttentionParams& p, KeySlot slot, int kvh,
+                                                   __nv_bfloat16* ks, __nv_bfloat16* vs) {
+  using Map = KvCopyMap<D, kTileK>;
   constexpr int kStride = D + 8;
-  const int64_t kv_row = int64_t(p.n_kv_heads) * D;
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int idx = threadIdx.x + kThreads * i;
-    const int key = idx / kChunks, c = idx % kChunks;
-    const int pos = k0 + key;
-    int64_t off = 0;
-    int bytes = 0;
-    if (pos < k_end) {
-      const int32_t blk = table[pos / p.block_size];
-      if (blk >= 0 && blk < p.n_blocks) {
-        off = (int64_t(blk) * p.block_size + pos % p.block_size) * kv_row + int64_t(kvh) * D + 8 * c;
-        bytes = 16;
-      } else if (c == 0) {
-        report_error(p.errors, kBadBlock, blk);
-      }
+  const int lane = threadIdx.x % 32;
+  int row = -1;  // this lane's key: its row of the cache (block * block_size + in), -1: zero-fill
+  if (slot.in >= 0) {
+    if (slot.blk >= 0 && slot.blk < p.n_blocks) {
+      row = slot.blk * p.block_size + slot.in;
+    } else {
+      report_error(p.errors, kBadBlock, slot.blk);
     }
-    cp_async_16(ks + key * kStride + 8 * c, p.k_cache + off, bytes);
-    cp_async_16(vs + key * kStride + 8 * c, p.v_cache + off, bytes);
+  }
+  // The row's byte offset in 32 x 32 -> 64-bit products: a row is n_kv_heads * D * 2 bytes (< 2^31), and the
+  // cache's rows number below 2^31 (flash_prefill_attention / mixed_attention check both on the host).
+  const int c = threadIdx.x % Map::kChunks;
+  const int key0 = threadIdx.x / Map::kChunks;
+  const uint32_t row_bytes = uint32_t(p.n_kv_heads) * D * 2;
+  const char* kbase = reinterpret_cast<const char*>(p.k_cache + int64_t(kvh) * D + 8 * c);
+  const char* vbase = reinterpret_cast<const char*>(p.v_cache + int64_t(kvh) * D + 8 * c);
+#pragma unroll
+  for (int i = 0; i < Map::kPerThread; ++i) {
+    const int r = __shfl_sync(kFull, row, i * Map::kWarpKeys + lane / Map::kChunks);
+    const int key = key0 + i * Map::kKeyStep;
+    const uint64_t off = uint64_t(uint32_t(max(r, 0))) * row_bytes;
+    cp_async_16_zfill(ks + key * kStride + 8 * c, kbase + off, r < 0);
+    cp_async_16_zfill(vs + key * kStride + 8 * c, vbase + off, r < 0);
   }
 }
 
@@ -157,12 +201,17 @@ struct TileAcc {
 // with a __syncthreads() after its last shared-memory read, so the caller may reuse the shared memory at once.
 // Key tile j's arithmetic does not depend on j_begin: a split range computes what the whole walk computes for
 // those tiles, from its own running max.
+// Per tile: wait for its copies, one barrier (the tile is visible, and every warp is done with the previous tile,
+// whose stage the next copies refill), issue the next tile's copies from block-table lookups fetched one tile
+// earlier (so no global load latency sits on the path), then the math. With MT = 1 the warp's Q fragments stay
+// in registers for the whole walk (32 registers at D = 128; MT = 2 has no room for 64).
 template <int D, int MT, int KT>
 __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, const TileGeom& tg, int s, int h,
                                                    int j_begin, int j_end, unsigned char* smem_raw,
                                                    TileAcc<D, MT>& acc) {
   using Sh = PrefillShape<D, MT, KT>;
   constexpr int kTileQ = Sh::kTileQ, kTileK = Sh::kTileK, kStride = Sh::kStride;
+  constexpr bool kQInRegs = MT == 1;
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* ks = qs + Sh::kQElems;          // 2 stages
   __nv_bfloat16* vs = ks + 2 * Sh::kKvElems;     // 2 stages
@@ -172,9 +221,10 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int32_t* table = p.block_tables + int64_t(s) * p.max_blocks_per_seq;
 
-  // First K/V tile in flight before Q is staged.
-  load_kv_tile_async<D, kTileK>(p, table, kvh, j_begin * kTileK, k_end, ks, vs);
+  // First K/V tile in flight before Q is staged; the second tile's lookups in flight during the staging.
+  load_kv_tile_async<D, kTileK>(p, fetch_key_slot<D, kTileK>(p, table, j_begin * kTileK, k_end), kvh, ks, vs);
   cp_async_commit();
+  KeySlot next = fetch_key_slot<D, kTileK>(p, table, (j_begin + 1) * kTileK, k_end);
 
   // Q rows [i0, i0 + kTileQ) of head h -> qs, scaled, bf16; rows past q_len are zeros.
   {
@@ -210,21 +260,28 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
     m[mt][0] = m[mt][1] = -INFINITY;
     l[mt][0] = l[mt][1] = 0.0f;
   }
+  // The warp's Q A-fragments (kQInRegs: loaded after the first barrier, once).
+  uint32_t qa[kQInRegs ? D / 16 : 1][4];
 
   for (int j = j_begin; j < j_end; ++j) {
     const int k0 = j * kTileK;
     const int stage = (j - j_begin) & 1;
     const __nv_bfloat16* kt = ks + stage * Sh::kKvElems;
     const __nv_bfloat16* vt = vs + stage * Sh::kKvElems;
+    cp_async_wait<0>();  // this thread's copies of tile j (the only group in flight)
+    __syncthreads();     // tile j (and, on the first pass, qs) visible; every warp done with tile j - 1's stage
     if (j + 1 < j_end) {
-      load_kv_tile_async<D, kTileK>(p, table, kvh, k0 + kTileK, k_end, ks + (stage ^ 1) * Sh::kKvElems,
-                                    vs + (stage ^ 1) * Sh::kKvElems);
+      load_kv_tile_async<D, kTileK>(p, next, kvh, ks + (stage ^ 1) * Sh::kKvElems, vs + (stage ^ 1) * Sh::kKvElems);
       cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+      if (j + 2 < j_end) next = fetch_key_slot<D, kTileK>(p, table, k0 + 2 * kTileK, k_end);
     }
-    __syncthreads();  // tile j (and, on the first pass, qs) visible to every warp
+    if constexpr (kQInRegs) {
+      if (j == j_begin) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          ldmatrix_x4(qa[kk], qs + (warp * 16 + (lane % 16)) * kStride + kk * 16 + (lane / 16) * 8);
+      }
+    }
 
     // The warp skips a tile past all its rows; otherwise every m-tile computes it (an m-tile whose rows all
     // end before the tile gets an all-masked S: P = 0, its state unchanged; branching per m-tile inside the
@@ -232,101 +289,116 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
     bool any = false;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) any = any || k0 <= mt_k_last[mt];
-    if (any) {
-      float sc[MT][kTileK / 8][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kTileK / 8; ++nt) sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0.0f;
+    if (!any) continue;
 
-      // S = Q·Kᵀ
+    float sc[MT][kTileK / 8][4];
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[MT][4];
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kTileK / 8; ++nt) sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0.0f;
+
+    // S = Q·Kᵀ
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[MT][4];
+      if constexpr (kQInRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[0][e] = qa[kk][e];
+      } else {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
           ldmatrix_x4(a[mt], qs + (warp * 16 + mt * 64 + (lane % 16)) * kStride + kk * 16 + (lane / 16) * 8);
-#pragma unroll
-        for (int nt2 = 0; nt2 < kTileK / 16; ++nt2) {
-          uint32_t b[4];
-          ldmatrix_x4(b, kt + (nt2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            mma_bf16_16816(sc[mt][2 * nt2], a[mt], b[0], b[1]);
-            mma_bf16_16816(sc[mt][2 * nt2 + 1], a[mt], b[2], b[3]);
-          }
-        }
       }
-
-      // Mask, online softmax, P as bf16 A fragments.
-      uint32_t pa[MT][kTileK / 16][4];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        if (k0 + kTileK - 1 > mt_pos_first[mt]) {  // some position in the tile is past some row's own
+      for (int nt2 = 0; nt2 < kTileK / 16; ++nt2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, kt + (nt2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8);
 #pragma unroll
-          for (int nt = 0; nt < kTileK / 8; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int key = k0 + nt * 8 + 2 * t + (e & 1);
-              const int limit = min(mt_pos_first[mt] + g + 8 * (e >> 1), k_end - 1);
-              if (key > limit) sc[mt][nt][e] = -INFINITY;
-            }
-          }
-        }
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          float mx = -INFINITY;
-#pragma unroll
-          for (int nt = 0; nt < kTileK / 8; ++nt) mx = fmaxf(mx, fmaxf(sc[mt][nt][2 * rr], sc[mt][nt][2 * rr + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
-          const float m_new = fmaxf(m[mt][rr], mx);
-          const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-          const float corr = fast_exp2(m[mt][rr] - m_use);
-          m[mt][rr] = m_new;
-          l[mt][rr] *= corr;
-#pragma unroll
-          for (int nt = 0; nt < D / 8; ++nt) {
-            o[mt][nt][2 * rr] *= corr;
-            o[mt][nt][2 * rr + 1] *= corr;
-          }
-#pragma unroll
-          for (int nt = 0; nt < kTileK / 8; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float x = fast_exp2(sc[mt][nt][2 * rr + e] - m_use);
-              sc[mt][nt][2 * rr + e] = x;
-              l[mt][rr] += x;
-            }
-          }
-        }
-#pragma unroll
-        for (int kk = 0; kk < kTileK / 16; ++kk) {
-          pa[mt][kk][0] = pack_bf16x2(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
-          pa[mt][kk][1] = pack_bf16x2(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
-          pa[mt][kk][2] = pack_bf16x2(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
-          pa[mt][kk][3] = pack_bf16x2(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
-        }
-      }
-
-      // O += P·V
-#pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        const __nv_bfloat16* vrow = vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + (lane >> 4) * 8;
-#pragma unroll
-        for (int nt2 = 0; nt2 < D / 16; ++nt2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vrow + nt2 * 16);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            mma_bf16_16816(o[mt][2 * nt2], pa[mt][kk], b[0], b[1]);
-            mma_bf16_16816(o[mt][2 * nt2 + 1], pa[mt][kk], b[2], b[3]);
-          }
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16_16816(sc[mt][2 * nt2], a[mt], b[0], b[1]);
+          mma_bf16_16816(sc[mt][2 * nt2 + 1], a[mt], b[2], b[3]);
         }
       }
     }
-    __syncthreads();  // every warp is done with this stage before the next iteration refills it
+
+    // Mask, online softmax, P as bf16 A fragments. O is rescaled only when some row of the warp has a new max
+    // (corr == 1 exactly otherwise: skipping the multiply changes no bit).
+    uint32_t pa[MT][kTileK / 16][4];
+    float corr[MT][2];
+    bool rescale = false;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      if (k0 + kTileK - 1 > mt_pos_first[mt]) {  // some position in the tile is past some row's own
+#pragma unroll
+        for (int nt = 0; nt < kTileK / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = k0 + nt * 8 + 2 * t + (e & 1);
+            const int limit = min(mt_pos_first[mt] + g + 8 * (e >> 1), k_end - 1);
+            if (key > limit) sc[mt][nt][e] = -INFINITY;
+          }
+        }
+      }
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kTileK / 8; ++nt) mx = fmaxf(mx, fmaxf(sc[mt][nt][2 * rr], sc[mt][nt][2 * rr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
+        const float m_new = fmaxf(m[mt][rr], mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        corr[mt][rr] = fast_exp2(m[mt][rr] - m_use);
+        rescale = rescale || corr[mt][rr] != 1.0f;
+        m[mt][rr] = m_new;
+        l[mt][rr] *= corr[mt][rr];
+#pragma unroll
+        for (int nt = 0; nt < kTileK / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float x = fast_exp2(sc[mt][nt][2 * rr + e] - m_use);
+            sc[mt][nt][2 * rr + e] = x;
+            l[mt][rr] += x;
+          }
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        pa[mt][kk][0] = pack_bf16x2(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+        pa[mt][kk][1] = pack_bf16x2(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+        pa[mt][kk][2] = pack_bf16x2(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+        pa[mt][kk][3] = pack_bf16x2(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+      }
+    }
+    if (__any_sync(kFull, rescale)) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          o[mt][nt][0] *= corr[mt][0];
+          o[mt][nt][1] *= corr[mt][0];
+          o[mt][nt][2] *= corr[mt][1];
+          o[mt][nt][3] *= corr[mt][1];
+        }
+    }
+
+    // O += P·V
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      const __nv_bfloat16* vrow = vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + (lane >> 4) * 8;
+#pragma unroll
+      for (int nt2 = 0; nt2 < D / 16; ++nt2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vrow + nt2 * 16);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16_16816(o[mt][2 * nt2], pa[mt][kk], b[0], b[1]);
+          mma_bf16_16816(o[mt][2 * nt2 + 1], pa[mt][kk], b[2], b[3]);
+        }
+      }
+    }
   }
+  __syncthreads();  // every warp is done with the shared memory
 }
 
 // Writes query tile tg's rows below q_len for query head h: out = o / l (the quad's denominator).

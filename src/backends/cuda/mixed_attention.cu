@@ -10,6 +10,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/decode_mma_block.cuh"
 #include "backends/cuda/decode_split.cuh"
+#include "backends/cuda/flash_prefill.cuh"
 #include "backends/cuda/flash_prefill_block.cuh"
 #include "backends/cuda/pdl.cuh"
 
@@ -242,6 +243,7 @@ void mixed_attention(const AttentionParams& p, const DecodeSplitPlan& plan, cuda
   FERRY_CUDA_REQUIRE(mixed_key_splits_fit(p, plan, config));
   FERRY_CUDA_REQUIRE(max_items(p, config.tile_rows) * config.key_splits <= int64_t(INT32_MAX) / 2);  // tickets: int
   FERRY_CUDA_REQUIRE(p.n_heads <= 65535 && p.n_kv_heads >= 1 && p.n_heads % p.n_kv_heads == 0);
+  FERRY_CUDA_REQUIRE(flash_prefill_cache_fits(p));
   FERRY_CUDA_REQUIRE(plan.n_splits >= 1 && plan.n_splits <= DecodeSplitLimits::kMaxSplits && plan.chunk >= 1);
   FERRY_CUDA_REQUIRE(p.scratch != nullptr && p.scratch_bytes >= mixed_attention_scratch_bytes(p, plan, config));
   if (p.head_dim == 64) {
