@@ -46,8 +46,8 @@ struct Env {
   std::optional<std::string> cuda_prefill_bf16;
   // FERRY_CUDA_GEMM: "cublas" sends prefill matmuls to cuBLASLt instead of ferry's Hopper GEMM (comparisons).
   std::optional<std::string> cuda_gemm;
-  // FERRY_CUDA_MATVEC: the decode matvec version for comparisons: 2 or 5 everywhere, 7, 9 or 10 (matvec.cuh;
-  // 10: Q8_0/Q4_0 weights only) wherever it applies and matmul_dispatch.h's rule elsewhere (unset: the rule).
+  // FERRY_CUDA_MATVEC: the decode matvec version for comparisons: 2 or 5 everywhere, 7, 9, 10 or 11 (matvec.cuh;
+  // 10, 11: Q8_0/Q4_0/Q4_K weights only) wherever it applies and matmul_dispatch.h's rule elsewhere (unset: the rule).
   std::optional<std::string> cuda_matvec;
   // FERRY_CUDA_SAMPLING: "0" makes the serving engine sample every row on the host (comparisons with the
   // device sampler); "1" or unset: on the device where the backend can (ServingOptions.device_sampling).

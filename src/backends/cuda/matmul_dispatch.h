@@ -96,8 +96,8 @@ inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool 
 // -> v10 for Q8_0/Q4_0 at n = 1 wherever it applies (batched_applies is only true for them).
 inline int choose_matvec_version(bool bf16_weight, bool half_weight, int64_t n, int64_t rows, int64_t cols,
                                  bool stream_applies, bool batched_applies, int forced, int default_version) {
-  if (forced == 10) {  // version 10 for Q8_0/Q4_0 where it applies, the rule elsewhere
-    if (!half_weight && batched_applies) return 10;
+  if (forced == 10 || forced == 11) {  // version 10 / 11 for the quantized types where it applies, else the rule
+    if (!half_weight && batched_applies) return forced;  // matvec() runs 10 where 11 does not apply
     forced = 0;
   }
   if (forced == 2 || forced == 5) return forced;

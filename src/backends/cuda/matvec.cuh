@@ -24,10 +24,12 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //  9: version 7 with a stage-batched consumer (matvec_stream.cu) where it applies (BF16/F16 at one token; columns
 //     as matvec_stream.cuh says), else version 7, else 5. Measured on the H200: 97-105% of 4.30 TB/s from 14336
 //     rows or columns, 85% at 6144x4096, 79% at 4096x4096 (the rule's default for BF16/F16 at one token).
-//  10: Q8_0/Q4_0 at one token (matvec_v10.cuh): version 9's stream and stage-batched consumer with dp4a against
+//  10: Q8_0/Q4_0 (and Q4_K: GGUF super-blocks streamed as stored) at one token (matvec_v10.cuh): version 9's stream and stage-batched consumer with dp4a against
 //     int8 activations each lane quantizes itself (version 5's two levels, no pre-pass launch); columns a multiple
 //     of 512 up to 16384; version 5 wherever it does not apply. Measured 1.1-1.5x v5 on every shape (H200); the
 //     rule runs it for Q4_0 at one token (matmul_dispatch.h).
+//  11: version 10 with 16 consumer warps in two groups (matvec_v11.cuh: each group takes half of a stage's rows,
+//     or every other stage when a stage is one row; the same numerics); where it does not apply, version 10.
 // Versions 6 (v5 with an L2 bulk prefetch of each warp's next item) and 8 (v7 with a 192 KB ring) were measured
 // and removed: no better than v5 / v7 (docs/perf-log.md, sessions 3 and 4).
 inline constexpr int kMatvecDefaultVersion = 5;
@@ -38,7 +40,7 @@ struct MatvecParams {
   const float* bias;   // (n_out) f32 or null
   float* out;          // (n, n_out) f32
   int n_tokens;        // 1 <= n <= kMatvecMaxTokens
-  int version = kMatvecDefaultVersion;  // 2, 5, 7, 9 or 10 (see above)
+  int version = kMatvecDefaultVersion;  // 2, 5, 7, 9, 10 or 11 (see above)
   void* scratch = nullptr;  // versions 5/7/9 on quantized weights (v5's pre-pass): >= matvec_scratch_bytes() device bytes, 16-aligned
 };
 
