@@ -55,6 +55,9 @@ struct Env {
   // FERRY_CUDA_PROFILE: "1" times every CUDA op with events (step graphs off) and prints a per-op table of
   // GPU time and bandwidth to stderr when the backend is destroyed (see backends/cuda/op_profiler.h).
   std::optional<std::string> cuda_profile;
+  // FERRY_CUDA_FUSED_QKV: "0" runs a decode step's q/k/v epilogue and attention as two launches instead of one
+  // (CudaBackend::qkv_attention; comparisons); "1" or unset: fused where it applies.
+  std::optional<std::string> cuda_fused_qkv;
 
   static Env read();  // reads the process environment once; pass the result down
 };

@@ -57,6 +57,8 @@ struct CudaBackendOptions {
   int matvec_version = 0;
   // Per-op GPU times (op_profiler.h), printed to stderr when the backend is destroyed; step graphs are off.
   bool profile_ops = false;
+  // qkv_attention fuses a decode step's q/k/v epilogue into the decode kernel where it applies; false: two launches.
+  bool fused_qkv_attention = true;
 };
 
 class CudaBackend final : public Backend {
