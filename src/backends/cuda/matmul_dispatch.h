@@ -94,6 +94,11 @@ inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool 
 //         256.5 with 2 blocks per SM possible, 268.3 -> 347.2 once v9/v10 blocks ask for one SM each
 //         (matvec_stream_plan.cuh one_block_per_sm; session 5, call 2)
 // -> v10 for Q8_0/Q4_0 at n = 1 wherever it applies (batched_applies is only true for them).
+// Session 6 (helper qv11, docs/perf-log.md "## qv11", same run): v10 on Q4_K (GGUF super-blocks streamed as stored)
+// against v5: 14336 x 4096 35.5 -> 56.6, 4096 x 14336 40.6 -> 45.7, 28672 x 4096 43.7 -> 66.4, 6144 x 4096 27.6 ->
+// 40.1, 4096 x 4096 24.7 -> 35.6 (wins everywhere: the rule takes it once the backend passes matvec_v10_applies as
+// batched_applies for Q4_K too); v11 (v10 with 16 consumer warps) 0.94-1.03x of v10 on every shape and type ->
+// not in the rule, forced 11 only.
 inline int choose_matvec_version(bool bf16_weight, bool half_weight, int64_t n, int64_t rows, int64_t cols,
                                  bool stream_applies, bool batched_applies, int forced, int default_version) {
   if (forced == 10 || forced == 11) {  // version 10 / 11 for the quantized types where it applies, else the rule

@@ -30,6 +30,7 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //     rule runs it for Q4_0 at one token (matmul_dispatch.h).
 //  11: version 10 with 16 consumer warps in two groups (matvec_v11.cuh: each group takes half of a stage's rows,
 //     or every other stage when a stage is one row; the same numerics); where it does not apply, version 10.
+//     Measured 0.94-1.03x of version 10 (H200): kept for comparisons, not in the rule.
 // Versions 6 (v5 with an L2 bulk prefetch of each warp's next item) and 8 (v7 with a 192 KB ring) were measured
 // and removed: no better than v5 / v7 (docs/perf-log.md, sessions 3 and 4).
 inline constexpr int kMatvecDefaultVersion = 5;

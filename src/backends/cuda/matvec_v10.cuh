@@ -1,4 +1,4 @@
-// Matvec version 10: out (1, rows) = x (1, cols) . w (rows, cols)^T for Q8_0 and Q4_0 weights at one token,
+// Matvec version 10: out (1, rows) = x (1, cols) . w (rows, cols)^T for Q8_0, Q4_0 and Q4_K weights at one token,
 // version 9's streamed, stage-batched design (matvec_stream.cuh, matvec_stream.cu) with a dp4a consumer.
 //  - Stream: one block per SM owns a contiguous run of whole rows; a producer warp streams them through a 112 KB
 //    ring of shared-memory stages BEFORE the PDL wait, a stage = two bulk copies (its rows' quants, then their
@@ -18,6 +18,10 @@
 //    per row and segment, and the kRows rows reduced together: a transposing shuffle tree (each step halves the
 //    rows a lane carries: 2 log2(kRows) + 5 - log2(kRows) shuffles for kRows rows instead of 5 kRows).
 //  - Per-warp row partials are added in warp order at the end (fixed order: deterministic).
+// Q4_K: its GGUF super-blocks streamed as stored (one bulk copy a stage: 144 = 9 x 16 bytes), a lane = 8 quant bytes
+// (two 32-value groups) plus the super-block's 16-byte header, scales/mins decoded per lane, per-group activation
+// levels and exact int32 sums (matvec_v10_math.cuh's Q4_K section); H200: 1.13-1.6x version 5 (docs/perf-log.md
+// "## qv11"), issue-bound (506 instructions a 8-row stage against Q4_0's 283).
 // Columns: a multiple of 512, 512..16384. Numerics: int32-exact products against the quantized activations,
 // fp32 accumulation per row: relative L2 vs the f32 reference ~2e-5 (version 5's activation error).
 #pragma once

@@ -16,6 +16,9 @@
 //  - Row partials: (8 warps, rows of the block) as version 10 (the groups write disjoint rows), added in warp order:
 //    deterministic.
 // Applies where version 10 applies and the exchange fits the shared memory.
+// Measured (H200, matvec_bench, docs/perf-log.md "## qv11"): 0.95-1.01x of version 10 on Q8_0/Q4_0, 0.94-1.03x on
+// Q4_K: the latency hypothesis above did not hold (Q4_K's consumer is issue-bound, Q8_0/Q4_0 lose to per-call fixed
+// costs that more warps do not shorten). Kept selectable (version 11) for comparisons.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -12,7 +12,11 @@
 //    blocks are 34/18/20 bytes, so a block's quants are not 16-byte aligned; split, every lane reads its
 //    quants with one 16-byte load and the scales of a warp's 32 blocks are one coalesced 64/128-byte read.
 //    Same bytes as GGUF (plus < 256 bytes of padding), so the memory footprint is unchanged.
-//  Q4_K: GGUF's 144-byte super-blocks, unchanged: 144 = 9 x 16, so rows and blocks stay 16-byte aligned.
+//  Q4_K: GGUF's 144-byte super-blocks, unchanged: 144 = 9 x 16, so rows and blocks stay 16-byte aligned. Matvec
+//    version 10 streams them as stored (a stage of whole rows is one bulk copy; a lane's 8 quant bytes and its
+//    super-block's 16-byte header are one LDS.64 and one broadcast LDS.128): no repack, so v2/v5, dequantize and the
+//    embedding read the same bytes. (A repack to per-group scale/min bytes would cost +2.8% bytes and save ~10 of
+//    version 10's ~43 instructions per lane, row and segment: docs/perf-log.md "## qv11", not done.)
 //  Any other type that dequantize_row knows (Q5_0, Q5_1, Q6_K, ...): dequantized to F32 on the host by
 //    prepare_weight (exact values, 4 bytes per weight) and prepared as F32: correct, not fast.
 //
