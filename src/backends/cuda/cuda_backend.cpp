@@ -397,7 +397,7 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
           ? cuda_ops::choose_matvec_version(w.dtype == DType::BF16, w.dtype == DType::BF16 || w.dtype == DType::F16,
                                             n, w.rows(), w.cols(),
                                             cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols()),
-                                            w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0
+                                            w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0 || w.dtype == DType::Q4_K
                                                 ? cuda_ops::matvec_v10_applies(w.dtype, int(n), w.rows(), w.cols())
                                                 : cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols(), true),
                                             options_.matvec_version, cuda_ops::kMatvecDefaultVersion)
