@@ -3,7 +3,9 @@
 //   attention in:  matmul wq, wk, wv; rope q; rope k; store_kv      vs  matmul wqkv; qkv_epilogue
 //   epilogue only: rope q; rope k; store_kv                         vs  qkv_epilogue
 //   ffn in:        matmul w_gate, w_up; swiglu                      vs  matmul w_gate_up; swiglu_fused
-// n = 1, 2, 4 tokens (the matvec range). Each variant is captured as a CUDA graph over kCopies layers with their
+//   ffn swiglu:    matmul w_gate_up; swiglu_fused                   vs  matmul_swiglu (SwiGLU in the matmul)
+// n = 1, 2, 4 tokens (the matvec range); then "ffn swiglu" at n = 512 (prefill: the Hopper GEMM with and without
+// its SwiGLU epilogue), for the full w_gate_up (28672 x 4096) and its TP=2 shard (14336 x 4096), in TFLOP/s. Each variant is captured as a CUDA graph over kCopies layers with their
 // own weight copies (so L2, 60 MB, never holds the next layer's weights) and replayed: microseconds per layer
 // (median of 15 replays / kCopies; the graph launch itself is shared by the kCopies layers), the weights' GB/s
 // and % of the 4.30 TB/s copy roofline, and the saving x 32 layers = ms per decode token.
@@ -158,6 +160,10 @@ int main(int argc, char** argv) {
         double weight_bytes;
         int64_t weight_rows;  // rows of the fused weight (each kDim values): 2 * n * rows * kDim flops
       };
+      const auto ffn_swiglu_unfused = [&](const Tensor& w, const Tensor& out, const Tensor& gu) {
+        be.matmul(gu, x, w, Tensor{});
+        be.swiglu_fused(out, gu);
+      };
       const std::vector<Variant> variants = {
           {"attention in",
            [&](const Layer& L) {
@@ -183,6 +189,8 @@ int main(int argc, char** argv) {
              be.swiglu_fused(gate, gate_up);
            },
            weight_bytes_ffn, 2 * kHidden},
+          {"ffn swiglu", [&](const Layer& L) { ffn_swiglu_unfused(L.wgu, gate, gate_up); },
+           [&](const Layer& L) { be.matmul_swiglu(gate, gate_up, x, L.wgu); }, weight_bytes_ffn, 2 * kHidden},
       };
       for (const Variant& var : variants) {
         double us[2];
@@ -203,6 +211,59 @@ int main(int argc, char** argv) {
           json.add(std::string(var.part) + (fused ? " fused" : " unfused") + " n" + std::to_string(n),
                    2.0 * double(n) * double(var.weight_rows) * double(kDim),
                    var.weight_bytes, us[fused] * 1e-6);
+        }
+      }
+    }
+
+    // Prefill: n = 512 tokens through the Hopper GEMM, unfused (GEMM into (n, 2 hidden) + swiglu_fused) against the
+    // GEMM with the SwiGLU epilogue; the full w_gate_up and the TP=2 shard ([gate rows 0..7167; up rows 0..7167]).
+    {
+      constexpr int64_t kN = 512;
+      std::vector<float> hxp(size_t(kN * kDim));
+      for (size_t i = 0; i < hxp.size(); ++i) hxp[i] = float((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+      const Tensor xp = buf(DType::F32, {kN, kDim});  // (512, dim) f32
+      be.copy_to_device(xp, hxp.data(), hxp.size() * 4);
+      const Tensor gp = buf(DType::F32, {kN, kHidden});       // (512, hidden) f32 output
+      const Tensor gup = buf(DType::F32, {kN, 2 * kHidden});  // (512, 2 hidden) f32 unfused intermediate
+      const size_t rb = hg.size() / size_t(kHidden);
+      const std::vector<uint8_t> hg2(hg.begin(), hg.begin() + ptrdiff_t(rb * kHidden / 2)),
+          hu2(hu.begin(), hu.begin() + ptrdiff_t(rb * kHidden / 2));
+      const std::vector<uint8_t> hgu2 = concat({&hg2, &hu2});
+      std::vector<Tensor> shard;
+      for (int c = 0; c < kCopies; ++c) shard.push_back(prep(hgu2, kHidden));
+      std::printf("\nprefill n = %lld (%s): us per call (graph of %d calls, median of 15)\n", (long long)kN,
+                  dtype_name(type).data(), kCopies);
+      std::printf("%-22s %10s %10s %9s %9s %9s\n", "w_gate_up", "unfused", "fused", "saved", "TF/s unf", "TF/s fus");
+      for (const int64_t hidden : {kHidden, kHidden / 2}) {
+        const Tensor out = Tensor::make(DType::F32, {kN, hidden}, gp.data, Device::Cuda);
+        const Tensor gu = Tensor::make(DType::F32, {kN, 2 * hidden}, gup.data, Device::Cuda);
+        double us[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          const auto run = [&](const Tensor& w) {
+            if (fused) {
+              be.matmul_swiglu(out, gu, xp, w);
+            } else {
+              be.matmul(gu, xp, w, Tensor{});
+              be.swiglu_fused(out, gu);
+            }
+          };
+          const auto all = [&] {
+            for (int c = 0; c < kCopies; ++c) run(hidden == kHidden ? layers[size_t(c)].wgu : shard[size_t(c)]);
+          };
+          all();
+          be.synchronize();
+          be.begin_capture();
+          all();
+          const std::unique_ptr<StepGraph> g = be.end_capture();
+          us[fused] = 1e3 * bench::median_ms(s, [&] { FERRY_CHECK(be.replay(*g), "stale graph"); }, 15, 1, 3) / kCopies;
+        }
+        const double flops = 2.0 * double(kN) * double(2 * hidden) * double(kDim);
+        std::printf("%-22s %10.2f %10.2f %9.2f %9.0f %9.0f\n",
+                    (std::to_string(2 * hidden) + "x" + std::to_string(kDim)).c_str(), us[0], us[1], us[0] - us[1],
+                    flops / (us[0] * 1e-6) / 1e12, flops / (us[1] * 1e-6) / 1e12);
+        for (int fused = 0; fused < 2; ++fused) {
+          json.add(std::string("ffn swiglu prefill ") + (fused ? "fused" : "unfused") + " " + std::to_string(2 * hidden),
+                   flops, double(2 * hidden * kDim) * double(row_bytes(type, kDim)) / double(kDim), us[fused] * 1e-6);
         }
       }
     }

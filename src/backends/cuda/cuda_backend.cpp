@@ -22,6 +22,7 @@
 #include "backends/cuda/gemm_sm90.cuh"
 #include "backends/cuda/matmul_dispatch.h"
 #include "backends/cuda/matvec.cuh"
+#include "backends/cuda/matvec_stream.cuh"
 #include "backends/cuda/matvec_v10.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/op_profiler.h"
@@ -429,21 +430,27 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   }
 }
 
+const uint16_t* CudaBackend::gemm_weight_bf16(const Tensor& w) {
+  const int64_t n_in = w.cols(), n_out = w.rows();
+  if (w.dtype == DType::BF16) return w.ptr<uint16_t>();
+  if (has_bf16_copy(options_, w.dtype))
+    return reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + bf16_copy_offset(w.dtype, n_out, n_in));
+  ensure(w_bf16_, size_t(n_out) * size_t(n_in) * 2);
+  dequantize_to_bf16(w.dtype, weight_view(w), static_cast<uint16_t*>(w_bf16_.data()), stream_);
+  return static_cast<const uint16_t*>(w_bf16_.data());
+}
+
+const uint16_t* CudaBackend::gemm_x_bf16(const Tensor& x) {
+  ensure(x_bf16_, size_t(x.rows()) * size_t(x.cols()) * 2);
+  f32_to_bf16(x.ptr<float>(), static_cast<uint16_t*>(x_bf16_.data()), x.rows() * x.cols(), stream_);
+  return static_cast<const uint16_t*>(x_bf16_.data());
+}
+
 void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                               cuda_ops::MatmulPath path) {
   const int64_t n = x.rows(), n_in = x.cols(), n_out = w.rows();
-  const uint16_t* wb = nullptr;
-  if (w.dtype == DType::BF16) {
-    wb = w.ptr<uint16_t>();
-  } else if (has_bf16_copy(options_, w.dtype)) {
-    wb = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + bf16_copy_offset(w.dtype, n_out, n_in));
-  } else {
-    ensure(w_bf16_, size_t(n_out) * size_t(n_in) * 2);
-    dequantize_to_bf16(w.dtype, weight_view(w), static_cast<uint16_t*>(w_bf16_.data()), stream_);
-    wb = static_cast<const uint16_t*>(w_bf16_.data());
-  }
-  ensure(x_bf16_, size_t(n) * size_t(n_in) * 2);
-  f32_to_bf16(x.ptr<float>(), static_cast<uint16_t*>(x_bf16_.data()), n * n_in, stream_);
+  const uint16_t* wb = gemm_weight_bf16(w);
+  gemm_x_bf16(x);
   const bool sm90_fits = sm90_gemm_ && Sm90Gemm::supports(n, n_out, n_in) && reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
   if (options_.batch_invariant) {
     // One tile shape for every token count: a row's K-order of accumulation is then the same in any batch.
@@ -665,6 +672,46 @@ void CudaBackend::swiglu_fused(const Tensor& out, const Tensor& gate_up) {
   FERRY_ASSERT(gate_up.cols() == 2 * hidden && out.rows() == n && out.cols() == hidden);
   FERRY_ASSERT(out.dtype == DType::F32 && gate_up.dtype == DType::F32);
   cuda_ops::swiglu_fused({.out = out.ptr<float>(), .gate_up = gate_up.ptr<float>(), .n = n, .hidden = hidden}, stream_);
+}
+
+void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const Tensor& x, const Tensor& w) {
+  require_cuda(out, "matmul_swiglu output");
+  require_cuda(x, "matmul_swiglu input");
+  require_cuda(w, "matmul_swiglu weight");
+  const int64_t n = x.rows(), hidden = w.rows() / 2, dim = w.cols();
+  FERRY_ASSERT(x.dtype == DType::F32 && out.dtype == DType::F32 && w.rows() == 2 * hidden && x.cols() == dim);
+  FERRY_ASSERT(out.rows() == n && out.cols() == hidden);
+  if (n == 0) return;
+  // One token: the matvec rule would run version 9 (the default rule or FERRY_CUDA_MATVEC=9) on BF16/F16.
+  const bool half = w.dtype == DType::BF16 || w.dtype == DType::F16;
+  const bool stream = n == 1 && half && !options_.batch_invariant &&
+                      (options_.matvec_version == 0 || options_.matvec_version == 9) &&
+                      reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
+                      cuda_ops::matvec_swiglu_applies(w.dtype, 1, w.rows(), dim);
+  // Prefill (and every n in batch-invariant mode): where matmul would run the Hopper GEMM.
+  const bool gemm = !stream && sm90_gemm_ && (options_.batch_invariant || n >= 256) &&
+                    Sm90Gemm::supports_swiglu(n, hidden, dim) && reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
+  if (!stream && !gemm) {
+    Backend::matmul_swiglu(out, gate_up, x, w);
+    return;
+  }
+  const OpProfiler::Scope prof(
+      profiler_.get(),
+      profiler_ ? fmt::format("matmul_swiglu {} {} {}x{} n={}", stream ? "matvec v9" : "gemm_sm90",
+                              dtype_name(w.dtype), w.rows(), dim, token_bucket(n))
+                : std::string(),
+      double(w.nbytes()) + double(x.nbytes()) + double(out.nbytes()));
+  if (stream) {
+    cuda_ops::matvec_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
+                                      .out = out.ptr<float>(), .n_tokens = 1, .version = 9},
+                            stream_);
+    return;
+  }
+  const uint16_t* wb = gemm_weight_bf16(w);
+  const uint16_t* xb = gemm_x_bf16(x);
+  const cuda_ops::GemmTile fixed = cuda_ops::GemmTile::k128x128;  // batch-invariant mode: matmul_gemm's tile
+  sm90_gemm_->run_swiglu(out.ptr<float>(), xb, wb, n, hidden, dim, stream_,
+                         options_.batch_invariant ? &fixed : nullptr);
 }
 
 void CudaBackend::gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) {

@@ -113,6 +113,11 @@ class CudaBackend final : public Backend {
   // two ops.
   void qkv_attention(const QkvEpilogueArgs& e, const Tensor& out, const AttentionMeta& meta, float scale) override;
   void swiglu_fused(const Tensor& out, const Tensor& gate_up) override;
+  // SwiGLU inside the matmul where a fused kernel takes the shape (gate_up left unwritten): at one token version 9
+  // with SwiGLU (matvec_stream.cuh: BF16/F16, where the matvec rule is the default or 9), from 256 tokens (and in
+  // batch-invariant mode) the Hopper GEMM with the SwiGLU epilogue (gemm_sm90.cuh; bf16 weights at hand or
+  // dequantized as matmul does); elsewhere matmul + swiglu_fused.
+  void matmul_swiglu(const Tensor& out, const Tensor& gate_up, const Tensor& x, const Tensor& w_gate_up) override;
 
   // GPU sampling (sampling.cuh; Backend::sample): out (m) i32 on the device = one token per row of logits
   // (m, vocab) f32 on the device, drawn as engine/sampler.cpp would for params[i] at positions[i] (the Philox
@@ -126,6 +131,10 @@ class CudaBackend final : public Backend {
   // The bf16 GEMM paths matmul() chose (matmul_dispatch.h): HopperGemm (when it takes the shape), Skinny, or
   // cuBLASLt (Cublas, and HopperGemm for a shape it does not take).
   void matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, cuda_ops::MatmulPath path);
+  // The GEMM paths' operands: w (n_out, n_in) as bf16 bits (the weight, its bf16 copy, or dequantized into
+  // w_bf16_), and x (n, n_in) f32 rounded into x_bf16_.
+  const uint16_t* gemm_weight_bf16(const Tensor& w);
+  const uint16_t* gemm_x_bf16(const Tensor& x);
   // Grows `buf` to at least `bytes` (contents are not kept); a reallocation makes captured graphs stale
   // (scratch_epoch_) and is an error while capturing.
   void ensure(DeviceBuffer& buf, size_t bytes);

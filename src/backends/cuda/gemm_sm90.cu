@@ -4,6 +4,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/hopper.cuh"
+#include "backends/cuda/silu.cuh"
 #include "backends/cuda/tensor_map.h"
 
 namespace ferry::cuda_ops {
@@ -37,11 +38,19 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
 
 // tmap_x: x (m, k) bf16, box 64 (k) x 128 (rows), 128B swizzle; tmap_w: w (n, k) bf16, box 64 x kBN.
 // out: (m, n) f32 row-major.
-template <int kBN>
+// kSwiglu (run_swiglu): n is hidden; tmap_w is w_gate (hidden, k) and tmap_up w_up (hidden, k), each box 64 x kBN/2,
+// and out is (m, hidden) f32 = silu(x . w_gate^T) * (x . w_up^T). Tile nb's B stage is gate rows
+// [nb kBN/2, +kBN/2) then the same up rows, two TMA boxes stacked in shared memory (kBN/2 is a multiple of the
+// 8-row swizzle atom, so the stage is laid out exactly as one kBN-row box: the wgmma loop is unchanged); the
+// epilogue pairs accumulator column c (gate) with c + kBN/2 (up) and writes kBN/2 outputs.
+template <int kBN, bool kSwiglu = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w,
-                     float* __restrict__ out, int m, int n, int k, int group_m) {
+                     const __grid_constant__ CUtensorMap tmap_up, float* __restrict__ out, int m, int n, int k,
+                     int group_m) {
   using C = Cfg<kBN>;
+  constexpr int kBNOut = kSwiglu ? kBN / 2 : kBN;  // output columns per tile
+  static_assert(kBNOut % 8 == 0, "a w box must be whole 8-row swizzle atoms");
   extern __shared__ uint8_t smem_raw[];
   // 128B-swizzled TMA tiles want 1024-byte alignment.
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -60,7 +69,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  const int tiles_m = (m + kBlockM - 1) / kBlockM, tiles_n = (n + kBN - 1) / kBN;
+  const int tiles_m = (m + kBlockM - 1) / kBlockM, tiles_n = (n + kBNOut - 1) / kBNOut;
   const int tiles = tiles_m * tiles_n, k_iters = (k + kBlockK - 1) / kBlockK;
 
   if (wg == 0) {
@@ -68,6 +77,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (t == 0) {
       prefetch_tmap(&tmap_x);
       prefetch_tmap(&tmap_w);
+      if constexpr (kSwiglu) prefetch_tmap(&tmap_up);
       int stage = 0;
       uint32_t phase = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -77,7 +87,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], C::kStageBytes);
           tma_load_2d(sa + stage * C::kABytes, &tmap_x, &full[stage], ki * kBlockK, mb * kBlockM);
-          tma_load_2d(sb + stage * C::kBBytes, &tmap_w, &full[stage], ki * kBlockK, nb * kBN);
+          if constexpr (kSwiglu) {  // rows past hidden arrive as zeros in both halves (the two maps end there)
+            tma_load_2d(sb + stage * C::kBBytes, &tmap_w, &full[stage], ki * kBlockK, nb * kBNOut);
+            tma_load_2d(sb + stage * C::kBBytes + kBNOut * 128, &tmap_up, &full[stage], ki * kBlockK, nb * kBNOut);
+          } else {
+            tma_load_2d(sb + stage * C::kBBytes, &tmap_w, &full[stage], ki * kBlockK, nb * kBN);
+          }
           if (++stage == C::kStages) {
             stage = 0;
             phase ^= 1;
@@ -126,17 +141,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (t == 0) mbar_arrive(&empty[prev]);
 
       // Epilogue: d[4j + h + 2v] is row 16 warp + lane / 4 + 8 v, column 8 j + 2 (lane % 4) + h.
+      // kSwiglu: the up value of gate column 8 j + ... is in column group j + kBN/16 of the same thread.
       const int row0 = mb * kBlockM + c * 64 + warp * 16 + lane / 4;
-      const int col0 = nb * kBN + 2 * (lane % 4);
+      const int col0 = nb * kBNOut + 2 * (lane % 4);
 #pragma unroll
       for (int v = 0; v < 2; ++v) {
         const int row = row0 + 8 * v;
         if (row >= m) continue;
         float* dst = out + size_t(row) * size_t(n);
 #pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
+        for (int j = 0; j < kBNOut / 8; ++j) {
           const int col = col0 + 8 * j;
-          if (col < n) *reinterpret_cast<float2*>(dst + col) = make_float2(acc[4 * j + 2 * v], acc[4 * j + 2 * v + 1]);
+          if (col >= n) continue;
+          if constexpr (kSwiglu) {
+            constexpr int kUp = 4 * (kBN / 16);  // accumulator offset of column c + kBN/2
+            *reinterpret_cast<float2*>(dst + col) =
+                make_float2(silu_mul(acc[4 * j + 2 * v], acc[kUp + 4 * j + 2 * v]),
+                            silu_mul(acc[4 * j + 2 * v + 1], acc[kUp + 4 * j + 2 * v + 1]));
+          } else {
+            *reinterpret_cast<float2*>(dst + col) = make_float2(acc[4 * j + 2 * v], acc[4 * j + 2 * v + 1]);
+          }
         }
       }
     }
@@ -148,8 +172,20 @@ void launch(void* encode, const GemmPlan& plan, float* out, const uint16_t* x, c
             int64_t n, int64_t k, cudaStream_t stream) {
   const CUtensorMap tx = make_bf16_tmap(encode, x, m, k, kBlockK, kBlockM);
   const CUtensorMap tw = make_bf16_tmap(encode, w, n, k, kBlockK, kBN);
-  gemm_sm90_kernel<kBN><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(tx, tw, out, int(m), int(n), int(k),
-                                                                              plan.group_m);
+  gemm_sm90_kernel<kBN><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(tx, tw, tw, out, int(m), int(n),
+                                                                              int(k), plan.group_m);
+  FERRY_CUDA_CHECK_LAUNCH(gemm_sm90_kernel);
+}
+
+// w: (2 hidden, k), gate rows then up rows; two maps of hidden rows each, boxes of kBN/2 rows.
+template <int kBN>
+void launch_swiglu(void* encode, const GemmPlan& plan, float* out, const uint16_t* x, const uint16_t* w, int64_t m,
+                   int64_t hidden, int64_t k, cudaStream_t stream) {
+  const CUtensorMap tx = make_bf16_tmap(encode, x, m, k, kBlockK, kBlockM);
+  const CUtensorMap tg = make_bf16_tmap(encode, w, hidden, k, kBlockK, kBN / 2);
+  const CUtensorMap tu = make_bf16_tmap(encode, w + size_t(hidden) * size_t(k), hidden, k, kBlockK, kBN / 2);
+  gemm_sm90_kernel<kBN, true><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(
+      tx, tg, tu, out, int(m), int(hidden), int(k), plan.group_m);
   FERRY_CUDA_CHECK_LAUNCH(gemm_sm90_kernel);
 }
 
@@ -166,12 +202,45 @@ Sm90Gemm::Sm90Gemm(int device) {
                                         Cfg<192>::kSmemBytes));
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         Cfg<128>::kSmemBytes));
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<256, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        Cfg<256>::kSmemBytes));
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<192, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        Cfg<192>::kSmemBytes));
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<128, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        Cfg<128>::kSmemBytes));
   encode_ = fn;
 }
 
 bool Sm90Gemm::supports(int64_t m, int64_t n, int64_t k) {
   constexpr int64_t kMax = int64_t(1) << 31;
   return m >= 1 && n >= 1 && k >= 1 && m < kMax && n < kMax && k < kMax && k % 8 == 0 && n % 2 == 0;
+}
+
+bool Sm90Gemm::supports_swiglu(int64_t m, int64_t hidden, int64_t k) {
+  return hidden >= 1 && supports(m, 2 * hidden, k) && hidden % 2 == 0;
+}
+
+GemmPlan Sm90Gemm::swiglu_plan(int64_t m, int64_t hidden, int num_sms, const GemmTile* force) {
+  GemmPlan plan = make_gemm_plan(m, 2 * hidden, num_sms, force);
+  const int64_t half = plan.block_n / 2;
+  plan.tiles = ((m + 127) / 128) * ((hidden + half - 1) / half);
+  plan.grid = int(plan.tiles < num_sms ? plan.tiles : num_sms);
+  return plan;
+}
+
+void Sm90Gemm::run_swiglu(float* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t hidden, int64_t k,
+                          cudaStream_t stream, const GemmTile* force) const {
+  FERRY_CUDA_REQUIRE(available() && supports_swiglu(m, hidden, k));
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0);
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(out) % 8 == 0);
+  const GemmPlan plan = swiglu_plan(m, hidden, num_sms_, force);
+  if (plan.tile == GemmTile::k128x256) {
+    launch_swiglu<256>(encode_, plan, out, x, w, m, hidden, k, stream);
+  } else if (plan.tile == GemmTile::k128x192) {
+    launch_swiglu<192>(encode_, plan, out, x, w, m, hidden, k, stream);
+  } else {
+    launch_swiglu<128>(encode_, plan, out, x, w, m, hidden, k, stream);
+  }
 }
 
 void Sm90Gemm::run(float* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t n, int64_t k,

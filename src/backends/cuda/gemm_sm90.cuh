@@ -39,6 +39,17 @@ class Sm90Gemm {
   void run(float* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
            const GemmTile* force = nullptr) const;
 
+  // SwiGLU fused into the epilogue (CudaBackend::matmul_swiglu in prefill): out (m, hidden) f32 =
+  // silu(x . w[:hidden]^T) * (x . w[hidden:]^T); w: (2 hidden, k) bf16 bits, the rows of w_gate then those of
+  // w_up (a TP shard keeps that shape). An output tile of block_n/2 units reads gate rows [j0, j0 + block_n/2) and
+  // up rows [hidden + j0, ...) as two TMA boxes (no repack), so it does the unfused tile's math and writes half
+  // its columns; no (m, 2 hidden) intermediate. Same accumulation order per element as run() with the same tile.
+  // Takes: supports(m, 2 hidden, k) and hidden even (8-byte stores). Tile: the heuristic's for (m, 2 hidden).
+  static bool supports_swiglu(int64_t m, int64_t hidden, int64_t k);
+  static GemmPlan swiglu_plan(int64_t m, int64_t hidden, int num_sms, const GemmTile* force = nullptr);
+  void run_swiglu(float* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t hidden, int64_t k,
+                  cudaStream_t stream, const GemmTile* force = nullptr) const;
+
  private:
   void* encode_ = nullptr;  // PFN_cuTensorMapEncodeTiled
   int num_sms_ = 0;

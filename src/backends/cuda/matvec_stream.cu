@@ -1,4 +1,5 @@
-// Matvec versions 7 and 9 (design: matvec_stream.cuh).
+// Matvec versions 7 and 9 (design: matvec_stream.cuh), and version 9 with SwiGLU fused into its output
+// (matvec_swiglu below).
 #include "backends/cuda/matvec_stream.cuh"
 
 #include <cuda_bf16.h>
@@ -11,6 +12,7 @@
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/matvec_stream_plan.cuh"
 #include "backends/cuda/pdl.cuh"
+#include "backends/cuda/silu.cuh"
 
 namespace ferry::cuda_ops {
 namespace {
@@ -82,8 +84,16 @@ __device__ __forceinline__ void dot8(const uint4& c, const float (&x)[8], float&
 // are serialized behind the previous segment's FMAs and each row pays a 5-deep shuffle chain before the next
 // row starts (~250 cycles a row): at 4096 columns (2 rows a 16 KB stage) the consumers need ~500 cycles a
 // stage, only ~2x what the roofline allows, against ~3.7x at 14336 columns (95% there, 56-78% at 4096).
-template <class T, int kSegs, int kRows>
+//
+// kSwiglu (version 9 only): w is (2 hidden, cols), the rows of w_gate then those of w_up, and out is (1, hidden) =
+// silu(x . w_gate^T) * (x . w_up^T). The block owns output units [r0, r0 + n_rows) of hidden; a stage holds
+// kRows / 2 gate rows [u, u + kRows/2) then the same up rows [hidden + u, ...) (two bulk copies, one mbarrier),
+// so unit j's two dot products land in the same block and the SwiGLU is applied where the block writes its
+// outputs: no (1, 2 hidden) intermediate, no second launch. The partials are (warps, 2, max_rows): gate, then up.
+template <class T, int kSegs, int kRows, bool kSwiglu = false>
 __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
+  static_assert(!kSwiglu || (kRows >= 2 && kRows % 2 == 0), "SwiGLU stages hold row pairs");
+  constexpr int kPairs = kSwiglu ? kRows / 2 : kRows;  // output units per stage (version 9)
   pdl_allow_dependents();
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);  // [stages]: a stage's bytes have landed
@@ -94,9 +104,12 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
   float* part = reinterpret_cast<float*>(ring + size_t(plan.stages) * size_t(stage_vals));  // (warps, max_rows)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockRows br = block_rows(p.w.rows, grid, blockIdx.x);
-  const int64_t r0 = br.first, n_rows = br.count;
-  const int64_t n_stage = (n_rows + plan.rows_per_stage - 1) / plan.rows_per_stage;
+  const int64_t hidden = p.w.rows / 2;  // kSwiglu: output units
+  const BlockRows br = block_rows(kSwiglu ? hidden : p.w.rows, grid, blockIdx.x);
+  const int64_t r0 = br.first, n_rows = br.count;  // kSwiglu: output units, not weight rows
+  const int64_t unit_per_stage = kSwiglu ? kPairs : plan.rows_per_stage;
+  const int64_t n_stage = (n_rows + unit_per_stage - 1) / unit_per_stage;
+  const int64_t part_stride = kSwiglu ? 2 * plan.max_rows : plan.max_rows;  // floats per warp of `part`
 
   if (threadIdx.x == 0) init_ring_barriers(full, empty, plan.stages, kConsumerWarps);
   __syncthreads();
@@ -104,14 +117,29 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel
     if (lane == 0) {
       const T* src = reinterpret_cast<const T*>(p.w.data) + r0 * cols;
-      for (int64_t g = 0; g < n_stage; ++g) {
-        const int s = int(g % plan.stages);
-        sm90::mbar_wait(&empty[s], (uint32_t(g / plan.stages) & 1u) ^ 1u);
-        const int64_t left = n_rows - g * plan.rows_per_stage;
-        const int64_t rows_here = left < plan.rows_per_stage ? left : plan.rows_per_stage;
-        const uint32_t bytes = uint32_t(rows_here * cols * int64_t(sizeof(T)));
-        sm90::mbar_arrive_expect_tx(&full[s], bytes);
-        bulk_load(ring + size_t(s) * size_t(stage_vals), src + g * stage_vals, bytes, &full[s]);
+      if constexpr (kSwiglu) {
+        const T* up = src + hidden * cols;  // w_up's rows of the same units
+        for (int64_t g = 0; g < n_stage; ++g) {
+          const int s = int(g % plan.stages);
+          sm90::mbar_wait(&empty[s], (uint32_t(g / plan.stages) & 1u) ^ 1u);
+          const int64_t left = n_rows - g * kPairs;
+          const int64_t units = left < kPairs ? left : kPairs;
+          const uint32_t bytes = uint32_t(units * cols * int64_t(sizeof(T)));
+          T* slot = ring + size_t(s) * size_t(stage_vals);
+          sm90::mbar_arrive_expect_tx(&full[s], 2 * bytes);
+          bulk_load(slot, src + g * kPairs * cols, bytes, &full[s]);
+          bulk_load(slot + kPairs * cols, up + g * kPairs * cols, bytes, &full[s]);
+        }
+      } else {
+        for (int64_t g = 0; g < n_stage; ++g) {
+          const int s = int(g % plan.stages);
+          sm90::mbar_wait(&empty[s], (uint32_t(g / plan.stages) & 1u) ^ 1u);
+          const int64_t left = n_rows - g * plan.rows_per_stage;
+          const int64_t rows_here = left < plan.rows_per_stage ? left : plan.rows_per_stage;
+          const uint32_t bytes = uint32_t(rows_here * cols * int64_t(sizeof(T)));
+          sm90::mbar_arrive_expect_tx(&full[s], bytes);
+          bulk_load(ring + size_t(s) * size_t(stage_vals), src + g * stage_vals, bytes, &full[s]);
+        }
       }
     }
     return;
@@ -139,8 +167,8 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
     uint32_t phase = 0;
     for (int64_t g = 0; g < n_stage; ++g) {
       sm90::mbar_wait(&full[s], phase);
-      const int64_t left = n_rows - g * kRows;
-      const int rows_here = left < kRows ? int(left) : kRows;
+      const int64_t left = n_rows - g * kPairs;
+      const int rows_here = left < kPairs ? int(left) : kPairs;  // kSwiglu: units (row pairs) of this stage
       const T* st = ring + size_t(s) * size_t(stage_vals) + warp * kSegVals + lane * 8;
       uint4 c[kRows][kSegs];
 #pragma unroll
@@ -150,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
           // Segment j of this warp exists (warp-uniform; false only for the last j when segments % 8 != 0): a
           // load past the row would read the next row or slot (zero activations, but 0 x NaN is NaN).
           const bool live = j * kConsumerWarps + warp < plan.segs_per_row;
-          c[r][j] = r < rows_here && live
+          c[r][j] = r % kPairs < rows_here && live
                         ? *reinterpret_cast<const uint4*>(st + r * cols + j * kConsumerWarps * kSegVals)
                         : make_uint4(0, 0, 0, 0);
         }
@@ -175,8 +203,11 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
       }
       if (lane == 0) {
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
-          if (r < rows_here) part[int64_t(warp) * plan.max_rows + g * kRows + r] = v[r];
+        for (int r = 0; r < kRows; ++r) {
+          // kSwiglu: row r is gate (r < kPairs) or up (r >= kPairs) of unit g kPairs + r % kPairs.
+          if (r % kPairs < rows_here)
+            part[int64_t(warp) * part_stride + (r / kPairs) * plan.max_rows + g * kPairs + r % kPairs] = v[r];
+        }
       }
       if (++s == plan.stages) {
         s = 0;
@@ -214,11 +245,74 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
   }
   v7::consumers_sync();
 
-  for (int64_t r = threadIdx.x; r < n_rows; r += kConsumerWarps * 32) {
-    float sum = 0.0f;
+  if constexpr (kSwiglu) {
+    for (int64_t r = threadIdx.x; r < n_rows; r += kConsumerWarps * 32) {
+      float g = 0.0f, u = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * plan.max_rows + r];
-    p.out[r0 + r] = sum + (p.bias ? p.bias[r0 + r] : 0.0f);
+      for (int w = 0; w < kConsumerWarps; ++w) {
+        g += part[int64_t(w) * part_stride + r];
+        u += part[int64_t(w) * part_stride + plan.max_rows + r];
+      }
+      p.out[r0 + r] = silu_mul(g, u);
+    }
+  } else {
+    for (int64_t r = threadIdx.x; r < n_rows; r += kConsumerWarps * 32) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * plan.max_rows + r];
+      p.out[r0 + r] = sum + (p.bias ? p.bias[r0 + r] : 0.0f);
+    }
+  }
+}
+
+// Version 9 with SwiGLU (matvec_swiglu): the segments per warp kSegs = ceil(cols / 256 / 8) when an instance is
+// compiled (1..4: up to 8192 columns), else 0. Its stage: kRows = 4 rows (2 units) at kSegs = 1, else 2 rows (1
+// unit: a gate row and its up row; 16 KB at 4096 columns, the size version 9's plan picks there).
+int swiglu_segs(int64_t cols) {
+  if (cols < kSegVals || cols % kSegVals != 0 || cols > kSwigluMaxCols) return 0;
+  return int((cols / kSegVals + kConsumerWarps - 1) / kConsumerWarps);
+}
+int swiglu_stage_rows(int segs) { return segs == 1 ? 4 : 2; }
+
+// The SwiGLU ring plan: rows_per_stage = the instance's kRows (gate rows + up rows), max_rows = units of the
+// tallest block; grid = one block per SM over the hidden units.
+StreamPlan make_swiglu_plan(int64_t hidden, int64_t cols, int64_t grid) {
+  StreamPlan p{};
+  p.rows_per_stage = swiglu_stage_rows(swiglu_segs(cols));
+  const int64_t fit = v7::kRingBytes / (p.rows_per_stage * cols * 2);
+  p.stages = int(fit < kMaxStages ? fit : kMaxStages);
+  p.segs_per_row = int(cols / kSegVals);
+  p.max_rows = hidden / grid + (hidden % grid > 0 ? 1 : 0);
+  return p;
+}
+
+size_t swiglu_smem_bytes(const StreamPlan& p, int64_t cols) {
+  return size_t(kBarrierBytes) + size_t(p.stages) * size_t(p.rows_per_stage * cols * 2) +
+         size_t(kConsumerWarps) * 2 * size_t(p.max_rows) * sizeof(float);
+}
+
+template <class T, int kSegs>
+void launch_swiglu(const MatvecParams& p, int n_sms, cudaStream_t stream) {
+  constexpr int kRows = kSegs == 1 ? 4 : 2;
+  const int64_t hidden = p.w.rows / 2;
+  const int64_t grid = v7::stream_grid(hidden, n_sms);
+  const StreamPlan plan = make_swiglu_plan(hidden, p.w.cols, grid);
+  FERRY_CUDA_REQUIRE(plan.rows_per_stage == kRows);
+  const size_t smem = v7::one_block_per_sm(swiglu_smem_bytes(plan, p.w.cols));
+  const auto kernel = matvec_stream_kernel<T, kSegs, kRows, true>;
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  launch_pdl(kernel, dim3(unsigned(grid)), dim3(kThreads), smem, stream, p, plan, grid);
+  FERRY_CUDA_CHECK_LAUNCH(matvec_stream_kernel);
+}
+
+template <class T>
+void launch_swiglu_for_cols(const MatvecParams& p, int n_sms, cudaStream_t stream) {
+  switch (swiglu_segs(p.w.cols)) {
+    case 1: launch_swiglu<T, 1>(p, n_sms, stream); break;
+    case 2: launch_swiglu<T, 2>(p, n_sms, stream); break;
+    case 3: launch_swiglu<T, 3>(p, n_sms, stream); break;
+    case 4: launch_swiglu<T, 4>(p, n_sms, stream); break;
+    default: FERRY_CUDA_REQUIRE(!"no SwiGLU matvec instance for these columns (swiglu_segs)");
   }
 }
 
@@ -277,6 +371,31 @@ bool matvec_stream_supports(DType wtype, int n_tokens, int64_t rows, int64_t col
   const int64_t grid = v7::stream_grid(rows, n_sms);
   const StreamPlan plan = make_half_plan(rows, cols, grid);
   return plan.stages >= 2 && stream_smem_bytes(plan, cols) <= max_smem;
+}
+
+bool matvec_swiglu_supports(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols, int n_sms,
+                            size_t max_smem) {
+  if (n_tokens != kStreamMaxTokens || n_sms < 1 || weight_rows < 2 || weight_rows % 2 != 0) return false;
+  if ((wtype != DType::BF16 && wtype != DType::F16) || swiglu_segs(cols) == 0) return false;
+  const int64_t hidden = weight_rows / 2;
+  const StreamPlan plan = make_swiglu_plan(hidden, cols, v7::stream_grid(hidden, n_sms));
+  return plan.stages >= 2 && swiglu_smem_bytes(plan, cols) <= max_smem;
+}
+
+bool matvec_swiglu_applies(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols) {
+  return matvec_swiglu_supports(wtype, n_tokens, weight_rows, cols, v7::device_sm_count(), v7::device_max_smem());
+}
+
+void matvec_swiglu(DType wtype, const MatvecParams& p, cudaStream_t stream) {
+  const int n_sms = v7::device_sm_count();
+  FERRY_CUDA_REQUIRE(matvec_swiglu_supports(wtype, p.n_tokens, p.w.rows, p.w.cols, n_sms, v7::device_max_smem()));
+  FERRY_CUDA_REQUIRE(p.bias == nullptr);
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
+  if (wtype == DType::BF16) {
+    launch_swiglu_for_cols<__nv_bfloat16>(p, n_sms, stream);
+  } else {
+    launch_swiglu_for_cols<__half>(p, n_sms, stream);
+  }
 }
 
 bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols, bool batched) {

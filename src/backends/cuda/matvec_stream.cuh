@@ -49,4 +49,16 @@ bool matvec_stream_supports(DType wtype, int n_tokens, int64_t rows, int64_t col
 // One launch on `stream` (capturable). Requires matvec_stream_supports.
 void matvec_stream(DType wtype, const MatvecParams& p, StreamConsumer consumer, cudaStream_t stream);
 
+// Version 9 with SwiGLU fused into its output (CudaBackend::matmul_swiglu at one token). p.w: (2 hidden, cols)
+// BF16/F16, the rows of w_gate then those of w_up (TP shards keep that shape with hidden / world); p.x: (1, cols)
+// f32; p.out: (1, hidden) f32 = silu(x . w_gate^T) * (x . w_up^T) (silu.cuh's silu_mul, as swiglu_fused); no bias.
+// Each block (one per SM) owns a run of output units and streams gate rows [u0, u1) and up rows
+// [hidden + u0, hidden + u1) through the ring, two bulk copies a stage, so the weight needs no repack.
+// Columns: a multiple of 256 up to kSwigluMaxCols (instances of 1..4 segments per warp).
+inline constexpr int64_t kSwigluMaxCols = 8192;
+bool matvec_swiglu_supports(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols, int n_sms, size_t max_smem);
+void matvec_swiglu(DType wtype, const MatvecParams& p, cudaStream_t stream);
+// matvec_swiglu_supports on the current device.
+bool matvec_swiglu_applies(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols);
+
 }  // namespace ferry::cuda_ops
