@@ -114,6 +114,10 @@ void LlamaModel::stage_inputs(const Batch& batch, const StepLayout& L) {
     inputs_staging_ = backend_.alloc_host(L.bytes * 2);
     inputs_ = backend_.alloc(L.bytes * 2);
   }
+  // The previous step's copy of the staging buffer may still be queued behind its predecessor's kernels (eager
+  // prompt chunks do not wait for the device between steps): overwriting it now would hand that step this one's
+  // inputs (seen as a garbage KV slot on the GPU).
+  backend_.wait_for_copies();
   auto* base = static_cast<uint8_t*>(inputs_staging_.data());
   const auto put = [&](size_t off, const auto& v) {
     if (!v.empty()) std::memcpy(base + off, v.data(), v.size() * sizeof(v[0]));

@@ -93,7 +93,11 @@ class Backend {
   // larger matmuls; the model then runs qkv_epilogue and swiglu_fused). A backend that says true implements
   // both ops.
   virtual bool wants_fused_projections() const { return false; }
+  // Enqueues dst <- src. A GPU backend copies from alloc_host memory asynchronously: src must not change until
+  // wait_for_copies() (or synchronize()) has returned.
   virtual void copy_to_device(const Tensor& dst, const void* src, size_t bytes) = 0;
+  // Blocks until every copy_to_device enqueued so far has read its source (a no-op where copies are synchronous).
+  virtual void wait_for_copies() {}
   virtual void copy_to_host(void* dst, const Tensor& src, size_t bytes) = 0;
   virtual void synchronize() = 0;
 

@@ -131,6 +131,9 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
     options_.prefill_bf16_weights = true;  // one GEMM for every token count reads bf16 weights
   }
   if (options.profile_ops) profiler_ = std::make_unique<OpProfiler>(stream_);
+  cudaEvent_t copy_event = nullptr;
+  FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&copy_event, cudaEventDisableTiming));
+  copy_done_ = copy_event;
 }
 
 CudaBackend::~CudaBackend() {
@@ -144,6 +147,7 @@ CudaBackend::~CudaBackend() {
   }
   gemm_.reset();
   if (errors_) cudaFreeHost(errors_);
+  if (copy_done_) cudaEventDestroy(copy_done_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -230,6 +234,16 @@ void CudaBackend::copy_to_device(const Tensor& dst, const void* src, size_t byte
   if (bytes == 0) return;
   const OpProfiler::Scope prof(profiler_.get(), "copy host->device", double(bytes));
   FERRY_CUDA_CHECK(cudaMemcpyAsync(dst.data, src, bytes, cudaMemcpyHostToDevice, stream_));
+  if (!capturing_) {  // a captured copy reads its source when the graph replays, which a step's sync follows
+    FERRY_CUDA_CHECK(cudaEventRecord(copy_done_, stream_));
+    copy_pending_ = true;
+  }
+}
+
+void CudaBackend::wait_for_copies() {
+  if (!copy_pending_) return;
+  FERRY_CUDA_CHECK(cudaEventSynchronize(copy_done_));
+  copy_pending_ = false;
 }
 
 void CudaBackend::copy_to_host(void* dst, const Tensor& src, size_t bytes) {

@@ -26,6 +26,7 @@
 #include "ops/backend.h"
 
 struct CUstream_st;  // cudaStream_t without including the CUDA headers here
+struct CUevent_st;   // cudaEvent_t, the same
 
 namespace ferry {
 
@@ -83,6 +84,7 @@ class CudaBackend final : public Backend {
   // wq|wk|wv and w_gate|w_up as one matmul each (decode: fewer, larger matvecs) + qkv_epilogue / swiglu_fused.
   bool wants_fused_projections() const override { return true; }
   void copy_to_device(const Tensor& dst, const void* src, size_t bytes) override;
+  void wait_for_copies() override;
   void copy_to_host(void* dst, const Tensor& src, size_t bytes) override;
   void synchronize() override;
 
@@ -152,6 +154,8 @@ class CudaBackend final : public Backend {
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path
   DeviceBuffer x_bf16_;          // (n, n_in) bf16: activations rounded for the GEMM path
   bool capturing_ = false;       // between begin_capture and end_capture/cancel_capture
+  CUevent_st* copy_done_ = nullptr;  // recorded after each eager copy_to_device (wait_for_copies)
+  bool copy_pending_ = false;
   uint64_t scratch_epoch_ = 0;   // bumped whenever ensure() reallocates a scratch buffer
   // attention()'s checks and parameters (q: (n, n_heads, head_dim), for its shape; the pointer is read unless a
   // fused epilogue replaces it), then its scratch and launch.
