@@ -73,6 +73,35 @@ TEST_F(CudaMatmul, ShapesThatExerciseTheUnrollTailAndBias) {
   check({DType::F32, 2, 33, 4, true});  // a tiny row: fewer chunks than lanes
 }
 
+// Where the backend keeps a step's matmul input in bf16 (matmul_input_dtype), a bf16 x must give exactly the
+// output of the f32 x it was rounded from: every GEMM path rounds f32 activations to bf16 first. Token counts
+// and shapes reach the mma.sync skinny GEMM (17-32 tokens), the wgmma skinny GEMM (33-64 tokens on a 16384-row
+// weight), cuBLASLt (up to 255) and the Hopper GEMM (256 and more), with a bias and for Q8_0 (its bf16 copy).
+TEST_F(CudaMatmul, Bf16InputEqualsTheF32InputItWasRoundedFrom) {
+  struct Shape {
+    DType type;
+    int64_t n, n_out, n_in;
+    bool bias;
+  };
+  for (const Shape& c : {Shape{DType::BF16, 17, 512, 1024, true}, Shape{DType::BF16, 48, 16384, 1024, false},
+                         Shape{DType::BF16, 100, 300, 512, false}, Shape{DType::BF16, 256, 512, 1024, false},
+                         Shape{DType::BF16, 511, 384, 4096, true}, Shape{DType::Q8_0, 300, 256, 1024, false}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.type)) + " n=" + std::to_string(c.n) + " " + std::to_string(c.n_out) + "x" +
+                 std::to_string(c.n_in));
+    ASSERT_EQ(gpu_->matmul_input_dtype(c.n), DType::BF16);
+    std::vector<uint8_t> w = make_weight(c.type, c.n_out, c.n_in, 400 + uint32_t(c.n));
+    const std::vector<float> x = random_floats(size_t(c.n * c.n_in), 500 + uint32_t(c.n), 2.0f);
+    const std::vector<float> b = random_floats(size_t(c.n_out), 600);
+    const Tensor gw = gpu_->prepare_weight(Tensor::make(c.type, {c.n_out, c.n_in}, w.data()), keep_);
+    const Tensor bias = c.bias ? upload(DType::F32, {c.n_out}, b) : Tensor{};
+    const Tensor out32 = poisoned({c.n, c.n_out}), out16 = poisoned({c.n, c.n_out});
+    gpu_->matmul(out32, upload(DType::F32, {c.n, c.n_in}, x), gw, bias);
+    gpu_->matmul(out16, upload(DType::BF16, {c.n, c.n_in}, to_bf16_bits(x)), gw, bias);
+    const std::vector<float> a = download(out32), z = download(out16);
+    EXPECT_EQ(a, z);  // bit for bit (poisoned NaNs left unwritten would differ too)
+  }
+}
+
 }  // namespace
 }  // namespace ferry::test
 

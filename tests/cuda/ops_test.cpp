@@ -51,6 +51,33 @@ TEST_F(CudaOps, AddRmsNormUpdatesResidualAndNormalizes) {
   }
 }
 
+// A norm that feeds a bf16 GEMM writes its rows rounded to bf16 (CudaBackend::matmul_input_dtype): the bits must
+// be exactly the f32 output's, rounded to nearest even (what the separate conversion pass produced), for both
+// kernel shapes (vector: cols % 4 == 0 up to 8192; scalar otherwise).
+TEST_F(CudaOps, NormsWriteBf16RowsEqualToRoundedF32Rows) {
+  for (const int64_t cols : {4096, 66, 8204}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const int64_t rows = 40;
+    const std::vector<float> x = random_floats(size_t(rows * cols), 11, 2.0f), delta = random_floats(x.size(), 12, 0.5f);
+    const std::vector<float> w = random_floats(size_t(cols), 13);
+    const Tensor gx = upload(DType::F32, {rows, cols}, x), gw = upload(DType::F32, {cols}, w);
+    const Tensor out = poisoned({rows, cols});
+    const Tensor out16 = upload(DType::BF16, {rows, cols}, nullptr);
+    std::vector<uint16_t> got(size_t(rows * cols));
+    gpu_->rms_norm(out, gx, gw, 1e-5f);
+    gpu_->rms_norm(out16, gx, gw, 1e-5f);
+    gpu_->copy_to_host(got.data(), out16, got.size() * 2);
+    EXPECT_EQ(got, to_bf16_bits(download(out))) << "rms_norm";
+    const Tensor res_a = upload(DType::F32, {rows, cols}, x), res_b = upload(DType::F32, {rows, cols}, x);
+    const Tensor gd = upload(DType::F32, {rows, cols}, delta);
+    gpu_->add_rms_norm(out, res_a, gd, gw, 1e-6f);
+    gpu_->add_rms_norm(out16, res_b, gd, gw, 1e-6f);
+    gpu_->copy_to_host(got.data(), out16, got.size() * 2);
+    EXPECT_EQ(got, to_bf16_bits(download(out))) << "add_rms_norm";
+    EXPECT_EQ(download(res_a), download(res_b)) << "add_rms_norm residual";
+  }
+}
+
 TEST_F(CudaOps, RopeBothOrderingsAndPartialRotation) {
   for (const RopeOrdering ord : {RopeOrdering::Interleaved, RopeOrdering::Neox}) {
     for (const int64_t head_dim : {64, 128}) {

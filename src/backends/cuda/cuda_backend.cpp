@@ -367,9 +367,12 @@ void CudaBackend::rms_norm(const Tensor& out, const Tensor& x, const Tensor& wei
   require_cuda(weight, "rms_norm weight");
   const int64_t rows = x.rows(), cols = x.cols();
   FERRY_ASSERT(weight.numel() == cols && out.rows() == rows && out.cols() == cols);
-  FERRY_ASSERT(x.dtype == DType::F32 && out.dtype == DType::F32 && weight.dtype == DType::F32);
-  cuda_ops::rms_norm({.out = out.ptr<float>(), .x = x.ptr<float>(), .residual = nullptr, .delta = nullptr,
-                      .weight = weight.ptr<float>(), .rows = rows, .cols = cols, .eps = eps},
+  FERRY_ASSERT(x.dtype == DType::F32 && weight.dtype == DType::F32);
+  FERRY_ASSERT(out.dtype == DType::F32 || out.dtype == DType::BF16);  // bf16: a GEMM's input (matmul_input_dtype)
+  const bool bf16 = out.dtype == DType::BF16;
+  cuda_ops::rms_norm({.out = bf16 ? nullptr : out.ptr<float>(), .x = x.ptr<float>(), .residual = nullptr,
+                      .delta = nullptr, .weight = weight.ptr<float>(), .rows = rows, .cols = cols, .eps = eps,
+                      .out_bf16 = bf16 ? static_cast<uint16_t*>(out.data) : nullptr},
                      stream_);
 }
 
@@ -383,17 +386,26 @@ void CudaBackend::add_rms_norm(const Tensor& out, const Tensor& residual, const 
   const int64_t rows = residual.rows(), cols = residual.cols();
   FERRY_ASSERT(delta.rows() == rows && delta.cols() == cols && weight.numel() == cols);
   FERRY_ASSERT(out.rows() == rows && out.cols() == cols);
-  cuda_ops::add_rms_norm({.out = out.ptr<float>(), .x = nullptr, .residual = residual.ptr<float>(),
+  FERRY_ASSERT(out.dtype == DType::F32 || out.dtype == DType::BF16);  // bf16: a GEMM's input (matmul_input_dtype)
+  const bool bf16 = out.dtype == DType::BF16;
+  cuda_ops::add_rms_norm({.out = bf16 ? nullptr : out.ptr<float>(), .x = nullptr, .residual = residual.ptr<float>(),
                           .delta = delta.ptr<float>(), .weight = weight.ptr<float>(), .rows = rows, .cols = cols,
-                          .eps = eps},
+                          .eps = eps, .out_bf16 = bf16 ? static_cast<uint16_t*>(out.data) : nullptr},
                          stream_);
+}
+
+DType CudaBackend::matmul_input_dtype(int64_t n_tokens) const {
+  // Above 16 tokens every path of choose_matmul_path (matmul_dispatch.h) is a GEMM that reads bf16 activations
+  // (skinny, wgmma skinny, cuBLASLt, the Hopper GEMM; batch-invariant mode: the Hopper GEMM at every n), so the
+  // norm writes them rounded and matmul skips its conversion pass; at 16 and fewer the matvecs read f32.
+  return n_tokens > 16 || options_.batch_invariant ? DType::BF16 : DType::F32;
 }
 
 void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
   require_cuda(out, "matmul output");
   require_cuda(x, "matmul input");
   require_cuda(w, "matmul weight");
-  FERRY_ASSERT(x.dtype == DType::F32 && out.dtype == DType::F32);
+  FERRY_ASSERT((x.dtype == DType::F32 || x.dtype == DType::BF16) && out.dtype == DType::F32);
   FERRY_ASSERT(x.cols() == w.cols() && out.rows() == x.rows() && out.cols() == w.rows());
   FERRY_ASSERT(bias.empty() || (bias.numel() == w.rows() && bias.device == Device::Cuda));
   FERRY_ASSERT(is_native_weight_type(w.dtype));
@@ -429,6 +441,9 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
                               token_bucket(n))
                 : std::string(),
       double(w.nbytes()) + double(x.nbytes()) + double(out.nbytes()));
+  // bf16 activations come only at token counts where no matvec runs (matmul_input_dtype).
+  FERRY_CHECK(x.dtype == DType::F32 || path != cuda_ops::MatmulPath::Matvec,
+              "CUDA matmul: bf16 activations at {} tokens (the matvec reads f32; matmul_input_dtype says f32 here)", n);
   if (path == cuda_ops::MatmulPath::Matvec) {
     // The matvec's activation scratch (quantized weights: int8 activations) reuses x_bf16_, which only the
     // GEMM path otherwise uses, in stream order.
@@ -455,6 +470,7 @@ const uint16_t* CudaBackend::gemm_weight_bf16(const Tensor& w) {
 }
 
 const uint16_t* CudaBackend::gemm_x_bf16(const Tensor& x) {
+  if (x.dtype == DType::BF16) return x.ptr<uint16_t>();  // the norm wrote it rounded already
   ensure(x_bf16_, size_t(x.rows()) * size_t(x.cols()) * 2);
   f32_to_bf16(x.ptr<float>(), static_cast<uint16_t*>(x_bf16_.data()), x.rows() * x.cols(), stream_);
   return static_cast<const uint16_t*>(x_bf16_.data());
@@ -464,29 +480,29 @@ void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& 
                               cuda_ops::MatmulPath path) {
   const int64_t n = x.rows(), n_in = x.cols(), n_out = w.rows();
   const uint16_t* wb = gemm_weight_bf16(w);
-  gemm_x_bf16(x);
+  const uint16_t* xq = gemm_x_bf16(x);  // (n, n_in) bf16
   const bool sm90_fits = sm90_gemm_ && Sm90Gemm::supports(n, n_out, n_in) && reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
   if (options_.batch_invariant) {
     // One tile shape for every token count: a row's K-order of accumulation is then the same in any batch.
     FERRY_CHECK(sm90_fits, "batch-invariant mode: the Hopper GEMM does not take a {}x{} weight (k must be a multiple "
                 "of 8, n even)", n_out, n_in);
     const cuda_ops::GemmTile fixed = cuda_ops::GemmTile::k128x128;
-    sm90_gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in, stream_, &fixed);
+    sm90_gemm_->run(out.ptr<float>(), xq, wb, n, n_out, n_in, stream_, &fixed);
   } else if (path == cuda_ops::MatmulPath::HopperGemm && sm90_fits) {
-    sm90_gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in, stream_);
+    sm90_gemm_->run(out.ptr<float>(), xq, wb, n, n_out, n_in, stream_);
   } else if (path == cuda_ops::MatmulPath::Skinny) {
     int sms = 0;
     FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options_.device_index));
-    cuda_ops::skinny_gemm({.out = out.ptr<float>(), .x = static_cast<const uint16_t*>(x_bf16_.data()), .w = wb, .n = n,
+    cuda_ops::skinny_gemm({.out = out.ptr<float>(), .x = xq, .w = wb, .n = n,
                            .rows = n_out, .k = n_in},
                           cuda_ops::make_skinny_plan(n, n_out, n_in, sms), stream_);
   } else if (path == cuda_ops::MatmulPath::WgSkinny && reinterpret_cast<uintptr_t>(wb) % 16 == 0) {  // TMA: 16 B
-    wg_skinny_->run({.out = out.ptr<float>(), .x = static_cast<const uint16_t*>(x_bf16_.data()), .w = wb, .n = n,
+    wg_skinny_->run({.out = out.ptr<float>(), .x = xq, .w = wb, .n = n,
                      .rows = n_out, .k = n_in},
                     stream_);
   } else {
     ensure(gemm_workspace_, kGemmWorkspaceBytes);
-    gemm_->run(out.ptr<float>(), static_cast<const uint16_t*>(x_bf16_.data()), wb, n, n_out, n_in,
+    gemm_->run(out.ptr<float>(), xq, wb, n, n_out, n_in,
                gemm_workspace_.data(), gemm_workspace_.bytes(), stream_);
   }
   if (!bias.empty()) add_bias(out.ptr<float>(), bias.ptr<float>(), n, n_out, stream_);
@@ -693,12 +709,13 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
   require_cuda(x, "matmul_swiglu input");
   require_cuda(w, "matmul_swiglu weight");
   const int64_t n = x.rows(), hidden = w.rows() / 2, dim = w.cols();
-  FERRY_ASSERT(x.dtype == DType::F32 && out.dtype == DType::F32 && w.rows() == 2 * hidden && x.cols() == dim);
+  FERRY_ASSERT((x.dtype == DType::F32 || x.dtype == DType::BF16) && out.dtype == DType::F32 && w.rows() == 2 * hidden &&
+               x.cols() == dim);
   FERRY_ASSERT(out.rows() == n && out.cols() == hidden);
   if (n == 0) return;
   // One token: the matvec rule would run version 9 (the default rule or FERRY_CUDA_MATVEC=9) on BF16/F16.
   const bool half = w.dtype == DType::BF16 || w.dtype == DType::F16;
-  const bool stream = n == 1 && half && !options_.batch_invariant &&
+  const bool stream = n == 1 && half && x.dtype == DType::F32 && !options_.batch_invariant &&
                       (options_.matvec_version == 0 || options_.matvec_version == 9) &&
                       reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
                       cuda_ops::matvec_swiglu_applies(w.dtype, 1, w.rows(), dim);

@@ -83,6 +83,7 @@ class CudaBackend final : public Backend {
   Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) override;
   // wq|wk|wv and w_gate|w_up as one matmul each (decode: fewer, larger matvecs) + qkv_epilogue / swiglu_fused.
   bool wants_fused_projections() const override { return true; }
+  DType matmul_input_dtype(int64_t n_tokens) const override;  // bf16 above 16 tokens (every path a GEMM)
   void copy_to_device(const Tensor& dst, const void* src, size_t bytes) override;
   void wait_for_copies() override;
   void copy_to_host(void* dst, const Tensor& src, size_t bytes) override;
