@@ -39,6 +39,7 @@ OpProfiler::Scope::Scope(OpProfiler* p, std::string key, double bytes) : p_(p), 
   }
   start_ = p_->take_event();
   if (start_) (void)cudaEventRecord(start_, p_->stream_);
+  host_start_ = std::chrono::steady_clock::now();
 }
 
 OpProfiler::Scope::~Scope() {
@@ -49,7 +50,8 @@ OpProfiler::Scope::~Scope() {
     return;
   }
   (void)cudaEventRecord(stop, p_->stream_);
-  p_->pending_.push_back(Pending{std::move(key_), bytes_, start_, stop});
+  const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start_).count();
+  p_->pending_.push_back(Pending{std::move(key_), bytes_, start_, stop, host_ms});
 }
 
 void OpProfiler::collect() {
@@ -70,6 +72,7 @@ void OpProfiler::collect() {
       ++t.calls;
       t.ms += ms;
       t.bytes += p.bytes;
+      t.host_ms += p.host_ms;
     }
     free_events_.push_back(p.start);
     free_events_.push_back(p.stop);
@@ -86,8 +89,8 @@ std::string OpProfiler::report() {
   std::vector<std::pair<std::string, Totals>> rows(totals_.begin(), totals_.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
   std::string s = fmt::format("CUDA op profile (FERRY_CUDA_PROFILE; graphs off): {:.3f} ms of GPU time in ops\n", total_ms);
-  s += fmt::format("{:<52} {:>8} {:>10} {:>9} {:>6} {:>8} {:>6}\n", "op", "calls", "total ms", "mean us", "share",
-                   "GB/s", "%BW");
+  s += fmt::format("{:<52} {:>8} {:>10} {:>9} {:>6} {:>8} {:>6} {:>8}\n", "op", "calls", "total ms", "mean us",
+                   "share", "GB/s", "%BW", "host us");
   for (const auto& [key, t] : rows) {
     const double mean_us = t.ms * 1e3 / double(t.calls);
     std::string bw = "", pct = "";
@@ -96,8 +99,8 @@ std::string OpProfiler::report() {
       bw = fmt::format("{:.0f}", gbs);
       pct = fmt::format("{:.0f}%", 100.0 * gbs / kCopyRooflineGBs);
     }
-    s += fmt::format("{:<52} {:>8} {:>10.3f} {:>9.2f} {:>5.1f}% {:>8} {:>6}\n", key, t.calls, t.ms, mean_us,
-                     100.0 * t.ms / total_ms, bw, pct);
+    s += fmt::format("{:<52} {:>8} {:>10.3f} {:>9.2f} {:>5.1f}% {:>8} {:>6} {:>8.2f}\n", key, t.calls, t.ms, mean_us,
+                     100.0 * t.ms / total_ms, bw, pct, t.host_ms * 1e3 / double(t.calls));
   }
   return s;
 }

@@ -7,10 +7,13 @@
 // Step graphs are off while profiling (events are per launch), so this measures op times, not the graph's
 // launch gaps: compare the sum with a graph-replayed step's time (ferry bench without the variable) to see
 // the gaps. An event pair times its op on the GPU even when the host launches slower than the GPU runs.
+// Each op's host time (from the Scope's start to its end: argument checks, planning, launches) is summed too, so
+// a step whose ops cost more on the host than on the GPU shows up (the "host us" column).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -38,6 +41,7 @@ class OpProfiler {
     std::string key_;
     double bytes_ = 0;
     cudaEvent_t start_ = nullptr;
+    std::chrono::steady_clock::time_point host_start_;
   };
 
   // Folds every finished pair into the totals (call after the stream was synchronized).
@@ -50,10 +54,11 @@ class OpProfiler {
     std::string key;
     double bytes;
     cudaEvent_t start, stop;
+    double host_ms;
   };
   struct Totals {
     int64_t calls = 0;
-    double ms = 0, bytes = 0;
+    double ms = 0, bytes = 0, host_ms = 0;
   };
   cudaEvent_t take_event();
 
