@@ -4,8 +4,9 @@
 //            KVH 8 (GQA 4), head_dim 128 and 64, one launch over B sequences of L tokens (B * L = 16384).
 //            FLOPs counted as for causal SDPA: 4 * B * H * L^2 * D / 2 (two matmuls, 2 FLOP per MAC, half
 //            the L x L scores). Variants (query rows x key positions per tile): 128 x 64 (the
-//            default), 128 x 32 and 64 x 64; "vs 128x64" is the relative
+//            default), 128 x 32, 64 x 64 and "w8" (128 x 64 as 8 warps x 16 rows); "vs 128x64" is the relative
 //            L2 difference of a variant's output from the default's (the default is what the tests check);
+//            "w8+dec": w8 then the (empty) split-KV decode launch, what attention()'s two-launch path costs;
 //            "v1 128" / "v1 64": 128 x 64 and 64 x 64 with the first-version key walk (flash_prefill_walk_v1.cuh).
 //   decode : one query row per sequence at context C, B sequences (each its own block table, blocks
 //            shuffled), H 32, KVH 8, D 128; bytes = bf16 K + V read (B * C * 8 * 128 * 2 bytes * 2) plus the
@@ -179,9 +180,10 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
   std::printf("\n== prefill attention, causal, paged bf16 cache, H 32 KVH 8, B*L = 16384 (TFLOP/s = 4*B*H*L^2*D/2 / t) ==\n");
-  std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %9s %9s %9s %9s %9s %9s\n", "D", "L", "B",
-              "128x64 ms", "TF/s", "128x32 ms", "TF/s", "vs 128x64", "64x64 ms", "TF/s", "vs 128x64", "attn() ms",
-              "TF/s", "vs 128x64", "v1 128 ms", "TF/s", "vs 128x64", "v1 64 ms", "TF/s", "vs 64x64");
+  std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %9s %9s %9s %9s %9s %9s\n",
+              "D", "L", "B", "128x64 ms", "TF/s", "128x32 ms", "TF/s", "vs 128x64", "64x64 ms", "TF/s", "vs 128x64",
+              "w8 ms", "TF/s", "vs 128x64", "w8+dec ms", "TF/s", "attn() ms", "TF/s", "vs 128x64", "v1 128 ms", "TF/s",
+              "vs 128x64", "v1 64 ms", "TF/s", "vs 64x64");
   cudaStream_t s;
   BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   for (const int D : {128, 64}) {
@@ -202,6 +204,13 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
       const double t_def = run(V::kRows128, o_def);
       const double t_k32 = run(V::kRows128Keys32, o_k32);
       const double t_r64 = run(V::kRows64, o_r64);
+      std::vector<float> o_w8;
+      const double t_w8 = run(V::kRows128W8, o_w8);
+      const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(p, n_sms);
+      const double t_w8d = median_ms(s, [&] {
+        cuda_ops::flash_prefill_attention(p, s, V::kRows128W8);
+        cuda_ops::decode_split_attention(p, plan, s);
+      }, 15);
       // attention(): the dispatch (the one-launch mixed kernel, mixed_attention.cuh).
       const double t_att = median_ms(s, [&] { cuda_ops::attention(p, s); }, 15);
       const std::vector<float> o_att = download(p.out, n_out);
@@ -209,12 +218,13 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
       std::vector<float> o_v128, o_v64;
       const double t_v128 = run(V::kRows128V1, o_v128);
       const double t_v64 = run(V::kRows64V1, o_v64);
-      std::printf("%4d %6d %4d %9.3f %9.1f %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e | %9.3f %9.1f %9.2e "
-                  "%9.3f %9.1f %9.2e\n", D, L, B, t_def,
+      std::printf("%4d %6d %4d %9.3f %9.1f %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e %9.3f %9.1f %9.3f "
+                  "%9.1f %9.2e | %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e\n", D, L, B, t_def,
                   flop / t_def * 1e-9, t_k32, flop / t_k32 * 1e-9, rel_l2(o_k32, o_def), t_r64, flop / t_r64 * 1e-9,
-                  rel_l2(o_r64, o_def), t_att, flop / t_att * 1e-9, rel_l2(o_att, o_def), t_v128, flop / t_v128 * 1e-9,
+                  rel_l2(o_r64, o_def), t_w8, flop / t_w8 * 1e-9, rel_l2(o_w8, o_def), t_w8d, flop / t_w8d * 1e-9,
+                  t_att, flop / t_att * 1e-9, rel_l2(o_att, o_def), t_v128, flop / t_v128 * 1e-9,
                   rel_l2(o_v128, o_def), t_v64, flop / t_v64 * 1e-9, rel_l2(o_v64, o_r64));
-      const double t1 = std::min(t_def, std::min(t_k32, t_r64)), t2 = t_att;
+      const double t1 = std::min(std::min(t_def, t_w8), std::min(t_k32, t_r64)), t2 = t_att;
       const double bytes = double(B) * L * (2.0 * 32 * 4 + 2.0 * 8 * 2) * D;  // q, out f32; k, v bf16
       json.add("flash prefill attention D" + std::to_string(D) + " L" + std::to_string(L) + " B" + std::to_string(B),
                flop, bytes, std::min(t1, t2) * 1e-3);

@@ -463,8 +463,9 @@ TEST_F(CudaAttention, MixedKernelConfigsMatchTwoLaunches) {
 }
 
 // The prefill kernel's key walk (flash_prefill_block.cuh) against its first version (flash_prefill_walk_v1.cuh,
-// kept for the benchmark), directly, 128- and 64-row tiles: the same arithmetic, so within 1e-6 (bit-identical
-// unless the compiler contracts differently); head_dim 128 and 64, block sizes 16, 8 and 24, prompts on prefixes.
+// kept for the benchmark), directly, 128- and 64-row tiles, and the 8-warp 128-row tiles (kRows128W8: each row's
+// arithmetic is the same whichever warp holds it): the same arithmetic, so within 1e-6 (bit-identical unless the
+// compiler contracts differently); head_dim 128 and 64, block sizes 16, 8 and 24, prompts on prefixes.
 // Last, one block table entry of a prompt set out of range: both versions report kBadBlock and zero-fill those
 // keys alike.
 TEST_F(CudaAttention, PrefillWalkMatchesFirstVersion) {
@@ -517,13 +518,16 @@ TEST_F(CudaAttention, PrefillWalkMatchesFirstVersion) {
         }
         return r;
       };
-      for (const auto& [now, v1] : {std::pair<V, V>{V::kRows128, V::kRows128V1}, {V::kRows64, V::kRows64V1}}) {
+      for (const auto& [now, v1] : {std::pair<V, V>{V::kRows128, V::kRows128V1}, {V::kRows64, V::kRows64V1},
+                                    {V::kRows128W8, V::kRows128V1}}) {
         uint32_t bits_now = 0, bits_v1 = 0;
         const std::vector<float> a = run(now, bits_now), b = run(v1, bits_v1);
         for (const float x : a) ASSERT_TRUE(std::isfinite(x)) << what;
         const double err = rel_l2(a, b);
         const bool same = std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-        const std::string rows = now == V::kRows128 ? "128-row tiles" : "64-row tiles";
+        const std::string rows = now == V::kRows128   ? "128-row tiles"
+                                 : now == V::kRows64 ? "64-row tiles"
+                                                     : "128-row tiles of 8 warps";
         EXPECT_LE(err, 1e-6) << what << ", " << rows;
         EXPECT_EQ(bits_now, bad_block ? uint32_t(cuda_ops::kBadBlock) : 0u) << what << ", " << rows;
         EXPECT_EQ(bits_v1, bits_now) << what << ", " << rows << ": the first version's error bits";

@@ -37,37 +37,37 @@ namespace {
 using prefill_detail::find_tile;
 using prefill_detail::flash_prefill_tile;
 using prefill_detail::kMinBlocks;
-using prefill_detail::kThreads;
 using prefill_detail::PrefillShape;
 
-// kV1: the first-version key walk (flash_prefill_walk_v1.cuh).
-template <int D, int MT, int KT, bool kV1 = false>
-__global__ void __launch_bounds__(kThreads, (kMinBlocks<D, MT>)) flash_prefill_kernel(AttentionParams p) {
+// kV1: the first-version key walk (flash_prefill_walk_v1.cuh). NW: warps per block (kV1: 4 only).
+template <int D, int MT, int KT, bool kV1 = false, int NW = prefill_detail::kWarps>
+__global__ void __launch_bounds__(NW * 32, (kMinBlocks<D, MT, NW>)) flash_prefill_kernel(AttentionParams p) {
+  static_assert(!kV1 || NW == prefill_detail::kWarps);
   pdl_allow_dependents();
   pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int s = 0, tile = 0;
-  if (!find_tile(p, PrefillShape<D, MT, KT>::kTileQ, int(blockIdx.y), s, tile)) return;  // same answer in every warp
+  if (!find_tile(p, PrefillShape<D, MT, KT, NW>::kTileQ, int(blockIdx.y), s, tile)) return;  // same in every warp
   if constexpr (kV1) {
     prefill_v1::flash_prefill_tile_v1<D, MT, KT>(p, s, tile, int(blockIdx.x), smem_raw);
   } else {
-    flash_prefill_tile<D, MT, KT>(p, s, tile, int(blockIdx.x), smem_raw);
+    flash_prefill_tile<D, MT, KT, NW, true>(p, s, tile, int(blockIdx.x), smem_raw);  // diagonal skip at MT = 2
   }
 }
 
-template <int D, int MT, int KT, bool kV1 = false>
+template <int D, int MT, int KT, bool kV1 = false, int NW = prefill_detail::kWarps>
 void launch_prefill(const AttentionParams& p, cudaStream_t stream, bool pdl = false) {
-  using Sh = PrefillShape<D, MT, KT>;
+  using Sh = PrefillShape<D, MT, KT, NW>;
   // Tiles: sum over sequences of ceil(q_len / kTileQ) <= n_tokens / kTileQ + n_seqs.
   const int64_t max_tiles = (int64_t(p.n_tokens) + Sh::kTileQ - 1) / Sh::kTileQ + p.n_seqs;
   FERRY_CUDA_REQUIRE(max_tiles <= 65535);
-  const auto kernel = flash_prefill_kernel<D, MT, KT, kV1>;
+  const auto kernel = flash_prefill_kernel<D, MT, KT, kV1, NW>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Sh::kSmemBytes)));
   const dim3 grid(unsigned(p.n_heads), unsigned(max_tiles));
   if (pdl) {
-    launch_pdl(kernel, grid, dim3(kThreads), Sh::kSmemBytes, stream, p);
+    launch_pdl(kernel, grid, dim3(Sh::kThreads), Sh::kSmemBytes, stream, p);
   } else {
-    kernel<<<grid, kThreads, Sh::kSmemBytes, stream>>>(p);
+    kernel<<<grid, Sh::kThreads, Sh::kSmemBytes, stream>>>(p);
   }
   FERRY_CUDA_CHECK_LAUNCH(flash_prefill_kernel);
 }
@@ -93,6 +93,9 @@ void flash_prefill_attention(const AttentionParams& p, cudaStream_t stream, Flas
       break;
     case FlashPrefillVariant::kRows64V1:
       p.head_dim == 64 ? launch_prefill<64, 1, 64, true>(p, stream) : launch_prefill<128, 1, 64, true>(p, stream);
+      break;
+    case FlashPrefillVariant::kRows128W8:
+      p.head_dim == 64 ? launch_prefill<64, 1, 64, false, 8>(p, stream) : launch_prefill<128, 1, 64, false, 8>(p, stream);
       break;
     case FlashPrefillVariant::kRows128Pdl:
       p.head_dim == 64 ? launch_prefill<64, 2, 64>(p, stream, true) : launch_prefill<128, 2, 64>(p, stream, true);

@@ -27,6 +27,7 @@ enum class FlashPrefillVariant {
   kRows64,    // MT = 1: 64 query rows per block
   kRows128,   // MT = 2: 128 query rows per block, 64-position key tiles
   kRows128Keys32,  // MT = 2 with 32-position key tiles (fewer live score registers)
+  kRows128W8,      // 128 query rows per block as 8 warps x 16 rows (MT = 1: Q in registers), 64-position key tiles
   kRows128Pdl,     // kRows128 launched with programmatic dependent launch (pdl.cuh); the others launch plainly
   kRows128V1,      // kRows128 with the first-version key walk (flash_prefill_walk_v1.cuh), for benchmarks
   kRows64V1,       // kRows64 with the first-version key walk

@@ -23,9 +23,12 @@ constexpr int kThreads = kWarps * 32;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFull = 0xFFFFFFFFu;
 
-template <int D, int MT, int KT>
+// NW: warps per block (the standalone kernel's 8-warp tiles, kRows128W8; everything else 4 = kWarps). A warp
+// owns MT m16 tiles, so kTileQ = 16 * NW * MT query rows.
+template <int D, int MT, int KT, int NW = kWarps>
 struct PrefillShape {
-  static constexpr int kTileQ = 64 * MT;
+  static constexpr int kThreads = NW * 32;
+  static constexpr int kTileQ = 16 * NW * MT;
   static constexpr int kTileK = KT;
   static constexpr int kStride = D + 8;  // bf16 elements per shared-memory row
   static constexpr int kQElems = kTileQ * kStride;
@@ -80,19 +83,20 @@ __device__ inline int count_tiles(const AttentionParams& p, int tile_q) {
   return total;
 }
 
-// How the block's threads copy a K/V tile of kTileK positions: copy step i (< kPerThread) of thread tid moves the
-// 16-byte chunk tid % kChunks of key (tid / kChunks) + i * kKeyStep, for K and for V. Warp w thus copies the keys
-// w * kWarpKeys + sub + i * kKeyStep (sub < kWarpKeys), kTileK / 4 of them, and its lane i * kWarpKeys + sub looks
+// How the block's NW * 32 threads copy a K/V tile of kTileK positions: copy step i (< kPerThread) of thread tid
+// moves the 16-byte chunk tid % kChunks of key (tid / kChunks) + i * kKeyStep, for K and for V. Warp w thus copies
+// the keys w * kWarpKeys + sub + i * kKeyStep (sub < kWarpKeys), kTileK / NW of them, and its lane i * kWarpKeys + sub looks
 // that key up in the block table once per tile (KeySlot); step i of lane l takes the row from lane
 // i * kWarpKeys + l / kChunks with one shuffle.
-template <int D, int kTileK>
+template <int D, int kTileK, int NW = kWarps>
 struct KvCopyMap {
-  static constexpr int kChunks = D / 8;                           // 16-byte chunks per row
-  static constexpr int kPerThread = kTileK * kChunks / kThreads;  // copy steps per thread, per tensor
-  static constexpr int kWarpKeys = 32 / kChunks;                  // keys one warp covers per step
-  static constexpr int kKeyStep = kThreads / kChunks;             // keys between a thread's steps
-  static constexpr int kLookupLanes = kPerThread * kWarpKeys;     // = kTileK / 4: lanes with a key to look up
-  static_assert(kChunks <= 32 && kTileK * kChunks % kThreads == 0 && kLookupLanes <= 32);
+  static constexpr int kBlockThreads = NW * 32;
+  static constexpr int kChunks = D / 8;                                // 16-byte chunks per row
+  static constexpr int kPerThread = kTileK * kChunks / kBlockThreads;  // copy steps per thread, per tensor
+  static constexpr int kWarpKeys = 32 / kChunks;                       // keys one warp covers per step
+  static constexpr int kKeyStep = kBlockThreads / kChunks;             // keys between a thread's steps
+  static constexpr int kLookupLanes = kPerThread * kWarpKeys;          // = kTileK / NW: lanes with a key to look up
+  static_assert(kChunks <= 32 && kTileK * kChunks % kBlockThreads == 0 && kPerThread >= 1 && kLookupLanes <= 32);
   // The key (within the tile) that `lane` of warp `warp` looks up (lane < kLookupLanes).
   __device__ static int lookup_key(int warp, int lane) {
     return warp * kWarpKeys + lane % kWarpKeys + (lane / kWarpKeys) * kKeyStep;
@@ -108,9 +112,9 @@ struct KeySlot {
 };
 
 // Starts the lookup of the key this lane resolves for the tile at positions [k0, k0 + kTileK).
-template <int D, int kTileK>
+template <int D, int kTileK, int NW = kWarps>
 __device__ __forceinline__ KeySlot fetch_key_slot(const AttentionParams& p, const int32_t* table, int k0, int k_end) {
-  using Map = KvCopyMap<D, kTileK>;
+  using Map = KvCopyMap<D, kTileK, NW>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int pos = k0 + Map::lookup_key(warp, lane);
   KeySlot ks{-1, -1};
@@ -123,11 +127,11 @@ __device__ __forceinline__ KeySlot fetch_key_slot(const AttentionParams& p, cons
 
 // Issues the copies of K and V rows of the tile whose lookups are `slot` (fetch_key_slot) into ks/vs
 // (kTileK, D + 8) bf16; keys past k_end, and keys whose block table entry is out of range (reported), are
-// zero-filled. Every thread of the block calls it (warp shuffles).
-template <int D, int kTileK>
+// zero-filled. Every thread of the block (NW warps) calls it (warp shuffles).
+template <int D, int kTileK, int NW = kWarps>
 __device__ __forceinline__ void load_kv_tile_async(const AttentionParams& p, KeySlot slot, int kvh,
                                                    __nv_bfloat16* ks, __nv_bfloat16* vs) {
-  using Map = KvCopyMap<D, kTileK>;
+  using Map = KvCopyMap<D, kTileK, NW>;
   constexpr int kStride = D + 8;
   const int lane = threadIdx.x % 32;
   int row = -1;  // this lane's key: its row of the cache (block * block_size + in), -1: zero-fill
@@ -157,8 +161,9 @@ __device__ __forceinline__ void load_kv_tile_async(const AttentionParams& p, Key
 
 // Blocks per SM the register allocation must allow. Shared memory allows 2 at D = 128 (104 / 87 KB per
 // block for MT = 2 / 1) and 4 at D = 64 (55 / 46 KB); registers: D = 128, MT = 2 needs ~250 per thread.
-template <int D, int MT>
-constexpr int kMinBlocks = (D == 64 && MT == 1) ? 3 : 2;
+// 8 warps (NW = 8, MT = 1): 1 block of 256 threads at ~200 registers (D 128); 2 at D = 64 (<= 128 registers).
+template <int D, int MT, int NW = kWarps>
+constexpr int kMinBlocks = NW == 8 ? (D == 64 ? 2 : 1) : (D == 64 && MT == 1) ? 3 : 2;
 
 // Where query tile `tile` (0: the sequence's last rows, which see the most keys) of sequence s (q_len >= 2) sits,
 // for tiles of kTileQ query rows and key tiles of kTileK positions. Any thread may compute it (reads q_len,
@@ -196,25 +201,29 @@ struct TileAcc {
 };
 
 // Walks key tiles [j_begin, j_end) (0 <= j_begin < j_end <= tg.n_k_tiles) of query tile tg of sequence s for query
-// head h from a fresh state into acc. smem_raw: PrefillShape<D, MT, KT>::kSmemBytes of dynamic shared memory,
-// 16-byte aligned (Q tile, then 2 stages of K and V tiles). Every thread of the block (kThreads) calls it; it ends
+// head h from a fresh state into acc. smem_raw: PrefillShape<D, MT, KT, NW>::kSmemBytes of dynamic shared memory,
+// 16-byte aligned (Q tile, then 2 stages of K and V tiles). Every thread of the block (NW warps) calls it; it ends
 // with a __syncthreads() after its last shared-memory read, so the caller may reuse the shared memory at once.
 // Key tile j's arithmetic does not depend on j_begin: a split range computes what the whole walk computes for
-// those tiles, from its own running max.
+// those tiles, from its own running max. Nor does a row's arithmetic depend on NW or MT (which warp holds it).
 // Per tile: wait for its copies, one barrier (the tile is visible, and every warp is done with the previous tile,
 // whose stage the next copies refill), issue the next tile's copies from block-table lookups fetched one tile
 // earlier (so no global load latency sits on the path), then the math. With MT = 1 the warp's Q fragments stay
-// in registers for the whole walk (32 registers at D = 128; MT = 2 has no room for 64).
-template <int D, int MT, int KT>
+// in registers for the whole walk (32 registers at D = 128; MT = 2 has no room for 64). kSkipDiag (the standalone
+// kernel), MT = 2: a key tile past all rows of the warp's first m-tile (the diagonal's last tile) is computed for
+// the second m-tile alone (the same bits; a second copy of the tile math); and Q is staged in batches of 16 loads
+// (below). The one-launch mixed kernel leaves both off: they took its 128-row instance from 68 to 180 bytes of
+// spills.
+template <int D, int MT, int KT, int NW = kWarps, bool kSkipDiag = false>
 __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, const TileGeom& tg, int s, int h,
                                                    int j_begin, int j_end, unsigned char* smem_raw,
                                                    TileAcc<D, MT>& acc) {
-  using Sh = PrefillShape<D, MT, KT>;
-  constexpr int kTileQ = Sh::kTileQ, kTileK = Sh::kTileK, kStride = Sh::kStride;
+  using Sh = PrefillShape<D, MT, KT, NW>;
+  constexpr int kTileQ = Sh::kTileQ, kTileK = Sh::kTileK, kStride = Sh::kStride, kBlockThreads = Sh::kThreads;
   constexpr bool kQInRegs = MT == 1;
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* ks = qs + Sh::kQElems;          // 2 stages
-  __nv_bfloat16* vs = ks + 2 * Sh::kKvElems;     // 2 stages
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (kTileQ, D + 8) bf16
+  __nv_bfloat16* ks = qs + Sh::kQElems;          // (2, kTileK, D + 8) bf16: 2 stages
+  __nv_bfloat16* vs = ks + 2 * Sh::kKvElems;     // (2, kTileK, D + 8) bf16: 2 stages
 
   const int kvh = h / (p.n_heads / p.n_kv_heads);
   const int q_len = tg.q_len, q_row0 = tg.q_row0, i0 = tg.i0, pos0 = tg.pos0, k_end = tg.k_end;
@@ -222,16 +231,44 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
   const int32_t* table = p.block_tables + int64_t(s) * p.max_blocks_per_seq;
 
   // First K/V tile in flight before Q is staged; the second tile's lookups in flight during the staging.
-  load_kv_tile_async<D, kTileK>(p, fetch_key_slot<D, kTileK>(p, table, j_begin * kTileK, k_end), kvh, ks, vs);
+  load_kv_tile_async<D, kTileK, NW>(p, fetch_key_slot<D, kTileK, NW>(p, table, j_begin * kTileK, k_end), kvh, ks, vs);
   cp_async_commit();
-  KeySlot next = fetch_key_slot<D, kTileK>(p, table, (j_begin + 1) * kTileK, k_end);
+  KeySlot next = fetch_key_slot<D, kTileK, NW>(p, table, (j_begin + 1) * kTileK, k_end);
 
-  // Q rows [i0, i0 + kTileQ) of head h -> qs, scaled, bf16; rows past q_len are zeros.
-  {
+  // Q rows [i0, i0 + kTileQ) of head h -> qs, scaled, bf16; rows past q_len are zeros. kSkipDiag (the standalone
+  // kernel): all of a batch's loads are issued before any store (read-only loads: nothing orders them behind the
+  // shared stores); the mixed kernel keeps the 4-deep loop (the batches cost it 68 -> 180 bytes of spills).
+  if constexpr (kSkipDiag) {
+    constexpr int kVecs = D / 4;                               // float4 per row
+    constexpr int kPer = kTileQ * kVecs / kBlockThreads;       // float4 per thread
+    constexpr int kBatch = kPer < 16 ? kPer : 16;
+    static_assert(kTileQ * kVecs % kBlockThreads == 0 && kPer % kBatch == 0);
+    const float qscale = p.scale * kLog2e;
+    const float* qbase = p.q + (int64_t(q_row0) + i0) * p.n_heads * D + int64_t(h) * D;
+    const int64_t qrow_stride = int64_t(p.n_heads) * D;
+#pragma unroll
+    for (int b0 = 0; b0 < kPer; b0 += kBatch) {
+      float4 v[kBatch];  // (kBatch) f32 x 4: elements 4c.. of row r, idx = tid + (b0 + i) * threads
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int idx = threadIdx.x + (b0 + i) * kBlockThreads;
+        const int r = idx / kVecs, c = idx % kVecs;
+        v[i] = i0 + r < q_len ? __ldg(reinterpret_cast<const float4*>(qbase + r * qrow_stride + 4 * c))
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int idx = threadIdx.x + (b0 + i) * kBlockThreads;
+        const int r = idx / kVecs, c = idx % kVecs;
+        *reinterpret_cast<uint2*>(qs + r * kStride + 4 * c) = make_uint2(
+            pack_bf16x2(v[i].x * qscale, v[i].y * qscale), pack_bf16x2(v[i].z * qscale, v[i].w * qscale));
+      }
+    }
+  } else {
     constexpr int kVecs = D / 4;
     const float qscale = p.scale * kLog2e;
 #pragma unroll 4
-    for (int idx = threadIdx.x; idx < kTileQ * kVecs; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < kTileQ * kVecs; idx += kBlockThreads) {
       const int r = idx / kVecs, c = idx % kVecs;
       float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (i0 + r < q_len)
@@ -245,7 +282,7 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
   int mt_row0[MT], mt_pos_first[MT], mt_k_last[MT];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
-    mt_row0[mt] = i0 + warp * 16 + mt * 64;
+    mt_row0[mt] = i0 + warp * 16 + mt * 16 * NW;
     mt_pos_first[mt] = pos0 + mt_row0[mt];
     mt_k_last[mt] = mt_row0[mt] < q_len ? pos0 + min(mt_row0[mt] + 15, q_len - 1) : -1;  // -1: no valid row
   }
@@ -263,37 +300,11 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
   // The warp's Q A-fragments (kQInRegs: loaded after the first barrier, once).
   uint32_t qa[kQInRegs ? D / 16 : 1][4];
 
-  for (int j = j_begin; j < j_end; ++j) {
-    const int k0 = j * kTileK;
-    const int stage = (j - j_begin) & 1;
-    const __nv_bfloat16* kt = ks + stage * Sh::kKvElems;
-    const __nv_bfloat16* vt = vs + stage * Sh::kKvElems;
-    cp_async_wait<0>();  // this thread's copies of tile j (the only group in flight)
-    __syncthreads();     // tile j (and, on the first pass, qs) visible; every warp done with tile j - 1's stage
-    if (j + 1 < j_end) {
-      load_kv_tile_async<D, kTileK>(p, next, kvh, ks + (stage ^ 1) * Sh::kKvElems, vs + (stage ^ 1) * Sh::kKvElems);
-      cp_async_commit();
-      if (j + 2 < j_end) next = fetch_key_slot<D, kTileK>(p, table, k0 + 2 * kTileK, k_end);
-    }
-    if constexpr (kQInRegs) {
-      if (j == j_begin) {
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-          ldmatrix_x4(qa[kk], qs + (warp * 16 + (lane % 16)) * kStride + kk * 16 + (lane / 16) * 8);
-      }
-    }
-
-    // The warp skips a tile past all its rows; otherwise every m-tile computes it (an m-tile whose rows all
-    // end before the tile gets an all-masked S: P = 0, its state unchanged; branching per m-tile inside the
-    // mma loops costs more than that diagonal work).
-    bool any = false;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) any = any || k0 <= mt_k_last[mt];
-    if (!any) continue;
-
+  // The math of key tile k0 (in kt / vt) for the warp's m-tiles [kMt0, MT).
+  const auto tile_math = [&]<int kMt0>(int k0, const __nv_bfloat16* kt, const __nv_bfloat16* vt) {
     float sc[MT][kTileK / 8][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = kMt0; mt < MT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < kTileK / 8; ++nt) sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0.0f;
 
@@ -306,15 +317,15 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
         for (int e = 0; e < 4; ++e) a[0][e] = qa[kk][e];
       } else {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          ldmatrix_x4(a[mt], qs + (warp * 16 + mt * 64 + (lane % 16)) * kStride + kk * 16 + (lane / 16) * 8);
+        for (int mt = kMt0; mt < MT; ++mt)
+          ldmatrix_x4(a[mt], qs + (warp * 16 + mt * 16 * NW + (lane % 16)) * kStride + kk * 16 + (lane / 16) * 8);
       }
 #pragma unroll
       for (int nt2 = 0; nt2 < kTileK / 16; ++nt2) {
         uint32_t b[4];
         ldmatrix_x4(b, kt + (nt2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
+        for (int mt = kMt0; mt < MT; ++mt) {
           mma_bf16_16816(sc[mt][2 * nt2], a[mt], b[0], b[1]);
           mma_bf16_16816(sc[mt][2 * nt2 + 1], a[mt], b[2], b[3]);
         }
@@ -327,7 +338,7 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
     float corr[MT][2];
     bool rescale = false;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+    for (int mt = kMt0; mt < MT; ++mt) {
       if (k0 + kTileK - 1 > mt_pos_first[mt]) {  // some position in the tile is past some row's own
 #pragma unroll
         for (int nt = 0; nt < kTileK / 8; ++nt) {
@@ -372,7 +383,7 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
     }
     if (__any_sync(kFull, rescale)) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int mt = kMt0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt) {
           o[mt][nt][0] *= corr[mt][0];
@@ -391,18 +402,51 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
         uint32_t b[4];
         ldmatrix_x4_trans(b, vrow + nt2 * 16);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
+        for (int mt = kMt0; mt < MT; ++mt) {
           mma_bf16_16816(o[mt][2 * nt2], pa[mt][kk], b[0], b[1]);
           mma_bf16_16816(o[mt][2 * nt2 + 1], pa[mt][kk], b[2], b[3]);
         }
       }
     }
+  };
+
+  for (int j = j_begin; j < j_end; ++j) {
+    const int k0 = j * kTileK;
+    const int stage = (j - j_begin) & 1;
+    const __nv_bfloat16* kt = ks + stage * Sh::kKvElems;
+    const __nv_bfloat16* vt = vs + stage * Sh::kKvElems;
+    cp_async_wait<0>();  // this thread's copies of tile j (the only group in flight)
+    __syncthreads();     // tile j (and, on the first pass, qs) visible; every warp done with tile j - 1's stage
+    if (j + 1 < j_end) {
+      load_kv_tile_async<D, kTileK, NW>(p, next, kvh, ks + (stage ^ 1) * Sh::kKvElems, vs + (stage ^ 1) * Sh::kKvElems);
+      cp_async_commit();
+      if (j + 2 < j_end) next = fetch_key_slot<D, kTileK, NW>(p, table, k0 + 2 * kTileK, k_end);
+    }
+    if constexpr (kQInRegs) {
+      if (j == j_begin) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          ldmatrix_x4(qa[kk], qs + (warp * 16 + (lane % 16)) * kStride + kk * 16 + (lane / 16) * 8);
+      }
+    }
+
+    // The warp skips a tile past all its rows; with kSkipDiag a tile past all rows of its first m-tile is computed
+    // for the second alone (the first's S would be all masked: P = 0, its state unchanged). Otherwise every m-tile
+    // computes it (an m-tile whose rows all or partly end before the tile gets masked entries).
+    if (k0 > mt_k_last[MT - 1] && (MT == 1 || k0 > mt_k_last[0])) continue;
+    if constexpr (MT == 2 && kSkipDiag) {
+      if (k0 > mt_k_last[0]) {
+        tile_math.template operator()<1>(k0, kt, vt);
+        continue;
+      }
+    }
+    tile_math.template operator()<0>(k0, kt, vt);
   }
   __syncthreads();  // every warp is done with the shared memory
 }
 
 // Writes query tile tg's rows below q_len for query head h: out = o / l (the quad's denominator).
-template <int D, int MT>
+template <int D, int MT, int NW = kWarps>
 __device__ __forceinline__ void write_tile_rows(const AttentionParams& p, const TileGeom& tg, int h,
                                                 const TileAcc<D, MT>& acc) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -413,7 +457,7 @@ __device__ __forceinline__ void write_tile_rows(const AttentionParams& p, const 
       float lsum = acc.l[mt][rr];
       lsum += __shfl_xor_sync(kFull, lsum, 1);
       lsum += __shfl_xor_sync(kFull, lsum, 2);
-      const int row = tg.i0 + warp * 16 + mt * 64 + g + 8 * rr;
+      const int row = tg.i0 + warp * 16 + mt * 16 * NW + g + 8 * rr;
       if (row >= tg.q_len) continue;
       const float inv = 1.0f / lsum;
       float* op = p.out + (int64_t(tg.q_row0) + row) * p.n_heads * D + int64_t(h) * D;
@@ -426,16 +470,16 @@ __device__ __forceinline__ void write_tile_rows(const AttentionParams& p, const 
 }
 
 // Query tile `tile` (0: the sequence's last rows, which see the most keys) of sequence s (q_len >= 2) and
-// query head h, all its keys in one walk. smem_raw: PrefillShape<D, MT, KT>::kSmemBytes of dynamic shared memory,
-// 16-byte aligned. Every thread of the block (kThreads) calls it; it ends with a __syncthreads() after its last
-// shared-memory read, so the caller may reuse the shared memory at once.
-template <int D, int MT, int KT>
+// query head h, all its keys in one walk. smem_raw: PrefillShape<D, MT, KT, NW>::kSmemBytes of dynamic shared
+// memory, 16-byte aligned. Every thread of the block (NW warps) calls it; it ends with a __syncthreads() after its
+// last shared-memory read, so the caller may reuse the shared memory at once.
+template <int D, int MT, int KT, int NW = kWarps, bool kSkipDiag = false>
 __device__ __forceinline__ void flash_prefill_tile(const AttentionParams& p, int s, int tile, int h,
                                                    unsigned char* smem_raw) {
-  const TileGeom tg = tile_geometry<PrefillShape<D, MT, KT>::kTileQ, KT>(p, s, tile);
+  const TileGeom tg = tile_geometry<PrefillShape<D, MT, KT, NW>::kTileQ, KT>(p, s, tile);
   TileAcc<D, MT> acc;
-  flash_prefill_walk<D, MT, KT>(p, tg, s, h, 0, tg.n_k_tiles, smem_raw, acc);
-  write_tile_rows<D, MT>(p, tg, h, acc);
+  flash_prefill_walk<D, MT, KT, NW, kSkipDiag>(p, tg, s, h, 0, tg.n_k_tiles, smem_raw, acc);
+  write_tile_rows<D, MT, NW>(p, tg, h, acc);
 }
 
 // Key splits of a query tile (mixed_attention.cu): the scratch where each split leaves its rows' state, indexed by
