@@ -211,8 +211,11 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
         cuda_ops::flash_prefill_attention(p, s, V::kRows128W8);
         cuda_ops::decode_split_attention(p, plan, s);
       }, 15);
-      // attention(): the dispatch (the one-launch mixed kernel, mixed_attention.cuh).
-      const double t_att = median_ms(s, [&] { cuda_ops::attention(p, s); }, 15);
+      // attention(): the dispatch, told what the model's host mirrors tell it (every sequence a prompt of L rows):
+      // the standalone kernel once the 128-row tiles fill a wave, else the one-launch mixed kernel.
+      cuda_ops::AttentionParams pa = p;
+      pa.min_q_len = pa.max_q_len = int32_t(L);
+      const double t_att = median_ms(s, [&] { cuda_ops::attention(pa, s); }, 15);
       const std::vector<float> o_att = download(p.out, n_out);
       // The first-version key walk (flash_prefill_walk_v1.cuh), same tiles.
       std::vector<float> o_v128, o_v64;

@@ -214,8 +214,16 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   // either kind (mixed_attention.cuh); else two launches, each skipping the other's sequences on the device.
   // A step the host knows to be decode-only runs the decode kernel alone: the one-launch kernel carries the
   // prefill tile's registers, and its instance for Llama-3's batch-1 shape spills 28 bytes. (Measured on the
-  // H200: the decode kernel alone 8.7 us a call at batch 1; tg128 235 either way, docs/perf-log.md.)
+  // H200: the decode kernel alone 8.7 us a call at batch 1; tg128 235 either way, docs/perf-log.md.) Session 6: a
+  // graph-replayed decode step had no host mirror and took the one-launch kernel; AttentionMeta::decode_only fixes
+  // that (docs/perf-log.md "## Session 6"). A step the host knows has no decode rows and whose 128-row tiles fill a
+  // wave (long prompts) runs the standalone prefill kernel: its 128-row walk (Q staged in batches, the diagonal's
+  // dead sub-tile skipped) is 2-13% faster than the mixed kernel's (helper pf2, docs/perf-log.md "## pf2").
   const int n_sms = sm_count();
+  if (p.min_q_len >= 2 && int64_t(p.n_tokens) / 128 * p.n_heads >= int64_t(2) * n_sms) {
+    flash_prefill_attention(p, stream);
+    return;
+  }
   const DecodeSplitPlan plan = plan_decode_split(p, n_sms);
   // The fused q/k/v epilogue (p.qkv) exists only in the decode kernel: the caller says the step is decode-only.
   FERRY_CUDA_REQUIRE(p.qkv == nullptr || (p.max_q_len >= 0 && p.max_q_len <= 1));

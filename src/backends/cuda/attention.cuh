@@ -44,6 +44,8 @@ struct AttentionParams {
   bool batch_invariant = false;  // decode splits cut contexts into fixed-size chunks (not sized to the batch)
   int32_t max_q_len = -1;       // the most query rows of any sequence when the host knows it (-1: unknown);
                                 // 0 or 1: a decode-only step
+  int32_t min_q_len = -1;       // the fewest query rows of any sequence when the host knows it (-1: unknown);
+                                // >= 2: no decode rows (a prompt-only step)
 
   // The q/k/v epilogue fused into a decode-only step (decode_fused_qkv.cuh; tensor-core decode plan, max_q_len
   // 1, head_dim 64/128, full RoPE): qkv set means q is not read; each block normalizes and rotates its heads

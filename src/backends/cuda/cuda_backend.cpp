@@ -623,7 +623,11 @@ cuda_ops::AttentionParams CudaBackend::attention_params(const Tensor& out, const
     ap.max_q_len = 1;  // a captured decode step too: the decode kernel alone (attention.cu)
   } else if (meta.host_q_len != nullptr) {
     ap.max_q_len = 0;
-    for (int32_t s = 0; s < meta.n_seqs; ++s) ap.max_q_len = std::max(ap.max_q_len, meta.host_q_len[s]);
+    ap.min_q_len = meta.n_seqs > 0 ? meta.host_q_len[0] : 0;
+    for (int32_t s = 0; s < meta.n_seqs; ++s) {
+      ap.max_q_len = std::max(ap.max_q_len, meta.host_q_len[s]);
+      ap.min_q_len = std::min(ap.min_q_len, meta.host_q_len[s]);
+    }
   }
   if (options_.batch_invariant) {
     using cuda_ops::DecodeSplitLimits;
