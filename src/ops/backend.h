@@ -90,8 +90,8 @@ class Backend {
   // mmap); a GPU backend uploads and may repack. `keep` receives the storage the result points into.
   virtual Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) = 0;
   // Whether load_weights should concatenate wq|wk|wv into one wqkv and w_gate|w_up into one w_gate_up (fewer,
-  // larger matmuls; the model then runs qkv_epilogue and swiglu_fused). A backend that says true implements
-  // both ops.
+  // larger matmuls; the model then runs qkv_attention (qkv_epilogue + attention) and matmul_swiglu (matmul +
+  // swiglu_fused)). A backend that says true implements qkv_epilogue and swiglu_fused.
   virtual bool wants_fused_projections() const { return false; }
   // Enqueues dst <- src. A GPU backend copies from alloc_host memory asynchronously: src must not change until
   // wait_for_copies() (or synchronize()) has returned.
