@@ -18,6 +18,7 @@ OpProfiler::~OpProfiler() {
     (void)cudaEventDestroy(p.stop);
   }
   for (cudaEvent_t e : free_events_) (void)cudaEventDestroy(e);
+  if (last_stop_) (void)cudaEventDestroy(last_stop_);
 }
 
 cudaEvent_t OpProfiler::take_event() {
@@ -55,17 +56,15 @@ OpProfiler::Scope::~Scope() {
 }
 
 void OpProfiler::collect() {
-  size_t kept = 0;
-  for (size_t i = 0; i < pending_.size(); ++i) {
+  // In stream order: the first op still running ends the pass (every later one is queued behind it).
+  size_t i = 0;
+  for (; i < pending_.size(); ++i) {
     Pending& p = pending_[i];
-    float ms = 0;
+    float ms = 0, gap = 0;
     const cudaError_t state = cudaEventQuery(p.stop);
-    if (state == cudaErrorNotReady) {
-      if (kept != i) pending_[kept] = std::move(p);  // still running: keep it for the next collect
-      ++kept;
-      continue;
-    }
+    if (state == cudaErrorNotReady) break;
     const bool done = state == cudaSuccess && cudaEventElapsedTime(&ms, p.start, p.stop) == cudaSuccess;
+    const bool has_gap = done && last_stop_ && cudaEventElapsedTime(&gap, last_stop_, p.start) == cudaSuccess;
     (void)cudaGetLastError();
     if (done) {
       Totals& t = totals_[p.key];
@@ -73,24 +72,30 @@ void OpProfiler::collect() {
       t.ms += ms;
       t.bytes += p.bytes;
       t.host_ms += p.host_ms;
+      if (has_gap) {
+        ++t.gaps;
+        t.gap_ms += std::max(0.0f, gap);
+      }
     }
+    if (last_stop_) free_events_.push_back(last_stop_);
+    last_stop_ = p.stop;
     free_events_.push_back(p.start);
-    free_events_.push_back(p.stop);
   }
-  pending_.resize(kept);
+  pending_.erase(pending_.begin(), pending_.begin() + ptrdiff_t(i));
 }
 
 std::string OpProfiler::report() {
   (void)cudaStreamSynchronize(stream_);
   collect();
   if (totals_.empty()) return {};
-  double total_ms = 0;
-  for (const auto& [k, t] : totals_) total_ms += t.ms;
+  double total_ms = 0, gap_ms = 0;
+  for (const auto& [k, t] : totals_) total_ms += t.ms, gap_ms += t.gap_ms;
   std::vector<std::pair<std::string, Totals>> rows(totals_.begin(), totals_.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-  std::string s = fmt::format("CUDA op profile (FERRY_CUDA_PROFILE; graphs off): {:.3f} ms of GPU time in ops\n", total_ms);
-  s += fmt::format("{:<52} {:>8} {:>10} {:>9} {:>6} {:>8} {:>6} {:>8}\n", "op", "calls", "total ms", "mean us",
-                   "share", "GB/s", "%BW", "host us");
+  std::string s = fmt::format("CUDA op profile (FERRY_CUDA_PROFILE; graphs off): {:.3f} ms of GPU time in ops, {:.3f} ms "
+                              "between them\n", total_ms, gap_ms);
+  s += fmt::format("{:<52} {:>8} {:>10} {:>9} {:>6} {:>8} {:>6} {:>8} {:>8}\n", "op", "calls", "total ms", "mean us",
+                   "share", "GB/s", "%BW", "host us", "gap us");
   for (const auto& [key, t] : rows) {
     const double mean_us = t.ms * 1e3 / double(t.calls);
     std::string bw = "", pct = "";
@@ -99,8 +104,9 @@ std::string OpProfiler::report() {
       bw = fmt::format("{:.0f}", gbs);
       pct = fmt::format("{:.0f}%", 100.0 * gbs / kCopyRooflineGBs);
     }
-    s += fmt::format("{:<52} {:>8} {:>10.3f} {:>9.2f} {:>5.1f}% {:>8} {:>6} {:>8.2f}\n", key, t.calls, t.ms, mean_us,
-                     100.0 * t.ms / total_ms, bw, pct, t.host_ms * 1e3 / double(t.calls));
+    const std::string gap = t.gaps > 0 ? fmt::format("{:.2f}", t.gap_ms * 1e3 / double(t.gaps)) : std::string("-");
+    s += fmt::format("{:<52} {:>8} {:>10.3f} {:>9.2f} {:>5.1f}% {:>8} {:>6} {:>8.2f} {:>8}\n", key, t.calls, t.ms, mean_us,
+                     100.0 * t.ms / total_ms, bw, pct, t.host_ms * 1e3 / double(t.calls), gap);
   }
   return s;
 }

@@ -8,7 +8,9 @@
 // launch gaps: compare the sum with a graph-replayed step's time (ferry bench without the variable) to see
 // the gaps. An event pair times its op on the GPU even when the host launches slower than the GPU runs.
 // Each op's host time (from the Scope's start to its end: argument checks, planning, launches) is summed too, so
-// a step whose ops cost more on the host than on the GPU shows up (the "host us" column).
+// a step whose ops cost more on the host than on the GPU shows up (the "host us" column), and the GPU time from
+// the previous profiled op's end to each op's start (the "gap us" column: the device idle, or running work no
+// scope brackets, before the op; large before a step's first op, where it holds the host's time between steps).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -57,14 +59,15 @@ class OpProfiler {
     double host_ms;
   };
   struct Totals {
-    int64_t calls = 0;
-    double ms = 0, bytes = 0, host_ms = 0;
+    int64_t calls = 0, gaps = 0;
+    double ms = 0, bytes = 0, host_ms = 0, gap_ms = 0;
   };
   cudaEvent_t take_event();
 
   cudaStream_t stream_;
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
+  cudaEvent_t last_stop_ = nullptr;  // the last folded op's stop event, kept for the next op's gap
   std::map<std::string, Totals> totals_;
 };
 
