@@ -44,7 +44,8 @@ struct Env {
   // FERRY_CUDA_PREFILL_BF16: "1" keeps a bf16 copy of quantized weights on the GPU for prefill matmuls (2 bytes
   // per weight more, no per-call dequantization), "0" never; unset: when the copies fit in 40% of free memory.
   std::optional<std::string> cuda_prefill_bf16;
-  // FERRY_CUDA_GEMM: "cublas" sends prefill matmuls to cuBLASLt instead of ferry's Hopper GEMM (comparisons).
+  // FERRY_CUDA_GEMM: "cublas" sends prefill matmuls to cuBLASLt instead of ferry's Hopper GEMM (comparisons);
+  // "pdl" launches ferry's Hopper GEMM with programmatic dependent launch (CudaBackendOptions::hopper_gemm_pdl).
   std::optional<std::string> cuda_gemm;
   // FERRY_CUDA_MATVEC: the decode matvec version for comparisons: 2 or 5 everywhere, 7, 9, 10 or 11 (matvec.cuh;
   // 10, 11: Q8_0/Q4_0/Q4_K weights only) wherever it applies and matmul_dispatch.h's rule elsewhere (unset: the rule).

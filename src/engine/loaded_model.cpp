@@ -48,10 +48,11 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
 #ifdef FERRY_HAS_CUDA
   if (o.device == "cuda") {
     FERRY_CHECK(o.kernels == KernelSet::Fast, "--kernels reference is the CPU oracle; use it with --device cpu");
-    FERRY_CHECK(!env.cuda_gemm || *env.cuda_gemm == "ferry" || *env.cuda_gemm == "cublas",
-                "FERRY_CUDA_GEMM must be ferry or cublas, got '{}'", *env.cuda_gemm);
+    FERRY_CHECK(!env.cuda_gemm || *env.cuda_gemm == "ferry" || *env.cuda_gemm == "cublas" || *env.cuda_gemm == "pdl",
+                "FERRY_CUDA_GEMM must be ferry, pdl or cublas, got '{}'", *env.cuda_gemm);
     CudaBackendOptions cuda{.device_index = device_index};
     cuda.hopper_gemm = !(env.cuda_gemm && *env.cuda_gemm == "cublas");
+    cuda.hopper_gemm_pdl = env.cuda_gemm && *env.cuda_gemm == "pdl";
     cuda.prefill_bf16_weights = want_bf16_copies(env, file, device_index);
     cuda.batch_invariant = o.batch_invariant;
     if (env.cuda_matvec) {

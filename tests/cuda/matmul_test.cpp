@@ -4,6 +4,7 @@
 #ifdef FERRY_HAS_CUDA
 
 #include <string>
+#include <tuple>
 
 #include "backends/cuda/matmul_dispatch.h"
 #include "cuda_test_util.h"
@@ -99,6 +100,46 @@ TEST_F(CudaMatmul, Bf16InputEqualsTheF32InputItWasRoundedFrom) {
     gpu_->matmul(out16, upload(DType::BF16, {c.n, c.n_in}, to_bf16_bits(x)), gw, bias);
     const std::vector<float> a = download(out32), z = download(out16);
     EXPECT_EQ(a, z);  // bit for bit (poisoned NaNs left unwritten would differ too)
+  }
+}
+
+// The Hopper GEMM launched with programmatic dependent launch (CudaBackendOptions::hopper_gemm_pdl) reads its first
+// weight boxes before the previous kernel ends and x only after: behind the PDL-launched f32 -> bf16 conversion of
+// x (matmul) and the bf16 norm output (matmul_input_dtype), its outputs must equal the plain launch's bit for bit,
+// for every tile the heuristic picks here and for the SwiGLU epilogue. Repeated, so a read of x before the
+// conversion finished would show up as a mismatch.
+TEST_F(CudaMatmul, HopperGemmWithPdlEqualsPlainLaunch) {
+  if (hopper_sm_count() == 0) GTEST_SKIP() << "needs a Hopper GPU";
+  CudaBackend pdl_backend(CudaBackendOptions{.hopper_gemm_pdl = true});
+  for (const auto& [n, n_out, n_in] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {256, 512, 1024}, {512, 3072, 2048}, {300, 1536, 512}}) {
+    SCOPED_TRACE("n " + std::to_string(n) + " " + std::to_string(n_out) + "x" + std::to_string(n_in));
+    std::vector<uint8_t> w = make_weight(DType::BF16, n_out, n_in, 700 + uint32_t(n));
+    const std::vector<float> x = random_floats(size_t(n * n_in), 800 + uint32_t(n), 2.0f);
+    const Tensor hw = Tensor::make(DType::BF16, {n_out, n_in}, w.data());
+    std::vector<float> got[2][2];  // [plain, pdl][matmul, matmul_swiglu]
+    for (int b = 0; b < 2; ++b) {
+      CudaBackend& be = b == 0 ? *gpu_ : pdl_backend;
+      std::vector<DeviceBuffer> keep;
+      const Tensor gw = be.prepare_weight(hw, keep);
+      const auto dev = [&](DType dt, std::initializer_list<int64_t> dims) {
+        keep.push_back(be.alloc(Tensor::make(dt, dims, nullptr).nbytes()));
+        return Tensor::make(dt, dims, keep.back().data(), Device::Cuda);
+      };
+      const Tensor gx = dev(DType::F32, {n, n_in}), out = dev(DType::F32, {n, n_out});
+      const Tensor act = dev(DType::F32, {n, n_out / 2}), scratch = dev(DType::F32, {n, n_out});
+      for (int rep = 0; rep < 3; ++rep) {
+        be.copy_to_device(gx, x.data(), gx.nbytes());
+        be.matmul(out, gx, gw, Tensor{});
+        be.matmul_swiglu(act, scratch, gx, gw);
+      }
+      got[b][0].resize(size_t(out.numel()));
+      got[b][1].resize(size_t(act.numel()));
+      be.copy_to_host(got[b][0].data(), out, out.nbytes());
+      be.copy_to_host(got[b][1].data(), act, act.nbytes());
+    }
+    EXPECT_EQ(got[0][0], got[1][0]) << "matmul";
+    EXPECT_EQ(got[0][1], got[1][1]) << "matmul_swiglu";
   }
 }
 

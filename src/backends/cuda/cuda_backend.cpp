@@ -118,7 +118,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   *errors_ = DeviceErrors{0, 0};
   gemm_ = std::make_unique<CublasLtGemm>();
   if (options.hopper_gemm || options.batch_invariant) {
-    auto hopper = std::make_unique<Sm90Gemm>(options.device_index);
+    auto hopper = std::make_unique<Sm90Gemm>(options.device_index, options.hopper_gemm_pdl);
     if (hopper->available()) sm90_gemm_ = std::move(hopper);
   }
   if (options.hopper_gemm) {

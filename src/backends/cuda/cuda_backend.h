@@ -45,6 +45,9 @@ struct CudaBackendOptions {
   // compute capability 9.x where the
   // shape is covered; false (or another GPU, or an uncovered shape): cuBLASLt.
   bool hopper_gemm = true;
+  // The Hopper GEMM launched with programmatic dependent launch (its first weight reads overlap the previous
+  // kernel's tail; gemm_sm90.cuh). Off until measured end to end.
+  bool hopper_gemm_pdl = false;
   // Quantized/F16/F32 weights also keep a bf16 copy made once at load (2 bytes per weight more), which the
   // n > 16 matmul reads instead of dequantizing the weight on every call.
   bool prefill_bf16_weights = false;

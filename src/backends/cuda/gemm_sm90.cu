@@ -4,6 +4,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/hopper.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "backends/cuda/silu.cuh"
 #include "backends/cuda/tensor_map.h"
 
@@ -43,7 +44,11 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
 // [nb kBN/2, +kBN/2) then the same up rows, two TMA boxes stacked in shared memory (kBN/2 is a multiple of the
 // 8-row swizzle atom, so the stage is laid out exactly as one kBN-row box: the wgmma loop is unchanged); the
 // epilogue pairs accumulator column c (gate) with c + kBN/2 (up) and writes kBN/2 outputs.
-template <int kBN, bool kSwiglu = false>
+// kPdl (launched with programmatic stream serialization, Sm90Gemm's pdl option): the producer issues the weight
+// (B) boxes of the first tile's first stages before griddepcontrol.wait and the x (A) boxes after it; every other
+// thread waits at its start. So the grid's set-up and its first weight reads overlap the previous kernel's tail,
+// as matvec v9 does; nothing this grid writes or reads of x happens before the previous kernel has completed.
+template <int kBN, bool kSwiglu = false, bool kPdl = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w,
                      const __grid_constant__ CUtensorMap tmap_up, float* __restrict__ out, int m, int n, int k,
@@ -60,6 +65,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = full + C::kStages;                                                // both consumers done
 
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  if constexpr (kPdl) pdl_allow_dependents();  // one block per SM: dependents fill only what this grid leaves
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       mbar_init(&full[s], 1);
@@ -78,21 +84,42 @@ __global__ void __launch_bounds__(kThreads, 1)
       prefetch_tmap(&tmap_x);
       prefetch_tmap(&tmap_w);
       if constexpr (kSwiglu) prefetch_tmap(&tmap_up);
+      const auto load_b = [&](int st, int ki, int nb) {
+        if constexpr (kSwiglu) {  // rows past hidden arrive as zeros in both halves (the two maps end there)
+          tma_load_2d(sb + st * C::kBBytes, &tmap_w, &full[st], ki * kBlockK, nb * kBNOut);
+          tma_load_2d(sb + st * C::kBBytes + kBNOut * 128, &tmap_up, &full[st], ki * kBlockK, nb * kBNOut);
+        } else {
+          tma_load_2d(sb + st * C::kBBytes, &tmap_w, &full[st], ki * kBlockK, nb * kBN);
+        }
+      };
+      // kPdl: the first tile's first stages get their weight boxes (and their whole byte count) before the wait;
+      // the loop below then adds only their x boxes. Fresh stages need no empty-wait.
+      int prefetched = 0;
+      if constexpr (kPdl) {
+        if (int(blockIdx.x) < tiles) {
+          int mb0, nb0;
+          tile_coords(blockIdx.x, tiles_m, tiles_n, group_m, mb0, nb0);
+          prefetched = min(C::kStages, k_iters);
+          for (int ki = 0; ki < prefetched; ++ki) {
+            mbar_arrive_expect_tx(&full[ki], C::kStageBytes);
+            load_b(ki, ki, nb0);
+          }
+        }
+        pdl_wait();
+      }
       int stage = 0;
       uint32_t phase = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int mb, nb;
         tile_coords(tile, tiles_m, tiles_n, group_m, mb, nb);
         for (int ki = 0; ki < k_iters; ++ki) {
-          mbar_wait(&empty[stage], phase ^ 1);
-          mbar_arrive_expect_tx(&full[stage], C::kStageBytes);
-          tma_load_2d(sa + stage * C::kABytes, &tmap_x, &full[stage], ki * kBlockK, mb * kBlockM);
-          if constexpr (kSwiglu) {  // rows past hidden arrive as zeros in both halves (the two maps end there)
-            tma_load_2d(sb + stage * C::kBBytes, &tmap_w, &full[stage], ki * kBlockK, nb * kBNOut);
-            tma_load_2d(sb + stage * C::kBBytes + kBNOut * 128, &tmap_up, &full[stage], ki * kBlockK, nb * kBNOut);
-          } else {
-            tma_load_2d(sb + stage * C::kBBytes, &tmap_w, &full[stage], ki * kBlockK, nb * kBN);
+          const bool early = tile == int(blockIdx.x) && ki < prefetched;  // its B and byte count are issued
+          if (!early) {
+            mbar_wait(&empty[stage], phase ^ 1);
+            mbar_arrive_expect_tx(&full[stage], C::kStageBytes);
           }
+          tma_load_2d(sa + stage * C::kABytes, &tmap_x, &full[stage], ki * kBlockK, mb * kBlockM);
+          if (!early) load_b(stage, ki, nb);
           if (++stage == C::kStages) {
             stage = 0;
             phase ^= 1;
@@ -102,6 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     reg_alloc<232>();
+    if constexpr (kPdl) pdl_wait();  // before any write of out (the previous kernel may still read it)
     const int c = wg - 1;  // this consumer's rows of the tile: [64 c, 64 c + 64)
     const int warp = t / 32, lane = t % 32;
     float acc[C::kAcc];
@@ -168,46 +196,63 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int kBN>
-void launch(void* encode, const GemmPlan& plan, float* out, const uint16_t* x, const uint16_t* w, int64_t m,
-            int64_t n, int64_t k, cudaStream_t stream) {
+void launch(void* encode, bool pdl, const GemmPlan& plan, float* out, const uint16_t* x, const uint16_t* w,
+            int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   const CUtensorMap tx = make_bf16_tmap(encode, x, m, k, kBlockK, kBlockM);
   const CUtensorMap tw = make_bf16_tmap(encode, w, n, k, kBlockK, kBN);
-  gemm_sm90_kernel<kBN><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(tx, tw, tw, out, int(m), int(n),
-                                                                              int(k), plan.group_m);
+  if (pdl) {
+    launch_pdl(gemm_sm90_kernel<kBN, false, true>, dim3(plan.grid), dim3(kThreads), Cfg<kBN>::kSmemBytes, stream, tx,
+               tw, tw, out, int(m), int(n), int(k), plan.group_m);
+  } else {
+    gemm_sm90_kernel<kBN><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(tx, tw, tw, out, int(m), int(n),
+                                                                                int(k), plan.group_m);
+  }
   FERRY_CUDA_CHECK_LAUNCH(gemm_sm90_kernel);
 }
 
 // w: (2 hidden, k), gate rows then up rows; two maps of hidden rows each, boxes of kBN/2 rows.
 template <int kBN>
-void launch_swiglu(void* encode, const GemmPlan& plan, float* out, const uint16_t* x, const uint16_t* w, int64_t m,
-                   int64_t hidden, int64_t k, cudaStream_t stream) {
+void launch_swiglu(void* encode, bool pdl, const GemmPlan& plan, float* out, const uint16_t* x, const uint16_t* w,
+                   int64_t m, int64_t hidden, int64_t k, cudaStream_t stream) {
   const CUtensorMap tx = make_bf16_tmap(encode, x, m, k, kBlockK, kBlockM);
   const CUtensorMap tg = make_bf16_tmap(encode, w, hidden, k, kBlockK, kBN / 2);
   const CUtensorMap tu = make_bf16_tmap(encode, w + size_t(hidden) * size_t(k), hidden, k, kBlockK, kBN / 2);
-  gemm_sm90_kernel<kBN, true><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(
-      tx, tg, tu, out, int(m), int(hidden), int(k), plan.group_m);
+  if (pdl) {
+    launch_pdl(gemm_sm90_kernel<kBN, true, true>, dim3(plan.grid), dim3(kThreads), Cfg<kBN>::kSmemBytes, stream, tx,
+               tg, tu, out, int(m), int(hidden), int(k), plan.group_m);
+  } else {
+    gemm_sm90_kernel<kBN, true><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(
+        tx, tg, tu, out, int(m), int(hidden), int(k), plan.group_m);
+  }
   FERRY_CUDA_CHECK_LAUNCH(gemm_sm90_kernel);
+}
+
+template <int kBN, bool kSwiglu, bool kPdl>
+void allow_smem() {
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<kBN, kSwiglu, kPdl>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<kBN>::kSmemBytes));
 }
 
 }  // namespace
 
-Sm90Gemm::Sm90Gemm(int device) {
+Sm90Gemm::Sm90Gemm(int device, bool pdl) : pdl_(pdl) {
   const HopperTma tma = find_hopper_tma(device);
   num_sms_ = tma.num_sms;
   void* fn = tma.encode;
   if (fn == nullptr) return;
-  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        Cfg<256>::kSmemBytes));
-  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<192>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        Cfg<192>::kSmemBytes));
-  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        Cfg<128>::kSmemBytes));
-  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<256, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        Cfg<256>::kSmemBytes));
-  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<192, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        Cfg<192>::kSmemBytes));
-  FERRY_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<128, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        Cfg<128>::kSmemBytes));
+  const auto allow_all = [&]<bool kPdl>() {
+    allow_smem<256, false, kPdl>();
+    allow_smem<192, false, kPdl>();
+    allow_smem<128, false, kPdl>();
+    allow_smem<256, true, kPdl>();
+    allow_smem<192, true, kPdl>();
+    allow_smem<128, true, kPdl>();
+  };
+  if (pdl) {
+    allow_all.template operator()<true>();
+  } else {
+    allow_all.template operator()<false>();
+  }
   encode_ = fn;
 }
 
@@ -235,11 +280,11 @@ void Sm90Gemm::run_swiglu(float* out, const uint16_t* x, const uint16_t* w, int6
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(out) % 8 == 0);
   const GemmPlan plan = swiglu_plan(m, hidden, num_sms_, force);
   if (plan.tile == GemmTile::k128x256) {
-    launch_swiglu<256>(encode_, plan, out, x, w, m, hidden, k, stream);
+    launch_swiglu<256>(encode_, pdl_, plan, out, x, w, m, hidden, k, stream);
   } else if (plan.tile == GemmTile::k128x192) {
-    launch_swiglu<192>(encode_, plan, out, x, w, m, hidden, k, stream);
+    launch_swiglu<192>(encode_, pdl_, plan, out, x, w, m, hidden, k, stream);
   } else {
-    launch_swiglu<128>(encode_, plan, out, x, w, m, hidden, k, stream);
+    launch_swiglu<128>(encode_, pdl_, plan, out, x, w, m, hidden, k, stream);
   }
 }
 
@@ -250,11 +295,11 @@ void Sm90Gemm::run(float* out, const uint16_t* x, const uint16_t* w, int64_t m, 
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(out) % 8 == 0);
   const GemmPlan plan = make_gemm_plan(m, n, num_sms_, force);
   if (plan.tile == GemmTile::k128x256) {
-    launch<256>(encode_, plan, out, x, w, m, n, k, stream);
+    launch<256>(encode_, pdl_, plan, out, x, w, m, n, k, stream);
   } else if (plan.tile == GemmTile::k128x192) {
-    launch<192>(encode_, plan, out, x, w, m, n, k, stream);
+    launch<192>(encode_, pdl_, plan, out, x, w, m, n, k, stream);
   } else {
-    launch<128>(encode_, plan, out, x, w, m, n, k, stream);
+    launch<128>(encode_, pdl_, plan, out, x, w, m, n, k, stream);
   }
 }
 

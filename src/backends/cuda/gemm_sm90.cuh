@@ -24,8 +24,10 @@ class Sm90Gemm {
  public:
   // Reads the device's SM count and compute capability; finds cuTensorMapEncodeTiled through the runtime's
   // driver entry point (no libcuda link). available() is false on anything but compute capability 9.x or
-  // when the entry point is missing; run() must not be called then.
-  explicit Sm90Gemm(int device);
+  // when the entry point is missing; run() must not be called then. pdl: launch with programmatic stream
+  // serialization (the first weight boxes are read before the previous kernel ends; gemm_sm90.cu), an option
+  // until measured (FERRY_CUDA_GEMM=pdl).
+  explicit Sm90Gemm(int device, bool pdl = false);
 
   bool available() const { return encode_ != nullptr; }
   int num_sms() const { return num_sms_; }
@@ -53,6 +55,7 @@ class Sm90Gemm {
  private:
   void* encode_ = nullptr;  // PFN_cuTensorMapEncodeTiled
   int num_sms_ = 0;
+  bool pdl_ = false;
 };
 
 }  // namespace ferry::cuda_ops
