@@ -7,9 +7,8 @@
 //      and patches them into the K/V tile of that position once the tile's copy has landed (fused_qkv_patch), so
 //      no block depends on another block's cache write,
 //   3. and, for row group 0 of that chunk only, writes the key and value to their cache slot for later steps.
-// The arithmetic is qkv_epilogue.cu's, in the same order (RoPE sines and cosines in double, the RMS sum over
-// lane-strided elements reduced by xor shuffles, x * scale * w, a * c - b * s / a * s + b * c), so the queries,
-// the cache rows and therefore the output are bit for bit those of the two launches.
+// The per-head arithmetic is qkv_epilogue.cu's own function (qkv_head.cuh) with the same RoPE tables (sines and
+// cosines in double), so the queries, the cache rows and therefore the output are bit for bit the two launches'.
 // Device code only (include from decode_mma_block.cuh).
 #pragma once
 
@@ -20,6 +19,7 @@
 
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/device_errors.h"
+#include "backends/cuda/qkv_head.cuh"
 
 namespace ferry::cuda_ops::decode_mma_detail {
 
@@ -58,30 +58,8 @@ __device__ inline void fused_qkv_prepare(const AttentionParams& p, int row, int 
     const int64_t h = is_q ? h0 + i : (is_v ? p.n_heads + p.n_kv_heads + kvh : p.n_heads + kvh);
     float* buf = is_q ? fs.q[i] : fs.kv[is_v ? 1 : 0];
     const float* src = p.qkv + (int64_t(row) * n_all + h) * D;
-    float ss = 0;
-    for (int j = lane; j < D; j += 32) {
-      const float x = src[j];
-      buf[j] = x;
-      ss = fmaf(x, x, ss);
-    }
-    if (!is_v && p.q_norm != nullptr) {
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, off);
-      const float scale = 1.0f / sqrtf(ss / float(D) + p.norm_eps);
-      const float* w = is_q ? p.q_norm : p.k_norm;
-      for (int j = lane; j < D; j += 32) buf[j] = buf[j] * scale * w[j];
-    }
-    __syncwarp();
-    if (!is_v) {
-      for (int k = lane; k < kHalf; k += 32) {
-        const int i0 = p.rope_interleaved ? 2 * k : k;
-        const int i1 = p.rope_interleaved ? 2 * k + 1 : k + kHalf;
-        const float a = buf[i0], b = buf[i1], cs = fs.cos_t[k], sn = fs.sin_t[k];
-        buf[i0] = a * cs - b * sn;
-        buf[i1] = a * sn + b * cs;
-      }
-      __syncwarp();
-    }
+    const float* norm_w = is_v || p.q_norm == nullptr ? nullptr : is_q ? p.q_norm : p.k_norm;
+    prepare_qkv_head(src, buf, D, norm_w, p.norm_eps, !is_v, fs.cos_t, fs.sin_t, kHalf, p.rope_interleaved);
     if (!is_q) {
       for (int j = lane; j < D; j += 32) fs.kv_bf16[is_v ? 1 : 0][j] = __float2bfloat16_rn(buf[j]);
     }

@@ -14,6 +14,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/pdl.cuh"
+#include "backends/cuda/qkv_head.cuh"
 #include "backends/cuda/silu.cuh"
 
 namespace ferry::cuda_ops {
@@ -52,31 +53,8 @@ __global__ void __launch_bounds__(kThreads) qkv_epilogue_kernel(QkvEpilogueParam
   const float* src = p.qkv + (t * n_all + h) * D;
   const bool is_v = h >= H + KVH;
 
-  float ss = 0;
-  for (int64_t j = lane; j < D; j += 32) {
-    const float x = src[j];
-    buf[j] = x;
-    ss = fmaf(x, x, ss);
-  }
-  if (!is_v && p.q_norm != nullptr) {
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, off);
-    const float scale = 1.0f / sqrtf(ss / float(D) + p.eps);
-    const float* w = h < H ? p.q_norm : p.k_norm;
-    for (int64_t j = lane; j < D; j += 32) buf[j] = buf[j] * scale * w[j];  // each lane its own elements
-  }
-  __syncwarp();
-  if (!is_v) {
-    // Each pair (i0, i1) belongs to one lane: read both, then write both.
-    for (int64_t k = lane; k < p.half; k += 32) {
-      const int64_t i0 = p.interleaved ? 2 * k : k;
-      const int64_t i1 = p.interleaved ? 2 * k + 1 : k + p.half;
-      const float a = buf[i0], b = buf[i1], cs = cos_t[k], sn = sin_t[k];
-      buf[i0] = a * cs - b * sn;
-      buf[i1] = a * sn + b * cs;
-    }
-    __syncwarp();
-  }
+  const float* norm_w = is_v || p.q_norm == nullptr ? nullptr : h < H ? p.q_norm : p.k_norm;
+  prepare_qkv_head(src, buf, D, norm_w, p.eps, !is_v, cos_t, sin_t, p.half, p.interleaved);
 
   if (h < H) {
     float* dst = p.q + (t * H + h) * D;
