@@ -76,6 +76,9 @@ bool has_bf16_copy(const CudaBackendOptions& o, DType t) {
 }
 size_t bf16_copy_offset(DType t, int64_t rows, int64_t cols) { return (prepared_bytes(t, rows, cols) + 255) / 256 * 256; }
 
+// An optional f32 tensor's pointer: null when the tensor is empty.
+float* f32_or_null(const Tensor& t) { return t.empty() ? nullptr : t.ptr<float>(); }
+
 // The profile key's token count: exact up to 16, then the power-of-two bucket at or above it.
 int64_t token_bucket(int64_t n) {
   if (n <= 16) return n;
@@ -557,8 +560,8 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
 void CudaBackend::qkv_attention(const QkvEpilogueArgs& e, const Tensor& out, const AttentionMeta& meta, float scale) {
   const int64_t D = e.q.n_dims == 3 ? e.q.shape[2] : 0, H = e.q.n_dims == 3 ? e.q.shape[1] : 0;
   const int64_t KVH = e.k_cache.n_dims == 4 ? e.k_cache.shape[2] : 0;
-  const bool fusable = options_.fused_qkv_attention && meta.decode_only && e.k_out.empty() && e.v_out.empty() && cuda_ops::decode_mma_supports(int(D)) &&
-                       KVH > 0 && H % KVH == 0 &&
+  const bool fusable = options_.fused_qkv_attention && meta.decode_only && e.k_out.empty() && e.v_out.empty() &&
+                       cuda_ops::decode_mma_supports(int(D)) && KVH > 0 && H % KVH == 0 &&
                        cuda_ops::default_decode_kernel(int(D), int(H / KVH)) == cuda_ops::DecodeKernel::kTensorCores &&
                        2 * e.inv_freq.numel() == D && e.qkv.dtype == DType::F32 && e.qkv.n_dims == 3 &&
                        e.qkv.shape[1] == H + 2 * KVH && e.qkv.shape[2] == D;
@@ -579,7 +582,6 @@ void CudaBackend::qkv_attention(const QkvEpilogueArgs& e, const Tensor& out, con
   FERRY_ASSERT(e.slots.dtype == DType::I64 && e.slots.numel() == n);
   FERRY_ASSERT(e.q_norm.empty() == e.k_norm.empty() && (e.q_norm.empty() || e.q_norm.numel() == D));
   cuda_ops::AttentionParams ap = attention_params(out, e.q, e.k_cache, e.v_cache, meta, scale);
-  const auto f32_or_null = [](const Tensor& t) { return t.empty() ? nullptr : t.ptr<float>(); };
   ap.qkv = e.qkv.ptr<float>();
   ap.positions = e.positions.ptr<int32_t>();
   ap.inv_freq = e.inv_freq.ptr<float>();
@@ -686,7 +688,6 @@ void CudaBackend::qkv_epilogue(const QkvEpilogueArgs& a) {
   FERRY_ASSERT(a.v_out.empty() || a.v_out.numel() == n * KVH * D);
   const int64_t half = a.inv_freq.numel();
   FERRY_ASSERT(2 * half <= D);
-  const auto f32_or_null = [](const Tensor& t) { return t.empty() ? nullptr : t.ptr<float>(); };
   cuda_ops::qkv_epilogue({.qkv = a.qkv.ptr<float>(), .positions = a.positions.ptr<int32_t>(),
                           .slots = a.slots.ptr<int64_t>(), .inv_freq = f32_or_null(a.inv_freq),
                           .q_norm = f32_or_null(a.q_norm), .k_norm = f32_or_null(a.k_norm), .q = a.q.ptr<float>(),
