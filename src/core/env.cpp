@@ -43,6 +43,7 @@ Env Env::read() {
   e.cuda_sampling = get("FERRY_CUDA_SAMPLING");
   e.cuda_profile = get("FERRY_CUDA_PROFILE");
   e.cuda_fused_qkv = get("FERRY_CUDA_FUSED_QKV");
+  e.prompt_graphs = get("FERRY_PROMPT_GRAPHS");
   return e;
 }
 

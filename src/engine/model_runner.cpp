@@ -6,6 +6,29 @@
 
 namespace ferry {
 
+namespace {
+
+size_t pow2_at_least(size_t x) {
+  size_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+int32_t prompt_pad_scratch_blocks(int32_t max_step_tokens, int32_t block_size, int32_t granule) {
+  FERRY_CHECK(max_step_tokens >= 1 && block_size >= 1 && granule >= 1,
+              "prompt padding: step budget {}, block size {}, granule {} must be positive", max_step_tokens,
+              block_size, granule);
+  const int32_t max_pad = std::min(granule, max_step_tokens) - 1;  // N - n < granule and N <= budget, n >= 1
+  return std::max(1, (max_pad + block_size - 1) / block_size);
+}
+
+ModelRunner::ModelRunner(LlamaModel& model, const StepPadding& padding) : model_(model), padding_(padding) {
+  FERRY_CHECK(padding.scratch_first < 0 || (padding.n_scratch >= 1 && padding.granule >= 1),
+              "step padding: {} scratch blocks, granule {}", padding.n_scratch, padding.granule);
+}
+
 void ModelRunner::run(const StepPlan& plan) {
   build_batch(plan);
   device_step_ = false;
@@ -62,26 +85,72 @@ void ModelRunner::build_batch(const StepPlan& plan) {
     std::copy(seq.table.blocks.begin(), seq.table.blocks.end(), b.block_tables.begin() + ptrdiff_t(s * size_t(mb)));
     if (c.sample) b.logit_rows.push_back(row0 + c.n_tokens - 1);
   }
-  // Pad a pure decode step to a power-of-two number of sequences (see the header).
+  if (padding_.scratch_first < 0 || plan.chunks.empty()) return;
   const bool decode = std::all_of(plan.chunks.begin(), plan.chunks.end(),
                                   [](const ScheduledChunk& c) { return c.n_tokens == 1 && c.sample; });
-  if (scratch_block_ >= 0 && decode) {
-    size_t padded = 1;
-    while (padded < plan.chunks.size()) padded *= 2;
-    padded = std::min(padded, size_t(model_.max_step_tokens()));
-    for (size_t s = plan.chunks.size(); s < padded; ++s) {
-      const auto row = int32_t(b.tokens.size());
-      b.tokens.push_back(0);
-      b.positions.push_back(0);
-      b.slots.push_back(int64_t(scratch_block_) * bs);
-      b.q_start.push_back(row);
-      b.q_len.push_back(1);
-      b.kv_len.push_back(1);
-      b.block_tables.resize(b.block_tables.size() + size_t(mb), -1);
-      b.block_tables[s * size_t(mb)] = scratch_block_;
-      b.logit_rows.push_back(row);
-    }
+  if (decode && padding_.pad_decodes) pad_decode_step(plan.chunks.size());
+  if (!decode && padding_.pad_prompts) pad_prompt_step(plan.chunks.size());
+}
+
+void ModelRunner::pad_decode_step(size_t n_chunks) {
+  // A pure decode step to a power-of-two number of sequences (see the header).
+  const int32_t bs = model_.kv_shape().block_size;
+  Batch& b = batch_;
+  const size_t mb = size_t(b.max_blocks_per_seq);
+  const size_t padded = std::min(pow2_at_least(n_chunks), size_t(model_.max_step_tokens()));
+  for (size_t s = n_chunks; s < padded; ++s) {
+    const auto row = int32_t(b.tokens.size());
+    b.tokens.push_back(0);
+    b.positions.push_back(0);
+    b.slots.push_back(int64_t(padding_.scratch_first) * bs);
+    b.q_start.push_back(row);
+    b.q_len.push_back(1);
+    b.kv_len.push_back(1);
+    b.block_tables.resize(b.block_tables.size() + mb, -1);
+    b.block_tables[s * mb] = padding_.scratch_first;
+    b.logit_rows.push_back(row);
   }
+}
+
+void ModelRunner::pad_prompt_step(size_t n_chunks) {
+  const int32_t bs = model_.kv_shape().block_size;
+  Batch& b = batch_;
+  const int32_t n = b.n_tokens(), g = padding_.granule;
+  const int32_t n_padded = std::min((n + g - 1) / g * g, model_.max_step_tokens());
+  const int32_t pad = std::max(0, n_padded - n);
+  const int32_t pad_blocks = (pad + bs - 1) / bs;
+  if (pad_blocks > padding_.n_scratch) return;  // more than the reserved scratch holds: run unpadded
+  const size_t n_seqs = pow2_at_least(n_chunks + (pad > 0 ? 1 : 0));
+  // Widen the tables for the pad sequence's blocks (rows re-laid at the new stride).
+  const int32_t old_mb = b.max_blocks_per_seq, mb = std::max(old_mb, pad_blocks);
+  if (mb != old_mb) {
+    std::vector<int32_t> wide(n_chunks * size_t(mb), -1);
+    for (size_t s = 0; s < n_chunks; ++s)
+      std::copy_n(b.block_tables.begin() + ptrdiff_t(s * size_t(old_mb)), old_mb, wide.begin() + ptrdiff_t(s * size_t(mb)));
+    b.block_tables = std::move(wide);
+    b.max_blocks_per_seq = mb;
+  }
+  b.block_tables.resize(n_seqs * size_t(mb), -1);
+  size_t s = n_chunks;
+  if (pad > 0) {  // one dummy sequence with the pad tokens at positions 0..pad-1 in the scratch blocks
+    b.q_start.push_back(n);
+    b.q_len.push_back(pad);
+    b.kv_len.push_back(pad);
+    for (int32_t i = 0; i < pad; ++i) {
+      b.tokens.push_back(0);
+      b.positions.push_back(i);
+      b.slots.push_back(int64_t(padding_.scratch_first + i / bs) * bs + i % bs);
+    }
+    for (int32_t k = 0; k < pad_blocks; ++k) b.block_tables[s * size_t(mb) + size_t(k)] = padding_.scratch_first + k;
+    ++s;
+  }
+  for (; s < n_seqs; ++s) {  // empty dummies: no token, no key, no block
+    b.q_start.push_back(n_padded);
+    b.q_len.push_back(0);
+    b.kv_len.push_back(0);
+  }
+  b.logit_rows.resize(n_seqs, n_padded - 1);
+  FERRY_ASSERT(b.n_tokens() == n_padded && b.n_seqs() == int32_t(n_seqs));
 }
 
 std::span<const float> ModelRunner::logits(size_t i) const {

@@ -13,16 +13,49 @@
 
 namespace ferry {
 
+// Prompt-step padding granule in tokens (StepPadding::pad_prompts): a prompt-carrying step of n tokens runs as
+// min(round_up(n, 64), max_step_tokens) tokens. Worked example (Llama-3-8B serving, 64 clients, 512-token budget):
+// prompt steps carry 509.5 tokens on average, most of them exactly 512, so they pad by ~2.5 rows (0.5% of the
+// GEMM rows) and share one graph key; a 300-token tail step runs as 320 (+6.7%). 64 also keeps the pad within 4
+// KV blocks of 16 tokens and makes every padded count a whole number of the attention's 64-row query tiles.
+constexpr int32_t kPromptPadGranule = 64;
+
+// Scratch KV blocks the padding needs (reserved after the pool's blocks; no sequence ever owns them): the prompt
+// pad's dummy sequence holds up to min(granule, max_step_tokens) - 1 tokens at positions 0.. (the decode dummies
+// share the first block). At least 1. Example: granule 64, budget 512, blocks of 16: ceil(63 / 16) = 4 blocks.
+int32_t prompt_pad_scratch_blocks(int32_t max_step_tokens, int32_t block_size, int32_t granule = kPromptPadGranule);
+
+// How ModelRunner pads steps so that a backend replaying step graphs sees only a few shapes.
+struct StepPadding {
+  int32_t scratch_first = -1;  // first scratch KV block (-1: no padding at all)
+  int32_t n_scratch = 0;       // scratch blocks [scratch_first, scratch_first + n_scratch)
+  bool pad_decodes = true;     // pure decode steps: sequences to a power of two (see below)
+  bool pad_prompts = false;    // prompt-carrying steps (FERRY_PROMPT_GRAPHS): tokens, sequences and logit rows
+  int32_t granule = kPromptPadGranule;  // tokens of a padded prompt step: a multiple of this, or max_step_tokens
+};
+
 // Decode padding (backends that replay step graphs): a graph is recorded per (tokens, sequences, table width,
 // logit rows), so a decode step of n sequences is padded to the next power of two with dummy sequences (token
 // 0 at position 0, KV in a scratch block no sequence owns, their logits computed and ignored). 1..128 running
 // sequences then need 8 graphs per table-width bucket instead of 128. Worked example: 37 running sequences
 // run as 64; the 27 dummies cost 27/64 of a decode step's activations but no weight traffic (the weights are
 // read once per step whatever the batch), which is what a memory-bound decode step pays for.
+//
+// Prompt padding (opt-in, StepPadding::pad_prompts; the model captures such steps when set_prompt_graphs is on):
+// a step with prompt chunks of n tokens and s chunks runs as N = min(round_up(n, granule), max_step_tokens)
+// tokens and P = the next power of two >= s (+1 when N > n) sequences: one dummy sequence holds the N - n pad
+// tokens (token 0 at positions 0.., q_len = kv_len = the pad, KV in the scratch blocks), the other P - s - 1
+// dummies hold no token at all (q_len = kv_len = 0, q_start = N: every attention kernel skips such a sequence,
+// as it skips the other kind's), so a step that fills the budget still pads its sequence count. Logit rows are
+// padded to P (the dummies' point at row N - 1; the sampler skips them: RowMode::Skip). Real rows come first, in
+// plan order, so logits(i) / token(i) are unchanged. Worked example: 49 chunks with 509 tokens under a budget of
+// 512 run as 512 tokens (a 3-token dummy) and 64 sequences (14 empty dummies), 64 logit rows.
 class ModelRunner {
  public:
-  // scratch_block: a KV block reserved for padding rows (-1: no padding).
-  ModelRunner(LlamaModel& model, int32_t scratch_block) : model_(model), scratch_block_(scratch_block) {}
+  // scratch_block: a KV block reserved for decode padding rows (-1: no padding).
+  ModelRunner(LlamaModel& model, int32_t scratch_block)
+      : ModelRunner(model, StepPadding{.scratch_first = scratch_block, .n_scratch = scratch_block >= 0 ? 1 : 0}) {}
+  ModelRunner(LlamaModel& model, const StepPadding& padding);
 
   // Runs the plan's chunks. Afterwards logits(i) is the (vocab_size) row of the i-th chunk that samples (in
   // plan order). Does not advance the sequences (the caller commits them).
@@ -35,14 +68,18 @@ class ModelRunner {
   std::span<const float> logits(size_t i) const;
   // After run_sampled, a Device row: the drawn id (-1: every logit was NaN/-inf).
   int32_t token(size_t i) const;
+  // The last step's Batch as run (padding included): for tests and diagnostics.
+  const Batch& batch() const { return batch_; }
 
  private:
-  void build_batch(const StepPlan& plan);  // fills batch_ (with decode padding rows at the end)
+  void build_batch(const StepPlan& plan);  // fills batch_ (with padding rows at the end)
+  void pad_decode_step(size_t n_chunks);   // decode padding (see above)
+  void pad_prompt_step(size_t n_chunks);   // prompt padding (see above)
 
   LlamaModel& model_;
-  int32_t scratch_block_;
+  StepPadding padding_;
   Batch batch_;
-  std::vector<float> logits_;  // run: (n_sampling_chunks, vocab_size) row-major
+  std::vector<float> logits_;  // run: (logit rows, vocab_size) row-major; the first n_sampling_chunks are real
   std::vector<RowSampling> row_modes_;  // run_sampled: (logit rows) the rows' settings, padding rows Skip
   SampledStep sampled_;                 // run_sampled: the drawn ids and the Host rows' logits
   std::vector<int32_t> host_index_;     // run_sampled: (n_sampling_chunks) row of sampled_.host_logits, -1: none

@@ -324,25 +324,33 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   s.debug = Env::read().log.value_or("") == "debug";
   EngineOptions engine_options = eo;
   engine_options.batch_invariant = eo.batch_invariant || so.batch_invariant;
+  // Prompt graphs (engine/model_runner.h): prompt steps padded too, their pad tokens in scratch blocks of their own.
+  const bool prompt_graphs = env_switch(Env::read().prompt_graphs, "FERRY_PROMPT_GRAPHS", eo.prompt_graphs);
+  const int32_t scratch_blocks =
+      prompt_graphs ? prompt_pad_scratch_blocks(so.max_step_tokens, eo.block_size) : (eo.device == "cpu" ? 0 : 1);
   s.m = load_model(engine_options, [&](const ModelConfig& c, int32_t context) {
-    // +1 block: the decode padding's scratch block on backends with step graphs.
-    const int64_t kv_tokens =
-        (so.kv_tokens > 0 ? so.kv_tokens : automatic_kv_tokens(eo, so, c, context)) + (eo.device == "cpu" ? 0 : eo.block_size);
+    // + the padding's scratch blocks: 1 for decode padding on backends with step graphs, more for prompt padding.
+    const int64_t kv_tokens = (so.kv_tokens > 0 ? so.kv_tokens : automatic_kv_tokens(eo, so, c, context)) +
+                              int64_t(scratch_blocks) * eo.block_size;
     FERRY_CHECK(kv_tokens >= context, "serving: kv_tokens ({}) must hold at least one context ({} tokens)",
                 kv_tokens, context);
     return KvSizing{.kv_tokens = kv_tokens, .max_step_tokens = so.max_step_tokens};
   });
   const KvCacheShape& kv = s.m->model->kv_shape();
-  // With step graphs, the last block is the decode padding's scratch (engine/model_runner.h).
-  const bool pad_decodes = s.m->backend->supports_step_graphs() && kv.n_blocks > 1;
-  const int32_t n_pool_blocks = pad_decodes ? kv.n_blocks - 1 : kv.n_blocks;
+  // With step graphs (or prompt padding), the last blocks are the padding's scratch (engine/model_runner.h).
+  const bool pad = scratch_blocks > 0 && (s.m->backend->supports_step_graphs() || prompt_graphs) &&
+                   kv.n_blocks > scratch_blocks;
+  const int32_t n_pool_blocks = pad ? kv.n_blocks - scratch_blocks : kv.n_blocks;
   FERRY_CHECK(int64_t(n_pool_blocks) * kv.block_size >= s.m->context,
               "serving: kv_tokens must hold at least one context ({} tokens) plus one block", s.m->context);
   s.blocks = std::make_unique<BlockManager>(n_pool_blocks, kv.block_size, so.prefix_caching);
   s.scheduler = std::make_unique<Scheduler>(SchedulerLimits{.max_running = so.max_running,
                                                             .max_step_tokens = so.max_step_tokens},
                                             *s.blocks);
-  s.runner = std::make_unique<ModelRunner>(*s.m->model, pad_decodes ? kv.n_blocks - 1 : -1);
+  s.runner = std::make_unique<ModelRunner>(
+      *s.m->model, StepPadding{.scratch_first = pad ? n_pool_blocks : -1, .n_scratch = pad ? scratch_blocks : 0,
+                               .pad_decodes = true, .pad_prompts = pad && prompt_graphs});
+  s.m->model->set_prompt_graphs(pad && prompt_graphs);
   s.stats.kv_blocks_total = n_pool_blocks;
   s.device_sampling = env_switch(Env::read().cuda_sampling, "FERRY_CUDA_SAMPLING", true) && so.device_sampling &&
                       s.m->model->supports_device_sampling();

@@ -87,6 +87,7 @@ LlamaModel::StepLayout LlamaModel::layout_for(const Batch& batch, int32_t mb) {
   L.n_seqs = batch.n_seqs();
   L.mb = mb;
   L.m = int32_t(batch.logit_rows.size());
+  L.decode_only = std::all_of(batch.q_len.begin(), batch.q_len.end(), [](int32_t q) { return q == 1; });
   size_t off = 0;
   const auto take = [&](size_t bytes) {
     const size_t at = off;
@@ -205,16 +206,19 @@ const float* LlamaModel::execute_step(const Batch& batch, bool host_logits) {
   const int64_t gathered_bytes = int64_t(comm_->world()) * m * config_.vocab_size * 4;  // (world, m, local rows) f32
 
   // A decode step (one new token per sequence) on a backend with graphs: one graph launch per step. The graph
-  // copies the logits to the page-locked staging buffer only when they go to the host (a key of its own).
+  // copies the logits to the page-locked staging buffer only when they go to the host (a key of its own). With
+  // prompt graphs on, every other step too (the caller padded it to a few shapes: set_prompt_graphs).
   const bool decode = n == batch.n_seqs() &&
                       std::all_of(batch.q_len.begin(), batch.q_len.end(), [](int32_t q) { return q == 1; });
-  if (graphs_on_ && decode && m > 0 && !observer_ && backend_.supports_step_graphs()) {
+  if (graphs_on_ && (decode || prompt_graphs_) && m > 0 && !observer_ && backend_.supports_step_graphs()) {
     const StepLayout L = layout_for(batch, pow2_at_least(std::max(1, batch.max_blocks_per_seq)));
     ensure_logits(size_t(m), true);
     stage_inputs(batch, L);
-    const GraphKey key{L.n, L.n_seqs, L.mb, L.m, host_logits};
+    const GraphKey key{L.n, L.n_seqs, L.mb, L.m, host_logits, L.decode_only};
     const auto it = graphs_.find(key);
-    if (it != graphs_.end() && backend_.replay(*it->second)) {
+    ++graph_clock_;
+    if (it != graphs_.end() && backend_.replay(*it->second.graph)) {
+      it->second.last_use = graph_clock_;
       ++graph_stats_.replays;
     } else {
       // First step of this shape (or the graph went stale): run it op by op (this sizes every scratch
@@ -223,11 +227,15 @@ const float* LlamaModel::execute_step(const Batch& batch, bool host_logits) {
       enqueue_step(L, nullptr, host_logits);
       backend_.synchronize();
       ++graph_stats_.eager;
-      if (graphs_.size() >= kMaxGraphs) graphs_.clear();
+      if (graphs_.size() >= kMaxGraphs) {  // evict the least recently used graph
+        graphs_.erase(std::min_element(graphs_.begin(), graphs_.end(), [](const auto& a, const auto& b) {
+          return a.second.last_use < b.second.last_use;
+        }));
+      }
       backend_.begin_capture();
       try {
         enqueue_step(L, nullptr, host_logits);
-        graphs_[key] = backend_.end_capture();
+        graphs_[key] = GraphEntry{.graph = backend_.end_capture(), .last_use = graph_clock_};
       } catch (...) {
         backend_.cancel_capture();
         throw;
@@ -358,7 +366,7 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   meta.q_len = i32(L.q_len, L.n_seqs);
   meta.kv_len = i32(L.kv_len, L.n_seqs);
   meta.block_tables = i32(L.tables, int64_t(L.n_seqs) * L.mb);
-  meta.decode_only = n == L.n_seqs;  // every chunk of a step has at least one token: n == n_seqs means one each
+  meta.decode_only = L.decode_only;  // not n == n_seqs: a padded prompt step's empty dummy sequences hold no token
   if (host_meta) {
     FERRY_ASSERT(host_meta->max_blocks_per_seq == L.mb);
     meta.host_q_start = host_meta->q_start.data();

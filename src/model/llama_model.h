@@ -102,6 +102,12 @@ class LlamaModel {
   // (n_seqs, block-table bucket, logit rows) and replayed; the bucket is max_blocks_per_seq rounded up to a
   // power of two (tables are padded with -1). On by default; off: every step runs op by op.
   void set_step_graphs(bool on) { graphs_on_ = on; }
+  // Prompt-carrying steps too (off by default; FERRY_PROMPT_GRAPHS, EngineOptions::prompt_graphs): with step graphs
+  // on, every step that is not a pure decode step is captured and replayed like one, keyed on its exact shape. The
+  // caller pads such steps to a few shapes (engine/model_runner.h: tokens to a multiple of 64, sequences and logit
+  // rows to a power of two); unpadded steps would each record a graph of their own. A captured step reads nothing
+  // from the host: the CUDA backend then runs the one-launch mixed attention kernel (no host q_len mirror).
+  void set_prompt_graphs(bool on) { prompt_graphs_ = on; }
   struct GraphStats {
     int64_t captures = 0;  // graphs recorded
     int64_t replays = 0;   // steps run as one graph launch
@@ -126,11 +132,17 @@ class LlamaModel {
   // Where each step input sits in the packed input buffer (byte offsets; 8-byte aligned).
   struct StepLayout {
     int32_t n = 0, n_seqs = 0, mb = 0, m = 0;  // tokens, sequences, table stride, logit rows
+    bool decode_only = false;  // every sequence has exactly one query row (padded prompt steps may hold q_len 0)
     size_t slots = 0, tokens = 0, positions = 0, q_start = 0, q_len = 0, kv_len = 0, rows = 0, tables = 0;
     size_t bytes = 0;
   };
-  // (n, n_seqs, table stride, logit rows, logits copied to the host in the graph)
-  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t, bool>;
+  // (n, n_seqs, table stride, logit rows, logits copied to the host in the graph, decode-only). decode-only is a key
+  // of its own: a padded prompt step can have n == n_seqs (empty dummy sequences) with a decode step's other keys.
+  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t, bool, bool>;
+  struct GraphEntry {
+    std::unique_ptr<StepGraph> graph;
+    uint64_t last_use = 0;  // graph_clock_ at its last replay or capture (the least recent one is evicted)
+  };
 
   void observe(const char* name, int layer, const Tensor& t) const {
     if (observer_) observer_(name, layer, t);
@@ -145,7 +157,12 @@ class LlamaModel {
   // Grows the device logits to `rows` rows (and, with staging, the page-locked host copy).
   void ensure_logits(size_t rows, bool staging);
 
-  static constexpr size_t kMaxGraphs = 32;
+  // Recorded graphs at most (the least recently used one goes). Decode keys: power-of-two sequence counts x table
+  // buckets (64 clients at contexts <= 1024 with blocks of 16: 7 x 2); padded prompt keys (prompt graphs on):
+  // token counts (multiples of 64 up to the budget: 8 at 512) x sequence counts x table buckets; estimated 10-20 in
+  // the 64-client 512/128 run (its prompt steps are nearly all 512 tokens, 64 sequences, 64-block tables; not counted
+  // on a GPU yet). Clearing all of them at the limit (as before) would re-capture the hot keys too.
+  static constexpr size_t kMaxGraphs = 64;
 
   ModelConfig config_;       // this rank's shard (heads, hidden units, vocabulary rows)
   ModelConfig full_config_;  // the whole model
@@ -177,7 +194,9 @@ class LlamaModel {
   std::vector<float> follower_logits_;  // a follower rank's logits of the step (m, vocab) f32: assembled like rank 0's, then unused
   TensorObserver observer_;
   bool graphs_on_ = true;
-  std::map<GraphKey, std::unique_ptr<StepGraph>> graphs_;
+  bool prompt_graphs_ = false;  // set_prompt_graphs
+  std::map<GraphKey, GraphEntry> graphs_;
+  uint64_t graph_clock_ = 0;  // counts graph steps (GraphEntry::last_use)
   GraphStats graph_stats_;
   StepHostTime step_host_time_;
 };
