@@ -1,5 +1,6 @@
 // What an attention op needs to know about the sequences in a step. The step's tokens are flattened:
-// sequence s owns query rows [q_start[s], q_start[s] + q_len[s]) and, after this step's store_kv, has
+// sequence s owns query rows [q_start[s], q_start[s] + q_len[s]) (q_len may be 0: a padding sequence with no rows,
+// which every attention path skips) and, after this step's store_kv, has
 // kv_len[s] tokens in the cache (its queries are the last q_len[s] of them, so query i of s sits at
 // position kv_len[s] - q_len[s] + i and attends to positions 0..that one).
 #pragma once
