@@ -3,7 +3,8 @@
 // evicted), some are cancelled, and the engine checks its KV bookkeeping after every step
 // (ServingOptions::check_invariants: ref counts equal the references held, no leak, pool/prefix-map
 // consistency). Every request must finish; every uncancelled greedy output must equal the request run alone;
-// a cancelled one's tokens must be a prefix of it; no block may stay used at the end.
+// a cancelled one's tokens must be a prefix of it; no block may stay used at the end. Run as is and with prompt
+// padding (EngineOptions::prompt_graphs) on.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -51,76 +52,94 @@ std::vector<Planned> plan_requests(uint64_t seed, int n, int context) {
   return out;
 }
 
-TEST(ServingRandom, ArrivalsCancellationsAndPreemptions) {
+// One randomized run with the batched engine's options `eo` (the references run alone with the option-free
+// tiny options) at step budget `budget`; adds the run's preemptions and prefix-cache hits.
+void run_random_serving(const EngineOptions& eo, uint64_t seed, int32_t budget, int64_t& preemptions, int64_t& cached) {
   constexpr int kContext = 64;
-  const EngineOptions eo = test::tiny_options(kContext, 4);
-  int64_t preemptions = 0, cached = 0;
-  for (uint64_t seed : {1, 2, 3}) {
-    const std::vector<Planned> plan = plan_requests(seed, 40, kContext);
-    // References: each request alone, without the prefix cache.
-    std::vector<std::vector<int32_t>> alone;
-    {
-      ServingEngine solo(eo, {.max_running = 1, .max_step_tokens = 64, .prefix_caching = false});
-      for (const Planned& p : plan) alone.push_back(collect(*solo.submit(greedy_request(p.prompt, p.max_tokens))).ids());
-    }
-    // 80 KV tokens (20 blocks of 4) for up to 6 sequences of up to 64 tokens: decodes run out of blocks.
-    ServingEngine s(eo, {.max_running = 6, .max_step_tokens = 16, .kv_tokens = 80, .check_invariants = true});
-    std::mt19937_64 rng(seed + 77);
-    std::vector<std::shared_ptr<RequestHandle>> hs;
-    std::vector<test::Collected> got(plan.size());
-    std::vector<int> updates(plan.size(), 0);
-    std::vector<bool> done(plan.size(), false);
-    size_t submitted = 0;
-    size_t n_done = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (n_done < plan.size() && std::chrono::steady_clock::now() < deadline) {
-      // Arrivals: a random burst of 0..3 new requests.
-      for (int k = int(rng() % 4); k > 0 && submitted < plan.size(); --k, ++submitted)
-        hs.push_back(s.submit(greedy_request(plan[submitted].prompt, plan[submitted].max_tokens)));
-      // Drain whatever arrived; cancel some requests after a few updates.
-      for (size_t i = 0; i < hs.size(); ++i) {
-        if (done[i]) continue;
-        RequestUpdate u;
-        while (hs[i]->wait(u, std::chrono::milliseconds(0))) {
-          ++updates[i];
-          for (GeneratedToken& t : u.tokens) got[i].tokens.push_back(std::move(t));
-          if (u.finished) {
-            got[i].finished = true;
-            got[i].finish = u.finish;
-            got[i].error = u.error;
-            got[i].usage = u.usage;
-            done[i] = true;
-            ++n_done;
-            break;
-          }
-        }
-        if (!done[i] && plan[i].cancel && updates[i] >= plan[i].cancel_after_updates) hs[i]->cancel();
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
-    }
-    ASSERT_EQ(n_done, plan.size()) << "seed " << seed << ": requests did not all finish";
-    for (size_t i = 0; i < plan.size(); ++i) {
-      const test::Collected& c = got[i];
-      ASSERT_NE(c.finish, FinishReason::Error) << "seed " << seed << " request " << i << ": " << c.error;
-      const std::vector<int32_t> ids = c.ids();
-      if (c.finish == FinishReason::Cancelled) {
-        ASSERT_LE(ids.size(), alone[i].size());
-        EXPECT_TRUE(std::equal(ids.begin(), ids.end(), alone[i].begin())) << "seed " << seed << " request " << i;
-      } else {
-        EXPECT_EQ(ids, alone[i]) << "seed " << seed << " request " << i;
-        EXPECT_EQ(c.usage.completion_tokens, int32_t(ids.size()));
-      }
-      EXPECT_EQ(c.usage.prompt_tokens, int32_t(plan[i].prompt.size()));
-    }
-    const ServingStats st = s.stats();
-    EXPECT_EQ(st.kv_blocks_used, 0) << "blocks leaked";
-    EXPECT_EQ(st.running, 0);
-    EXPECT_EQ(st.waiting, 0);
-    EXPECT_EQ(st.requests_failed, 0);
-    EXPECT_EQ(st.requests_finished + st.requests_cancelled, int64_t(plan.size()));
-    preemptions += st.preemptions;
-    cached += st.prompt_tokens_cached;
+  const std::vector<Planned> plan = plan_requests(seed, 40, kContext);
+  // References: each request alone, without the prefix cache (and without prompt padding).
+  std::vector<std::vector<int32_t>> alone;
+  {
+    ServingEngine solo(test::tiny_options(kContext, 4), {.max_running = 1, .max_step_tokens = 64, .prefix_caching = false});
+    for (const Planned& p : plan) alone.push_back(collect(*solo.submit(greedy_request(p.prompt, p.max_tokens))).ids());
   }
+  // 80 KV tokens (20 blocks of 4) for up to 6 sequences of up to 64 tokens: decodes run out of blocks.
+  ServingEngine s(eo, {.max_running = 6, .max_step_tokens = budget, .kv_tokens = 80, .check_invariants = true});
+  EXPECT_EQ(s.stats().kv_blocks_total, 20) << "scratch blocks (prompt padding) must come on top of kv_tokens";
+  std::mt19937_64 rng(seed + 77);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  std::vector<test::Collected> got(plan.size());
+  std::vector<int> updates(plan.size(), 0);
+  std::vector<bool> done(plan.size(), false);
+  size_t submitted = 0;
+  size_t n_done = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (n_done < plan.size() && std::chrono::steady_clock::now() < deadline) {
+    // Arrivals: a random burst of 0..3 new requests.
+    for (int k = int(rng() % 4); k > 0 && submitted < plan.size(); --k, ++submitted)
+      hs.push_back(s.submit(greedy_request(plan[submitted].prompt, plan[submitted].max_tokens)));
+    // Drain whatever arrived; cancel some requests after a few updates.
+    for (size_t i = 0; i < hs.size(); ++i) {
+      if (done[i]) continue;
+      RequestUpdate u;
+      while (hs[i]->wait(u, std::chrono::milliseconds(0))) {
+        ++updates[i];
+        for (GeneratedToken& t : u.tokens) got[i].tokens.push_back(std::move(t));
+        if (u.finished) {
+          got[i].finished = true;
+          got[i].finish = u.finish;
+          got[i].error = u.error;
+          got[i].usage = u.usage;
+          done[i] = true;
+          ++n_done;
+          break;
+        }
+      }
+      if (!done[i] && plan[i].cancel && updates[i] >= plan[i].cancel_after_updates) hs[i]->cancel();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+  }
+  ASSERT_EQ(n_done, plan.size()) << "seed " << seed << ": requests did not all finish";
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const test::Collected& c = got[i];
+    ASSERT_NE(c.finish, FinishReason::Error) << "seed " << seed << " request " << i << ": " << c.error;
+    const std::vector<int32_t> ids = c.ids();
+    if (c.finish == FinishReason::Cancelled) {
+      ASSERT_LE(ids.size(), alone[i].size());
+      EXPECT_TRUE(std::equal(ids.begin(), ids.end(), alone[i].begin())) << "seed " << seed << " request " << i;
+    } else {
+      EXPECT_EQ(ids, alone[i]) << "seed " << seed << " request " << i;
+      EXPECT_EQ(c.usage.completion_tokens, int32_t(ids.size()));
+    }
+    EXPECT_EQ(c.usage.prompt_tokens, int32_t(plan[i].prompt.size()));
+  }
+  const ServingStats st = s.stats();
+  EXPECT_EQ(st.kv_blocks_used, 0) << "blocks leaked";
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.waiting, 0);
+  EXPECT_EQ(st.requests_failed, 0);
+  EXPECT_EQ(st.requests_finished + st.requests_cancelled, int64_t(plan.size()));
+  preemptions += st.preemptions;
+  cached += st.prompt_tokens_cached;
+}
+
+TEST(ServingRandom, ArrivalsCancellationsAndPreemptions) {
+  int64_t preemptions = 0, cached = 0;
+  for (uint64_t seed : {1, 2, 3}) run_random_serving(test::tiny_options(64, 4), seed, 16, preemptions, cached);
+  std::printf("preemptions %lld, cached prompt tokens %lld\n", (long long)preemptions, (long long)cached);
+  EXPECT_GT(preemptions, 0) << "the small cache never forced a preemption: the test does not test it";
+  EXPECT_GT(cached, 0) << "no prefix-cache hit";
+}
+
+// The same with prompt padding on (EngineOptions::prompt_graphs; on the CPU the padding runs without graph
+// capture): the padding writes only scratch blocks outside the pool, so a dummy row that touched a sequence's block
+// would show up as a wrong token. Budgets 16 (below the 64-token granule: every prompt step runs at the budget) and
+// 40.
+TEST(ServingRandom, PromptPaddingMatchesUnpaddedRunsAlone) {
+  EngineOptions on = test::tiny_options(64, 4);
+  on.prompt_graphs = true;
+  int64_t preemptions = 0, cached = 0;
+  for (const int32_t budget : {16, 40}) run_random_serving(on, uint64_t(budget), budget, preemptions, cached);
   std::printf("preemptions %lld, cached prompt tokens %lld\n", (long long)preemptions, (long long)cached);
   EXPECT_GT(preemptions, 0) << "the small cache never forced a preemption: the test does not test it";
   EXPECT_GT(cached, 0) << "no prefix-cache hit";
