@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,10 +33,11 @@ struct EngineOptions {
                                          // (one GEMM kernel for all token counts, batch-independent attention
                                          // splits); the CPU kernels are batch-invariant always
   int tp = 1;                            // tensor-parallel ranks (cpu: threads; cuda: one process per GPU)
-  bool prompt_graphs = false;            // serving engine: pad steps with prompt chunks to a few shapes (tokens to
+  std::optional<bool> prompt_graphs;     // serving engine: pad steps with prompt chunks to a few shapes (tokens to
                                          // a multiple of 64, sequences and logit rows to a power of two) and replay
                                          // them from step graphs like decode steps (CUDA; on the CPU only the
-                                         // padding runs). FERRY_PROMPT_GRAPHS=0/1 overrides it.
+                                         // padding runs). Unset: on with CUDA at tp 1, else off. FERRY_PROMPT_GRAPHS=0/1
+                                         // overrides it.
 };
 
 struct ModelInfo {

@@ -42,6 +42,9 @@ struct ServingOptions {
                                  // only token ids cross to the host; rows with logprobs or penalties still copy
                                  // their logits and sample on the host. Same tokens as the host sampler.
                                  // Off: every row on the host (also FERRY_CUDA_SAMPLING=0).
+  bool graph_warmup = true;      // backends that replay step graphs (CUDA): record the graphs of the steps a loaded
+                                 // server takes before serving (ModelRunner::warm_up_graphs; a few seconds at
+                                 // start) instead of capturing each on the first step that has its shape
   bool check_invariants = false; // tests and debugging: after every step verify the KV bookkeeping (every
                                  // block's ref count equals the sequences holding it, pool and prefix-map
                                  // consistency); O(n_blocks) per step. A violation fails the requests in flight.
@@ -119,6 +122,8 @@ struct ServingStats {
   int64_t logits_host_bytes = 0;      // f32 logits copied from the device to the host (all steps)
   int64_t device_sampled_tokens = 0;  // tokens drawn on the device (ServingOptions.device_sampling)
   int64_t graph_replays = 0;          // steps run as one step-graph launch (decode steps on CUDA)
+  int32_t graph_warmup_steps = 0;     // step graphs recorded at start (ServingOptions::graph_warmup)
+  double graph_warmup_seconds = 0;    // and the time that took
   double prefix_hit_rate() const { return prompt_tokens ? double(prompt_tokens_cached) / double(prompt_tokens) : 0.0; }
 };
 

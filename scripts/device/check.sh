@@ -136,7 +136,8 @@ if has bench; then
 fi
 if has serve; then
   # Load benchmark: `ferry serve --device cuda` on the Llama-3-8B-shaped BF16 model, 512 in / 128 out,
-  # 64 then 256 concurrent streaming clients (issue 4's figures). FERRY_SERVE_ARGS adds server options.
+  # 64 then 256 concurrent streaming clients (issue 4's figures), 3 requests each (FERRY_SERVE_PER_CLIENT).
+  # FERRY_SERVE_ARGS adds server options.
   log="$OUT/serve.log"
   : > "$log"
   m="/tmp/llama3-8b-bf16.gguf"
@@ -152,11 +153,15 @@ if has serve; then
       ${FERRY_SERVE_ARGS:-} $va > "$OUT/server.log" 2>&1 &
     server=$!
     for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
+    note "[serve${va:+ $va}] $(grep -E 'step graphs recorded' "$OUT/server.log") GPU memory used $(nvidia-smi \
+      --query-gpu=memory.used --format=csv,noheader | head -1)"
+    seed=1  # each run on this server draws new prompts (a repeated run of one seed would hit the prefix cache)
     for n in ${FERRY_SERVE_CLIENTS:-64 256}; do
-      timeout 200 "$C/serve_bench" --url "http://127.0.0.1:$port" --clients $n --requests $((n * 3)) \
+      timeout 200 "$C/serve_bench" --url "http://127.0.0.1:$port" --clients $n --requests $((n * ${FERRY_SERVE_PER_CLIENT:-3})) --seed $seed \
         --input-len 512 --output-len 128 --stream --timeout 180 --json "$OUT/serve$n.json" > "$OUT/s.log" 2>&1
+      seed=$((seed + 1))
       cat "$OUT/s.log" >> "$log"
-      note "[serve${va:+ $va}, $n clients, 512/128] $(tr '\n' ' ' < "$OUT/s.log" | tail -c 600)"
+      note "[serve${va:+ $va}, $n clients, seed $((seed - 1)), 512/128] $(tr '\n' ' ' < "$OUT/s.log" | tail -c 600)"
     done
     curl -s "http://127.0.0.1:$port/metrics" | grep -E "^ferry_" | grep -vE "_bucket" >> "$log"
     kill -TERM $server; wait $server; note "serve exit status: $?"

@@ -39,6 +39,7 @@ Env Env::read() {
   e.nccl_nvls_enable = get("NCCL_NVLS_ENABLE");
   e.cuda_prefill_bf16 = get("FERRY_CUDA_PREFILL_BF16");
   e.cuda_gemm = get("FERRY_CUDA_GEMM");
+  e.cuda_skinny = get("FERRY_CUDA_SKINNY");
   e.cuda_matvec = get("FERRY_CUDA_MATVEC");
   e.cuda_sampling = get("FERRY_CUDA_SAMPLING");
   e.cuda_profile = get("FERRY_CUDA_PROFILE");

@@ -50,6 +50,9 @@ struct Env {
   // FERRY_CUDA_MATVEC: the decode matvec version for comparisons: 2 or 5 everywhere, 7, 9, 10 or 11 (matvec.cuh;
   // 10, 11: Q8_0/Q4_0/Q4_K weights only) wherever it applies and matmul_dispatch.h's rule elsewhere (unset: the rule).
   std::optional<std::string> cuda_matvec;
+  // FERRY_CUDA_SKINNY: "wg" or "mma" sends every matmul of 17..255 tokens that the wgmma / mma.sync skinny GEMM
+  // supports to it instead of matmul_dispatch.h's rule (in-situ comparisons); "rule" or unset: the rule.
+  std::optional<std::string> cuda_skinny;
   // FERRY_CUDA_SAMPLING: "0" makes the serving engine sample every row on the host (comparisons with the
   // device sampler); "1" or unset: on the device where the backend can (ServingOptions.device_sampling).
   std::optional<std::string> cuda_sampling;

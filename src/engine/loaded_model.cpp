@@ -61,6 +61,13 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
                   "FERRY_CUDA_MATVEC must be 2, 5, 7, 9, 10 or 11, got '{}'", *env.cuda_matvec);
       cuda.matvec_version = std::stoi(*env.cuda_matvec);
     }
+    if (env.cuda_skinny) {
+      FERRY_CHECK(*env.cuda_skinny == "rule" || *env.cuda_skinny == "wg" || *env.cuda_skinny == "mma",
+                  "FERRY_CUDA_SKINNY must be rule, wg or mma, got '{}'", *env.cuda_skinny);
+      cuda.skinny_override = *env.cuda_skinny == "wg"    ? cuda_ops::SkinnyOverride::Wg
+                             : *env.cuda_skinny == "mma" ? cuda_ops::SkinnyOverride::Mma
+                                                         : cuda_ops::SkinnyOverride::Rule;
+    }
     cuda.profile_ops = env_switch(env.cuda_profile, "FERRY_CUDA_PROFILE", false);
     cuda.fused_qkv_attention = env_switch(env.cuda_fused_qkv, "FERRY_CUDA_FUSED_QKV", true);
     return std::make_unique<CudaBackend>(cuda);  // throws "no CUDA device: ..." without one

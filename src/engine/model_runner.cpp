@@ -153,6 +153,73 @@ void ModelRunner::pad_prompt_step(size_t n_chunks) {
   FERRY_ASSERT(b.n_tokens() == n_padded && b.n_seqs() == int32_t(n_seqs));
 }
 
+bool ModelRunner::build_dummy_step(int32_t n, int32_t n_seqs, int32_t mb, bool decode) {
+  // Every row is token 0; sequence s holds q_len[s] of the n tokens at positions 0.. (at most mb blocks' worth)
+  // and its table cycles through the scratch blocks, as do its slots (dummy rows may share slots: their keys and
+  // values are never read by a real sequence). Sequences past the tokens are empty (q_len = kv_len = 0).
+  const int32_t bs = model_.kv_shape().block_size;
+  const int32_t per_seq = mb * bs;
+  if (int64_t(per_seq) * n_seqs < n || n_seqs > n || (decode && n != n_seqs)) return false;
+  Batch& b = batch_;
+  b = Batch{};
+  b.max_blocks_per_seq = mb;
+  b.block_tables.assign(size_t(n_seqs) * size_t(mb), -1);
+  int32_t left = n;
+  for (int32_t s = 0; s < n_seqs; ++s) {
+    // decode: one token each; else the first sequences take as many as their tables hold, the rest stay empty
+    const int32_t q = decode ? 1 : std::min(left, per_seq);
+    const auto row0 = int32_t(b.tokens.size());
+    for (int32_t i = 0; i < q; ++i) {
+      b.tokens.push_back(0);
+      b.positions.push_back(i);
+      b.slots.push_back(int64_t(padding_.scratch_first + (i / bs) % padding_.n_scratch) * bs + i % bs);
+    }
+    for (int32_t j = 0; j < (q + bs - 1) / bs; ++j)
+      b.block_tables[size_t(s) * size_t(mb) + size_t(j)] = padding_.scratch_first + j % padding_.n_scratch;
+    b.q_start.push_back(q > 0 ? row0 : n);
+    b.q_len.push_back(q);
+    b.kv_len.push_back(q);
+    b.logit_rows.push_back(q > 0 ? row0 + q - 1 : n - 1);
+    left -= q;
+  }
+  FERRY_ASSERT(left == 0 && b.n_tokens() == n);
+  // A prompt key needs a sequence that is not one token (else the model takes the step for a decode step).
+  return decode || std::any_of(b.q_len.begin(), b.q_len.end(), [](int32_t q) { return q != 1; });
+}
+
+void ModelRunner::run_dummy_step(bool device_sampling) {
+  device_step_ = device_sampling;
+  host_index_.clear();
+  if (device_sampling) {
+    row_modes_.assign(batch_.logit_rows.size(), RowSampling{});  // every row Skip
+    model_.forward_sampled(batch_, row_modes_, sampled_);
+  } else {
+    model_.forward(batch_, logits_);
+  }
+}
+
+int32_t ModelRunner::warm_up_graphs(const GraphWarmup& w) {
+  FERRY_CHECK(padding_.scratch_first >= 0, "step-graph warm-up needs the padding's scratch blocks");
+  const int32_t budget = model_.max_step_tokens();
+  const auto max_decode = int32_t(std::min(pow2_at_least(size_t(std::max(1, w.max_seqs))), size_t(budget)));
+  const auto max_prompt = int32_t(std::min(pow2_at_least(size_t(std::max(1, w.max_seqs)) + 1), size_t(budget)));
+  const auto max_mb = int32_t(pow2_at_least(size_t(std::max(1, w.max_blocks))));
+  int32_t steps = 0;
+  for (int32_t mb = 1; mb <= max_mb; mb *= 2) {
+    for (int32_t p = 1; p <= max_decode && steps < w.max_graphs; p *= 2) {
+      if (!padding_.pad_decodes || !build_dummy_step(p, p, mb, true)) continue;
+      run_dummy_step(w.device_sampling);
+      ++steps;
+    }
+    for (int32_t p = 1; p <= max_prompt && steps < w.max_graphs; p *= 2) {
+      if (!padding_.pad_prompts || !build_dummy_step(budget, p, mb, false)) continue;
+      run_dummy_step(w.device_sampling);
+      ++steps;
+    }
+  }
+  return steps;
+}
+
 std::span<const float> ModelRunner::logits(size_t i) const {
   const auto V = size_t(model_.config().vocab_size);
   if (device_step_) {

@@ -50,6 +50,25 @@ struct StepPadding {
 // padded to P (the dummies' point at row N - 1; the sampler skips them: RowMode::Skip). Real rows come first, in
 // plan order, so logits(i) / token(i) are unchanged. Worked example: 49 chunks with 509 tokens under a budget of
 // 512 run as 512 tokens (a 3-token dummy) and 64 sequences (14 empty dummies), 64 logit rows.
+// Step-graph warm-up (serving start, on a backend that replays step graphs): each graph key a loaded server's steps
+// take is otherwise captured the first time a step has it, which costs that step an eager run, the capture and
+// the instantiation on the serving path. warm_up_graphs runs each key once on dummy rows whose KV lives in the
+// scratch blocks (no pool block, no sequence, no cache entry is touched), so the first requests replay graphs:
+//  - decode steps of P = 1, 2, 4, .. sequences up to the padded max_seqs;
+//  - with prompt padding, prompt-carrying steps of the full budget (the shape a loaded server's prompt steps take)
+//    with P = 1, 2, 4, .. sequences up to the padded max_seqs + 1;
+// each at every table width mb = 1, 2, 4, .. up to the padded max_blocks (a step's key has the power of two at or
+// above its longest block table). At most max_graphs keys, narrow tables first. Worked example (Llama-3-8B on one
+// H200, --ctx 2048, blocks of 16, --max-running 256, budget 512): decode 9 x 8 and prompt 9 x 8 (the shapes whose
+// P x mb x 16 rows hold 512 tokens) keys. Measured (docs/perf-log.md "## Session 7"): the first 64-client run of a
+// fresh server 4,634 tok/s against 4,843 for the next run on the same server before the warm-up.
+struct GraphWarmup {
+  int32_t max_seqs = 1;           // the scheduler's max_running
+  int32_t max_blocks = 1;         // blocks of a full-context sequence
+  bool device_sampling = false;   // the path the serving steps take (run_sampled vs run): part of the graph key
+  int32_t max_graphs = 64;        // at most this many keys (the model's graph cache)
+};
+
 class ModelRunner {
  public:
   // scratch_block: a KV block reserved for decode padding rows (-1: no padding).
@@ -68,6 +87,9 @@ class ModelRunner {
   std::span<const float> logits(size_t i) const;
   // After run_sampled, a Device row: the drawn id (-1: every logit was NaN/-inf).
   int32_t token(size_t i) const;
+  // Runs each step-graph key of GraphWarmup once on dummy rows (see above); returns how many steps it ran. Needs
+  // the scratch blocks (StepPadding::scratch_first >= 0); prompt keys only with pad_prompts.
+  int32_t warm_up_graphs(const GraphWarmup& w);
   // The last step's Batch as run (padding included): for tests and diagnostics.
   const Batch& batch() const { return batch_; }
 
@@ -75,6 +97,10 @@ class ModelRunner {
   void build_batch(const StepPlan& plan);  // fills batch_ (with padding rows at the end)
   void pad_decode_step(size_t n_chunks);   // decode padding (see above)
   void pad_prompt_step(size_t n_chunks);   // prompt padding (see above)
+  // warm_up_graphs: batch_ = a dummy step of n tokens over n_seqs sequences with tables mb wide (false: no real
+  // step has this key), then run like run / run_sampled with every row skipped.
+  bool build_dummy_step(int32_t n, int32_t n_seqs, int32_t mb, bool decode);
+  void run_dummy_step(bool device_sampling);
 
   LlamaModel& model_;
   StepPadding padding_;

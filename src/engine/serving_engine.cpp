@@ -325,7 +325,11 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   EngineOptions engine_options = eo;
   engine_options.batch_invariant = eo.batch_invariant || so.batch_invariant;
   // Prompt graphs (engine/model_runner.h): prompt steps padded too, their pad tokens in scratch blocks of their own.
-  const bool prompt_graphs = env_switch(Env::read().prompt_graphs, "FERRY_PROMPT_GRAPHS", eo.prompt_graphs);
+  // Unset: on with CUDA at tp 1 (session 7, one H200, 64 clients 512/128: +1% in steady state and +8-15% on a
+  // fresh server's first run, whose eager prompt steps also pay cuBLASLt plans and first launches; not yet run with
+  // tensor parallelism).
+  const bool prompt_graphs = env_switch(Env::read().prompt_graphs, "FERRY_PROMPT_GRAPHS",
+                                        eo.prompt_graphs.value_or(eo.device != "cpu" && eo.tp == 1));
   const int32_t scratch_blocks =
       prompt_graphs ? prompt_pad_scratch_blocks(so.max_step_tokens, eo.block_size) : (eo.device == "cpu" ? 0 : 1);
   s.m = load_model(engine_options, [&](const ModelConfig& c, int32_t context) {
@@ -354,6 +358,15 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   s.stats.kv_blocks_total = n_pool_blocks;
   s.device_sampling = env_switch(Env::read().cuda_sampling, "FERRY_CUDA_SAMPLING", true) && so.device_sampling &&
                       s.m->model->supports_device_sampling();
+  if (pad && so.graph_warmup && s.m->backend->supports_step_graphs()) {
+    const auto t0 = Clock::now();
+    s.stats.graph_warmup_steps = s.runner->warm_up_graphs(
+        GraphWarmup{.max_seqs = so.max_running,
+                    .max_blocks = (s.m->context + kv.block_size - 1) / kv.block_size,
+                    .device_sampling = s.device_sampling,
+                    .max_graphs = LlamaModel::max_graphs()});
+    s.stats.graph_warmup_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
   if (const int n = postprocess_threads(eo, so); n > 1) s.postprocess_pool = std::make_unique<ThreadPool>(n);
   s.loop = std::thread([this] { impl_->run_loop(); });
 }

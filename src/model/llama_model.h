@@ -114,6 +114,7 @@ class LlamaModel {
     int64_t eager = 0;     // steps run op by op
   };
   const GraphStats& graph_stats() const { return graph_stats_; }
+  static constexpr int32_t max_graphs() { return int32_t(kMaxGraphs); }
   // Host time of the last forward_sampled: enqueuing the step's work (a graph launch, or every op of an eager
   // step) and then waiting for the device to finish it. Enqueue close to enqueue + wait means the host, not
   // the device, sets the step's pace.
@@ -159,10 +160,11 @@ class LlamaModel {
 
   // Recorded graphs at most (the least recently used one goes). Decode keys: power-of-two sequence counts x table
   // buckets (64 clients at contexts <= 1024 with blocks of 16: 7 x 2); padded prompt keys (prompt graphs on):
-  // token counts (multiples of 64 up to the budget: 8 at 512) x sequence counts x table buckets; estimated 10-20 in
-  // the 64-client 512/128 run (its prompt steps are nearly all 512 tokens, 64 sequences, 64-block tables; not counted
-  // on a GPU yet). Clearing all of them at the limit (as before) would re-capture the hot keys too.
-  static constexpr size_t kMaxGraphs = 64;
+  // token counts (multiples of 64 up to the budget: 8 at 512) x sequence counts x table buckets: a fresh server's
+  // 64-client 512/128 run captured ~20 (session 7: 26 over three runs). The serving warm-up (ModelRunner::
+  // warm_up_graphs) records up to 2 x 9 x 8 = 144 keys at --max-running 256 and --ctx 2048 ahead of them. Clearing
+  // all of them at the limit (as before) would re-capture the hot keys too.
+  static constexpr size_t kMaxGraphs = 256;
 
   ModelConfig config_;       // this rank's shard (heads, hidden units, vocabulary rows)
   ModelConfig full_config_;  // the whole model

@@ -171,6 +171,17 @@ TEST(MatmulDispatch, PathByTokenCount) {  // host only
   EXPECT_EQ(wg(200, 4096, 14336), MatmulPath::Cublas);
   EXPECT_EQ(choose_matmul_path(64, true, true, false, false, 28672, false, 4096), MatmulPath::Cublas);  // not fit
   EXPECT_EQ(choose_matmul_path(64, true, true, true, false, 4096, true), MatmulPath::HopperGemm);  // batch-invariant
+  // FERRY_CUDA_SKINNY overrides (n = 17..255 where the kernel fits; the rule elsewhere).
+  using cuda_ops::SkinnyOverride;
+  const auto forced = [&](int64_t n, bool skinny_fits, bool wg_fits, SkinnyOverride o) {
+    return choose_matmul_path(n, true, true, false, skinny_fits, 6144, wg_fits, 4096, o);
+  };
+  EXPECT_EQ(forced(64, true, true, SkinnyOverride::Wg), MatmulPath::WgSkinny);   // the rule: cuBLASLt
+  EXPECT_EQ(forced(64, true, true, SkinnyOverride::Mma), MatmulPath::Skinny);
+  EXPECT_EQ(forced(64, true, false, SkinnyOverride::Wg), MatmulPath::Cublas);    // not supported: the rule
+  EXPECT_EQ(forced(16, true, true, SkinnyOverride::Wg), MatmulPath::Skinny);     // n <= 16: the rule
+  EXPECT_EQ(forced(256, true, true, SkinnyOverride::Wg), MatmulPath::HopperGemm);
+  EXPECT_EQ(forced(64, true, true, SkinnyOverride::Rule), MatmulPath::Cublas);
 }
 
 TEST_F(CudaMatvec, EveryTypeEveryTokenCount) {

@@ -147,10 +147,11 @@ TEST_F(CudaPromptGraph, ServingTokensEqualWithTheOptionOnAndOff) {
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
   if (prop.major != 9) GTEST_SKIP() << "batch-invariant kernels need compute capability 9.x";
-  const auto run = [](bool prompt_graphs, ServingStats& stats) {
+  const auto run = [](bool prompt_graphs, bool warmup, ServingStats& stats) {
     EngineOptions eo = options();
     eo.prompt_graphs = prompt_graphs;
     ServingOptions so{.max_running = 16, .max_step_tokens = 128, .prefix_caching = false};
+    so.graph_warmup = warmup;
     so.batch_invariant = true;
     so.check_invariants = true;
     ServingEngine e(eo, so);
@@ -167,17 +168,26 @@ TEST_F(CudaPromptGraph, ServingTokensEqualWithTheOptionOnAndOff) {
     stats = e.stats();
     return out;
   };
-  ServingStats on_stats, off_stats;
-  const std::vector<std::vector<int32_t>> on = run(true, on_stats);
-  const std::vector<std::vector<int32_t>> off = run(false, off_stats);
+  ServingStats on_stats, off_stats, warm_stats;
+  const std::vector<std::vector<int32_t>> on = run(true, false, on_stats);
+  const std::vector<std::vector<int32_t>> off = run(false, false, off_stats);
+  // The start-up warm-up (ModelRunner::warm_up_graphs): same tokens; the steps whose keys it recorded replay.
+  const std::vector<std::vector<int32_t>> warm = run(true, true, warm_stats);
   ASSERT_EQ(on.size(), off.size());
+  ASSERT_EQ(on.size(), warm.size());
   for (size_t i = 0; i < on.size(); ++i) {
     EXPECT_EQ(on[i].size(), 16u) << "request " << i;
     EXPECT_EQ(on[i], off[i]) << "request " << i;
+    EXPECT_EQ(warm[i], off[i]) << "request " << i << " after the warm-up";
   }
-  std::printf("graph replays: option on %lld, off %lld (steps %lld / %lld)\n", (long long)on_stats.graph_replays,
-              (long long)off_stats.graph_replays, (long long)on_stats.steps, (long long)off_stats.steps);
+  std::printf("graph replays: option on %lld, off %lld, on after a warm-up of %d graphs %lld (steps %lld / %lld / "
+              "%lld)\n", (long long)on_stats.graph_replays, (long long)off_stats.graph_replays,
+              warm_stats.graph_warmup_steps, (long long)warm_stats.graph_replays, (long long)on_stats.steps,
+              (long long)off_stats.steps, (long long)warm_stats.steps);
   EXPECT_GT(on_stats.graph_replays, off_stats.graph_replays);
+  EXPECT_EQ(on_stats.graph_warmup_steps, 0);
+  EXPECT_GT(warm_stats.graph_warmup_steps, 0);
+  EXPECT_GT(warm_stats.graph_replays, on_stats.graph_replays);
 }
 
 }  // namespace

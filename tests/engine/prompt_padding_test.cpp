@@ -202,6 +202,41 @@ TEST_F(PromptPadding, PadCappedAtTheBudgetAndAFullBudget) {
   EXPECT_EQ(padded_->batch().n_seqs(), 4);
 }
 
+// The serving start's step-graph warm-up (ModelRunner::warm_up_graphs) runs one dummy step per graph key: decode
+// steps of 1, 2 sequences and full-budget prompt steps of 1, 2, 4 sequences (max_seqs 2, padded + 1), at table
+// widths 1 and 2 blocks; a prompt key whose P x mb blocks cannot hold the budget is skipped. Budget 16, blocks of 4:
+// mb 1 -> decode P 1, 2 and prompt P 4 (4 x 4 tokens); mb 2 -> decode P 1, 2 and prompt P 2, 4: 7 steps. The
+// dummies write scratch slots only: a real sequence's next-step logits are the same before and after the warm-up.
+TEST_F(PromptPadding, GraphWarmupRunsEachKeyOnScratchOnly) {
+  open(16, 8);
+  Sequence* a = add(12);
+  StepPlan prompt;
+  prompt.chunks = {{.seq = a, .n_tokens = 12, .sample = true}};
+  plain_->run(prompt);
+  commit(prompt);
+  StepPlan decode;
+  decode.chunks = {decode_row(a, 7)};
+  plain_->run(decode);
+  const std::vector<float> want(plain_->logits(0).begin(), plain_->logits(0).end());
+  EXPECT_EQ(padded_->warm_up_graphs(GraphWarmup{.max_seqs = 2, .max_blocks = 2, .max_graphs = 100}), 7);
+  const Batch& last = padded_->batch();  // the last key: a full-budget prompt step of 4 sequences, 2-block tables
+  EXPECT_EQ(last.n_tokens(), 16);
+  EXPECT_EQ(last.n_seqs(), 4);
+  EXPECT_EQ(last.max_blocks_per_seq, 2);
+  EXPECT_EQ(int32_t(last.logit_rows.size()), 4);
+  for (int64_t slot : last.slots) {
+    EXPECT_GE(slot / kBlock, scratch_first_);
+    EXPECT_LT(slot / kBlock, scratch_first_ + n_scratch_);
+  }
+  for (int32_t blk : last.block_tables)
+    EXPECT_TRUE(blk == -1 || (blk >= scratch_first_ && blk < scratch_first_ + n_scratch_)) << blk;
+  plain_->run(decode);
+  const std::vector<float> again(plain_->logits(0).begin(), plain_->logits(0).end());
+  EXPECT_EQ(again, want) << "the warm-up changed a real sequence's cache";
+  EXPECT_EQ(padded_->warm_up_graphs(GraphWarmup{.max_seqs = 2, .max_blocks = 2, .max_graphs = 3}), 3);  // the cap
+  commit(decode);
+}
+
 TEST(PromptPaddingScratch, ReservationCoversTheLargestPad) {
   // The serving default: 512-token budget, 16-token blocks, granule 64: a pad of up to 63 tokens in 4 blocks.
   EXPECT_EQ(prompt_pad_scratch_blocks(512, 16), 4);

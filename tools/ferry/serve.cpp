@@ -25,6 +25,7 @@ struct ServeOptions {
   std::string model_name;
   ServingOptions serving;
   bool no_prefix_cache = false;
+  bool no_graph_warmup = false;
   int http_threads = 512;
   double shutdown_grace = 10.0;
 };
@@ -56,6 +57,7 @@ int run_serve(ServeOptions& o) {
 
   const std::string path = resolve_model(o.model.model);
   o.serving.prefix_caching = !o.no_prefix_cache;
+  o.serving.graph_warmup = !o.no_graph_warmup;
   ServingEngine engine(o.model.engine_options(path), o.serving);
   const ModelInfo& info = engine.info();
   server::ServerOptions so;
@@ -69,6 +71,9 @@ int run_serve(ServeOptions& o) {
   std::fprintf(stderr, "ferry serve: %s (%s, %s), context %d, max running %d, max waiting %d, prefix cache %s\n",
                so.model_names.front().c_str(), info.arch.c_str(), info.backend.c_str(), info.context,
                o.serving.max_running, o.serving.max_waiting, o.serving.prefix_caching ? "on" : "off");
+  if (const ServingStats st = engine.stats(); st.graph_warmup_steps > 0)
+    std::fprintf(stderr, "ferry serve: %d step graphs recorded in %.1f s\n", st.graph_warmup_steps,
+                 st.graph_warmup_seconds);
   std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);
 
@@ -122,6 +127,8 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--max-step-tokens", o->serving.max_step_tokens, "token budget of one engine step (chunked prefill)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--kv-tokens", o->serving.kv_tokens, "KV cache capacity in tokens (0: automatic)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   app.add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of equal prompt prefixes");
+  app.add_flag("--no-graph-warmup", o->no_graph_warmup,
+               "CUDA: record step graphs when a step first needs them instead of at start");
   app.add_option("--http-threads", o->http_threads, "HTTP worker threads (concurrent connections)")->check(CLI::Range(1, 65536));
   app.add_option("--shutdown-grace", o->shutdown_grace, "seconds in-flight requests may take to finish on SIGINT/SIGTERM")->check(CLI::Range(0.0, 3600.0));
   return [o] { return run_serve(*o); };

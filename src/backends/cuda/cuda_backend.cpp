@@ -421,7 +421,7 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
                                                                  cuda_ops::skinny_gemm_supports(n, w.rows(), w.cols()),
                                                                  w.rows(),
                                                                  wg_skinny_ && cuda_ops::wg_skinny_supports(n, w.rows(), w.cols()),
-                                                                 w.cols());
+                                                                 w.cols(), options_.skinny_override);
   const int mv_version =
       path == cuda_ops::MatmulPath::Matvec
           ? cuda_ops::choose_matvec_version(w.dtype == DType::BF16, w.dtype == DType::BF16 || w.dtype == DType::F16,

@@ -63,6 +63,9 @@ struct CudaBackendOptions {
   bool profile_ops = false;
   // qkv_attention fuses a decode step's q/k/v epilogue into the decode kernel where it applies; false: two launches.
   bool fused_qkv_attention = true;
+  // Which skinny GEMM takes n = 17..255 (matmul_dispatch.h, FERRY_CUDA_SKINNY): the measured rule, or one kernel
+  // wherever it supports the shape (in-situ comparisons).
+  cuda_ops::SkinnyOverride skinny_override = cuda_ops::SkinnyOverride::Rule;
 };
 
 class CudaBackend final : public Backend {

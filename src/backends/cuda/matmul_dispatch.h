@@ -17,6 +17,11 @@ namespace ferry::cuda_ops {
 
 enum class MatmulPath { Matvec, Cublas, HopperGemm, Skinny, WgSkinny };
 
+// FERRY_CUDA_SKINNY (comparisons in situ, where PDL and the neighbouring kernels count): the measured rule below;
+// or, for n = 17..255 wherever the kernel supports the shape, the wgmma skinny GEMM (Wg) or the mma.sync skinny
+// GEMM (Mma) instead of cuBLASLt / the rule's pick.
+enum class SkinnyOverride { Rule, Wg, Mma };
+
 // skinny_fits: skinny_gemm_supports(n, weight_rows, k) (skinny_gemm.cuh). The skinny GEMM takes the cuBLASLt
 // calls it beats: measured on one H200 (skinny_gemm_bench, weights streamed from HBM; speed-up over cuBLASLt of
 // the best (tile, splits) of the sweep, which make_skinny_plan now picks; docs/perf-log.md "## skinny"):
@@ -57,9 +62,12 @@ inline bool wg_skinny_wins(int64_t n, int64_t weight_rows, int64_t weight_cols) 
 
 inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool hopper_gemm_fits,
                                      bool batch_invariant, bool skinny_fits = false, int64_t weight_rows = 0,
-                                     bool wg_skinny_fits = false, int64_t weight_cols = 0) {
+                                     bool wg_skinny_fits = false, int64_t weight_cols = 0,
+                                     SkinnyOverride skinny_override = SkinnyOverride::Rule) {
   if (batch_invariant) return MatmulPath::HopperGemm;
   if (n <= 4) return MatmulPath::Matvec;
+  if (n > 16 && n < 256 && skinny_override == SkinnyOverride::Wg && wg_skinny_fits) return MatmulPath::WgSkinny;
+  if (n > 16 && n < 256 && skinny_override == SkinnyOverride::Mma && skinny_fits) return MatmulPath::Skinny;
   if (skinny_fits && n <= kSkinnyMaxTokensUsed && weight_rows <= kSkinnyMaxRowsUsed &&
       (n > 16 || bf16_weights_at_hand)) {
     return MatmulPath::Skinny;
