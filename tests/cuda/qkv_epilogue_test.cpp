@@ -27,14 +27,16 @@ struct EpilogueCase {
   RopeOrdering ordering;
   bool qk_norm;
   int64_t half;  // rotated pairs per head (head_dim/2: full rotation)
-  int64_t n = 5;  // tokens (at most 5)
+  int64_t n = 5;  // tokens
 };
 
 class CudaQkvEpilogue : public CudaOpsTest {
  protected:
   void run_case(const EpilogueCase& c, bool f32_cache) {
     const int64_t n = c.n, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads, n_all = H + 2 * KVH;
-    const int64_t n_blocks = 4, block = 4, n_slots = n_blocks * block;
+    // Up to 5 tokens: 16 slots at hand-picked positions; more (a prompt step, several heads per warp in the
+    // launcher's plan): n + 8 slots, token t in slot n + 7 - t, positions spread up to ~1e5.
+    const int64_t block = 4, n_blocks = n <= 5 ? 4 : (n + 8 + block - 1) / block, n_slots = n_blocks * block;
     const std::string what = "D " + std::to_string(D) + " H " + std::to_string(H) + " KVH " + std::to_string(KVH) +
                              (c.ordering == RopeOrdering::Neox ? " neox" : " interleaved") +
                              (c.qk_norm ? " qk_norm" : "") + " half " + std::to_string(c.half) +
@@ -44,6 +46,12 @@ class CudaQkvEpilogue : public CudaOpsTest {
     std::vector<int64_t> slots = {3, 0, 15, 8, 9};
     pos.resize(size_t(n));
     slots.resize(size_t(n));
+    if (n > 5) {
+      for (int64_t t = 0; t < n; ++t) {
+        pos[size_t(t)] = int32_t((t * 7919) % 100003);
+        slots[size_t(t)] = n + 7 - t;
+      }
+    }
     std::vector<float> inv(size_t(c.half));
     for (int64_t i = 0; i < c.half; ++i) inv[size_t(i)] = float(std::pow(10000.0, -2.0 * double(i) / double(2 * c.half)));
     std::vector<float> qn = random_floats(size_t(D), 11, 0.5f), kn = random_floats(size_t(D), 12, 0.5f);
@@ -137,6 +145,14 @@ TEST_F(CudaQkvEpilogue, MatchesCpuReference) {
 
 // Llama-3-8B's decode shape (32 q heads, 8 KV heads, head_dim 128, one token) through the backend op.
 TEST_F(CudaQkvEpilogue, DecodeShape) { run_case({128, 32, 8, RopeOrdering::Interleaved, false, 64, 1}, false); }
+
+// Prompt-step token counts, where the launcher gives each warp several heads (600 tokens: 4 per warp, 3 block
+// groups per token; 2048: all 12 of a token's head groups in one block on an H200).
+TEST_F(CudaQkvEpilogue, PromptShapesWithSeveralHeadsPerWarp) {
+  run_case({128, 32, 8, RopeOrdering::Neox, false, 64, 600}, false);
+  run_case({128, 32, 8, RopeOrdering::Interleaved, true, 64, 2048}, true);
+  run_case({64, 12, 4, RopeOrdering::Neox, true, 32, 777}, false);
+}
 
 // A slot outside the cache is reported (ferry::Error at the next synchronisation), not written.
 TEST_F(CudaQkvEpilogue, BadSlotIsReported) {

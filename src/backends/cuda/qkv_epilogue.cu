@@ -1,16 +1,23 @@
-// qkv_epilogue: grid (token, group of kWarps heads), one warp per head. The block first computes the token's
-// RoPE sines and cosines in double (as rope.cu and the CPU reference: positions up to 1e6 times frequencies
-// near 1 keep their precision) into shared memory; each warp then loads its head into its own shared row
-// (coalesced), applies the RMSNorm (fp32 warp-shuffle sum, x * scale * w as norm.cu), rotates the pairs (one
-// lane per pair, a * c - b * s / a * s + b * c as rope.cu) and writes the head to q or to its cache slot.
-// At decode (n = 1, Llama-3-8B: 48 heads of 128) that is 12 blocks of 128 threads, one launch for what
-// took five.
+// qkv_epilogue: grid (token, group of heads), kWarps warps per block, each warp taking heads_per_warp of the
+// group's heads one after the other. The block first computes the token's RoPE sines and cosines in double (as
+// rope.cu and the CPU reference: positions up to 1e6 times frequencies near 1 keep their precision) into shared
+// memory; each warp then loads a head into its own shared row (coalesced), applies the RMSNorm (fp32
+// warp-shuffle sum, x * scale * w as norm.cu), rotates the pairs (one lane per pair, a * c - b * s /
+// a * s + b * c as rope.cu) and writes the head to q or to its cache slot.
+// Heads per warp (the launcher): 1 while one head per warp fits in one wave of resident blocks, else as many as
+// make the grid one wave. At decode (n = 1, Llama-3-8B: 48 heads of 128) that is 12 blocks of 128 threads, one
+// launch for what took five. At a 512-token prompt step one head per warp was 6,144 blocks (~3 waves of 2,112
+// resident on 132 SMs, each block a chain of latencies: the PDL wait, the double sincos, one load round trip)
+// and measured 15.0 us a call (session 7 serving profile, 39% of 4.30 TB/s); 3 heads per warp make it 2,048
+// blocks, one wave, computing each token's sines 4 times instead of 12.
 //
 // swiglu_fused: grid (column quads, rows), one float4 of gate and of up per thread (16-byte accesses, as
 // elementwise.cu's swiglu4), scalar when hidden % 4 != 0 or a pointer is not 16-byte aligned.
 #include "backends/cuda/qkv_epilogue.cuh"
 
 #include <cuda_bf16.h>
+
+#include <algorithm>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/pdl.cuh"
@@ -47,33 +54,39 @@ __global__ void __launch_bounds__(kThreads) qkv_epilogue_kernel(QkvEpilogueParam
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t H = p.n_heads, KVH = p.n_kv_heads, D = p.head_dim, n_all = H + 2 * KVH;
-  const int64_t h = int64_t(blockIdx.y) * kWarps + warp;
-  if (h >= n_all) return;  // no block-wide barrier follows
   float* buf = smem + 2 * p.half + int64_t(warp) * D;
-  const float* src = p.qkv + (t * n_all + h) * D;
-  const bool is_v = h >= H + KVH;
-
-  const float* norm_w = is_v || p.q_norm == nullptr ? nullptr : h < H ? p.q_norm : p.k_norm;
-  prepare_qkv_head(src, buf, D, norm_w, p.eps, !is_v, cos_t, sin_t, p.half, p.interleaved);
-
-  if (h < H) {
-    float* dst = p.q + (t * H + h) * D;
-    for (int64_t j = lane; j < D; j += 32) dst[j] = buf[j];
-    return;
-  }
-  const int64_t kh = is_v ? h - H - KVH : h - H;  // KV head index
-  float* copy = is_v ? p.v_out : p.k_out;
-  if (copy != nullptr) {
-    float* dst = copy + (t * KVH + kh) * D;
-    for (int64_t j = lane; j < D; j += 32) dst[j] = buf[j];
-  }
   const int64_t slot = p.slots[t];
-  if (slot < 0 || slot >= p.n_slots) {
-    if (lane == 0) report_error(p.errors, kBadSlot, slot);
-    return;
+  const bool bad_slot = slot < 0 || slot >= p.n_slots;
+  // This block's heads: [h0, h0 + kWarps * heads_per_warp); warp w takes h0 + w, h0 + w + kWarps, ...
+  const int64_t h0 = int64_t(blockIdx.y) * kWarps * p.heads_per_warp;
+  for (int64_t i = 0; i < p.heads_per_warp; ++i) {
+    const int64_t h = h0 + i * kWarps + warp;
+    if (h >= n_all) return;  // no block-wide barrier follows
+    const float* src = p.qkv + (t * n_all + h) * D;
+    const bool is_v = h >= H + KVH;
+
+    const float* norm_w = is_v || p.q_norm == nullptr ? nullptr : h < H ? p.q_norm : p.k_norm;
+    prepare_qkv_head(src, buf, D, norm_w, p.eps, !is_v, cos_t, sin_t, p.half, p.interleaved);
+
+    if (h < H) {
+      float* dst = p.q + (t * H + h) * D;
+      for (int64_t j = lane; j < D; j += 32) dst[j] = buf[j];
+    } else {
+      const int64_t kh = is_v ? h - H - KVH : h - H;  // KV head index
+      float* copy = is_v ? p.v_out : p.k_out;
+      if (copy != nullptr) {
+        float* dst = copy + (t * KVH + kh) * D;
+        for (int64_t j = lane; j < D; j += 32) dst[j] = buf[j];
+      }
+      if (bad_slot) {
+        if (lane == 0) report_error(p.errors, kBadSlot, slot);
+      } else {
+        KvT* dst = static_cast<KvT*>(is_v ? p.v_cache : p.k_cache) + (slot * KVH + kh) * D;
+        for (int64_t j = lane; j < D; j += 32) store_kv_value(dst + j, buf[j]);
+      }
+    }
+    __syncwarp();  // the next head overwrites buf
   }
-  KvT* dst = static_cast<KvT*>(is_v ? p.v_cache : p.k_cache) + (slot * KVH + kh) * D;
-  for (int64_t j = lane; j < D; j += 32) store_kv_value(dst + j, buf[j]);
 }
 
 __global__ void __launch_bounds__(kSwigluThreads) swiglu_fused4_kernel(SwigluFusedParams p) {
@@ -110,15 +123,26 @@ void qkv_epilogue(const QkvEpilogueParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE((p.q_norm == nullptr) == (p.k_norm == nullptr));
   FERRY_CUDA_REQUIRE(p.qkv && p.positions && p.slots && p.q && p.k_cache && p.v_cache && p.errors);
   FERRY_CUDA_REQUIRE(p.half == 0 || p.inv_freq != nullptr);
-  const int64_t blocks_y = (n_all + kWarps - 1) / kWarps;
-  FERRY_CUDA_REQUIRE(blocks_y <= kMaxGridY);
   const size_t smem = size_t(2 * p.half + kWarps * p.head_dim) * sizeof(float);
   FERRY_CUDA_REQUIRE(smem <= 48 * 1024);  // head_dim up to ~2900: every model ferry reads
+  // Heads per warp: the fewest that make the grid one wave of resident blocks (see the top of the file).
+  int dev = 0, n_sms = 0, per_sm = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&dev));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev));
+  FERRY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, p.kv_type == KvCacheType::BF16 ? qkv_epilogue_kernel<__nv_bfloat16> : qkv_epilogue_kernel<float>,
+      kThreads, smem));
+  const int64_t groups_one = (n_all + kWarps - 1) / kWarps;  // blocks per token at one head per warp
+  const int64_t resident = std::max<int64_t>(1, int64_t(n_sms) * std::max(per_sm, 1));
+  QkvEpilogueParams q = p;
+  q.heads_per_warp = std::clamp<int64_t>((p.n * groups_one + resident - 1) / resident, 1, groups_one);
+  const int64_t blocks_y = (n_all + kWarps * q.heads_per_warp - 1) / (kWarps * q.heads_per_warp);
+  FERRY_CUDA_REQUIRE(blocks_y <= kMaxGridY);
   const dim3 grid(unsigned(p.n), unsigned(blocks_y));
   if (p.kv_type == KvCacheType::BF16) {
-    launch_pdl(qkv_epilogue_kernel<__nv_bfloat16>, dim3(grid), dim3(kThreads), smem, stream, p);
+    launch_pdl(qkv_epilogue_kernel<__nv_bfloat16>, dim3(grid), dim3(kThreads), smem, stream, q);
   } else {
-    launch_pdl(qkv_epilogue_kernel<float>, dim3(grid), dim3(kThreads), smem, stream, p);
+    launch_pdl(qkv_epilogue_kernel<float>, dim3(grid), dim3(kThreads), smem, stream, q);
   }
   FERRY_CUDA_CHECK_LAUNCH(qkv_epilogue_kernel);
 }

@@ -34,6 +34,7 @@ struct QkvEpilogueParams {
   bool interleaved;          // pairs (2i, 2i+1); else NeoX pairs (i, i + half)
   KvCacheType kv_type;
   DeviceErrors* errors;
+  int64_t heads_per_warp = 1;  // set by the launcher (qkv_epilogue.cu)
 };
 void qkv_epilogue(const QkvEpilogueParams& p, cudaStream_t stream);
 
