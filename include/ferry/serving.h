@@ -42,9 +42,9 @@ struct ServingOptions {
                                  // only token ids cross to the host; rows with logprobs or penalties still copy
                                  // their logits and sample on the host. Same tokens as the host sampler.
                                  // Off: every row on the host (also FERRY_CUDA_SAMPLING=0).
-  bool graph_warmup = true;      // backends that replay step graphs (CUDA): record the graphs of the steps a loaded
-                                 // server takes before serving (ModelRunner::warm_up_graphs; a few seconds at
-                                 // start) instead of capturing each on the first step that has its shape
+  bool graph_warmup = true;      // backends that replay step graphs (CUDA, tp 1): record the graphs of the steps a
+                                 // loaded server takes before serving (ModelRunner::warm_up_graphs; ~2 s at start
+                                 // for Llama-3-8B) instead of capturing each on the first step that has its shape
   bool check_invariants = false; // tests and debugging: after every step verify the KV bookkeeping (every
                                  // block's ref count equals the sequences holding it, pool and prefix-map
                                  // consistency); O(n_blocks) per step. A violation fails the requests in flight.

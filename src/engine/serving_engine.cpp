@@ -358,7 +358,8 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   s.stats.kv_blocks_total = n_pool_blocks;
   s.device_sampling = env_switch(Env::read().cuda_sampling, "FERRY_CUDA_SAMPLING", true) && so.device_sampling &&
                       s.m->model->supports_device_sampling();
-  if (pad && so.graph_warmup && s.m->backend->supports_step_graphs()) {
+  // Tensor parallelism: not yet (its steps are captured on first use, as before; the warm-up has not run there).
+  if (pad && so.graph_warmup && s.m->backend->supports_step_graphs() && eo.tp == 1) {
     const auto t0 = Clock::now();
     s.stats.graph_warmup_steps = s.runner->warm_up_graphs(
         GraphWarmup{.max_seqs = so.max_running,
