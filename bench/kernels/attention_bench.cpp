@@ -7,7 +7,9 @@
 //            default), 128 x 32, 64 x 64 and "w8" (128 x 64 as 8 warps x 16 rows); "vs 128x64" is the relative
 //            L2 difference of a variant's output from the default's (the default is what the tests check);
 //            "w8+dec": w8 then the (empty) split-KV decode launch, what attention()'s two-launch path costs;
-//            "v1 128" / "v1 64": 128 x 64 and 64 x 64 with the first-version key walk (flash_prefill_walk_v1.cuh).
+//            "v1 128" / "v1 64": 128 x 64 and 64 x 64 with the first-version key walk (flash_prefill_walk_v1.cuh);
+//            "wgmma": the wgmma kernel (flash_prefill_wgmma.cuh, default variant). A second table times every wgmma
+//            variant (plain / overlap = FA3's intra-warpgroup overlap, 2 or 3 K/V stages, split P·V) against 128 x 64.
 //   decode : one query row per sequence at context C, B sequences (each its own block table, blocks
 //            shuffled), H 32, KVH 8, D 128; bytes = bf16 K + V read (B * C * 8 * 128 * 2 bytes * 2) plus the
 //            f32 q and out rows, against the 4.30 TB/s copy ceiling. Several copies of the cache (>= 512 MB in
@@ -34,6 +36,7 @@
 #include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/device_errors.h"
 #include "backends/cuda/flash_prefill.cuh"
+#include "backends/cuda/flash_prefill_wgmma.cuh"
 #include "backends/cuda/mixed_attention.cuh"
 #include "cuda_bench.h"
 #include "kernel_json.h"
@@ -180,10 +183,22 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
   std::printf("\n== prefill attention, causal, paged bf16 cache, H 32 KVH 8, B*L = 16384 (TFLOP/s = 4*B*H*L^2*D/2 / t) ==\n");
-  std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %9s %9s %9s %9s %9s %9s\n",
+  std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %9s %9s %9s %9s %9s %9s"
+              " | %9s %9s %9s\n",
               "D", "L", "B", "128x64 ms", "TF/s", "128x32 ms", "TF/s", "vs 128x64", "64x64 ms", "TF/s", "vs 128x64",
               "w8 ms", "TF/s", "vs 128x64", "w8+dec ms", "TF/s", "attn() ms", "TF/s", "vs 128x64", "v1 128 ms", "TF/s",
-              "vs 128x64", "v1 64 ms", "TF/s", "vs 64x64");
+              "vs 128x64", "v1 64 ms", "TF/s", "vs 64x64", "wgmma ms", "TF/s", "vs 128x64");
+  // The wgmma variants' table, printed after the main one: (D, L, B, 128x64 TF/s, each variant's TF/s, the largest
+  // relative L2 difference of any variant from 128x64).
+  using WV = cuda_ops::WgmmaPrefillVariant;
+  const std::pair<WV, const char*> wg_variants[] = {{WV::kPlain2, "plain2"}, {WV::kPlain3, "plain3"},
+                                                    {WV::kOverlap2, "ovl2"}, {WV::kOverlap3, "ovl3"},
+                                                    {WV::kPlain2SplitV, "split2"}};
+  struct WgRow {
+    int D, L, B;
+    double tf_def, tf[5], max_diff;
+  };
+  std::vector<WgRow> wg_rows;
   cudaStream_t s;
   BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   for (const int D : {128, 64}) {
@@ -221,17 +236,48 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
       std::vector<float> o_v128, o_v64;
       const double t_v128 = run(V::kRows128V1, o_v128);
       const double t_v64 = run(V::kRows64V1, o_v64);
+      // The wgmma kernel: its default variant, then every variant (output poisoned before each: NaN shows up).
+      auto run_wg = [&](WV v, std::vector<float>& out) {
+        BENCH_CUDA_CHECK(cudaMemset(p.out, 0xFF, n_out * 4));
+        cuda_ops::flash_prefill_wgmma_attention(p, s, v);
+        out = download(p.out, n_out);
+        return median_ms(s, [&] { cuda_ops::flash_prefill_wgmma_attention(p, s, v); }, 15);
+      };
+      std::vector<float> o_wg;
+      const double t_wg = run_wg(WV::kDefault, o_wg);
+      WgRow wr{D, L, B, flop / t_def * 1e-9, {}, 0.0};
+      for (int i = 0; i < 5; ++i) {
+        std::vector<float> o_v;
+        wr.tf[i] = flop / run_wg(wg_variants[i].first, o_v) * 1e-9;
+        const double d = rel_l2(o_v, o_def);
+        wr.max_diff = std::isnan(d) || std::isnan(wr.max_diff) ? NAN : std::max(wr.max_diff, d);
+      }
+      wg_rows.push_back(wr);
       std::printf("%4d %6d %4d %9.3f %9.1f %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e %9.3f %9.1f %9.3f "
-                  "%9.1f %9.2e | %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e\n", D, L, B, t_def,
+                  "%9.1f %9.2e | %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e | %9.3f %9.1f %9.2e\n", D, L, B, t_def,
                   flop / t_def * 1e-9, t_k32, flop / t_k32 * 1e-9, rel_l2(o_k32, o_def), t_r64, flop / t_r64 * 1e-9,
                   rel_l2(o_r64, o_def), t_w8, flop / t_w8 * 1e-9, rel_l2(o_w8, o_def), t_w8d, flop / t_w8d * 1e-9,
                   t_att, flop / t_att * 1e-9, rel_l2(o_att, o_def), t_v128, flop / t_v128 * 1e-9,
-                  rel_l2(o_v128, o_def), t_v64, flop / t_v64 * 1e-9, rel_l2(o_v64, o_r64));
-      const double t1 = std::min(std::min(t_def, t_w8), std::min(t_k32, t_r64)), t2 = t_att;
+                  rel_l2(o_v128, o_def), t_v64, flop / t_v64 * 1e-9, rel_l2(o_v64, o_r64), t_wg, flop / t_wg * 1e-9,
+                  rel_l2(o_wg, o_def));
+      const double t1 = std::min(std::min(std::min(t_def, t_w8), std::min(t_k32, t_r64)), t_wg), t2 = t_att;
       const double bytes = double(B) * L * (2.0 * 32 * 4 + 2.0 * 8 * 2) * D;  // q, out f32; k, v bf16
       json.add("flash prefill attention D" + std::to_string(D) + " L" + std::to_string(L) + " B" + std::to_string(B),
                flop, bytes, std::min(t1, t2) * 1e-3);
     }
+  }
+  std::printf("\n== prefill attention on wgmma (flash_prefill_wgmma.cuh), variants, TFLOP/s; same shapes ==\n");
+  std::printf("%4s %6s %4s %9s", "D", "L", "B", "128x64");
+  for (const auto& v : wg_variants) std::printf(" %9s", v.second);
+  std::printf(" %9s %11s\n", "best/mma", "max vs mma");
+  for (const WgRow& r : wg_rows) {
+    std::printf("%4d %6d %4d %9.1f", r.D, r.L, r.B, r.tf_def);
+    double best = 0;
+    for (const double tf : r.tf) {
+      std::printf(" %9.1f", tf);
+      best = std::max(best, tf);
+    }
+    std::printf(" %9.3f %11.2e\n", best / r.tf_def, r.max_diff);
   }
   BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }

@@ -27,6 +27,7 @@
 #include "backends/cuda/decode_mma.cuh"
 #include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/flash_prefill.cuh"
+#include "backends/cuda/flash_prefill_wgmma.cuh"
 #include "backends/cuda/mixed_attention.cuh"
 #include "cuda_test_util.h"
 #include "fixtures/paged_layout.h"
@@ -536,6 +537,138 @@ TEST_F(CudaAttention, PrefillWalkMatchesFirstVersion) {
     }
   }
 }
+
+// The wgmma prefill kernel (flash_prefill_wgmma.cuh), every variant, directly against the CPU reference (fp32 over the
+// same bf16-rounded cache): the prompt rows (q_len >= 2) within the prefill tolerance of check() (2e-2; bf16 Q and P
+// predict ~3e-3), every prompt row written and finite, the other rows (q_len 0 or 1) left as they were (NaN poison),
+// no device error; and the mma.sync kernel's output on the same inputs for comparison (printed, and within 2e-2 too).
+// Shapes: GQA 4 with ragged prompts, prompts on cached prefixes (chunked prefill) and a decode row beside them;
+// one 2048-token prompt; head_dim 64 with block size 8; MHA with block size 24 (not a power of two). Last, one block
+// table entry of a prompt out of range: every variant reports kBadBlock and still writes finite rows.
+class CudaAttentionWgmma : public CudaAttention {
+ protected:
+  void check_wgmma(const Shape& sh, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed,
+                   bool bad_block = false) {
+    using V = cuda_ops::WgmmaPrefillVariant;
+    const int64_t H = sh.n_heads, KVH = sh.n_kv_heads, D = sh.head_dim, bs = sh.block_size;
+    test::PagedLayout L = test::make_paged_layout(bs, seqs, seed);
+    const int32_t n_seqs = int32_t(seqs.size());
+    if (bad_block) L.tables[size_t(0 * L.max_blocks + 5)] = int32_t(L.n_blocks + 3);  // sequence 0, positions 5bs..
+    const int64_t cache_n = L.n_blocks * bs * KVH * D;
+    std::vector<float> kc = bf16_round(random_floats(size_t(cache_n), seed + 1));  // (n_blocks, bs, KVH, D)
+    std::vector<float> vc = bf16_round(random_floats(size_t(cache_n), seed + 2));
+    std::vector<float> q = random_floats(size_t(L.n_tokens * H * D), seed + 3);  // (n_tokens, H, D)
+    const float scale = 1.0f / std::sqrt(float(D));
+    const Tensor gkc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16_bits(kc));
+    const Tensor gvc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16_bits(vc));
+    const Tensor gq = upload(DType::F32, {L.n_tokens, H, D}, q);
+    const Tensor q_start = upload(DType::I32, {n_seqs}, L.q_start), q_len = upload(DType::I32, {n_seqs}, L.q_len);
+    const Tensor kv_len = upload(DType::I32, {n_seqs}, L.kv_len);
+    const Tensor tables = upload(DType::I32, {n_seqs, L.max_blocks}, L.tables);
+
+    std::vector<float> ref;
+    if (!bad_block) {
+      AttentionMeta cm;
+      cm.n_seqs = n_seqs;
+      cm.block_size = int32_t(bs);
+      cm.max_blocks_per_seq = L.max_blocks;
+      cm.q_start = host(DType::I32, {n_seqs}, L.q_start);
+      cm.q_len = host(DType::I32, {n_seqs}, L.q_len);
+      cm.kv_len = host(DType::I32, {n_seqs}, L.kv_len);
+      cm.block_tables = host(DType::I32, {n_seqs, L.max_blocks}, L.tables);
+      cm.host_q_start = L.q_start.data();
+      cm.host_q_len = L.q_len.data();
+      cm.host_kv_len = L.kv_len.data();
+      cm.host_block_tables = L.tables.data();
+      ref.resize(q.size());
+      cpu_.attention(host(DType::F32, {L.n_tokens, H, D}, ref), host(DType::F32, {L.n_tokens, H, D}, q),
+                     host(DType::F32, {L.n_blocks, bs, KVH, D}, kc), host(DType::F32, {L.n_blocks, bs, KVH, D}, vc),
+                     cm, scale);
+    }
+    const std::string what = "H " + std::to_string(H) + " KVH " + std::to_string(KVH) + " D " + std::to_string(D) +
+                             " bs " + std::to_string(bs) + (bad_block ? ", a bad block" : "");
+    constexpr int64_t kErrWords = int64_t((sizeof(cuda_ops::DeviceErrors) + 3) / 4);
+    const size_t row_floats = size_t(H * D);
+    // Prompt rows of one run (variant v of the wgmma kernel, or the mma.sync kernel when mma); every other row must
+    // still be NaN. bits: the device error bits it left.
+    const auto run = [&](bool mma, V v, uint32_t& bits) {
+      const Tensor errs = upload(DType::I32, {kErrWords}, std::vector<int32_t>(size_t(kErrWords), 0));
+      const Tensor out = poisoned({L.n_tokens, H, D});
+      const cuda_ops::AttentionParams p{.out = out.ptr<float>(), .q = gq.ptr<float>(),
+                                        .k_cache = gkc.ptr<__nv_bfloat16>(), .v_cache = gvc.ptr<__nv_bfloat16>(),
+                                        .q_start = q_start.ptr<int32_t>(), .q_len = q_len.ptr<int32_t>(),
+                                        .kv_len = kv_len.ptr<int32_t>(), .block_tables = tables.ptr<int32_t>(),
+                                        .n_seqs = n_seqs, .max_blocks_per_seq = L.max_blocks,
+                                        .block_size = int32_t(bs), .n_blocks = int32_t(L.n_blocks),
+                                        .n_tokens = L.n_tokens, .n_heads = int32_t(H), .n_kv_heads = int32_t(KVH),
+                                        .head_dim = int32_t(D), .scale = scale,
+                                        .errors = errs.ptr<cuda_ops::DeviceErrors>()};
+      if (mma) {
+        cuda_ops::flash_prefill_attention(p, gpu_->stream());
+      } else {
+        cuda_ops::flash_prefill_wgmma_attention(p, gpu_->stream(), v);
+      }
+      const std::vector<float> all = download(out);
+      cuda_ops::DeviceErrors e{};
+      gpu_->copy_to_host(&e, errs, sizeof(e));
+      bits = e.bits;
+      std::vector<float> r;
+      size_t untouched = 0, other = 0;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const size_t b = size_t(L.q_start[i]) * row_floats, e2 = b + size_t(L.q_len[i]) * row_floats;
+        if (L.q_len[i] >= 2) {
+          r.insert(r.end(), all.begin() + long(b), all.begin() + long(e2));
+        } else {
+          for (size_t k = b; k < e2; ++k) untouched += std::isnan(all[k]) ? 1 : 0;
+          other += e2 - b;
+        }
+      }
+      EXPECT_EQ(untouched, other) << what << ": rows of sequences with q_len < 2 were written";
+      return r;
+    };
+    std::vector<float> ref_pre;
+    for (size_t i = 0; i < seqs.size() && !bad_block; ++i) {
+      if (L.q_len[i] < 2) continue;
+      const size_t b = size_t(L.q_start[i]) * row_floats;
+      ref_pre.insert(ref_pre.end(), ref.begin() + long(b), ref.begin() + long(b + size_t(L.q_len[i]) * row_floats));
+    }
+    uint32_t bits_mma = 0;
+    const std::vector<float> got_mma = run(true, V::kDefault, bits_mma);
+    const uint32_t want_bits = bad_block ? uint32_t(cuda_ops::kBadBlock) : 0u;
+    EXPECT_EQ(bits_mma, want_bits) << what << ", mma.sync kernel";
+    for (const auto& [v, name] : {std::pair<V, const char*>{V::kPlain2, "plain, 2 stages"}, {V::kPlain3, "plain, 3 stages"},
+                                  {V::kOverlap2, "overlap, 2 stages"}, {V::kOverlap3, "overlap, 3 stages"},
+                                  {V::kPlain2SplitV, "plain, 2 stages, split P.V"}}) {
+      uint32_t bits = 0;
+      const std::vector<float> got = run(false, v, bits);
+      size_t bad = 0;
+      for (const float x : got) bad += std::isfinite(x) ? 0 : 1;
+      EXPECT_EQ(bad, 0u) << what << ", " << name << ": prompt rows not written or not finite";
+      EXPECT_EQ(bits, want_bits) << what << ", " << name << ": device error bits";
+      const double vs_mma = rel_l2(got, got_mma);
+      EXPECT_LE(vs_mma, 2e-2) << what << ", " << name << " vs the mma.sync kernel";
+      if (bad_block) {
+        std::printf("  %s, %s: bits %u, vs mma.sync %.2e\n", what.c_str(), name, bits, vs_mma);
+        continue;
+      }
+      const double err = rel_l2(got, ref_pre);
+      EXPECT_LE(err, 2e-2) << what << ", " << name;
+      std::printf("  %s, %s: rel L2 %.2e (mma.sync kernel %.2e, vs it %.2e)\n", what.c_str(), name, err,
+                  rel_l2(got_mma, ref_pre), vs_mma);
+    }
+  }
+};
+
+const std::vector<std::pair<int32_t, int32_t>> kWgmmaSeqs = {{300, 812}, {129, 129}, {64, 64}, {2, 2}, {1, 50},
+                                                             {0, 10},    {17, 1000}, {200, 200}, {127, 400}};
+
+TEST_F(CudaAttentionWgmma, PrefillWgmmaGqaRaggedChunked) { check_wgmma({32, 8, 128, 16}, kWgmmaSeqs, 160); }
+TEST_F(CudaAttentionWgmma, PrefillWgmmaLongPrompt) { check_wgmma({4, 1, 128, 16}, {{2048, 2048}, {1, 100}}, 161); }
+TEST_F(CudaAttentionWgmma, PrefillWgmmaHeadDim64) { check_wgmma({16, 2, 64, 8}, kWgmmaSeqs, 162); }
+TEST_F(CudaAttentionWgmma, PrefillWgmmaMhaBlockSize24) {
+  check_wgmma({8, 8, 128, 24}, {{150, 150}, {70, 333}, {5, 5}, {1, 260}}, 163);
+}
+TEST_F(CudaAttentionWgmma, PrefillWgmmaBadBlock) { check_wgmma({32, 8, 128, 16}, kWgmmaSeqs, 164, true); }
 
 }  // namespace
 }  // namespace ferry::test
