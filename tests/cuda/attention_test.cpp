@@ -670,6 +670,59 @@ TEST_F(CudaAttentionWgmma, PrefillWgmmaMhaBlockSize24) {
 }
 TEST_F(CudaAttentionWgmma, PrefillWgmmaBadBlock) { check_wgmma({32, 8, 128, 16}, kWgmmaSeqs, 164, true); }
 
+// attention()'s dispatch for a step the host knows is prompt-only (min_q_len >= 2) with 128-row tiles filling two
+// waves: at head_dim 128 it runs the wgmma kernel (its output bit-identical to a direct default call), in
+// batch-invariant mode the mma.sync kernel (bit-identical to flash_prefill_attention's, whose arithmetic the mixed
+// kernel shares); head_dim 64 stays on the mma.sync kernel.
+TEST_F(CudaAttentionWgmma, PrefillDispatchPromptOnlySteps) {
+  for (const auto& [D, invariant] : {std::pair<int64_t, bool>{128, false}, {128, true}, {64, false}}) {
+    const int64_t H = 32, KVH = 8, bs = 16;
+    const std::vector<std::pair<int32_t, int32_t>> seqs = {{2048, 2048}, {1500, 1700}, {548, 548}};
+    test::PagedLayout L = test::make_paged_layout(bs, seqs, 170);
+    const int32_t n_seqs = int32_t(seqs.size());
+    const int64_t cache_n = L.n_blocks * bs * KVH * D;
+    const Tensor gkc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16_bits(random_floats(size_t(cache_n), 171)));
+    const Tensor gvc = upload(DType::BF16, {L.n_blocks, bs, KVH, D}, to_bf16_bits(random_floats(size_t(cache_n), 172)));
+    const Tensor gq = upload(DType::F32, {L.n_tokens, H, D}, random_floats(size_t(L.n_tokens * H * D), 173));
+    const Tensor q_start = upload(DType::I32, {n_seqs}, L.q_start), q_len = upload(DType::I32, {n_seqs}, L.q_len);
+    const Tensor kv_len = upload(DType::I32, {n_seqs}, L.kv_len);
+    const Tensor tables = upload(DType::I32, {n_seqs, L.max_blocks}, L.tables);
+    cuda_ops::AttentionParams p{.out = nullptr, .q = gq.ptr<float>(), .k_cache = gkc.ptr<__nv_bfloat16>(),
+                                .v_cache = gvc.ptr<__nv_bfloat16>(), .q_start = q_start.ptr<int32_t>(),
+                                .q_len = q_len.ptr<int32_t>(), .kv_len = kv_len.ptr<int32_t>(),
+                                .block_tables = tables.ptr<int32_t>(), .n_seqs = n_seqs,
+                                .max_blocks_per_seq = L.max_blocks, .block_size = int32_t(bs),
+                                .n_blocks = int32_t(L.n_blocks), .n_tokens = L.n_tokens, .n_heads = int32_t(H),
+                                .n_kv_heads = int32_t(KVH), .head_dim = int32_t(D), .scale = 1.0f / std::sqrt(float(D)),
+                                .errors = nullptr, .batch_invariant = invariant, .max_q_len = 2048, .min_q_len = 548};
+    p.scratch_bytes = cuda_ops::attention_scratch_bytes(p);
+    const int64_t scratch_words = int64_t(std::max<size_t>(4, (p.scratch_bytes + 3) / 4));
+    const Tensor scratch = upload(DType::I32, {scratch_words}, std::vector<int32_t>(size_t(scratch_words), 0));
+    p.scratch = scratch.ptr<float>();
+    cudaStream_t stream = gpu_->stream();
+    const auto run = [&](int which) {  // 0: attention(), 1: the wgmma kernel, 2: the mma.sync kernel
+      const Tensor out = poisoned({L.n_tokens, H, D});
+      cuda_ops::AttentionParams q = p;
+      q.out = out.ptr<float>();
+      if (which == 0) cuda_ops::attention(q, stream);
+      if (which == 1) cuda_ops::flash_prefill_wgmma_attention(q, stream);
+      if (which == 2) cuda_ops::flash_prefill_attention(q, stream);
+      return download(out);
+    };
+    const std::vector<float> got = run(0), wg = run(1), mma = run(2);
+    for (const float x : got) ASSERT_TRUE(std::isfinite(x)) << "D " << D;
+    const bool want_wgmma = D == 128 && !invariant;
+    const std::vector<float>& want = want_wgmma ? wg : mma;
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+        << "D " << D << (invariant ? ", batch-invariant" : "") << ": attention() should run the "
+        << (want_wgmma ? "wgmma" : "mma.sync") << " kernel";
+    const double diff = rel_l2(wg, mma);
+    EXPECT_LE(diff, 2e-2) << "D " << D;
+    std::printf("  D %ld%s: attention() = %s kernel; wgmma vs mma.sync rel L2 %.2e\n", long(D),
+                invariant ? " (batch-invariant)" : "", want_wgmma ? "wgmma" : "mma.sync", diff);
+  }
+}
+
 }  // namespace
 }  // namespace ferry::test
 

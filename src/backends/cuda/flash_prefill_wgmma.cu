@@ -398,8 +398,14 @@ void launch_variant(const AttentionParams& p, cudaStream_t stream, WgmmaPrefillV
     case WgmmaPrefillVariant::kPlain3: launch<D, 3, false>(p, stream); break;
     case WgmmaPrefillVariant::kOverlap2: launch<D, 2, true>(p, stream); break;
     case WgmmaPrefillVariant::kPlain2SplitV: launch<D, 2, false, true>(p, stream); break;
-    case WgmmaPrefillVariant::kOverlap3:
-    case WgmmaPrefillVariant::kDefault: launch<D, 3, true>(p, stream); break;
+    case WgmmaPrefillVariant::kOverlap3: launch<D, 3, true>(p, stream); break;
+    case WgmmaPrefillVariant::kDefault:  // the fastest measured (docs/perf-log.md "## fa3"): plain, 2 stages at D 128,
+      if constexpr (D == 128) {          // 3 at D 64
+        launch<D, 2, false>(p, stream);
+      } else {
+        launch<D, 3, false>(p, stream);
+      }
+      break;
   }
 }
 

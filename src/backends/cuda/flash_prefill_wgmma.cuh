@@ -23,7 +23,7 @@
 namespace ferry::cuda_ops {
 
 enum class WgmmaPrefillVariant {
-  kDefault,        // the fastest measured (kOverlap3 until measured otherwise)
+  kDefault,        // the fastest measured on the H200: kPlain2 at head_dim 128, kPlain3 at 64 (docs/perf-log.md "## fa3")
   kPlain2,         // no intra-warpgroup overlap, 2 K/V stages
   kPlain3,         // no overlap, 3 stages
   kOverlap2,       // Q·Kᵀ of tile j issued with P·V of tile j - 1, softmax overlapping P·V; 2 stages
