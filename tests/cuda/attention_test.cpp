@@ -671,11 +671,11 @@ TEST_F(CudaAttentionWgmma, PrefillWgmmaMhaBlockSize24) {
 TEST_F(CudaAttentionWgmma, PrefillWgmmaBadBlock) { check_wgmma({32, 8, 128, 16}, kWgmmaSeqs, 164, true); }
 
 // attention()'s dispatch for a step the host knows is prompt-only (min_q_len >= 2) with 128-row tiles filling two
-// waves: at head_dim 128 it runs the wgmma kernel (its output bit-identical to a direct default call), in
+// waves: at head_dim 64 and 128 it runs the wgmma kernel (its output bit-identical to a direct default call), in
 // batch-invariant mode the mma.sync kernel (bit-identical to flash_prefill_attention's, whose arithmetic the mixed
-// kernel shares); head_dim 64 stays on the mma.sync kernel.
+// kernel shares).
 TEST_F(CudaAttentionWgmma, PrefillDispatchPromptOnlySteps) {
-  for (const auto& [D, invariant] : {std::pair<int64_t, bool>{128, false}, {128, true}, {64, false}}) {
+  for (const auto& [D, invariant] : {std::pair<int64_t, bool>{128, false}, {128, true}, {64, false}, {64, true}}) {
     const int64_t H = 32, KVH = 8, bs = 16;
     const std::vector<std::pair<int32_t, int32_t>> seqs = {{2048, 2048}, {1500, 1700}, {548, 548}};
     test::PagedLayout L = test::make_paged_layout(bs, seqs, 170);
@@ -711,7 +711,7 @@ TEST_F(CudaAttentionWgmma, PrefillDispatchPromptOnlySteps) {
     };
     const std::vector<float> got = run(0), wg = run(1), mma = run(2);
     for (const float x : got) ASSERT_TRUE(std::isfinite(x)) << "D " << D;
-    const bool want_wgmma = D == 128 && !invariant;
+    const bool want_wgmma = !invariant;  // head_dim 64 and 128 alike
     const std::vector<float>& want = want_wgmma ? wg : mma;
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
         << "D " << D << (invariant ? ", batch-invariant" : "") << ": attention() should run the "

@@ -222,10 +222,11 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   // dead sub-tile skipped) is 2-13% faster than the mixed kernel's (helper pf2, docs/perf-log.md "## pf2").
   const int n_sms = sm_count();
   if (p.min_q_len >= 2 && int64_t(p.n_tokens) / 128 * p.n_heads >= int64_t(2) * n_sms) {
-    // head_dim 128: the wgmma kernel (1.29-1.67x the mma.sync one on the H200 at B x L = 16384, L 512..8192; helper
-    // fa3, docs/perf-log.md "## fa3"), except in batch-invariant mode: its bits differ (~4e-4 relative) from the
-    // mixed kernel's, which a prompt sharing a step with decode rows runs.
-    if (p.head_dim == 128 && !p.batch_invariant) {
+    // The wgmma kernel (helper fa3, docs/perf-log.md "## fa3"; H200, B x L = 16384): head_dim 128 1.29-1.67x the
+    // mma.sync one at L 512..8192; head_dim 64 1.10-1.38x at L 1024..8192 (0.98x at 512). Not in batch-invariant
+    // mode: its bits differ (~4e-4 relative) from the mixed kernel's, which a prompt sharing a step with decode
+    // rows runs.
+    if (flash_prefill_wgmma_supports(p.head_dim) && !p.batch_invariant) {
       flash_prefill_wgmma_attention(p, stream);
     } else {
       flash_prefill_attention(p, stream);

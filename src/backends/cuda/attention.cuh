@@ -10,7 +10,9 @@
 // otherwise; bf16 K/V, fp32 softmax and accumulation) whose last block per (sequence, KV head)
 // merges the splits. Both kinds run in ONE launch (mixed_attention.cuh: prefill tiles and decode blocks in one
 // grid, so they overlap) where it applies (the tensor-core decode plan); otherwise two launches, each kernel
-// skipping the other's sequences on the device. Other head dims: the simple kernel below for every row.
+// skipping the other's sequences on the device. A step the host knows to be prompt-only (min_q_len >= 2) whose
+// 128-row tiles fill two waves runs the wgmma prefill kernel instead (flash_prefill_wgmma.cuh, FlashAttention-3's
+// structure; the mma.sync one in batch-invariant mode). Other head dims: the simple kernel below for every row.
 #pragma once
 
 #include <cuda_bf16.h>
