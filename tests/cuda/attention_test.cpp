@@ -568,18 +568,7 @@ class CudaAttentionWgmma : public CudaAttention {
 
     std::vector<float> ref;
     if (!bad_block) {
-      AttentionMeta cm;
-      cm.n_seqs = n_seqs;
-      cm.block_size = int32_t(bs);
-      cm.max_blocks_per_seq = L.max_blocks;
-      cm.q_start = host(DType::I32, {n_seqs}, L.q_start);
-      cm.q_len = host(DType::I32, {n_seqs}, L.q_len);
-      cm.kv_len = host(DType::I32, {n_seqs}, L.kv_len);
-      cm.block_tables = host(DType::I32, {n_seqs, L.max_blocks}, L.tables);
-      cm.host_q_start = L.q_start.data();
-      cm.host_q_len = L.q_len.data();
-      cm.host_kv_len = L.kv_len.data();
-      cm.host_block_tables = L.tables.data();
+      const AttentionMeta cm = test::host_attention_meta(L, int32_t(bs));
       ref.resize(q.size());
       cpu_.attention(host(DType::F32, {L.n_tokens, H, D}, ref), host(DType::F32, {L.n_tokens, H, D}, q),
                      host(DType::F32, {L.n_blocks, bs, KVH, D}, kc), host(DType::F32, {L.n_blocks, bs, KVH, D}, vc),

@@ -172,18 +172,7 @@ class CudaMixedSplit : public CudaOpsTest {
       for (size_t i = 0; i < kc.size(); ++i) kc_r[i] = bf16_to_f32(f32_to_bf16(kc[i]));
       for (size_t i = 0; i < vc.size(); ++i) vc_r[i] = bf16_to_f32(f32_to_bf16(vc[i]));
       std::vector<float> q_h = q;
-      AttentionMeta cm;
-      cm.n_seqs = n_seqs;
-      cm.block_size = int32_t(bs);
-      cm.max_blocks_per_seq = L.max_blocks;
-      cm.q_start = host(DType::I32, {n_seqs}, L.q_start);
-      cm.q_len = host(DType::I32, {n_seqs}, L.q_len);
-      cm.kv_len = host(DType::I32, {n_seqs}, L.kv_len);
-      cm.block_tables = host(DType::I32, {n_seqs, L.max_blocks}, L.tables);
-      cm.host_q_start = L.q_start.data();
-      cm.host_q_len = L.q_len.data();
-      cm.host_kv_len = L.kv_len.data();
-      cm.host_block_tables = L.tables.data();
+      const AttentionMeta cm = test::host_attention_meta(L, int32_t(bs));
       ref.assign(q.size(), 0.0f);
       cpu_.attention(host(DType::F32, {L.n_tokens, H, D}, ref), host(DType::F32, {L.n_tokens, H, D}, q_h),
                      host(DType::F32, {L.n_blocks, bs, KVH, D}, kc_r), host(DType::F32, {L.n_blocks, bs, KVH, D}, vc_r),
