@@ -59,9 +59,10 @@ struct StepPadding {
 //    with P = 1, 2, 4, .. sequences up to the padded max_seqs + 1;
 // each at every table width mb = 1, 2, 4, .. up to the padded max_blocks (a step's key has the power of two at or
 // above its longest block table). At most max_graphs keys, narrow tables first. Worked example (Llama-3-8B on one
-// H200, --ctx 2048, blocks of 16, --max-running 256, budget 512): decode 9 x 8 and prompt 9 x 8 (the shapes whose
-// P x mb x 16 rows hold 512 tokens) keys. Measured (docs/perf-log.md "## Session 7"): the first 64-client run of a
-// fresh server 4,634 tok/s against 4,843 for the next run on the same server before the warm-up.
+// H200, --ctx 2048, blocks of 16, --max-running 256, budget 512): decode P 1..256 x mb 1..128 (72 keys) and the
+// prompt keys whose P x mb x 16 rows hold 512 tokens: 137 in all, recorded in ~1.9 s. Measured (docs/perf-log.md
+// "## Session 7"): before the warm-up the first 64-client run of a fresh server made 4,634 tok/s against 4,843 for
+// the next run on the same server; with it, 4,786 then 4,858.
 struct GraphWarmup {
   int32_t max_seqs = 1;           // the scheduler's max_running
   int32_t max_blocks = 1;         // blocks of a full-context sequence
