@@ -361,11 +361,16 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   // Tensor parallelism: not yet (its steps are captured on first use, as before; the warm-up has not run there).
   if (pad && so.graph_warmup && s.m->backend->supports_step_graphs() && eo.tp == 1) {
     const auto t0 = Clock::now();
-    s.stats.graph_warmup_steps = s.runner->warm_up_graphs(
-        GraphWarmup{.max_seqs = so.max_running,
-                    .max_blocks = (s.m->context + kv.block_size - 1) / kv.block_size,
-                    .device_sampling = s.device_sampling,
-                    .max_graphs = LlamaModel::max_graphs()});
+    try {
+      s.stats.graph_warmup_steps = s.runner->warm_up_graphs(
+          GraphWarmup{.max_seqs = so.max_running,
+                      .max_blocks = (s.m->context + kv.block_size - 1) / kv.block_size,
+                      .device_sampling = s.device_sampling,
+                      .max_graphs = LlamaModel::max_graphs()});
+    } catch (const std::exception& e) {
+      fail("serving: recording the step graphs at start failed (ServingOptions::graph_warmup = false, `ferry serve "
+           "--no-graph-warmup`, skips it): {}", e.what());
+    }
     s.stats.graph_warmup_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   if (const int n = postprocess_threads(eo, so); n > 1) s.postprocess_pool = std::make_unique<ThreadPool>(n);
