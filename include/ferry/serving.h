@@ -42,6 +42,11 @@ struct ServingOptions {
                                  // only token ids cross to the host; rows with logprobs or penalties still copy
                                  // their logits and sample on the host. Same tokens as the host sampler.
                                  // Off: every row on the host (also FERRY_CUDA_SAMPLING=0).
+  bool async_scheduling = true;  // with device sampling: step k+1 is scheduled and launched before step k's tokens
+                                 // reach the host (its inputs name them; the device fills them in), so the host's
+                                 // schedule/postprocess overlaps the device's work. Same tokens as off. A step with
+                                 // logprobs or penalties rows is finished before the next launch. Also
+                                 // FERRY_ASYNC_SCHEDULING=0|1.
   bool graph_warmup = true;      // backends that replay step graphs (CUDA, tp 1): record the graphs of the steps a
                                  // loaded server takes before serving (ModelRunner::warm_up_graphs; ~2 s at start
                                  // for Llama-3-8B) instead of capturing each on the first step that has its shape

@@ -65,6 +65,9 @@ struct Env {
   // FERRY_PROMPT_GRAPHS: "1" pads the serving engine's prompt-carrying steps to a few shapes and replays them from
   // step graphs like decode steps (EngineOptions::prompt_graphs; engine/model_runner.h); "0" off; unset: the option.
   std::optional<std::string> prompt_graphs;
+  // FERRY_ASYNC_SCHEDULING: "0" makes the serving engine wait for each step's tokens before scheduling the next,
+  // "1" overlaps them (ServingOptions::async_scheduling); unset: the option.
+  std::optional<std::string> async_scheduling;
 
   static Env read();  // reads the process environment once; pass the result down
 };

@@ -53,7 +53,8 @@ void BlockManager::append(Sequence& seq) {
 
 void BlockManager::commit(Sequence& seq) {
   const int32_t bs = block_size_;
-  const int32_t n_full = seq.n_computed() / bs;
+  FERRY_ASSERT(seq.n_inflight >= 0 && seq.n_inflight <= seq.n_computed());
+  const int32_t n_full = (seq.n_computed() - seq.n_inflight) / bs;
   while (int32_t(seq.block_hashes.size()) < n_full) {
     const auto j = int32_t(seq.block_hashes.size());
     const uint64_t parent = j == 0 ? kNoParentHash : seq.block_hashes.back();
@@ -68,6 +69,8 @@ void BlockManager::commit(Sequence& seq) {
 void BlockManager::free(Sequence& seq) {
   seq.table.release_all(pool_);
   seq.block_hashes.clear();
+  seq.n_inflight = 0;  // a launched step still writes into the released blocks: the stream orders it before any
+  ++seq.epoch;         // later owner's step; its completion must not touch the (new) table
 }
 
 }  // namespace ferry

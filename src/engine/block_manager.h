@@ -23,7 +23,8 @@ class BlockManager {
   // Decode: room for one more token. False when a new block is needed and none is free.
   bool can_append(const Sequence& seq) const;
   void append(Sequence& seq);  // requires can_append
-  // Registers the full blocks whose K/V the last step completed under their chained hashes.
+  // Registers the full blocks whose K/V are complete (the table's tokens but the n_inflight still being written)
+  // under their chained hashes.
   void commit(Sequence& seq);
   void free(Sequence& seq);  // every block back to the pool, the last one first
 

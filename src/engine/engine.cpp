@@ -8,7 +8,7 @@
 #include "core/check.h"
 #include "core/env.h"
 #include "engine/loaded_model.h"
-#include "engine/sampler.h"
+#include "sampling/sampler.h"
 #include "engine/session.h"
 #include "kv/block_pool.h"
 

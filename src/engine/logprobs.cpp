@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "core/check.h"
-#include "engine/top_k.h"
+#include "sampling/top_k.h"
 
 namespace ferry {
 

@@ -36,20 +36,33 @@ void ModelRunner::run(const StepPlan& plan) {
 }
 
 void ModelRunner::run_sampled(const StepPlan& plan, std::span<const RowSampling> rows) {
+  launch_sampled(plan, rows);
+  collect();
+}
+
+void ModelRunner::launch_sampled(const StepPlan& plan, std::span<const RowSampling> rows) {
   build_batch(plan);
-  device_step_ = true;
   FERRY_ASSERT(rows.size() <= batch_.logit_rows.size());
   row_modes_.assign(rows.begin(), rows.end());
   row_modes_.resize(batch_.logit_rows.size());  // padding rows: Skip
-  host_index_.assign(rows.size(), -1);
+  std::vector<int32_t> host_index(rows.size(), -1);
   int32_t h = 0;
   for (size_t i = 0; i < rows.size(); ++i)
-    if (rows[i].mode == RowMode::Host) host_index_[i] = h++;
-  model_.forward_sampled(batch_, row_modes_, sampled_);
+    if (rows[i].mode == RowMode::Host) host_index[i] = h++;
+  model_.launch_sampled(batch_, row_modes_);
+  launched_host_index_.push_back(std::move(host_index));
+}
+
+void ModelRunner::collect() {
+  FERRY_CHECK(!launched_host_index_.empty(), "ModelRunner::collect: no step was launched");
+  host_index_ = std::move(launched_host_index_.front());
+  launched_host_index_.pop_front();
+  device_step_ = true;
+  model_.collect_sampled(sampled_);  // pops the model's oldest step even when it throws
 }
 
 int32_t ModelRunner::token(size_t i) const {
-  FERRY_ASSERT(device_step_ && i < host_index_.size() && row_modes_[i].mode == RowMode::Device);
+  FERRY_ASSERT(device_step_ && i < host_index_.size() && host_index_[i] < 0);
   return sampled_.tokens[i];
 }
 

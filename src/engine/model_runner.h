@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <vector>
 
@@ -84,6 +85,11 @@ class ModelRunner {
   // the i-th chunk that samples (Device: drawn there, token(i) holds the id; Host: its logits are copied,
   // logits(i) holds them). Decode padding rows are skipped.
   void run_sampled(const StepPlan& plan, std::span<const RowSampling> rows);
+  // run_sampled in two halves (asynchronous scheduling; LlamaModel::launch_sampled / collect_sampled): launch
+  // builds and enqueues the step; collect waits for the oldest launched step, after which token(i) / logits(i)
+  // are that step's. Between them the plan's sequences may change (the batch was copied at launch).
+  void launch_sampled(const StepPlan& plan, std::span<const RowSampling> rows);
+  void collect();
   // After run: every row; after run_sampled: the Host rows.
   std::span<const float> logits(size_t i) const;
   // After run_sampled, a Device row: the drawn id (-1: every logit was NaN/-inf).
@@ -110,6 +116,7 @@ class ModelRunner {
   std::vector<RowSampling> row_modes_;  // run_sampled: (logit rows) the rows' settings, padding rows Skip
   SampledStep sampled_;                 // run_sampled: the drawn ids and the Host rows' logits
   std::vector<int32_t> host_index_;     // run_sampled: (n_sampling_chunks) row of sampled_.host_logits, -1: none
+  std::deque<std::vector<int32_t>> launched_host_index_;  // launch_sampled: host_index_ of each step in flight
   bool device_step_ = false;            // whether the last step was run_sampled
 };
 

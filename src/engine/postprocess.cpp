@@ -49,13 +49,22 @@ TokenOutcome finish_token(const SampleRow& row, const Tokenizer& tokenizer, int3
   const GenerationRequest& req = seq.request;
   const int32_t tok = row.token;
   ++seq.n_generated;
+  if (row.at >= 0) {  // a placeholder: the token is filled in (or, at an end-of-generation token, the request ends)
+    FERRY_ASSERT(size_t(row.at) < seq.tokens.size() && seq.tokens[size_t(row.at)] < 0 && seq.n_placeholders > 0);
+    --seq.n_placeholders;
+  }
   if (!req.ignore_eos && tokenizer.is_eog(tok)) {  // the end-of-generation token itself is not output
     out.finished = true;
     out.reason = FinishReason::Stop;
     out.text = seq.text->finish();
     return out;
   }
-  seq.tokens.push_back(tok);
+  if (row.at >= 0) {
+    seq.tokens[size_t(row.at)] = tok;
+  } else {
+    seq.tokens.push_back(tok);
+  }
+  const int32_t length = row.at >= 0 ? row.at + 1 : int32_t(seq.tokens.size());  // tokens up to this one
   seq.usage.completion_tokens += 1;
   GeneratedToken g;
   g.id = tok;
@@ -70,7 +79,7 @@ TokenOutcome finish_token(const SampleRow& row, const Tokenizer& tokenizer, int3
   if (seq.text->stopped()) {
     out.finished = true;
     out.reason = FinishReason::Stop;
-  } else if (seq.usage.completion_tokens >= req.max_tokens || int32_t(seq.tokens.size()) > context) {
+  } else if (seq.usage.completion_tokens >= req.max_tokens || length > context) {
     // max_tokens reached, or the new token cannot be computed within the context: nothing more can follow.
     out.text += seq.text->finish();
     out.finished = true;

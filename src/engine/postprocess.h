@@ -33,6 +33,8 @@ struct SampleRow {
   Sequence* seq = nullptr;
   std::span<const float> logits;  // empty when on_device
   bool on_device = false;         // the token was drawn on the device (sample_rows leaves the row alone)
+  int32_t at = -1;                // asynchronous scheduling: the index of the token's placeholder in seq->tokens
+                                  // (finish_token writes it there); -1: the token is appended
   int32_t token = -1;
   bool has_logprobs = false;  // seq->request.logprobs >= 0
   TokenLogprobs logprobs;     // from the raw logits, when has_logprobs

@@ -4,6 +4,12 @@
 // The sequence's work is uniform: compute tokens[n_computed() .. tokens.size()) (a prompt, a prompt chunk, one
 // decode token, or everything again after a preemption); when a step reaches the end, its last row's logits
 // sample the next token, which is appended to `tokens` and computed by the next step.
+//
+// Asynchronous scheduling (engine/serving_engine.cpp) launches step k+1 before step k's tokens reach the host. At
+// launch a step advances table.n_tokens over its chunks (their K/V are being written: n_inflight of them are not
+// yet complete) and appends a placeholder -(row + 1) for each token it draws on the device, so the next step can
+// already compute that token: its id is filled in on the device (Backend::resolve_placeholders) and on the host
+// when step k is postprocessed. Only completed tokens are hashed into the prefix cache.
 #pragma once
 
 #include <chrono>
@@ -13,7 +19,7 @@
 #include <vector>
 
 #include "engine/request_channel.h"
-#include "engine/sampler.h"
+#include "sampling/sampler.h"
 #include "engine/text_stream.h"
 #include "ferry/serving.h"
 #include "kv/block_table.h"
@@ -37,6 +43,11 @@ struct Sequence {
   bool admitted_once = false;
   RequestUsage usage;
   std::chrono::steady_clock::time_point arrival;
+  int32_t n_inflight = 0;       // of table.n_tokens: tokens whose K/V a launched step is still writing
+  int32_t n_placeholders = 0;   // entries of `tokens` that are placeholders (< 0) of tokens being drawn
+  int32_t steps_in_flight = 0;  // launched, not yet postprocessed steps holding a chunk of this sequence
+  uint32_t epoch = 0;           // bumped when the block table is reset (preemption): a step launched before
+                                // must not advance the new table
 
   int32_t n_computed() const { return table.n_tokens; }
   int32_t n_pending() const { return int32_t(tokens.size()) - table.n_tokens; }  // tokens to compute

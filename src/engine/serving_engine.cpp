@@ -4,6 +4,7 @@
 #include "ferry/serving.h"
 
 #include <algorithm>
+#include <deque>
 #include <thread>
 #include <unordered_map>
 
@@ -85,17 +86,39 @@ struct ServingEngine::Impl {
   std::unique_ptr<ThreadPool> postprocess_pool;  // samples a step's rows in parallel; null: serially
   std::vector<SampleRow> rows;                    // loop thread only: the current step's rows to sample
   bool device_sampling = false;                   // rows without logprobs/penalties are drawn on the device
-  std::vector<RowSampling> row_sampling;          // loop thread only: (sampling chunks) where each row samples
+  bool async_scheduling = false;                  // device_sampling and ServingOptions::async_scheduling
+  // A launched step not yet postprocessed. With asynchronous scheduling one stays in flight between loop
+  // iterations: step k+1 is scheduled and launched before step k is postprocessed (see step()).
+  struct LaunchedStep {
+    StepPlan plan;
+    std::vector<RowSampling> rows;        // (sampling chunks) how each row samples (device sampling only)
+    std::vector<int32_t> placeholder_at;  // (sampling chunks) index of the row's placeholder in seq->tokens, -1: none
+    std::vector<uint32_t> epoch;          // (chunks) the sequence's epoch at launch
+    bool must_finish = false;             // postprocess before the next launch (host rows, or not asynchronous)
+    Clock::time_point scheduled;          // when its schedule() began
+    double schedule_s = 0, launch_s = 0;
+  };
+  std::deque<LaunchedStep> launched;  // loop thread only; oldest first
+  // Finished sequences that a launched step still names (Sequence::steps_in_flight > 0): kept until it is postprocessed.
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> retired;
+  Clock::time_point last_completion{};
   StepProfile profile;  // loop thread only; printed at the end with FERRY_LOG=debug
   bool debug = false;
   std::mutex join_mu;
   std::thread loop;
 
   void run_loop();
+  // One iteration: schedule, launch, then postprocess every launched step but (asynchronous scheduling) the newest.
   void step();
+  void launch(StepPlan&& plan, Clock::time_point scheduled);
+  void complete_oldest();  // waits for the oldest launched step and postprocesses it
+  // Whether the token a row of seq draws now ends its request whatever it is (max_tokens or the context): no
+  // later step needs it, so it gets no placeholder.
+  bool last_token(const Sequence& seq) const;
   // Ends a sequence: out of the scheduler, blocks back, final update, counters.
   void finish(Sequence* seq, FinishReason reason, std::string_view text, std::vector<GeneratedToken>&& tokens,
               std::string error = {});
+  void drop(Sequence* seq);  // out of `live` (into `retired` while a launched step names it)
   void fail_all(const std::string& error);
   void publish_stats(double step_seconds, int64_t new_tokens);
   void check_invariants() const;
@@ -108,6 +131,10 @@ void ServingEngine::Impl::check_invariants() const {
   for (const Sequence* seq : scheduler->running()) {
     FERRY_CHECK(seq->state == SequenceState::Running, "serving invariant: sequence {} is running in state {}",
                 seq->id, int(seq->state));
+    FERRY_CHECK(seq->n_inflight >= 0 && seq->n_inflight <= seq->table.n_tokens && seq->n_placeholders >= 0 &&
+                    seq->n_placeholders <= seq->steps_in_flight,
+                "serving invariant: sequence {} has {} of {} tokens in flight, {} placeholders, {} launched steps",
+                seq->id, seq->n_inflight, seq->table.n_tokens, seq->n_placeholders, seq->steps_in_flight);
     FERRY_CHECK(seq->table.capacity(blocks->block_size()) >= int32_t(seq->tokens.size()) - 1 &&
                     seq->table.n_tokens <= int32_t(seq->tokens.size()),
                 "serving invariant: sequence {} has {} blocks for {} tokens ({} computed)", seq->id,
@@ -115,7 +142,8 @@ void ServingEngine::Impl::check_invariants() const {
     for (const int32_t b : seq->table.blocks) ++held[size_t(b)];
   }
   for (const Sequence* seq : scheduler->waiting())
-    FERRY_CHECK(seq->table.blocks.empty() && seq->table.n_tokens == 0 && seq->state == SequenceState::Waiting,
+    FERRY_CHECK(seq->table.blocks.empty() && seq->table.n_tokens == 0 && seq->n_inflight == 0 &&
+                    seq->state == SequenceState::Waiting,
                 "serving invariant: waiting sequence {} holds {} blocks", seq->id, seq->table.blocks.size());
   for (int32_t b = 0; b < pool.n_blocks(); ++b)
     FERRY_CHECK(pool.ref_count(b) == held[size_t(b)],
@@ -140,7 +168,19 @@ void ServingEngine::Impl::finish(Sequence* seq, FinishReason reason, std::string
     stats.kv_blocks_used = blocks->pool().n_used();
   }
   seq->channel->finish(text, std::move(tokens), seq->usage, reason, std::move(error));
-  live.erase(seq->id);
+  drop(seq);
+}
+
+void ServingEngine::Impl::drop(Sequence* seq) {
+  const auto it = live.find(seq->id);
+  if (it == live.end()) return;
+  if (seq->steps_in_flight > 0) retired.emplace(seq->id, std::move(it->second));
+  live.erase(it);
+}
+
+bool ServingEngine::Impl::last_token(const Sequence& seq) const {
+  const int32_t completion_after = seq.usage.completion_tokens + seq.n_placeholders + 1;
+  return completion_after >= seq.request.max_tokens || int32_t(seq.tokens.size()) + 1 > m->context;
 }
 
 void ServingEngine::Impl::fail_all(const std::string& error) {
@@ -151,7 +191,7 @@ void ServingEngine::Impl::fail_all(const std::string& error) {
       finish(seq, FinishReason::Error, {}, {}, error);
     } catch (const std::exception&) {  // the scheduler's bookkeeping is broken: still answer the caller
       seq->channel->finish({}, {}, seq->usage, FinishReason::Error, error);
-      live.erase(seq->id);
+      drop(seq);
     }
   }
 }
@@ -186,80 +226,154 @@ void ServingEngine::Impl::step() {
     stats.prompt_tokens_cached += seq->n_computed();
   }
   if (plan.empty()) {
-    // Nothing runs and nothing can be admitted: the front request needs more blocks than the whole cache
-    // (cannot happen when the cache holds one context, which the constructor ensures; never hang regardless).
-    if (scheduler->running().empty() && !scheduler->waiting().empty())
+    // Every running sequence waits for a token of the launched step (its last one): postprocess that step.
+    if (!launched.empty()) {
+      complete_oldest();
+    } else if (scheduler->running().empty() && !scheduler->waiting().empty()) {
+      // Nothing runs and nothing can be admitted: the front request needs more blocks than the whole cache
+      // (cannot happen when the cache holds one context, which the constructor ensures; never hang regardless).
       finish(scheduler->waiting().front(), FinishReason::Error, {}, {}, "serving: the request does not fit the KV cache");
-    return;
+    }
+  } else {
+    launch(std::move(plan), t0);
+    // Asynchronous scheduling: the step just launched runs while the previous one is postprocessed and the next
+    // one scheduled. Otherwise (or when its rows need the host's logits) it is postprocessed now.
+    while (!launched.empty() && (launched.size() > 1 || launched.back().must_finish)) complete_oldest();
   }
+  if (options.check_invariants) check_invariants();
+}
+
+void ServingEngine::Impl::launch(StepPlan&& plan, Clock::time_point scheduled) {
+  LaunchedStep s;
+  s.scheduled = scheduled;
   const auto t1 = Clock::now();
+  s.schedule_s = std::chrono::duration<double>(t1 - scheduled).count();
+  s.must_finish = !async_scheduling;
+  if (device_sampling) {
+    // A row goes to the device sampler unless its request needs the logits on the host (logprobs) or
+    // options the kernel does not do (penalties). Position: the history length, as the host sampler uses.
+    for (const ScheduledChunk& c : plan.chunks) {
+      if (!c.sample) continue;
+      const GenerationRequest& req = c.seq->request;
+      RowSampling& r = s.rows.emplace_back();
+      const bool host = req.logprobs >= 0 || req.sampling.penalties_active();
+      r.mode = host ? RowMode::Host : RowMode::Device;
+      r.params = req.sampling;
+      r.position = uint64_t(c.seq->tokens.size());
+      s.must_finish = s.must_finish || host;
+    }
+  }
   try {
     if (device_sampling) {
-      // A row goes to the device sampler unless its request needs the logits on the host (logprobs) or
-      // options the kernel does not do (penalties). Position: the history length, as the host sampler uses.
-      row_sampling.clear();
-      for (const ScheduledChunk& c : plan.chunks) {
-        if (!c.sample) continue;
-        const GenerationRequest& req = c.seq->request;
-        RowSampling& r = row_sampling.emplace_back();
-        const bool host = req.logprobs >= 0 || req.sampling.penalties_active();
-        r.mode = host ? RowMode::Host : RowMode::Device;
-        r.params = req.sampling;
-        r.position = uint64_t(c.seq->tokens.size());
-      }
-      runner->run_sampled(plan, row_sampling);
+      runner->launch_sampled(plan, s.rows);
     } else {
-      runner->run(plan);
+      runner->run(plan);  // synchronous: the logits are on the host when it returns
     }
   } catch (const std::exception& e) {
     const std::string error = fmt::format("engine step failed: {}", e.what());
-    for (const ScheduledChunk& c : plan.chunks) finish(c.seq, FinishReason::Error, {}, {}, error);
-    publish_stats(std::chrono::duration<double>(Clock::now() - t0).count(), 0);
+    for (const ScheduledChunk& c : plan.chunks)
+      if (c.seq->state != SequenceState::Finished) finish(c.seq, FinishReason::Error, {}, {}, error);
+    publish_stats(std::chrono::duration<double>(Clock::now() - scheduled).count(), 0);
     return;
   }
-  const auto t2 = Clock::now();
-  int64_t new_tokens = 0;
+  // The chunks' K/V are being written: the sequences advance now. A row drawn on the device leaves a placeholder
+  // for its token, so the next step can compute it before it is known here (not when nothing will follow it).
   size_t row = 0;
-  rows.clear();
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence* seq = c.seq;
+    s.epoch.push_back(seq->epoch);
     seq->table.n_tokens += c.n_tokens;
-    blocks->commit(*seq);
+    seq->n_inflight += c.n_tokens;
+    ++seq->steps_in_flight;
     if (!c.sample) continue;
-    SampleRow& r = rows.emplace_back();
-    r.seq = seq;
     const size_t i = row++;
-    if (device_sampling && row_sampling[i].mode == RowMode::Device) {
-      r.on_device = true;
-      r.token = runner->token(i);
-      if (r.token < 0) r.error = "sampler: every logit is NaN or -inf, nothing to sample";
-    } else {
-      r.logits = runner->logits(i);
+    int32_t at = -1;
+    if (async_scheduling && !s.must_finish && s.rows[i].mode == RowMode::Device && !last_token(*seq)) {
+      at = int32_t(seq->tokens.size());
+      seq->tokens.push_back(-int32_t(i) - 1);  // Backend::resolve_placeholders: row i of this step
+      ++seq->n_placeholders;
     }
+    s.placeholder_at.push_back(at);
   }
-  sample_rows(rows, postprocess_pool.get());  // in parallel; the rest in row order
-  for (const SampleRow& r : rows) {
-    if (!r.error.empty()) {
-      finish(r.seq, FinishReason::Error, {}, {}, fmt::format("sampling failed: {}", r.error));
-      continue;
-    }
+  s.launch_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  s.plan = std::move(plan);
+  launched.push_back(std::move(s));
+}
+
+void ServingEngine::Impl::complete_oldest() {
+  LaunchedStep s = std::move(launched.front());
+  launched.pop_front();
+  const auto t2 = Clock::now();
+  std::string error;
+  if (device_sampling) {
     try {
-      TokenOutcome out = finish_token(r, *m->tokenizer, m->context);
-      ++new_tokens;
-      if (out.finished) finish(r.seq, out.reason, out.text, std::move(out.tokens));
+      runner->collect();
     } catch (const std::exception& e) {
-      finish(r.seq, FinishReason::Error, {}, {}, fmt::format("sampling failed: {}", e.what()));
+      error = fmt::format("engine step failed: {}", e.what());
     }
   }
   const auto t3 = Clock::now();
-  publish_stats(std::chrono::duration<double>(t3 - t0).count(), new_tokens);
-  const bool has_prefill = std::any_of(plan.chunks.begin(), plan.chunks.end(),
+  // The step no longer holds its sequences; its K/V are complete (into the prefix cache), unless the sequence was
+  // preempted since (a new table) or has ended.
+  for (size_t j = 0; j < s.plan.chunks.size(); ++j) {
+    Sequence* seq = s.plan.chunks[j].seq;
+    --seq->steps_in_flight;
+    if (seq->state == SequenceState::Finished || seq->epoch != s.epoch[j]) continue;
+    seq->n_inflight -= s.plan.chunks[j].n_tokens;
+    if (error.empty()) blocks->commit(*seq);
+  }
+  int64_t new_tokens = 0;
+  if (!error.empty()) {
+    for (const ScheduledChunk& c : s.plan.chunks)
+      if (c.seq->state != SequenceState::Finished) finish(c.seq, FinishReason::Error, {}, {}, error);
+  } else {
+    size_t row = 0;
+    rows.clear();
+    for (const ScheduledChunk& c : s.plan.chunks) {
+      if (!c.sample) continue;
+      const size_t i = row++;
+      Sequence* seq = c.seq;
+      if (seq->state == SequenceState::Finished) continue;  // cancelled, or ended by the step before (a wasted row)
+      SampleRow& r = rows.emplace_back();
+      r.seq = seq;
+      r.at = s.placeholder_at[i];
+      if (device_sampling && s.rows[i].mode == RowMode::Device) {
+        r.on_device = true;
+        r.token = runner->token(i);
+        if (r.token < 0) r.error = "sampler: every logit is NaN or -inf, nothing to sample";
+      } else {
+        r.logits = runner->logits(i);
+      }
+    }
+    sample_rows(rows, postprocess_pool.get());  // in parallel; the rest in row order
+    for (const SampleRow& r : rows) {
+      if (r.seq->state == SequenceState::Finished) continue;
+      if (!r.error.empty()) {
+        finish(r.seq, FinishReason::Error, {}, {}, fmt::format("sampling failed: {}", r.error));
+        continue;
+      }
+      try {
+        TokenOutcome out = finish_token(r, *m->tokenizer, m->context);
+        ++new_tokens;
+        if (out.finished) finish(r.seq, out.reason, out.text, std::move(out.tokens));
+      } catch (const std::exception& e) {
+        finish(r.seq, FinishReason::Error, {}, {}, fmt::format("sampling failed: {}", e.what()));
+      }
+    }
+  }
+  for (const ScheduledChunk& c : s.plan.chunks)
+    if (c.seq->steps_in_flight == 0 && c.seq->state == SequenceState::Finished) retired.erase(c.seq->id);
+  const auto t4 = Clock::now();
+  // A step's time: from the previous step's end (or its own schedule, after an idle engine) to its end.
+  const auto began = std::max(s.scheduled, last_completion);
+  last_completion = t4;
+  publish_stats(std::chrono::duration<double>(t4 - began).count(), new_tokens);
+  const bool has_prefill = std::any_of(s.plan.chunks.begin(), s.plan.chunks.end(),
                                        [](const ScheduledChunk& c) { return c.n_tokens > 1 || !c.sample; });
   using Seconds = std::chrono::duration<double>;
   const LlamaModel::StepHostTime host = device_sampling ? m->model->last_step_host_time() : LlamaModel::StepHostTime{};
-  profile.add(has_prefill, plan.n_tokens, int64_t(plan.chunks.size()), Seconds(t1 - t0).count(),
-              Seconds(t2 - t1).count(), Seconds(t3 - t2).count(), host.enqueue_s, host.wait_s);
-  if (options.check_invariants) check_invariants();
+  profile.add(has_prefill, s.plan.n_tokens, int64_t(s.plan.chunks.size()), s.schedule_s,
+              s.launch_s + Seconds(t3 - t2).count(), Seconds(t4 - t3).count(), host.enqueue_s, host.wait_s);
 }
 
 void ServingEngine::Impl::run_loop() {
@@ -268,7 +382,8 @@ void ServingEngine::Impl::run_loop() {
     bool closed = false, finish_in_flight = true;
     {
       std::unique_lock lock(queue->mu);
-      if (live.empty()) queue->cv.wait(lock, [&] { return !queue->incoming.empty() || queue->closed || queue->poked; });
+      if (live.empty() && launched.empty())
+        queue->cv.wait(lock, [&] { return !queue->incoming.empty() || queue->closed || queue->poked; });
       queue->poked = false;
       queue->loop_waiting += int32_t(queue->incoming.size());  // they still count as waiting until admitted
       incoming.swap(queue->incoming);
@@ -294,6 +409,7 @@ void ServingEngine::Impl::run_loop() {
       for (Sequence* seq : cancelled) finish(seq, FinishReason::Cancelled, {}, {});
       if (options.check_invariants && !cancelled.empty()) check_invariants();
       if (live.empty()) {
+        while (!launched.empty()) complete_oldest();  // rows of requests that ended meanwhile: nothing to send
         publish_stats(0, 0);
         {
           std::lock_guard lock(queue->mu);
@@ -358,6 +474,9 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   s.stats.kv_blocks_total = n_pool_blocks;
   s.device_sampling = env_switch(Env::read().cuda_sampling, "FERRY_CUDA_SAMPLING", true) && so.device_sampling &&
                       s.m->model->supports_device_sampling();
+  s.async_scheduling =
+      s.device_sampling && env_switch(Env::read().async_scheduling, "FERRY_ASYNC_SCHEDULING", so.async_scheduling);
+  s.m->model->set_token_feedback(s.async_scheduling);  // before the warm-up: its graphs resolve placeholders
   // Tensor parallelism: not yet (its steps are captured on first use, as before; the warm-up has not run there).
   if (pad && so.graph_warmup && s.m->backend->supports_step_graphs() && eo.tp == 1) {
     const auto t0 = Clock::now();

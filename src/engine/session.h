@@ -29,7 +29,7 @@ class Session {
   // Appends tokens and returns the logits of the last one: (vocab_size).
   std::span<const float> append(std::span<const int32_t> tokens);
   // Device sampling (model.supports_device_sampling(); params without penalties): like set_history / append,
-  // but the next token is drawn on the device from the last token's logits (the token engine/sampler.cpp would
+  // but the next token is drawn on the device from the last token's logits (the token sampling/sampler.cpp would
   // draw for params at this history length); only the id crosses to the host. -1: every logit was NaN/-inf.
   int32_t set_history_sampled(std::span<const int32_t> tokens, const SamplingParams& params);
   int32_t append_sampled(std::span<const int32_t> tokens, const SamplingParams& params);

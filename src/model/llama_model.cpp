@@ -125,7 +125,8 @@ void LlamaModel::stage_inputs(const Batch& batch, const StepLayout& L) {
   };
   put(L.slots, batch.slots);
   auto* ids = reinterpret_cast<int32_t*>(base + L.tokens);  // rows of this rank's vocabulary shard
-  for (size_t i = 0; i < batch.tokens.size(); ++i) ids[i] = local_vocab_row(vocab_, batch.tokens[i]);
+  for (size_t i = 0; i < batch.tokens.size(); ++i)  // placeholders (< 0, token feedback: checked) pass as they are
+    ids[i] = batch.tokens[i] < 0 && token_feedback_ ? batch.tokens[i] : local_vocab_row(vocab_, batch.tokens[i]);
   put(L.positions, batch.positions);
   put(L.q_start, batch.q_start);
   put(L.q_len, batch.q_len);
@@ -158,6 +159,7 @@ void LlamaModel::forward(const Batch& batch, std::vector<float>& logits) {
   FERRY_CHECK(batch.n_tokens() > 0 && batch.n_tokens() <= max_step_tokens_, "step of {} tokens (1..{} allowed)",
               batch.n_tokens(), max_step_tokens_);
   for (int32_t t : batch.tokens) local_vocab_row(vocab_, t);  // a bad id fails here, before the followers start
+  last_modes_.clear();  // no step may name this one's rows (it samples nothing on the device)
   // Tensor parallel: the followers run the same step (a no-op at world 1). From here on a failure must end
   // every rank: they wait in this step's collectives.
   encode_batch(batch, step_bytes_);
@@ -214,6 +216,9 @@ const float* LlamaModel::execute_step(const Batch& batch, bool host_logits) {
     const StepLayout L = layout_for(batch, pow2_at_least(std::max(1, batch.max_blocks_per_seq)));
     ensure_logits(size_t(m), true);
     stage_inputs(batch, L);
+    // Token feedback: the copy goes ahead of the graph, where the backend can fence the staging buffer for the
+    // next step's inputs (wait_for_copies) while this step still runs.
+    if (token_feedback_) copy_inputs(L);
     const GraphKey key{L.n, L.n_seqs, L.mb, L.m, host_logits, L.decode_only};
     const auto it = graphs_.find(key);
     ++graph_clock_;
@@ -261,24 +266,62 @@ const float* LlamaModel::execute_step(const Batch& batch, bool host_logits) {
 }
 
 void LlamaModel::forward_sampled(const Batch& batch, std::span<const RowSampling> rows, SampledStep& out) {
+  FERRY_CHECK(in_flight_.empty(), "forward_sampled: {} launched steps are not collected", in_flight_.size());
+  launch_sampled(batch, rows);
+  collect_sampled(out);
+}
+
+void LlamaModel::set_token_feedback(bool on) {
+  FERRY_CHECK(!on || supports_device_sampling(), "token feedback needs device sampling (backend {}, world {})",
+              backend_.name(), comm_->world());
+  FERRY_CHECK(in_flight_.empty(), "set_token_feedback: {} launched steps are not collected", in_flight_.size());
+  if (on == token_feedback_) return;
+  drop_graphs();  // the recorded steps copy their inputs inside and resolve nothing
+  token_feedback_ = on;
+  last_modes_.clear();
+  // Fixed size from here on: captured steps read it. Rows of a step: at most the padded sequence count.
+  if (on) sample_ids_ = backend_.alloc(size_t(2 * max_step_tokens_ + 2) * 4);
+}
+
+void LlamaModel::check_step_tokens(const Batch& batch) const {
+  for (const int32_t t : batch.tokens) {
+    if (t >= 0 || !token_feedback_) {
+      local_vocab_row(vocab_, t);  // throws for an id outside the vocabulary
+      continue;
+    }
+    const int64_t row = -int64_t(t) - 1;
+    FERRY_CHECK(row < int64_t(last_modes_.size()) && last_modes_[size_t(row)] == RowMode::Device,
+                "step input {} names logit row {} of the previous step, which was not drawn on the device", t, row);
+  }
+}
+
+void LlamaModel::launch_sampled(const Batch& batch, std::span<const RowSampling> rows) {
   FERRY_CHECK(supports_device_sampling(), "device sampling needs a backend that samples ({} does not) at tensor-"
               "parallel world 1 (world {})", backend_.name(), comm_->world());
   FERRY_CHECK(batch.n_tokens() > 0 && batch.n_tokens() <= max_step_tokens_, "step of {} tokens (1..{} allowed)",
               batch.n_tokens(), max_step_tokens_);
   FERRY_CHECK(rows.size() == batch.logit_rows.size(), "forward_sampled: {} row settings for {} logit rows",
               rows.size(), batch.logit_rows.size());
-  for (int32_t t : batch.tokens) local_vocab_row(vocab_, t);
+  FERRY_CHECK(int(in_flight_.size()) < kMaxInFlight, "launch_sampled: {} steps are in flight already",
+              in_flight_.size());
+  FERRY_CHECK(in_flight_.empty() || in_flight_.back().n_host == 0,
+              "launch_sampled: the step in flight copies logits to the host; collect it first");
+  check_step_tokens(batch);
   const int64_t m = int64_t(rows.size());
   const int64_t V = vocab_.full;  // world 1: the gathered logits are (m, V) rows
+  InFlightStep step;
+  step.started = std::chrono::steady_clock::now();
+  step.m = m;
+  step.modes.resize(size_t(m));
   // Device rows are sampled as one prefix [0, n_dev) of the rows (other rows inside it: greedy, ignored).
-  int64_t n_dev = 0, n_host = 0;
   for (int64_t i = 0; i < m; ++i) {
-    if (rows[size_t(i)].mode == RowMode::Device) n_dev = i + 1;
-    if (rows[size_t(i)].mode == RowMode::Host) ++n_host;
+    step.modes[size_t(i)] = rows[size_t(i)].mode;
+    if (rows[size_t(i)].mode == RowMode::Device) step.n_dev = i + 1;
+    if (rows[size_t(i)].mode == RowMode::Host) ++step.n_host;
   }
   sample_params_.clear();
   sample_positions_.clear();
-  for (int64_t i = 0; i < n_dev; ++i) {
+  for (int64_t i = 0; i < step.n_dev; ++i) {
     const RowSampling& r = rows[size_t(i)];
     SamplingParams p;
     if (r.mode == RowMode::Device) {
@@ -290,21 +333,27 @@ void LlamaModel::forward_sampled(const Batch& batch, std::span<const RowSampling
     sample_params_.push_back(p);
     sample_positions_.push_back(r.position);
   }
-  const auto t_start = std::chrono::steady_clock::now();
   encode_batch(batch, step_bytes_);
   try {
     comm_->broadcast(step_bytes_);  // world 1: a no-op (kept so that the step is framed like forward's)
     execute_step(batch, false);
     const Tensor logits = logits_.view(DType::F32, {m, V});  // (m, V) f32 device
-    if (n_dev > 0) {
+    if (step.n_dev > 0) {
       if (sample_ids_.bytes() < size_t(m) * 4) {
+        FERRY_CHECK(!token_feedback_, "launch_sampled: {} logit rows exceed the sampled-id buffer", m);
         sample_ids_ = backend_.alloc(size_t(m) * 8);
-        sample_ids_staging_ = backend_.alloc_host(size_t(m) * 8);
       }
-      const Tensor ids = sample_ids_.view(DType::I32, {n_dev});  // (n_dev) i32 device
-      const Tensor head = Tensor::make(DType::F32, {n_dev, V}, logits.data, logits.device);
+      step.staging = next_staging_;
+      next_staging_ = (next_staging_ + 1) % kMaxInFlight;
+      DeviceBuffer& staging = sample_ids_staging_[size_t(step.staging)];
+      if (staging.bytes() < size_t(m) * 4) {
+        staging = DeviceBuffer();
+        staging = backend_.alloc_host(size_t(m) * 8);
+      }
+      const Tensor ids = sample_ids_.view(DType::I32, {step.n_dev});  // (n_dev) i32 device
+      const Tensor head = Tensor::make(DType::F32, {step.n_dev, V}, logits.data, logits.device);
       backend_.sample(ids, head, sample_params_, sample_positions_);
-      backend_.copy_to_host_async(sample_ids_staging_.data(), ids, size_t(n_dev) * 4);
+      backend_.copy_to_host_async(staging.data(), ids, size_t(step.n_dev) * 4);
     }
     // Host rows: consecutive runs, each one copy into the staging buffer at the same row.
     auto* staging = static_cast<float*>(logits_staging_.data());
@@ -320,27 +369,49 @@ void LlamaModel::forward_sampled(const Batch& batch, std::span<const RowSampling
       traffic_.host_bytes += int64_t(run.nbytes());
       i = j;
     }
-    const auto t_enqueued = std::chrono::steady_clock::now();
-    backend_.synchronize();
-    step_host_time_ = {.enqueue_s = std::chrono::duration<double>(t_enqueued - t_start).count(),
-                       .wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_enqueued).count()};
+    step.mark = backend_.mark();
+    step.enqueued = std::chrono::steady_clock::now();
+  } catch (const std::exception& e) {
+    comm_->abort(e.what());
+    throw;
+  }
+  last_modes_ = step.modes;
+  in_flight_.push_back(std::move(step));
+}
+
+void LlamaModel::collect_sampled(SampledStep& out) {
+  FERRY_CHECK(!in_flight_.empty(), "collect_sampled: no step was launched");
+  const InFlightStep step = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const int64_t V = vocab_.full;
+  try {
+    backend_.wait_mark(step.mark);
+    const auto now = std::chrono::steady_clock::now();
+    step_host_time_ = {.enqueue_s = std::chrono::duration<double>(step.enqueued - step.started).count(),
+                       .wait_s = std::chrono::duration<double>(now - std::max(step.enqueued, step.started)).count()};
     comm_->step_done();
   } catch (const std::exception& e) {
     comm_->abort(e.what());
     throw;
   }
-  out.tokens.assign(size_t(m), -1);
-  if (n_dev > 0) std::memcpy(out.tokens.data(), sample_ids_staging_.data(), size_t(n_dev) * 4);
-  out.host_logits.resize(size_t(n_host) * size_t(V));
+  out.tokens.assign(size_t(step.m), -1);
+  if (step.n_dev > 0)
+    std::memcpy(out.tokens.data(), sample_ids_staging_[size_t(step.staging)].data(), size_t(step.n_dev) * 4);
+  out.host_logits.resize(size_t(step.n_host) * size_t(V));
   size_t h = 0;
-  for (int64_t i = 0; i < m; ++i) {
-    if (rows[size_t(i)].mode != RowMode::Host) continue;
+  for (int64_t i = 0; i < step.m; ++i) {
+    if (step.modes[size_t(i)] != RowMode::Host) continue;
     std::memcpy(out.host_logits.data() + h * size_t(V), static_cast<const float*>(logits_staging_.data()) + i * V,
                 size_t(V) * 4);
     ++h;
   }
-  traffic_.device_rows += std::count_if(rows.begin(), rows.end(), [](const RowSampling& r) { return r.mode == RowMode::Device; });
-  traffic_.host_rows += n_host;
+  traffic_.device_rows += std::count(step.modes.begin(), step.modes.end(), RowMode::Device);
+  traffic_.host_rows += step.n_host;
+}
+
+void LlamaModel::copy_inputs(const StepLayout& L) {
+  const Tensor all_inputs = Tensor::make(DType::I8, {int64_t(L.bytes)}, inputs_.data(), inputs_.device());
+  backend_.copy_to_device(all_inputs, inputs_staging_.data(), L.bytes);
 }
 
 Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, bool async_logits) {
@@ -348,14 +419,17 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   const int64_t n = L.n;
   const int64_t H = c.n_heads, KVH = c.n_kv_heads, D = c.head_dim;
 
-  // Step inputs into backend memory: one copy of the packed staging bytes.
-  const Tensor all_inputs = Tensor::make(DType::I8, {int64_t(L.bytes)}, inputs_.data(), inputs_.device());
-  backend_.copy_to_device(all_inputs, inputs_staging_.data(), L.bytes);
+  // Step inputs into backend memory: one copy of the packed staging bytes (with token feedback a graph step's
+  // copy is enqueued by execute_step, ahead of the graph).
+  if (!token_feedback_ || host_meta != nullptr) copy_inputs(L);
   auto* base = static_cast<uint8_t*>(inputs_.data());
   const auto i32 = [&](size_t off, int64_t count) {
     return Tensor::make(DType::I32, {count}, base + off, inputs_.device());
   };
   const Tensor ids = i32(L.tokens, n);
+  // Placeholders -> the previous step's drawn ids, on the device ((rows) i32: sample_ids_, fixed with feedback on).
+  if (token_feedback_)
+    backend_.resolve_placeholders(ids, sample_ids_.view(DType::I32, {int64_t(sample_ids_.bytes() / 4)}));
   const Tensor pos = i32(L.positions, n);
   const Tensor slots = Tensor::make(DType::I64, {n}, base + L.slots, inputs_.device());
   AttentionMeta meta;

@@ -3,6 +3,9 @@
 // number of sequences) and returns the logits of the requested rows.
 #pragma once
 
+#include <array>
+#include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -93,6 +96,22 @@ class LlamaModel {
   // Runs the step like forward, but the logits stay on the device: rows[i] says what happens to logit row i
   // (rows.size() == batch.logit_rows.size()). Copies m token ids and the Host rows' logits to the host.
   void forward_sampled(const Batch& batch, std::span<const RowSampling> rows, SampledStep& out);
+  // forward_sampled in two halves, so that the host can prepare the next step while the device runs this one
+  // (asynchronous scheduling, engine/serving_engine.cpp): launch_sampled enqueues the step and returns;
+  // collect_sampled waits for the OLDEST launched step only (not what was launched after it) and returns its
+  // results. At most kMaxInFlight steps are launched and not collected; a step with Host rows must be collected
+  // before the next launch (the logits staging buffer is single).
+  static constexpr int kMaxInFlight = 2;
+  void launch_sampled(const Batch& batch, std::span<const RowSampling> rows);
+  void collect_sampled(SampledStep& out);
+  int steps_in_flight() const { return int(in_flight_.size()); }
+  // Token feedback (needs supports_device_sampling()): with it on, a launched step's input ids may hold
+  // placeholders -(i + 1) = "the token the previous launched step drew in its logit row i" (a Device row), which
+  // the step replaces on the device before its embedding (Backend::resolve_placeholders), so it can be launched
+  // before that token is known on the host. Adds one small kernel to every step and moves the input copy out of
+  // the step graphs (so that the host can fence its staging buffer); recorded graphs are dropped.
+  void set_token_feedback(bool on);
+  bool token_feedback() const { return token_feedback_; }
   const LogitsTraffic& logits_traffic() const { return traffic_; }
   void end_followers();  // rank 0: ends the followers' loops (a no-op at world 1)
 
@@ -155,6 +174,11 @@ class LlamaModel {
   // Returns the device logits (m, vocab). `host_meta`: the batch whose vectors back AttentionMeta's host_*
   // mirrors (null in graph steps: nothing recorded may depend on host values).
   Tensor enqueue_step(const StepLayout& L, const Batch* host_meta, bool async_logits);
+  // The step's packed inputs, staging -> device (enqueue_step does it, except for graph steps with token feedback,
+  // whose copy is enqueued before the replay, outside the graph).
+  void copy_inputs(const StepLayout& L);
+  // Checks a step's input ids: vocabulary ids, or (token feedback) placeholders of the last launched step's Device rows.
+  void check_step_tokens(const Batch& batch) const;
   // Grows the device logits to `rows` rows (and, with staging, the page-locked host copy).
   void ensure_logits(size_t rows, bool staging);
 
@@ -187,8 +211,21 @@ class LlamaModel {
   Communicator* comm_ = &identity_;  // tensor-parallel group (identity at world 1)
   VocabShard vocab_;                 // this rank's vocabulary rows (the whole vocabulary at world 1)
   std::vector<float> gathered_host_;
-  DeviceBuffer sample_ids_;          // (rows) i32 device: forward_sampled's drawn ids
-  DeviceBuffer sample_ids_staging_;  // (rows) i32 host, page-locked: their copy
+  DeviceBuffer sample_ids_;          // (rows) i32 device: forward_sampled's drawn ids (fixed size with token feedback)
+  std::array<DeviceBuffer, kMaxInFlight> sample_ids_staging_;  // (rows) i32 host, page-locked: their copies, one
+                                                                // per step in flight
+  // A launched, not yet collected sampled step (launch_sampled / collect_sampled).
+  struct InFlightStep {
+    int64_t m = 0, n_dev = 0, n_host = 0;  // logit rows; Device rows are a prefix [0, n_dev); Host rows
+    int staging = 0;                       // its sample_ids_staging_ buffer
+    uint64_t mark = 0;                     // Backend::mark() after its last copy
+    std::vector<RowMode> modes;            // (m)
+    std::chrono::steady_clock::time_point started, enqueued;
+  };
+  std::deque<InFlightStep> in_flight_;  // oldest first
+  int next_staging_ = 0;
+  std::vector<RowMode> last_modes_;     // (m) the last launched sampled step's row modes (placeholders name them)
+  bool token_feedback_ = false;
   std::vector<SamplingParams> sample_params_;  // (n sampled) forward_sampled's per-row settings
   std::vector<uint64_t> sample_positions_;     // (n sampled) their Philox counters
   LogitsTraffic traffic_;

@@ -179,10 +179,10 @@ class Backend {
   // out: (m, cols) = x[rows[i]] for i < m; rows: (m) i32
   virtual void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) = 0;
 
-  // ---- sampling on the device (optional; engine/sampler.cpp is the reference) ----
+  // ---- sampling on the device (optional; sampling/sampler.cpp is the reference) ----
   // Whether sample() works. The engine samples rows here when it can, so only m token ids cross to the host.
   virtual bool supports_sampling() const { return false; }
-  // out: (m) i32 device = one token per row of logits (m, vocab) f32 device, the token engine/sampler.cpp's
+  // out: (m) i32 device = one token per row of logits (m, vocab) f32 device, the token sampling/sampler.cpp's
   // Sampler(params[i]).sample would draw at history length positions[i] (the Philox counter); -1 for a row
   // with no finite logit. params, positions: (m) host. Penalties must be off (ferry::Error otherwise).
   // Enqueued on the backend's stream (results after synchronize()); not capturable in a step graph.
@@ -191,6 +191,24 @@ class Backend {
     (void)out, (void)logits, (void)params, (void)positions;
     fail("backend {} cannot sample on the device", name());
   }
+  // Token feedback (asynchronous scheduling: a step is enqueued before the previous step's sampled ids reach the
+  // host). ids: (n) i32 device, rewritten in place: every id < 0 is a placeholder for row -id - 1 of sampled
+  // ((rows) i32 device, the previous step's sample() output) and becomes that row's token (0 where the draw found
+  // nothing, -1: that request fails when its row is postprocessed, so the row that follows it is wasted anyway);
+  // other ids stay. A placeholder naming a row outside sampled is an error (like a bad token id). Capturable.
+  virtual void resolve_placeholders(const Tensor& ids, const Tensor& sampled) {
+    (void)ids, (void)sampled;
+    fail("backend {} cannot resolve sampled-token placeholders", name());
+  }
+
+  // ---- stream markers (asynchronous scheduling) ----
+  // mark() remembers the point the backend's stream has reached (everything enqueued so far); wait_mark(t) blocks
+  // until the work up to mark t is done (not what was enqueued after it), then reports device errors like
+  // synchronize(). Marks are waited in order, at most kMaxMarksInFlight outstanding. The defaults (a backend
+  // whose ops finish when called) do nothing.
+  static constexpr int kMaxMarksInFlight = 4;
+  virtual uint64_t mark() { return 0; }
+  virtual void wait_mark(uint64_t mark) { (void)mark; }
 };
 
 }  // namespace ferry

@@ -147,11 +147,12 @@ TEST_F(CudaPromptGraph, ServingTokensEqualWithTheOptionOnAndOff) {
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
   if (prop.major != 9) GTEST_SKIP() << "batch-invariant kernels need compute capability 9.x";
-  const auto run = [](bool prompt_graphs, bool warmup, ServingStats& stats) {
+  const auto run = [](bool prompt_graphs, bool warmup, ServingStats& stats, bool async_scheduling = true) {
     EngineOptions eo = options();
     eo.prompt_graphs = prompt_graphs;
     ServingOptions so{.max_running = 16, .max_step_tokens = 128, .prefix_caching = false};
     so.graph_warmup = warmup;
+    so.async_scheduling = async_scheduling;
     so.batch_invariant = true;
     so.check_invariants = true;
     ServingEngine e(eo, so);
@@ -173,12 +174,18 @@ TEST_F(CudaPromptGraph, ServingTokensEqualWithTheOptionOnAndOff) {
   const std::vector<std::vector<int32_t>> off = run(false, false, off_stats);
   // The start-up warm-up (ModelRunner::warm_up_graphs): same tokens; the steps whose keys it recorded replay.
   const std::vector<std::vector<int32_t>> warm = run(true, true, warm_stats);
+  // Asynchronous scheduling (on in the runs above: placeholders resolved inside the replayed graphs) against a
+  // step-by-step engine.
+  ServingStats sync_stats;
+  const std::vector<std::vector<int32_t>> sync = run(true, true, sync_stats, false);
   ASSERT_EQ(on.size(), off.size());
   ASSERT_EQ(on.size(), warm.size());
+  ASSERT_EQ(on.size(), sync.size());
   for (size_t i = 0; i < on.size(); ++i) {
     EXPECT_EQ(on[i].size(), 16u) << "request " << i;
     EXPECT_EQ(on[i], off[i]) << "request " << i;
     EXPECT_EQ(warm[i], off[i]) << "request " << i << " after the warm-up";
+    EXPECT_EQ(sync[i], off[i]) << "request " << i << " without asynchronous scheduling";
   }
   std::printf("graph replays: option on %lld, off %lld, on after a warm-up of %d graphs %lld (steps %lld / %lld / "
               "%lld)\n", (long long)on_stats.graph_replays, (long long)off_stats.graph_replays,

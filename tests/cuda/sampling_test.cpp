@@ -1,4 +1,4 @@
-// GPU sampling (backends/cuda/sampling.cuh) against the CPU Sampler (engine/sampler.cpp): for equal logits and
+// GPU sampling (backends/cuda/sampling.cuh) against the CPU Sampler (sampling/sampler.cpp): for equal logits and
 // parameters the same token, on random logits (with ties, NaN and -inf sprinkled in) over many seeds, positions
 // and settings (greedy, temperature only, top-k, top-p, min-p, all together, k >= vocab). Sums run in another
 // order on the GPU, so a different token is possible only when a cumulative sum lies within ~1e-16 of a
@@ -18,9 +18,9 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/sampling.cuh"
-#include "engine/philox.h"
-#include "engine/sampler.h"
-#include "engine/sampler_math.h"
+#include "sampling/philox.h"
+#include "sampling/sampler.h"
+#include "sampling/sampler_math.h"
 
 namespace ferry::test {
 namespace {

@@ -1,5 +1,5 @@
 // Sampling on the GPU inside the serving engine (ServingOptions.device_sampling): every request's tokens equal
-// those of the same engine with every row sampled on the host (engine/sampler.cpp, the reference), for a mix of
+// those of the same engine with every row sampled on the host (sampling/sampler.cpp, the reference), for a mix of
 // greedy, seeded temperature / top-k / top-p / min-p rows (drawn on the device) and rows that stay on the host
 // (logprobs, repetition penalty). Also: rows drawn on the device copy no logits to the host, and decode steps
 // still replay step graphs. The model is a 4-layer cut of the SmolLM2-135M shape (vocabulary 49152) with random

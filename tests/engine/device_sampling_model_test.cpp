@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
-#include "engine/sampler.h"
+#include "sampling/sampler.h"
 #include "engine/session.h"
 #include "fixtures/forwarding_backend.h"
 #include "fixtures/test_paths.h"

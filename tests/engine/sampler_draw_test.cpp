@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/sampler.h"
-#include "engine/sampler_math.h"
+#include "sampling/sampler.h"
+#include "sampling/sampler_math.h"
 
 namespace ferry {
 namespace {

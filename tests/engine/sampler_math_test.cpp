@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/sampler_math.h"
-#include "engine/top_k.h"
+#include "sampling/sampler_math.h"
+#include "sampling/top_k.h"
 
 namespace ferry {
 namespace {

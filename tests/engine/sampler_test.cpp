@@ -1,4 +1,4 @@
-#include "engine/sampler.h"
+#include "sampling/sampler.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 
 #include "core/check.h"
 #include "engine/logprobs.h"
-#include "engine/philox.h"
+#include "sampling/philox.h"
 
 namespace ferry {
 namespace {

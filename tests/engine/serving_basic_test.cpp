@@ -29,7 +29,7 @@ TEST(ServingBasic, GreedyMatchesTheSynchronousEngine) {
   ServingEngine s(tiny_options(), {.max_running = 4, .max_step_tokens = 8});
   auto h = s.submit(greedy_request(prompt, 20));
   const test::Collected c = collect(*h);
-  EXPECT_EQ(c.finish, FinishReason::Length);
+  EXPECT_EQ(c.finish, FinishReason::Length) << c.error;
   EXPECT_EQ(c.ids(), want);
   EXPECT_EQ(c.usage.prompt_tokens, 11);
   EXPECT_EQ(c.usage.completion_tokens, 20);

@@ -1,7 +1,6 @@
 // The host side of device sampling (ServingOptions.device_sampling), which runs on the CPU here: sample_rows
 // leaves rows drawn on the device alone and samples the others exactly as before (serially and on a pool); the
-// CPU backend has no device sampler, so the serving engine keeps every row on the host and copies exactly one
-// (vocab) f32 row per generated token.
+// CPU backend samples in the backend like a GPU, so the engine copies logits only for the rows that need them.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -10,7 +9,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/postprocess.h"
-#include "engine/sampler.h"
+#include "sampling/sampler.h"
 #include "serving_test_util.h"
 
 namespace ferry {
@@ -61,25 +60,48 @@ TEST(ServingDeviceSampling, SampleRowsSkipsRowsDrawnOnTheDevice) {
   }
 }
 
-TEST(ServingDeviceSampling, CpuEngineKeepsEveryRowOnTheHost) {
-  ServingOptions so{.max_running = 4, .max_step_tokens = 64};
-  so.device_sampling = true;  // asked for, but the CPU backend has no device sampler
-  ServingEngine e(test::tiny_options(), so);
-  GenerationRequest a = test::greedy_request(test::random_prompt(1, 9), 7);
-  GenerationRequest b = test::greedy_request(test::random_prompt(2, 13), 5);
-  b.sampling.temperature = 0.9f;
-  b.sampling.seed = 3;
-  auto ha = e.submit(a);
-  auto hb = e.submit(b);
-  const test::Collected ca = test::collect(*ha), cb = test::collect(*hb);
-  EXPECT_EQ(ca.tokens.size(), 7u);
-  EXPECT_EQ(cb.tokens.size(), 5u);
-  e.shutdown(true);
-  const ServingStats st = e.stats();
-  EXPECT_EQ(st.device_sampled_tokens, 0);
-  EXPECT_EQ(st.graph_replays, 0);
-  // One (vocab) f32 row per generated token (no decode padding on the CPU).
-  EXPECT_EQ(st.logits_host_bytes, int64_t(12) * e.info().vocab_size * 4);
+// The CPU backend samples "on the device" too (CpuBackend::sample: the reference Sampler per row, on its thread
+// pool), so the serving engine draws rows there and copies logits only for rows that need them (logprobs). The
+// tokens are those of the host sampler, with asynchronous scheduling on or off.
+TEST(ServingDeviceSampling, CpuEngineSamplesInTheBackendWithTheSameTokens) {
+  struct Config {
+    bool device_sampling, async_scheduling;
+  };
+  std::vector<std::vector<std::vector<int32_t>>> ids;  // per config, per request
+  for (const Config cfg : {Config{false, false}, Config{true, false}, Config{true, true}}) {
+    ServingOptions so{.max_running = 4, .max_step_tokens = 64};
+    so.device_sampling = cfg.device_sampling;
+    so.async_scheduling = cfg.async_scheduling;
+    so.check_invariants = true;
+    ServingEngine e(test::tiny_options(), so);
+    GenerationRequest a = test::greedy_request(test::random_prompt(1, 9), 7);
+    GenerationRequest b = test::greedy_request(test::random_prompt(2, 13), 5);
+    b.sampling.temperature = 0.9f;
+    b.sampling.seed = 3;
+    GenerationRequest c = test::greedy_request(test::random_prompt(3, 6), 4);
+    c.logprobs = 2;  // its rows copy their logits to the host
+    auto ha = e.submit(a);
+    auto hb = e.submit(b);
+    auto hc = e.submit(c);
+    const test::Collected ca = test::collect(*ha), cb = test::collect(*hb), cc = test::collect(*hc);
+    ASSERT_EQ(ca.tokens.size(), 7u) << ca.error;
+    ASSERT_EQ(cb.tokens.size(), 5u) << cb.error;
+    ASSERT_EQ(cc.tokens.size(), 4u) << cc.error;
+    e.shutdown(true);
+    const ServingStats st = e.stats();
+    EXPECT_EQ(st.graph_replays, 0);
+    const int64_t row_bytes = int64_t(e.info().vocab_size) * 4;
+    if (cfg.device_sampling) {
+      EXPECT_EQ(st.device_sampled_tokens, 12);
+      EXPECT_EQ(st.logits_host_bytes, 4 * row_bytes);  // c's rows only
+    } else {
+      EXPECT_EQ(st.device_sampled_tokens, 0);
+      EXPECT_EQ(st.logits_host_bytes, 16 * row_bytes);  // one row per generated token (no padding on the CPU)
+    }
+    ids.push_back({ca.ids(), cb.ids(), cc.ids()});
+  }
+  EXPECT_EQ(ids[1], ids[0]) << "device sampling changed the tokens";
+  EXPECT_EQ(ids[2], ids[0]) << "asynchronous scheduling changed the tokens";
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 // evicted), some are cancelled, and the engine checks its KV bookkeeping after every step
 // (ServingOptions::check_invariants: ref counts equal the references held, no leak, pool/prefix-map
 // consistency). Every request must finish; every uncancelled greedy output must equal the request run alone;
-// a cancelled one's tokens must be a prefix of it; no block may stay used at the end. Run as is and with prompt
-// padding (EngineOptions::prompt_graphs) on.
+// a cancelled one's tokens must be a prefix of it; no block may stay used at the end. Run with and without
+// asynchronous scheduling (a step launched before the previous step's tokens are known: placeholders, wasted rows
+// of requests that ended, preemption of a sequence whose token is in flight) and with prompt padding
+// (EngineOptions::prompt_graphs) on.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -54,17 +56,21 @@ std::vector<Planned> plan_requests(uint64_t seed, int n, int context) {
 
 // One randomized run with the batched engine's options `eo` (the references run alone with the option-free
 // tiny options) at step budget `budget`; adds the run's preemptions and prefix-cache hits.
-void run_random_serving(const EngineOptions& eo, uint64_t seed, int32_t budget, int64_t& preemptions, int64_t& cached) {
+void run_random_serving(const EngineOptions& eo, uint64_t seed, int32_t budget, int64_t& preemptions, int64_t& cached,
+                        bool async_scheduling = true) {
   constexpr int kContext = 64;
   const std::vector<Planned> plan = plan_requests(seed, 40, kContext);
-  // References: each request alone, without the prefix cache (and without prompt padding).
+  // References: each request alone, without the prefix cache (and without prompt padding), sampled on the host
+  // one step after the other (no device sampling, no asynchronous scheduling).
   std::vector<std::vector<int32_t>> alone;
   {
-    ServingEngine solo(test::tiny_options(kContext, 4), {.max_running = 1, .max_step_tokens = 64, .prefix_caching = false});
+    ServingEngine solo(test::tiny_options(kContext, 4), {.max_running = 1, .max_step_tokens = 64, .prefix_caching = false,
+                                                         .device_sampling = false, .async_scheduling = false});
     for (const Planned& p : plan) alone.push_back(collect(*solo.submit(greedy_request(p.prompt, p.max_tokens))).ids());
   }
   // 80 KV tokens (20 blocks of 4) for up to 6 sequences of up to 64 tokens: decodes run out of blocks.
-  ServingEngine s(eo, {.max_running = 6, .max_step_tokens = budget, .kv_tokens = 80, .check_invariants = true});
+  ServingEngine s(eo, {.max_running = 6, .max_step_tokens = budget, .kv_tokens = 80,
+                       .async_scheduling = async_scheduling, .check_invariants = true});
   EXPECT_EQ(s.stats().kv_blocks_total, 20) << "scratch blocks (prompt padding) must come on top of kv_tokens";
   std::mt19937_64 rng(seed + 77);
   std::vector<std::shared_ptr<RequestHandle>> hs;
@@ -124,11 +130,16 @@ void run_random_serving(const EngineOptions& eo, uint64_t seed, int32_t budget, 
 }
 
 TEST(ServingRandom, ArrivalsCancellationsAndPreemptions) {
-  int64_t preemptions = 0, cached = 0;
-  for (uint64_t seed : {1, 2, 3}) run_random_serving(test::tiny_options(64, 4), seed, 16, preemptions, cached);
-  std::printf("preemptions %lld, cached prompt tokens %lld\n", (long long)preemptions, (long long)cached);
-  EXPECT_GT(preemptions, 0) << "the small cache never forced a preemption: the test does not test it";
-  EXPECT_GT(cached, 0) << "no prefix-cache hit";
+  // With asynchronous scheduling (the default where the backend samples: the CPU backend does) and without it.
+  for (const bool async : {true, false}) {
+    int64_t preemptions = 0, cached = 0;
+    for (uint64_t seed : {1, 2, 3})
+      run_random_serving(test::tiny_options(64, 4), seed, 16, preemptions, cached, async);
+    std::printf("async %d: preemptions %lld, cached prompt tokens %lld\n", int(async), (long long)preemptions,
+                (long long)cached);
+    EXPECT_GT(preemptions, 0) << "the small cache never forced a preemption: the test does not test it";
+    EXPECT_GT(cached, 0) << "no prefix-cache hit";
+  }
 }
 
 // The same with prompt padding on (EngineOptions::prompt_graphs; on the CPU the padding runs without graph

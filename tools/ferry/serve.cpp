@@ -26,6 +26,7 @@ struct ServeOptions {
   ServingOptions serving;
   bool no_prefix_cache = false;
   bool no_graph_warmup = false;
+  bool no_async_scheduling = false;
   int http_threads = 512;
   double shutdown_grace = 10.0;
 };
@@ -58,6 +59,7 @@ int run_serve(ServeOptions& o) {
   const std::string path = resolve_model(o.model.model);
   o.serving.prefix_caching = !o.no_prefix_cache;
   o.serving.graph_warmup = !o.no_graph_warmup;
+  o.serving.async_scheduling = !o.no_async_scheduling;
   ServingEngine engine(o.model.engine_options(path), o.serving);
   const ModelInfo& info = engine.info();
   server::ServerOptions so;
@@ -129,6 +131,8 @@ Runner add_serve(CLI::App& app) {
   app.add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of equal prompt prefixes");
   app.add_flag("--no-graph-warmup", o->no_graph_warmup,
                "CUDA: record step graphs when a step first needs them instead of at start");
+  app.add_flag("--no-async-scheduling", o->no_async_scheduling,
+               "wait for each step's tokens before scheduling the next (by default the next step is launched first)");
   app.add_option("--http-threads", o->http_threads, "HTTP worker threads (concurrent connections)")->check(CLI::Range(1, 65536));
   app.add_option("--shutdown-grace", o->shutdown_grace, "seconds in-flight requests may take to finish on SIGINT/SIGTERM")->check(CLI::Range(0.0, 3600.0));
   return [o] { return run_serve(*o); };

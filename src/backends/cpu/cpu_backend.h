@@ -55,6 +55,12 @@ class CpuBackend final : public Backend {
   void qkv_epilogue(const QkvEpilogueArgs& a) override;
   void swiglu_fused(const Tensor& out, const Tensor& gate_up) override;
   void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) override;
+  // Sampling "on the device" is the reference Sampler per row, rows spread over the thread pool (sampling.cpp):
+  // the serving engine then draws rows here, in parallel, as it does on a GPU.
+  bool supports_sampling() const override { return true; }
+  void sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
+              std::span<const uint64_t> positions) override;
+  void resolve_placeholders(const Tensor& ids, const Tensor& sampled) override;
 
   ThreadPool& pool() { return pool_; }
 

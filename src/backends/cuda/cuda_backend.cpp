@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "backends/cuda/qkv_epilogue.cuh"
 #include "backends/cuda/rope.cuh"
 #include "backends/cuda/sampling.cuh"
+#include "backends/cuda/token_feedback.cuh"
 #include "backends/cuda/skinny_gemm.cuh"
 #include "backends/cuda/step_graph.h"
 #include "backends/cuda/weight_layout.cuh"
@@ -137,6 +139,11 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   cudaEvent_t copy_event = nullptr;
   FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&copy_event, cudaEventDisableTiming));
   copy_done_ = copy_event;
+  for (CUevent_st*& e : marks_) {
+    cudaEvent_t ev = nullptr;
+    FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    e = ev;
+  }
 }
 
 CudaBackend::~CudaBackend() {
@@ -151,6 +158,10 @@ CudaBackend::~CudaBackend() {
   gemm_.reset();
   if (errors_) cudaFreeHost(errors_);
   if (copy_done_) cudaEventDestroy(copy_done_);
+  for (CUevent_st* e : marks_)
+    if (e) cudaEventDestroy(e);
+  for (SampleStaging& slot : sample_staging_)
+    if (slot.copied) cudaEventDestroy(slot.copied);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -779,18 +790,57 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
     rows[i] = {sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.seed, positions[i]};
   }
   // Not ensure(): this buffer is never read by a captured graph, so growing it must not make graphs stale.
-  if (sample_rows_.bytes() < rows.size() * sizeof(rows[0])) {
+  const size_t bytes = rows.size() * sizeof(rows[0]);
+  if (sample_rows_.bytes() < bytes) {
     sample_rows_ = DeviceBuffer();
     sample_rows_ = alloc(std::max<size_t>(rows.size(), 256) * sizeof(rows[0]));
   }
-  FERRY_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.data(), rows.data(), rows.size() * sizeof(rows[0]),
-                                   cudaMemcpyHostToDevice, stream_));
+  // The settings go through page-locked memory: a copy from pageable memory may wait for the stream, which would
+  // stall the host behind the step it just enqueued (asynchronous scheduling). A ring of slots, each reused only
+  // after the copy that last read it has run.
+  SampleStaging& slot = sample_staging_[sample_staging_next_];
+  sample_staging_next_ = (sample_staging_next_ + 1) % sample_staging_.size();
+  if (slot.copied) FERRY_CUDA_CHECK(cudaEventSynchronize(slot.copied));
+  if (slot.host.bytes() < bytes) {
+    slot.host = DeviceBuffer();
+    slot.host = alloc_host(std::max<size_t>(rows.size(), 256) * sizeof(rows[0]));
+  }
+  if (!slot.copied) {
+    cudaEvent_t ev = nullptr;
+    FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    slot.copied = ev;
+  }
+  std::memcpy(slot.host.data(), rows.data(), bytes);
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.data(), slot.host.data(), bytes, cudaMemcpyHostToDevice, stream_));
+  FERRY_CUDA_CHECK(cudaEventRecord(slot.copied, stream_));
   cuda_ops::sample_rows({.logits = logits.ptr<float>(), .m = m, .vocab = logits.cols(),
                          .rows = static_cast<const cuda_ops::SampleRowParams*>(sample_rows_.data()),
                          .out = out.ptr<int32_t>()},
                         stream_);
-  // rows (pageable host memory) must outlive the copy: cudaMemcpyAsync from pageable memory returns only after
-  // the source has been staged, so the vector may go out of scope here.
+}
+
+void CudaBackend::resolve_placeholders(const Tensor& ids, const Tensor& sampled) {
+  require_cuda(ids, "resolve_placeholders ids");
+  require_cuda(sampled, "resolve_placeholders sampled ids");
+  FERRY_ASSERT(ids.dtype == DType::I32 && sampled.dtype == DType::I32);
+  cuda_ops::resolve_placeholders({.ids = ids.ptr<int32_t>(), .sampled = sampled.ptr<int32_t>(), .n = ids.numel(),
+                                  .n_sampled = sampled.numel(), .errors = errors_},
+                                 stream_);
+}
+
+uint64_t CudaBackend::mark() {
+  FERRY_CHECK(!capturing_, "CUDA backend: mark() while capturing a step graph");
+  const uint64_t ticket = ++marks_made_;
+  FERRY_CUDA_CHECK(cudaEventRecord(marks_[(ticket - 1) % marks_.size()], stream_));
+  return ticket;
+}
+
+void CudaBackend::wait_mark(uint64_t ticket) {
+  FERRY_CHECK(ticket >= 1 && ticket <= marks_made_ && marks_made_ - ticket < marks_.size(),
+              "CUDA backend: stream mark {} is not among the last {} of {}", ticket, marks_.size(), marks_made_);
+  FERRY_CUDA_CHECK(cudaEventSynchronize(marks_[(ticket - 1) % marks_.size()]));
+  // Errors any kernel reported so far (possibly one enqueued after the mark: it fails a step early, not silently).
+  check_device_errors();
 }
 
 }  // namespace ferry

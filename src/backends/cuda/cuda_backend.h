@@ -17,6 +17,7 @@
 //  - The KV cache is BF16 (kv_dtype(); the model allocates it through alloc; store_kv rounds f32 k/v to it).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <span>
 #include <string>
@@ -129,12 +130,16 @@ class CudaBackend final : public Backend {
   void matmul_swiglu(const Tensor& out, const Tensor& gate_up, const Tensor& x, const Tensor& w_gate_up) override;
 
   // GPU sampling (sampling.cuh; Backend::sample): out (m) i32 on the device = one token per row of logits
-  // (m, vocab) f32 on the device, drawn as engine/sampler.cpp would for params[i] at positions[i] (the Philox
+  // (m, vocab) f32 on the device, drawn as sampling/sampler.cpp would for params[i] at positions[i] (the Philox
   // counter); -1 for a row with no finite logit. Penalties must be off (apply them to the logits first).
   // Enqueued on the backend's stream; params are copied from host memory (not capturable yet).
   bool supports_sampling() const override { return true; }
   void sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
               std::span<const uint64_t> positions) override;
+  void resolve_placeholders(const Tensor& ids, const Tensor& sampled) override;  // token_feedback.cuh
+  // Stream markers: a ring of kMaxMarksInFlight events recorded on the stream.
+  uint64_t mark() override;
+  void wait_mark(uint64_t mark) override;
 
  private:
   // The bf16 GEMM paths matmul() chose (matmul_dispatch.h): HopperGemm (when it takes the shape), Skinny, or
@@ -163,6 +168,8 @@ class CudaBackend final : public Backend {
   bool capturing_ = false;       // between begin_capture and end_capture/cancel_capture
   CUevent_st* copy_done_ = nullptr;  // recorded after each eager copy_to_device (wait_for_copies)
   bool copy_pending_ = false;
+  std::array<CUevent_st*, kMaxMarksInFlight> marks_{};  // mark(): event (ticket - 1) % kMaxMarksInFlight
+  uint64_t marks_made_ = 0;                              // tickets handed out (the next one is marks_made_ + 1)
   uint64_t scratch_epoch_ = 0;   // bumped whenever ensure() reallocates a scratch buffer
   // attention()'s checks and parameters (q: (n, n_heads, head_dim), for its shape; the pointer is read unless a
   // fused epilogue replaces it), then its scratch and launch.
@@ -171,6 +178,12 @@ class CudaBackend final : public Backend {
   void launch_attention(cuda_ops::AttentionParams& ap);
   DeviceBuffer attn_scratch_;    // attention_scratch_bytes(): split-KV decode partials
   DeviceBuffer sample_rows_;     // (m) cuda_ops::SampleRowParams for sample()
+  struct SampleStaging {
+    DeviceBuffer host;             // (m) cuda_ops::SampleRowParams, page-locked: the copy's source
+    CUevent_st* copied = nullptr;  // recorded after the copy that reads it
+  };
+  std::array<SampleStaging, kMaxMarksInFlight> sample_staging_;  // sample()'s settings, one slot per step in flight
+  size_t sample_staging_next_ = 0;
   std::unique_ptr<cuda_ops::OpProfiler> profiler_;  // options_.profile_ops, else null
 };
 

@@ -1,11 +1,11 @@
-// Sampling on the GPU: one token per row of logits, the same token src/engine/sampler.cpp picks for the same
+// Sampling on the GPU: one token per row of logits, the same token src/sampling/sampler.cpp picks for the same
 // logits and parameters (penalties excluded: they are applied to the logits before, on the CPU for now).
 //
 // Per row (one block of kSampleThreads threads; no sort of the vocabulary):
 //  1. argmax (NaN never wins, ties -> lowest id); temperature 0 returns it.
 //  2. top-k (0 < k < vocab): radix select (4 passes of 8-bit digits) over an order-preserving 32-bit key of the
 //     logit (+inf counts as the largest float, NaN / -inf are never candidates) finds the k-th key; ties at it
-//     are kept in ascending id order (ranks_before in engine/top_k.h).
+//     are kept in ascending id order (ranks_before in sampling/top_k.h).
 //  3. weights w = exp_nonpositive((logit - max) / T), bit for bit the CPU's (sampler_exp below); total = their
 //     sum over the candidates (double); min-p drops w < min_p.
 //  4. top-p (< 1): the same radix select, histograms of mass instead of counts, finds the smallest best-ranked
@@ -46,7 +46,7 @@ struct SampleParams {
 // One launch on `stream`, m blocks (no allocation, no host synchronisation: capturable).
 void sample_rows(const SampleParams& p, cudaStream_t stream);
 
-// ---- shared with the host tests (bit-exact ports of engine/sampler_math.h and engine/philox.h) ----------------
+// ---- shared with the host tests (bit-exact ports of sampling/sampler_math.h and sampling/philox.h) ----------------
 FERRY_HD inline uint32_t f2u(float f) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(f);
@@ -73,7 +73,7 @@ FERRY_HD inline float add_rn(float a, float b) {
 #endif
 }
 
-// engine/sampler_math.h exp_nonpositive, operation for operation.
+// sampling/sampler_math.h exp_nonpositive, operation for operation.
 FERRY_HD inline float sampler_exp(float x) {
   const float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   const float kRound = 12582912.0f;
@@ -95,7 +95,7 @@ FERRY_HD inline float sampler_exp(float x) {
   return u2f(f2u(mul_rn(p, scale)) & keep);
 }
 
-// engine/philox.h philox_uniform(seed, counter).
+// sampling/philox.h philox_uniform(seed, counter).
 FERRY_HD inline float sampler_uniform(uint64_t seed, uint64_t counter) {
   uint32_t c0 = uint32_t(counter), c1 = uint32_t(counter >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);

@@ -1,4 +1,4 @@
-#include "engine/top_k.h"
+#include "sampling/top_k.h"
 
 #include <algorithm>
 #include <bit>

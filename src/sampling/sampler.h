@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "ferry/sampling.h"
-#include "engine/top_k.h"
+#include "sampling/top_k.h"
 
 namespace ferry {
 

@@ -1,12 +1,12 @@
-#include "engine/sampler.h"
+#include "sampling/sampler.h"
 
 #include <algorithm>
 #include <bit>
 #include <limits>
 
 #include "core/check.h"
-#include "engine/philox.h"
-#include "engine/sampler_math.h"
+#include "sampling/philox.h"
+#include "sampling/sampler_math.h"
 
 namespace ferry {
 namespace {

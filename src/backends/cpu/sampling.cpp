@@ -1,0 +1,50 @@
+// CpuBackend::sample and resolve_placeholders: the "device" of the CPU backend is host memory, so sampling on it
+// is the reference Sampler (sampling/sampler.h) itself, one row per chunk of the thread pool.
+#include <exception>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/check.h"
+#include "sampling/sampler.h"
+
+namespace ferry {
+
+void CpuBackend::sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
+                        std::span<const uint64_t> positions) {
+  // out: (m) i32; logits: (m, vocab) f32; params, positions: (m)
+  const int64_t m = logits.rows(), vocab = logits.cols();
+  FERRY_CHECK(logits.dtype == DType::F32 && out.dtype == DType::I32 && out.numel() >= m &&
+                  params.size() == size_t(m) && positions.size() == size_t(m),
+              "sample: {} rows of logits, {} outputs, {} settings, {} positions", m, out.numel(), params.size(),
+              positions.size());
+  for (const SamplingParams& p : params)
+    FERRY_CHECK(!p.penalties_active(), "sample: penalties are applied on the host, not by the backend's sampler");
+  int32_t* ids = out.ptr<int32_t>();
+  const float* rows = logits.ptr<float>();
+  pool_.run_chunks(m, [&](int64_t i) {
+    Sampler s(params[size_t(i)], int32_t(vocab));
+    // Penalties are off, so only the history's length (the Philox counter) matters, not its tokens.
+    const std::vector<int32_t> history(size_t(positions[size_t(i)]), 0);
+    try {
+      ids[i] = s.sample({rows + i * vocab, size_t(vocab)}, history);
+    } catch (const std::exception&) {  // every logit NaN/-inf: nothing to draw (the CUDA kernel's -1)
+      ids[i] = -1;
+    }
+  });
+}
+
+void CpuBackend::resolve_placeholders(const Tensor& ids, const Tensor& sampled) {
+  // ids: (n) i32 in place; sampled: (rows) i32
+  FERRY_CHECK(ids.dtype == DType::I32 && sampled.dtype == DType::I32, "resolve_placeholders: i32 ids expected");
+  int32_t* id = ids.ptr<int32_t>();
+  const int32_t* from = sampled.ptr<int32_t>();
+  const int64_t rows = sampled.numel();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    if (id[i] >= 0) continue;
+    const int64_t row = -int64_t(id[i]) - 1;
+    FERRY_CHECK(row < rows, "token placeholder for sampled row {} (the previous step sampled {} rows)", row, rows);
+    id[i] = from[row] >= 0 ? from[row] : 0;  // -1 (nothing was drawn): that request fails at its postprocess; its row here is wasted
+  }
+}
+
+}  // namespace ferry
