@@ -15,8 +15,12 @@
 //            f32 q and out rows, against the 4.30 TB/s copy ceiling. Several copies of the cache (>= 512 MB in
 //            all) are cycled so the L2 (60 MB) never holds the next call's K/V. Timed as the same calls
 //            captured in one CUDA graph and replayed (what a captured decode step sees); v1 also back to back
-//            on the stream. Versions: v1 CUDA cores, v2 tensor cores (default plan), v3 tensor cores, deeper
-//            rings at 1 block per SM; the output of each against v1's (relative L2).
+//            on the stream. Versions: v1 CUDA cores; tensor cores with the default plan: v2 as before dattn2 (every
+//            block waits for the previous kernel first, the last block merges 8 splits at a time), v4 the first
+//            ring tiles of old positions requested before the PDL wait (plan.early_kv), v5 that and the one-pass
+//            merge (plan.one_pass_merge: the default); v6 the default kernel on half the splits (plan for half the
+//            SMs). The output of each against v1's (relative L2); v4/v5/v6 must equal v2 bit for bit where the
+//            splits are the same ("=" in the bits column).
 //   mixed  : mixed serving steps (prompt chunks + decode rows), old two launches against the one-launch
 //            kernel (mixed_attention.cuh) and each part alone; see bench_mixed.
 // Usage: attention_bench [--json FILE] [prefill|decode|mixed]... (none: all).
@@ -282,32 +286,38 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
   BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
-// Decode variants: v1 = CUDA cores (decode_split.cu, the first version), v2 = tensor cores with the default
-// plan (3-tile rings at head_dim 128, 2 blocks per SM), v3 = tensor cores with 6-tile rings (192 KB, 1 block
-// per SM; splits sized for 1 block per SM). "vs v1": relative L2 of a variant's output from v1's.
+// Decode variants: v1 = CUDA cores (decode_split.cu, the first version); tensor cores (decode_mma.cu), default plan:
+// v2 = the kernel before dattn2 (plan.early_kv and plan.one_pass_merge off), v4 = early K/V requests only, v5 = both
+// (the default); v6 = v5 with the plan for half the SMs (half the splits). "vs v1": relative L2 of a variant's output
+// from v1's; "bits": whether v4 / v5 equal v2 bit for bit.
 void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
   using cuda_ops::DecodeKernel;
   std::printf("\n== decode attention, H 32 KVH 8 D 128, bf16 K/V, graph-replayed calls (%% of 4300 GB/s counting K+V "
               "bf16 + q/out f32) ==\n");
   std::printf("default kernel (dispatcher): %s\n",
               cuda_ops::default_decode_kernel(128, 4) == DecodeKernel::kTensorCores ? "tensor cores (v2)" : "CUDA cores (v1)");
-  std::printf("%6s %4s | %9s %8s %6s | %9s %8s %6s %8s | %9s %8s %6s %8s | %9s\n", "ctx", "B", "v1 split", "us", "%",
-              "v2 split", "us", "%", "vs v1", "v3 split", "us", "%", "vs v1", "v1 stream");
+  std::printf("%6s %4s | %9s %8s %6s | %9s %8s %6s %8s | %8s %6s | %8s %6s %5s | %9s %8s %6s %8s | %9s\n", "ctx", "B",
+              "v1 split", "us", "%", "v2 split", "us", "%", "vs v1", "v4 us", "%", "v5 us", "%", "bits", "v6 split",
+              "us", "%", "vs v1", "v1 stream");
   cudaStream_t s;
   BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   const std::pair<int, int> shapes[] = {{1, 4096}, {1, 8192}, {1, 16384}, {1, 32768}, {8, 4096},
                                         {8, 16384}, {64, 512}, {64, 640}, {64, 4096}};
+  constexpr int kVariants = 5;  // v1, v2, v4, v5, v6
   for (const auto& [B, C] : shapes) {
     const double kv_bytes = double(B) * C * 8 * 128 * 2 * 2;
     const double bytes = kv_bytes + double(B) * 2 * 32 * 128 * 4;  // + q and out, f32
     const int n_sets = int(std::max(1.0, std::ceil(512e6 / kv_bytes)));
     Problem pr;
     make_problem(pr, n_sets, B, 1, C, 32, 8, 128, errors, n_sms);
-    cuda_ops::DecodeSplitPlan plans[3] = {
+    cuda_ops::DecodeSplitPlan plans[kVariants] = {
         cuda_ops::plan_decode_split(pr.params[0], n_sms, DecodeKernel::kCudaCores),
         cuda_ops::plan_decode_split(pr.params[0], n_sms, DecodeKernel::kTensorCores),
-        cuda_ops::plan_decode_split(pr.params[0], n_sms / 2, DecodeKernel::kTensorCores)};  // 1 block per SM
-    plans[2].stages = 6;
+        cuda_ops::plan_decode_split(pr.params[0], n_sms, DecodeKernel::kTensorCores),
+        cuda_ops::plan_decode_split(pr.params[0], n_sms, DecodeKernel::kTensorCores),
+        cuda_ops::plan_decode_split(pr.params[0], n_sms / 2, DecodeKernel::kTensorCores)};  // half the splits
+    plans[1].early_kv = plans[1].one_pass_merge = false;
+    plans[2].one_pass_merge = false;
     // Scratch sized for the largest plan (make_problem sized it for the default one).
     for (auto& p : pr.params) {
       size_t need = 0;
@@ -322,9 +332,9 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
       }
     }
     const size_t n_out = size_t(B) * 32 * 128;
-    double t_graph[3], t_stream = 0;
-    std::vector<float> outs[3];
-    for (int v = 0; v < 3; ++v) {
+    double t_graph[kVariants], t_stream = 0;
+    std::vector<float> outs[kVariants];
+    for (int v = 0; v < kVariants; ++v) {
       const cuda_ops::DecodeSplitPlan& plan = plans[v];
       int next = 0;
       auto call = [&] {
@@ -348,11 +358,15 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
       outs[v] = download(pr.params[0].out, n_out);
     }
     auto pct = [&](double ms) { return 100.0 * bytes / (ms * 1e-3) / bench::kCopyBytesPerSecond; };
-    std::printf("%6d %4d | %4dx%-4d %8.2f %5.1f%% | %4dx%-4d %8.2f %5.1f%% %8.1e | %4dx%-4d %8.2f %5.1f%% %8.1e | %8.2f\n",
+    const bool same = std::memcmp(outs[2].data(), outs[1].data(), n_out * 4) == 0 &&
+                      std::memcmp(outs[3].data(), outs[1].data(), n_out * 4) == 0;
+    std::printf("%6d %4d | %4dx%-4d %8.2f %5.1f%% | %4dx%-4d %8.2f %5.1f%% %8.1e | %8.2f %5.1f%% | %8.2f %5.1f%% %5s | "
+                "%4dx%-4d %8.2f %5.1f%% %8.1e | %8.2f\n",
                 C, B, plans[0].n_splits, plans[0].chunk, t_graph[0] * 1e3, pct(t_graph[0]), plans[1].n_splits,
-                plans[1].chunk, t_graph[1] * 1e3, pct(t_graph[1]), rel_l2(outs[1], outs[0]), plans[2].n_splits,
-                plans[2].chunk, t_graph[2] * 1e3, pct(t_graph[2]), rel_l2(outs[2], outs[0]), t_stream * 1e3);
-    const int best = t_graph[1] <= t_graph[0] ? 1 : 0;
+                plans[1].chunk, t_graph[1] * 1e3, pct(t_graph[1]), rel_l2(outs[1], outs[0]), t_graph[2] * 1e3,
+                pct(t_graph[2]), t_graph[3] * 1e3, pct(t_graph[3]), same ? "=" : "DIFF", plans[4].n_splits,
+                plans[4].chunk, t_graph[4] * 1e3, pct(t_graph[4]), rel_l2(outs[4], outs[0]), t_stream * 1e3);
+    const int best = t_graph[3] <= t_graph[0] ? 3 : 0;
     json.add("decode attention ctx" + std::to_string(C) + " B" + std::to_string(B) + (best ? " tc" : " cc"),
              4.0 * B * 32 * double(C) * 128, bytes, t_graph[best] * 1e-3);
   }

@@ -119,7 +119,22 @@ class CudaAttention : public CudaOpsTest {
         p.batch_invariant = fixed;
         const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(p, n_sms, kernel);
         ASSERT_EQ(plan.kernel, kernel);
-        const double err = rel_l2(run_decode_kernel(p, plan, n_out, q_start, q_len), ref_dec);
+        const std::vector<float> got = run_decode_kernel(p, plan, n_out, q_start, q_len);
+        const double err = rel_l2(got, ref_dec);
+        if (tc) {
+          // The tensor-core kernel's options (early K/V requests before the PDL wait, one-pass merge: on by
+          // default) change no bit: each combination with an option off against the default.
+          ASSERT_TRUE(plan.early_kv && plan.one_pass_merge);
+          for (const auto& [early, one_pass] : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
+            cuda_ops::DecodeSplitPlan alt = plan;
+            alt.early_kv = early;
+            alt.one_pass_merge = one_pass;
+            const std::vector<float> other = run_decode_kernel(p, alt, n_out, q_start, q_len);
+            EXPECT_EQ(std::memcmp(other.data(), got.data(), got.size() * 4), 0)
+                << "early_kv " << early << ", one_pass_merge " << one_pass << " differs from the default ("
+                << (fixed ? "fixed" : "batch") << " plan, " << plan.n_splits << " splits of " << plan.chunk << ")";
+          }
+        }
         EXPECT_LE(err, tc ? 3e-5 : 1e-5) << (tc ? "tensor" : "CUDA") << "-core decode kernel, "
                                          << (fixed ? "fixed" : "batch") << " plan (" << plan.n_splits
                                          << " splits of " << plan.chunk << ")";
@@ -309,6 +324,21 @@ TEST_F(CudaAttention, DecodeKernelsBatchGqaHeadDims) {
   // GQA 16 (one full 16-row tile) and 32 (two row groups), block sizes 8 and 32 (tiles across / inside blocks).
   check({16, 1, 128, 8}, {{1, 1000}, {1, 77}, {1, 4000}}, seed++);
   check({64, 2, 64, 32}, {{1, 1000}, {1, 77}, {1, 2049}}, seed++);
+}
+
+// The standalone tensor-core kernel's early K/V requests (the ring's first tiles of positions below kv_len - 1 before
+// the PDL wait) and one-pass merge (helper dattn2), batch 1 and batch > 1, contexts across split boundaries: 33 splits
+// (the merge's second round past 32 splits), 86 splits of one KV head (2 KV heads), 71 splits with 16-row tiles (4
+// merge items per thread), GQA 6, head_dim 64 and 128, block size 8 (tiles across blocks), contexts 1 and 2 (no
+// early tile). check() runs the dispatch and each kernel directly against the CPU reference, and
+// check_decode_kernels each option off against the default bit for bit.
+TEST_F(CudaAttention, DecodeEarlyKvAndOnePassMerge) {
+  check({32, 8, 128, 16}, {{1, 4113}}, 200);
+  check({32, 8, 128, 16}, {{1, 4095}, {1, 129}, {1, 2}}, 201);
+  check({8, 2, 128, 16}, {{1, 16400}}, 202);
+  check({16, 1, 128, 16}, {{1, 9000}, {1, 4097}}, 203);
+  check({12, 2, 64, 16}, {{1, 8193}}, 204);
+  check({32, 4, 64, 8}, {{1, 5000}, {1, 300}, {1, 1}}, 205);
 }
 
 // Batch-invariant plans: a sequence's decode row is bit-identical alone and inside a batch of 40 other

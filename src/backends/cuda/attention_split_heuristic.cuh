@@ -46,6 +46,15 @@ struct DecodeSplitPlan {
   int32_t stages;        // the kernel's cp.async ring depth (CUDA cores: kDeepStages or kWideStages;
                          // tensor cores: 16-position tiles per warp, kMmaStages128 / kMmaStages64 or deeper)
   DecodeKernel kernel = DecodeKernel::kCudaCores;
+  // Options of the standalone tensor-core kernel (decode_mma.cu; the CUDA-core kernel and the mixed-step kernel
+  // ignore them). Neither changes the arithmetic: the output is the same bit for bit either way (the harness
+  // times old against new in one run by turning them off). H200, attention_bench decode, Llama-3-8B heads, % of
+  // 4.30 TB/s, both off -> both on: batch 1 at 4k/8k/16k/32k 31.5/50.0/65.8/78.2 -> 37.9/57.9/73.0/85.6, batch 8 at
+  // 4k 79.7 -> 87.2, batch 64 at 512 79.0 -> 85.9 (early_kv gives about two thirds of it; docs/perf-log.md
+  // "## dattn2").
+  bool early_kv = true;        // issue the first ring tiles of positions below kv_len - 1 before griddepcontrol.wait
+  bool one_pass_merge = true;  // the last block requests every split's partials and (m, l) at once (else in
+                               // dependent batches of 8)
 };
 
 struct DecodeSplitLimits {

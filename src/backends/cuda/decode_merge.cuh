@@ -45,9 +45,103 @@ struct DecodeBlockPos {
   int s, kvh, rg, split, kv, row, group, r0, n_rows;
 };
 
-// Call after __syncthreads() once sm.m / sm.l / acc (kWarps, R, D) f32 hold every warp's state. Every
-// thread of the block (kWarps * 32) must call it.
+// The last block's merge of n_used (<= kMaxSplits) splits' partials into the output rows in one round trip to L2:
+// each thread first requests its first (row, 4 dims)'s partials of up to kOnePassSplits splits into registers,
+// then the warps load every split's (m, l) once (kept in registers) and form the weights, then the sums run in
+// ascending split order with the same fmaf sequence as the batched merge below (same bits). The batched form
+// waits on ~6 dependent L2 round trips at 32 splits (m; m and l again; 4 batches of 8 partials): ~2-3 us of the
+// ~9 us fixed cost at batch 1 (docs/perf-log.md "## dattn2"). Registers: 32 float4 (128) on top of the
+// epilogue's; the tensor-core kernel (up to 255 per thread at 2 blocks of 128 threads per SM) has them free here.
 template <int D, int R, int kWarps>
+__device__ inline void decode_merge_one_pass(const AttentionParams& p, const DecodeBlockPos& b, int64_t n_splits,
+                                             int n_used, const DecodeScratch& L, DecodeEpilogueSmem<R, kWarps>& sm) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr unsigned kFull = 0xFFFFFFFFu;
+  constexpr int kOnePassSplits = 32;                                  // partials in flight per thread
+  constexpr int kMlPerLane = DecodeSplitLimits::kMaxSplits / 32;      // (m, l) pairs per lane
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n_items = b.n_rows * D / 4;  // (row, 4 dims) per item
+  const auto acc_ptr = [&](int idx) {
+    const int r = idx / (D / 4), d = idx % (D / 4) * 4;
+    const int h = b.kvh * b.group + b.r0 + r;
+    return reinterpret_cast<const float4*>(L.acc + (int64_t(b.s) * p.n_heads + h) * n_splits * D + d);
+  };
+  // 1. This thread's first item: partials of splits [0, kOnePassSplits) requested now.
+  float4 a[kOnePassSplits];
+  if (threadIdx.x < n_items) {
+    const float4* acc_p = acc_ptr(threadIdx.x);
+#pragma unroll
+    for (int u = 0; u < kOnePassSplits; ++u)
+      if (u < n_used) a[u] = __ldcg(acc_p + int64_t(u) * (D / 4));
+  }
+  // 2. Weights: lane i of row r's warp holds splits i, i + 32, ... (m, l) from one load each.
+  for (int r = warp; r < b.n_rows; r += kWarps) {
+    const int h = b.kvh * b.group + b.r0 + r;
+    const float2* ml = reinterpret_cast<const float2*>(L.ml + (int64_t(b.s) * p.n_heads + h) * n_splits * 2);
+    float2 v[kMlPerLane];
+#pragma unroll
+    for (int j = 0; j < kMlPerLane; ++j) {
+      const int i = lane + 32 * j;
+      v[j] = i < n_used ? __ldcg(ml + i) : make_float2(-INFINITY, 0.0f);
+    }
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kMlPerLane; ++j) m_all = fmaxf(m_all, v[j].x);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) m_all = fmaxf(m_all, __shfl_xor_sync(kFull, m_all, off));
+    float l_all = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMlPerLane; ++j) {
+      const int i = lane + 32 * j;
+      if (i < n_used) {
+        const float w = v[j].x == -INFINITY ? 0.0f : exp2f(v[j].x - m_all);
+        sm.w[r][i] = w;
+        l_all = fmaf(v[j].y, w, l_all);
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) l_all += __shfl_xor_sync(kFull, l_all, off);
+    if (lane == 0) sm.inv_l[r] = 1.0f / l_all;
+  }
+  __syncthreads();
+  // 3. Sums in ascending split order (the batched merge's order: the same bits).
+  for (int idx = threadIdx.x; idx < n_items; idx += kThreads) {
+    const int r = idx / (D / 4), d = idx % (D / 4) * 4;
+    const int h = b.kvh * b.group + b.r0 + r;
+    const float4* acc_p = acc_ptr(idx);
+    if (idx != int(threadIdx.x)) {  // later items (more than kThreads of them): request now
+#pragma unroll
+      for (int u = 0; u < kOnePassSplits; ++u)
+        if (u < n_used) a[u] = __ldcg(acc_p + int64_t(u) * (D / 4));
+    }
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    const auto add = [&](const float4& x, float w) {
+      o.x = fmaf(x.x, w, o.x);
+      o.y = fmaf(x.y, w, o.y);
+      o.z = fmaf(x.z, w, o.z);
+      o.w = fmaf(x.w, w, o.w);
+    };
+#pragma unroll
+    for (int u = 0; u < kOnePassSplits; ++u)
+      if (u < n_used) add(a[u], sm.w[r][u]);
+    for (int i = kOnePassSplits; i < n_used; i += kOnePassSplits) {  // past 32 splits: further rounds
+#pragma unroll
+      for (int u = 0; u < kOnePassSplits; ++u)
+        if (i + u < n_used) a[u] = __ldcg(acc_p + int64_t(i + u) * (D / 4));
+#pragma unroll
+      for (int u = 0; u < kOnePassSplits; ++u)
+        if (i + u < n_used) add(a[u], sm.w[r][i + u]);
+    }
+    const float inv = sm.inv_l[r];
+    reinterpret_cast<float4*>(p.out + (int64_t(b.row) * p.n_heads + h) * D + d)[0] =
+        make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+  }
+}
+
+// Call after __syncthreads() once sm.m / sm.l / acc (kWarps, R, D) f32 hold every warp's state. Every
+// thread of the block (kWarps * 32) must call it. kOnePass: the last block's merge may take the one-pass form
+// (decode_merge_one_pass, when plan.one_pass_merge): same arithmetic in the same order, so the same bits.
+template <int D, int R, int kWarps, bool kOnePass = false>
 __device__ inline void decode_block_epilogue(const AttentionParams& p, const DecodeSplitPlan& plan,
                                              const DecodeBlockPos& b, const float (*acc)[R][D],
                                              DecodeEpilogueSmem<R, kWarps>& sm) {
@@ -96,6 +190,12 @@ __device__ inline void decode_block_epilogue(const AttentionParams& p, const Dec
   __syncthreads();
   if (!sm.last) return;
   __threadfence();
+  if constexpr (kOnePass) {
+    if (plan.one_pass_merge) {
+      decode_merge_one_pass<D, R, kWarps>(p, b, n_splits, n_used, L, sm);
+      return;
+    }
+  }
 
   for (int r = warp; r < b.n_rows; r += kWarps) {
     const int h = b.kvh * b.group + b.r0 + r;

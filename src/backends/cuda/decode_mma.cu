@@ -35,21 +35,23 @@ using decode_mma_detail::kWarps;
 using decode_mma_detail::MmaShape;
 
 // kFused: the q/k/v epilogue inside (p.qkv set; decode_fused_qkv.cuh), with its ~10 KB of static shared memory.
+// The block waits for the previous kernel itself (decode_mma_block's kOwnWait: the first tiles of old positions are
+// requested before the wait when plan.early_kv), and its last block per unit may merge in one pass
+// (plan.one_pass_merge).
 template <int D, int kM, int kStages, bool kFused>
 __global__ void __launch_bounds__(kThreads, MmaShape<D, kStages>::kMinBlocks)
     decode_mma_kernel(AttentionParams p, DecodeSplitPlan plan) {
   pdl_allow_dependents();
-  pdl_wait();
   extern __shared__ __align__(128) unsigned char smem_ring[];  // (kWarps, kStages, K (16, D) | V (16, D)) bf16
   __shared__ uint32_t s_valid[kWarps][kStages];                // valid-row mask of each ring slot
   __shared__ DecodeEpilogueSmem<kM, kWarps> es;
   if constexpr (kFused) {
     __shared__ decode_mma_detail::FusedQkvSmem<D, kM> fs;
-    decode_mma_block<D, kM, kStages, true>(p, plan, int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), smem_ring,
+    decode_mma_block<D, kM, kStages, true, true, true>(p, plan, int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), smem_ring,
                                            s_valid, es, &fs);
   } else {
-    decode_mma_block<D, kM, kStages>(p, plan, int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), smem_ring, s_valid,
-                                     es);
+    decode_mma_block<D, kM, kStages, false, true, true>(p, plan, int(blockIdx.x), int(blockIdx.y), int(blockIdx.z),
+                                                        smem_ring, s_valid, es);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/decode_fused_qkv.cuh"
 #include "backends/cuda/decode_merge.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace ferry::cuda_ops::decode_mma_detail {
 
@@ -123,7 +124,19 @@ __device__ inline uint32_t issue_tile(const AttentionParams& p, const int32_t* t
 // es the epilogue's. kFused (p.qkv set): the q/k/v epilogue runs here too (decode_fused_qkv.cuh), in fs.
 // Every thread of the block (kThreads) calls it; it returns uniformly over the block and leaves the shared memory
 // free for the caller's next use only after a __syncthreads().
-template <int D, int kM, int kStages, bool kFused = false>
+// kOwnWait (the standalone kernel, launched with PDL): the caller has not waited for the previous kernel; this
+// function calls pdl_wait() itself on every path, after issuing (plan.early_kv) the ring's first tiles of positions
+// below kv_len - 1, so their DRAM round trip overlaps the previous kernel's tail. Why that is safe: the only reads
+// before the wait are the step's metadata (q_len, kv_len, block table) and K/V rows of positions < kv_len - 1 of a
+// sequence with one query row, all written before the step began: a step starts with a stream-ordered host -> device
+// copy of its inputs (LlamaModel::enqueue_step; in a captured step the graph's copy node), which waits for
+// every earlier kernel to complete, and a step writes only its own tokens' K/V (for a one-row sequence: position
+// kv_len - 1, written by the q/k/v epilogue just before or by this kernel itself). The chain of PDL launches does
+// NOT give that on its own: every kernel of a decode step calls launch_dependents first thing, before its own
+// wait, so kernel N may start while kernel N - 2 still runs. Callers that write a one-row sequence's older K/V
+// with a kernel must put a full dependency (a copy, an event, a plain launch) between it and this kernel.
+// kOnePass: the epilogue may take the one-pass merge (plan.one_pass_merge).
+template <int D, int kM, int kStages, bool kFused = false, bool kOwnWait = false, bool kOnePass = false>
 __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const DecodeSplitPlan& plan, int split,
                                                  int s, int z, unsigned char* smem_ring,
                                                  uint32_t (*s_valid)[kStages], DecodeEpilogueSmem<kM, kWarps>& es,
@@ -135,10 +148,14 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
   static_assert(sizeof(float) * kWarps * kM * D <= Sh::kSmemBytes);
 
   const int kvh = z / plan.n_row_groups, rg = z % plan.n_row_groups;
-  if (p.q_len[s] != 1) return;  // uniform over the block
-  const int kv = p.kv_len[s];
+  const int q_len = p.q_len[s], kv = p.kv_len[s];  // both requested at once (kv_len is valid for every sequence)
   const int start = split * plan.chunk;
-  if (start >= kv) return;  // an empty chunk: the merge does not wait for it
+  // Not a decode row, or an empty chunk (the merge does not wait for it): uniform over the block. With kOwnWait
+  // the block still waits: a kernel whose blocks all exited without waiting could complete before its predecessor.
+  if (q_len != 1 || start >= kv) {
+    if constexpr (kOwnWait) pdl_wait();
+    return;
+  }
   const int end = split == plan.n_splits - 1 ? kv : min(kv, start + plan.chunk);
   const int group = p.n_heads / p.n_kv_heads;
   const int r0 = rg * kM, n_rows = min(kM, group - r0);
@@ -154,15 +171,32 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
   // Warp tile `it` covers positions [first + it * stride, + 16).
   const int first = start + warp * kTile, stride = kWarps * kTile;
   const int n_iters = first < end ? (end - first + stride - 1) / stride : 0;
+  // The prologue's tiles 0 .. kStages - 2, in order, one commit group each (empty groups keep the count uniform).
+  // With kOwnWait && plan.early_kv, the leading tiles whose 16 positions all lie below kv - 1 go before the wait
+  // (the step's own position, kv - 1, may still be being written by the previous kernel).
+  int n_early = 0;
+  if constexpr (kOwnWait) {
+    if (plan.early_kv) {
 #pragma unroll
-  for (int it = 0; it < kStages - 1; ++it) {
+      for (int it = 0; it < kStages - 1; ++it)
+        n_early += it == n_early && it < n_iters && first + it * stride + kTile <= kv - 1 ? 1 : 0;
+    }
+  }
+  const auto prologue_tile = [&](int it) {
     if (it < n_iters) {
       const uint32_t v = issue_tile<D, kStages>(p, table, kvh, first + it * stride, end, bs16, bs_pow2, bs_shift,
                                                 ring + it * Sh::kStageBytes);
       if (lane == 0) s_valid[warp][it] = v;
     }
-    cp_async_commit();  // empty groups keep the count uniform
-  }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int it = 0; it < kStages - 1; ++it)
+    if (it < n_early) prologue_tile(it);
+  if constexpr (kOwnWait) pdl_wait();  // from here on: what the previous kernels wrote (q or qkv, the new K/V)
+#pragma unroll
+  for (int it = 0; it < kStages - 1; ++it)
+    if (it >= n_early) prologue_tile(it);
 
   // Fused epilogue: this block's query heads (and, where its chunk holds the step's token, that key and value)
   // from the raw projection, while the first tiles' copies are in flight.
@@ -326,7 +360,7 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
     }
   }
   __syncthreads();
-  decode_block_epilogue<D, kM, kWarps>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv, row, group, r0, n_rows}, s_acc,
+  decode_block_epilogue<D, kM, kWarps, kOnePass>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv, row, group, r0, n_rows}, s_acc,
                                        es);
 }
 

@@ -24,7 +24,9 @@ bool decode_split_supports(int head_dim);
 // The kernel the dispatcher runs for these sizes (chosen from head_dim and the GQA group only, never from the
 // batch, so batch-invariant mode keeps one kernel): tensor cores wherever they apply. attention_bench on the
 // H200, Llama-3-8B shape, % of 4.30 TB/s, CUDA cores -> tensor cores: batch 1 at 4k/32k 23 -> 30 / 40 -> 76,
-// batch 8 at 4k 41 -> 78, batch 64 at 640/4k 54 -> 81 / 58 -> 98 (docs/perf-log.md "## dattn").
+// batch 8 at 4k 41 -> 78, batch 64 at 640/4k 54 -> 81 / 58 -> 98 (docs/perf-log.md "## dattn"); with the early
+// K/V requests and one-pass merge (DecodeSplitPlan::early_kv, one_pass_merge) batch 1 at 4k/32k 38 / 86, batch 8 at
+// 4k 87, batch 64 at 640 89 ("## dattn2").
 DecodeKernel default_decode_kernel(int head_dim, int group);
 // plan_decode_split (attention_split_heuristic.cuh) for p's sizes with the default kernel, or a given one
 // (tests and the harness; kTensorCores at a head_dim it does not support falls back to kCudaCores). In
@@ -34,7 +36,10 @@ DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms, DecodeKer
 // Scratch: counters (kMaxCounters) i32, then partials acc (n_seqs, n_heads, n_splits, head_dim) f32 and
 // (m, l) (n_seqs, n_heads, n_splits, 2) f32 when n_splits > 1. The counters must be zero at the first use.
 size_t decode_split_scratch_bytes(const AttentionParams& p, const DecodeSplitPlan& plan);
-// Writes out rows of the sequences with q_len == 1; leaves every other row alone.
+// Writes out rows of the sequences with q_len == 1; leaves every other row alone. With the tensor-core kernel and
+// plan.early_kv (the default) each block reads its sequence's metadata and the K/V of positions below kv_len - 1
+// BEFORE it waits for the previous kernel (PDL): those must have been written before the last full dependency on
+// the stream (a copy, an event wait, a plain launch), as a step's input copy guarantees; see decode_mma_block.cuh.
 void decode_split_attention(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream);
 
 }  // namespace ferry::cuda_ops
