@@ -43,6 +43,16 @@ __global__ void __launch_bounds__(kThreads) qkv_epilogue_kernel(QkvEpilogueParam
   float* cos_t = smem;
   float* sin_t = smem + p.half;
   const int64_t t = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t H = p.n_heads, KVH = p.n_kv_heads, D = p.head_dim, n_all = H + 2 * KVH;
+  // This block's heads: [h0, h0 + kWarps * heads_per_warp); warp w takes h0 + w, h0 + w + kWarps, ...
+  const int64_t h0 = int64_t(blockIdx.y) * kWarps * p.heads_per_warp;
+  // Every head this warp will read, requested into L1 now: the sines below and the earlier heads' work then
+  // overlap the later heads' loads instead of waiting one round trip per head (a prefetch changes no value).
+  for (int64_t off = int64_t(lane) * 32; off < p.heads_per_warp * D; off += 32 * 32) {
+    const int64_t h = h0 + (off / D) * kWarps + warp;
+    if (h < n_all) asm volatile("prefetch.global.L1 [%0];" ::"l"(p.qkv + (t * n_all + h) * D + off % D));
+  }
   const int32_t pos = p.positions[t];
   for (int64_t k = threadIdx.x; k < p.half; k += kThreads) {
     double s, c;
@@ -52,13 +62,9 @@ __global__ void __launch_bounds__(kThreads) qkv_epilogue_kernel(QkvEpilogueParam
   }
   __syncthreads();
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t H = p.n_heads, KVH = p.n_kv_heads, D = p.head_dim, n_all = H + 2 * KVH;
   float* buf = smem + 2 * p.half + int64_t(warp) * D;
   const int64_t slot = p.slots[t];
   const bool bad_slot = slot < 0 || slot >= p.n_slots;
-  // This block's heads: [h0, h0 + kWarps * heads_per_warp); warp w takes h0 + w, h0 + w + kWarps, ...
-  const int64_t h0 = int64_t(blockIdx.y) * kWarps * p.heads_per_warp;
   for (int64_t i = 0; i < p.heads_per_warp; ++i) {
     const int64_t h = h0 + i * kWarps + warp;
     if (h >= n_all) return;  // no block-wide barrier follows
