@@ -97,6 +97,21 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   return sample_dense(src, history.size());
 }
 
+int32_t Sampler::sample_at(std::span<const float> logits, uint64_t position) {
+  FERRY_CHECK(!params_.penalties_active(), "sampler: sample_at needs the history (penalties are on)");
+  FERRY_CHECK(logits.size() == static_cast<size_t>(vocab_size_),
+              "sampler: logits have {} entries, vocab_size is {}", logits.size(), vocab_size_);
+  if (params_.temperature == 0.0f) return sample_greedy(logits);
+  if (params_.top_k > 0 && params_.top_k < vocab_size_) return sample_sparse(logits, position);
+  return sample_dense(logits, position);
+}
+
+void Sampler::set_params(const SamplingParams& params) {
+  params.validate();
+  params_ = params;
+  last_path_ = Path::kNone;
+}
+
 int32_t Sampler::sample_greedy(std::span<const float> logits) {
   const int32_t best = argmax(logits);  // ties -> lowest id
   FERRY_CHECK(best >= 0, "sampler: every logit is NaN or -inf, nothing to sample");

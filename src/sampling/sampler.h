@@ -53,6 +53,11 @@ class Sampler {
   // logits: (vocab_size) f32, not modified. history: the sequence so far (prompt + generated), token ids in
   // [0, vocab_size) within the penalty window. Returns the sampled token.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // The same draw without the history, for penalties off (ferry::Error otherwise): position = the history's
+  // length (the Philox counter). What a backend's sample() computes per row.
+  int32_t sample_at(std::span<const float> logits, uint64_t position);
+  // New settings for the next draws (validated); the buffers stay (a backend reuses one Sampler per row).
+  void set_params(const SamplingParams& params);
 
   // Applies repetition, presence and frequency penalties in place to the tokens in the window (a penalized
   // NaN stays NaN). logits: (vocab_size) f32. Public so the formulas can be tested on their own and reused

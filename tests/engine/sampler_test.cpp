@@ -165,6 +165,34 @@ std::vector<int32_t> generate(const SamplingParams& p, int32_t vocab_size, int n
   return history;
 }
 
+// sample_at (what a backend's sample() runs per row, penalties off) draws what sample() draws from a history of
+// that length, also on a Sampler reused across settings with set_params (CpuBackend keeps one per row).
+TEST(Sampler, SampleAtEqualsSampleWithAHistoryOfThatLength) {
+  constexpr int32_t kVocab = 5003;
+  std::vector<SamplingParams> settings(5);
+  settings[0].temperature = 0.0f;
+  settings[1].temperature = 0.9f;  // the defaults: top-k + top-p + min-p
+  settings[2].temperature = 1.1f, settings[2].top_k = 0, settings[2].top_p = 1.0f, settings[2].min_p = 0.0f;
+  settings[3].temperature = 0.7f, settings[3].top_k = 0, settings[3].top_p = 0.8f;
+  settings[4].temperature = 1.3f, settings[4].top_k = 3, settings[4].min_p = 0.0f;
+  Sampler reused(settings[4], kVocab);
+  for (int round = 0; round < 40; ++round) {
+    const std::vector<float> logits = random_logits(kVocab, uint32_t(900 + round));
+    SamplingParams p = settings[size_t(round) % settings.size()];
+    p.seed = uint64_t(round * 7 + 1);
+    const uint64_t position = uint64_t(round * 13 % 97);
+    const std::vector<int32_t> history(position, 1);
+    Sampler fresh(p, kVocab);
+    const int32_t want = fresh.sample(logits, history);
+    reused.set_params(p);
+    EXPECT_EQ(reused.sample_at(logits, position), want) << "round " << round;
+  }
+  SamplingParams pen;
+  pen.repetition_penalty = 1.2f;
+  reused.set_params(pen);
+  EXPECT_THROW(reused.sample_at(random_logits(kVocab, 1), 3), Error);  // penalties need the history
+}
+
 TEST(Sampler, SameSeedSameTokens) {
   SamplingParams p;  // defaults: T 0.8, top-k 40, top-p 0.95, min-p 0.05
   p.seed = 1234;

@@ -14,6 +14,7 @@
 #include "backends/cpu/vec_kernels.h"
 #include "core/thread_pool.h"
 #include "ops/backend.h"
+#include "sampling/sampler.h"
 
 namespace ferry {
 
@@ -72,6 +73,7 @@ class CpuBackend final : public Backend {
 
   CpuBackendOptions options_;
   ThreadPool pool_;
+  std::vector<std::unique_ptr<Sampler>> samplers_;  // sample(): one per row, reused
   DotKernels dot_;
   VecKernels vec_;
   // Data pointers of the weights (Q4_1, Q4_0) prepare_weight repacked to BlockQ4_1x8 (q4_1x8.h): matmul_fast and

@@ -1,6 +1,7 @@
 // CpuBackend::sample and resolve_placeholders: the "device" of the CPU backend is host memory, so sampling on it
 // is the reference Sampler (sampling/sampler.h) itself, one row per chunk of the thread pool.
 #include <exception>
+#include <memory>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -21,12 +22,20 @@ void CpuBackend::sample(const Tensor& out, const Tensor& logits, std::span<const
     FERRY_CHECK(!p.penalties_active(), "sample: penalties are applied on the host, not by the backend's sampler");
   int32_t* ids = out.ptr<int32_t>();
   const float* rows = logits.ptr<float>();
+  // One Sampler per row, kept between calls (its vocabulary-sized buffers are not made and zeroed every step); a
+  // draw depends only on (logits, params, position), never on a Sampler's earlier calls.
+  if (samplers_.size() < size_t(m)) samplers_.resize(size_t(m));
+  for (int64_t i = 0; i < m; ++i) {
+    std::unique_ptr<Sampler>& s = samplers_[size_t(i)];
+    if (s == nullptr || s->vocab_size() != int32_t(vocab)) {
+      s = std::make_unique<Sampler>(params[size_t(i)], int32_t(vocab));
+    } else {
+      s->set_params(params[size_t(i)]);
+    }
+  }
   pool_.run_chunks(m, [&](int64_t i) {
-    Sampler s(params[size_t(i)], int32_t(vocab));
-    // Penalties are off, so only the history's length (the Philox counter) matters, not its tokens.
-    const std::vector<int32_t> history(size_t(positions[size_t(i)]), 0);
     try {
-      ids[i] = s.sample({rows + i * vocab, size_t(vocab)}, history);
+      ids[i] = samplers_[size_t(i)]->sample_at({rows + i * vocab, size_t(vocab)}, positions[size_t(i)]);
     } catch (const std::exception&) {  // every logit NaN/-inf: nothing to draw (the CUDA kernel's -1)
       ids[i] = -1;
     }
