@@ -145,7 +145,9 @@ class CudaAttention : public CudaOpsTest {
   }
 
   // seqs: (q_len, kv_len) per sequence; the cache already holds (random) keys for positions < kv_len - q_len.
-  void check(const Shape& sh, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed) {
+  // prefill_tiles: AttentionMeta::prefill_tiles (-1: unknown, the one-launch mixed kernel; else the split path).
+  void check(const Shape& sh, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed,
+             int32_t prefill_tiles = -1) {
     const int64_t H = sh.n_heads, KVH = sh.n_kv_heads, D = sh.head_dim, bs = sh.block_size;
     // Scatter: sequence s gets blocks from a shuffled list; unused table entries are -1.
     test::PagedLayout L = test::make_paged_layout(bs, seqs, seed);  // host views below point into it
@@ -174,6 +176,7 @@ class CudaAttention : public CudaOpsTest {
     gm.q_len = upload(DType::I32, {n_seqs}, q_len);
     gm.kv_len = upload(DType::I32, {n_seqs}, kv_len);
     gm.block_tables = upload(DType::I32, {n_seqs, max_blocks}, tables);  // no host mirrors: the kernel must not need them
+    gm.prefill_tiles = prefill_tiles;
     gpu_->store_kv(gkc, gvc, upload(DType::F32, {n_tokens, KVH, D}, k), upload(DType::F32, {n_tokens, KVH, D}, v),
                    upload(DType::I64, {n_tokens}, slots));
     const Tensor out = poisoned({n_tokens, H, D}), out2 = poisoned({n_tokens, H, D});
@@ -395,6 +398,40 @@ TEST_F(CudaAttention, MixedStepPromptsAndDecodeRows) {
   seqs[0] = {97, 97};
   check({16, 4, 64, 16}, seqs, 101);
   check({8, 1, 128, 16}, {{70, 70}, {1, 1}, {1, 900}, {3, 40}}, 102);  // GQA 8: one 8-row decode tile
+}
+
+// The same steps with the prefill tiles bounded as a captured step's graph key bounds them (exactly, and rounded up
+// to a power of two): the wgmma prefill kernel on a grid of that many tiles, then the decode kernel (attention.cu's
+// split path, session 8). Also prompt-only steps too short for the standalone wgmma rule, and the pad's tiny
+// prompt sequence beside empty (q_len 0) ones.
+TEST_F(CudaAttention, MixedStepSplitPathWithATileBound) {
+  const auto tiles = [](const std::vector<std::pair<int32_t, int32_t>>& seqs) {
+    int32_t t = 0;
+    for (const auto& [ql, kl] : seqs)
+      if (ql >= 2) t += (ql + 127) / 128;
+    return t;
+  };
+  const auto pow2 = [](int32_t x) {
+    int32_t p = 1;
+    while (p < x) p *= 2;
+    return p;
+  };
+  std::vector<std::pair<int32_t, int32_t>> seqs;
+  for (int32_t i = 0; i < 30; ++i) seqs.emplace_back(1, 300 + (i * 37) % 129);
+  seqs.emplace_back(230, 742);
+  seqs.emplace_back(150, 150);
+  uint32_t seed = 140;
+  for (const bool rounded : {false, true}) {
+    const int32_t t = rounded ? pow2(tiles(seqs)) : tiles(seqs);
+    check({32, 8, 128, 16}, seqs, seed++, t);
+    std::vector<std::pair<int32_t, int32_t>> s64 = seqs;
+    s64[30] = {97, 97};
+    check({16, 4, 64, 16}, s64, seed++, rounded ? pow2(tiles(s64)) : tiles(s64));
+    const std::vector<std::pair<int32_t, int32_t>> small = {{70, 70}, {1, 1}, {1, 900}, {3, 40}, {0, 0}, {0, 0}};
+    check({8, 1, 128, 16}, small, seed++, rounded ? pow2(tiles(small)) : tiles(small));
+    const std::vector<std::pair<int32_t, int32_t>> prompts = {{460, 460}, {129, 600}};  // prompt-only, short
+    check({32, 8, 128, 16}, prompts, seed++, rounded ? pow2(tiles(prompts)) : tiles(prompts));
+  }
 }
 
 // The one-launch kernel directly, every configuration (64 / 128-row prefill tiles, 1 / 2 prefill slots per SM),

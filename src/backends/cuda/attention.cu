@@ -240,6 +240,16 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     decode_split_attention(p, plan, stream);
     return;
   }
+  // Prompt rows beside decode rows (or a short prompt-only step) whose prefill tiles the host bounds: the wgmma
+  // prefill kernel on a grid of that many tiles, then the decode kernel (both skip the other's sequences on the
+  // device). attention_bench mixed, H200 (docs/perf-log.md "## Session 8"): see the figures there. Not in
+  // batch-invariant mode (the one-launch kernel's bits are what a row gets whatever its step holds).
+  if (p.split_mixed && p.prefill_tiles > 0 && !p.batch_invariant && flash_prefill_wgmma_supports(p.head_dim) &&
+      decode_split_supports(p.head_dim)) {
+    flash_prefill_wgmma_attention(p, stream);
+    if (p.min_q_len < 2) decode_split_attention(p, plan, stream);
+    return;
+  }
   if (mixed_attention_supports(p, plan)) {
     mixed_attention(p, plan, stream, mixed_config(p, n_sms));
     return;
