@@ -6,9 +6,15 @@
 //            heuristic's pick, cuBLASLt, TFLOP/s and ferry (heuristic) as % of cuBLASLt.
 //   matmul : CudaBackend::matmul at n = 512 / 2048 for BF16, Q8_0, Q4_0 weights: cuBLASLt path (per-call
 //            dequant), Hopper GEMM with per-call dequant, Hopper GEMM with the bf16 copy made at load.
-// Timing: gemm: device events around each call, median of 15 after 3 warm-up calls; matmul: host clock over
-// 10 queued calls. Inputs random (never zeros).
-// Usage: gemm_bench [--json FILE] [gemm|matmul]... (none: both).
+//   narrow : the shapes whose tiles leave a partial wave (qkv 6144x4096, wo 4096x4096, the TP=2 shards 3072x4096 and
+//            4096x2048, down 4096x14336, gate_up 28672x4096) at M = 256, 512, 1024 (+ 2048 for the big ones): whole
+//            tiles as the wave model picks them ("tiles", the path before stream-K), each tile forced whole, stream-K
+//            over every SM with each tile, stream-K 128x256 over an exact multiple of its tiles (split-K), the
+//            heuristic's plan ("ferry") and cuBLASLt; TFLOP/s, and ferry / tiles, ferry / cuBLASLt.
+// Timing: gemm: device events around each call, median of 15 after 3 warm-up calls; narrow: the same around 5
+// back-to-back calls (launch gaps overlap, as in a forward pass); matmul: host clock over 10 queued calls. Inputs
+// random (never zeros).
+// Usage: gemm_bench [--json FILE] [gemm|narrow|matmul]... (none: gemm and matmul).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -71,7 +77,7 @@ void bench_gemm(bench::KernelJson& json) {
     const double ms128 = median_ms(s, [&] { ours.run(out, x, w, m, n, k, s, &t128); });
     const double ms192 = median_ms(s, [&] { ours.run(out, x, w, m, n, k, s, &t192); });
     const double ms256 = median_ms(s, [&] { ours.run(out, x, w, m, n, k, s, &t256); });
-    const cuda_ops::GemmPlan plan = cuda_ops::make_gemm_plan(m, n, ours.num_sms());
+    const cuda_ops::GemmPlan plan = ours.plan(m, n, k);
     const double ms_lt = median_ms(s, [&] { lt.run(out, x, w, m, n, k, ws, ws_bytes, s); });
     const double ms_ours = median_ms(s, [&] { ours.run(out, x, w, m, n, k, s); });  // heuristic, timed again
     const double tf = flop / ms_ours * 1e-9, tf_lt = flop / ms_lt * 1e-9;
@@ -93,6 +99,76 @@ void bench_gemm(bench::KernelJson& json) {
     sum += pct;
   }
   std::printf("ferry / cuBLASLt over %zu rows: mean %.1f%%, worst %.1f%%\n", summary.size(), sum / double(summary.size()), lo);
+  BENCH_CUDA_CHECK(cudaFree(x));
+  BENCH_CUDA_CHECK(cudaFree(w));
+  BENCH_CUDA_CHECK(cudaFree(out));
+  BENCH_CUDA_CHECK(cudaFree(ws));
+  BENCH_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+void bench_narrow(bench::KernelJson& json) {
+  std::printf("\n== narrow: out (M,N) f32 = x (M,K) bf16 . w (N,K)^T, TFLOP/s (median of 15 x 5 back-to-back calls) ==\n");
+  std::printf("%-19s %5s %7s %6s %6s %6s %6s %6s %6s %8s %12s %6s %7s %7s %7s\n", "shape NxK", "M", "tiles", "t128",
+              "t192", "t256", "sk128", "sk192", "sk256", "split256", "ferry(plan)", "us", "cuBLAS", "/tiles", "/cuBLAS");
+  cudaStream_t s;
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
+  cuda_ops::Sm90Gemm ours(0);
+  if (!ours.available()) {
+    std::printf("not a compute capability 9.x device: skipped\n");
+    return;
+  }
+  const int sms = ours.num_sms();
+  cuda_ops::CublasLtGemm lt;
+  const size_t ws_bytes = size_t(32) << 20;
+  void* ws = nullptr;
+  BENCH_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+  const int64_t max_m = 2048, max_k = 14336, max_n = 28672;
+  uint16_t* x = random_bf16(size_t(max_m) * size_t(max_k), 1);
+  uint16_t* w = random_bf16(size_t(max_n) * 4096, 2);  // 28672 x 4096 holds 4096 x 14336 too
+  float* out = nullptr;
+  BENCH_CUDA_CHECK(cudaMalloc(&out, size_t(max_m) * size_t(max_n) * 4));
+  const auto ms_of = [&](auto&& f) { return median_ms(s, f, 15, 5); };
+  const Shape shapes[] = {{"qkv 6144x4096", 6144, 4096},        {"wo 4096x4096", 4096, 4096},
+                          {"tp2 qkv 3072x4096", 3072, 4096},    {"tp2 wo 4096x2048", 4096, 2048},
+                          {"down 4096x14336", 4096, 14336},     {"gate_up 28672x4096", 28672, 4096}};
+  using cuda_ops::GemmTile;
+  for (const Shape& sh : shapes) {
+    const bool big = sh.n * sh.k > 4096 * 8192;
+    for (const int64_t m : {256, 512, 1024, 2048}) {
+      if (m == 2048 && !big) continue;
+      const int64_t n = sh.n, k = sh.k;
+      const double flop = 2.0 * double(m) * double(n) * double(k);
+      const auto tf = [&](double ms) { return flop / ms * 1e-9; };
+      const cuda_ops::GemmPlan old = cuda_ops::make_tile_plan(m, n, sms);
+      const GemmTile tiles[3] = {GemmTile::k128x128, GemmTile::k128x192, GemmTile::k128x256};
+      double whole[3], sk[3];
+      for (int i = 0; i < 3; ++i) {
+        whole[i] = ms_of([&] { ours.run(out, x, w, m, n, k, s, &tiles[i]); });
+        sk[i] = ms_of([&] { ours.run(out, x, w, m, n, k, s, &tiles[i], sms); });
+      }
+      const double ms_old = whole[old.tile == GemmTile::k128x128 ? 0 : old.tile == GemmTile::k128x192 ? 1 : 2];
+      const int64_t t256 = cuda_ops::gemm_tiles(m, n, 256);
+      const int64_t split = t256 > 0 ? sms / t256 : 0;  // split-K: every tile cut into `split` equal k ranges
+      double ms_split = 0;
+      if (split >= 2) ms_split = ms_of([&] { ours.run(out, x, w, m, n, k, s, &tiles[2], int(split * t256)); });
+      const cuda_ops::GemmPlan plan = ours.plan(m, n, k);
+      const double ms_ours = ms_of([&] { ours.run(out, x, w, m, n, k, s); });
+      const double ms_lt = ms_of([&] { lt.run(out, x, w, m, n, k, ws, ws_bytes, s); });
+      char split_txt[32], plan_txt[32];
+      std::snprintf(split_txt, sizeof split_txt, split >= 2 ? "%.1f/%ld" : "-", split >= 2 ? tf(ms_split) : 0.0,
+                    long(split));
+      std::snprintf(plan_txt, sizeof plan_txt, "%.1f %d%s", tf(ms_ours), plan.block_n, plan.stream_k ? "sk" : "");
+      std::printf("%-19s %5ld %7.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %8s %12s %6.1f %7.1f %7.3f %7.3f\n", sh.name,
+                  long(m), tf(ms_old), tf(whole[0]), tf(whole[1]), tf(whole[2]), tf(sk[0]), tf(sk[1]), tf(sk[2]),
+                  split_txt, plan_txt, ms_ours * 1e3, tf(ms_lt), ms_old / ms_ours, ms_lt / ms_ours);
+      const double bytes = double(m * k) * 2 + double(n * k) * 2 + double(m * n) * 4;
+      const std::string tag = std::string(sh.name) + " M" + std::to_string(m);
+      json.add("narrow sm90 plan " + tag, flop, bytes, ms_ours * 1e-3);
+      json.add("narrow sm90 tiles " + tag, flop, bytes, ms_old * 1e-3);
+      json.add("narrow sm90 sk256 " + tag, flop, bytes, sk[2] * 1e-3);
+      json.add("narrow cublasLt " + tag, flop, bytes, ms_lt * 1e-3);
+    }
+  }
   BENCH_CUDA_CHECK(cudaFree(x));
   BENCH_CUDA_CHECK(cudaFree(w));
   BENCH_CUDA_CHECK(cudaFree(out));
@@ -165,10 +241,10 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
-    } else if (a == "gemm" || a == "matmul") {
+    } else if (a == "gemm" || a == "narrow" || a == "matmul") {
       sections.push_back(a);
     } else {
-      std::fprintf(stderr, "usage: gemm_bench [--json FILE] [gemm|matmul]...\n");
+      std::fprintf(stderr, "usage: gemm_bench [--json FILE] [gemm|narrow|matmul]...\n");
       return 2;
     }
   }
@@ -179,6 +255,7 @@ int main(int argc, char** argv) {
   try {
     for (const std::string& sec : sections) {
       if (sec == "gemm") bench_gemm(json);
+      if (sec == "narrow") bench_narrow(json);
       if (sec == "matmul") bench_matmul(json);
     }
   } catch (const std::exception& e) {

@@ -37,6 +37,60 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
   nb = r / rows_here;
 }
 
+// The work of one block: segments (tile, k steps [kb, ke)). Whole tiles (stream_k false): tiles blockIdx.x,
+// + gridDim.x, ..., each over all k_iters steps. Stream-K: the walk g = tile * k_iters + ki (g < steps = tiles *
+// k_iters) cut into gridDim.x shares, block b taking [floor(b steps / G), floor((b + 1) steps / G)); the host keeps
+// G <= steps, so every share is at least one step and shares start strictly increasing. Only a block's first
+// segment can start inside a tile (kb > 0): its later segments start tiles.
+struct Walk {
+  int64_t g = 0, g_end = 0;  // stream-K: what is left of this block's share
+  int tile = 0;              // whole tiles: the next tile
+  int tiles = 0, k_iters = 0;
+  bool stream = false;
+
+  __device__ Walk(bool stream_k, int tiles_, int k_iters_) : tiles(tiles_), k_iters(k_iters_), stream(stream_k) {
+    if (stream) {
+      const int64_t steps = int64_t(tiles) * k_iters;
+      g = int64_t(blockIdx.x) * steps / gridDim.x;
+      g_end = (int64_t(blockIdx.x) + 1) * steps / gridDim.x;
+    } else {
+      tile = blockIdx.x;
+    }
+  }
+  __device__ bool next(int& t, int& kb, int& ke) {
+    if (stream) {
+      if (g >= g_end) return false;
+      t = int(g / k_iters);
+      kb = int(g - int64_t(t) * k_iters);
+      ke = int(min(int64_t(k_iters), kb + (g_end - g)));
+      g += ke - kb;
+      return true;
+    }
+    if (tile >= tiles) return false;
+    t = tile;
+    kb = 0;
+    ke = k_iters;
+    tile += gridDim.x;
+    return true;
+  }
+  // Stream-K: the block whose share holds step x (the largest b with floor(b steps / G) <= x).
+  __device__ int owner_of(int64_t x) const {
+    const int64_t steps = int64_t(tiles) * k_iters;
+    return int(((x + 1) * int64_t(gridDim.x) - 1) / steps);
+  }
+};
+
+// Barrier of one consumer warpgroup's 128 threads (ids 1, 2; 0 is __syncthreads).
+__device__ __forceinline__ void wg_bar_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void st_release(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // tmap_x: x (m, k) bf16, box 64 (k) x 128 (rows), 128B swizzle; tmap_w: w (n, k) bf16, box 64 x kBN.
 // out: (m, n) f32 row-major.
 // kSwiglu (run_swiglu): n is hidden; tmap_w is w_gate (hidden, k) and tmap_up w_up (hidden, k), each box 64 x kBN/2,
@@ -48,11 +102,19 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
 // (B) boxes of the first tile's first stages before griddepcontrol.wait and the x (A) boxes after it; every other
 // thread waits at its start. So the grid's set-up and its first weight reads overlap the previous kernel's tail,
 // as matvec v9 does; nothing this grid writes or reads of x happens before the previous kernel has completed.
+// stream_k (GemmPlan::stream_k): the blocks walk equal shares of the (tile, k step) walk (Walk above). A segment that
+// is a tile's whole k walk is stored as usual. Else consumer warpgroup c of a block whose segment starts inside
+// the tile (kb > 0; always its first) writes its raw accumulators to partial slot (blockIdx.x, c) and sets
+// flags[2 blockIdx.x + c]; the block holding the tile's k = 0 share waits for each later share's flag (the blocks
+// owner_of(first step) + 1 .. owner_of(last step)), adds their partials in k order to its own, resets the flags
+// for the next launch and stores (SwiGLU too). partial: (gridDim.x, 2, kAcc / 4, 128) float4, a thread's fragment
+// as its registers hold it (the owner's thread t of the same warpgroup reads what the writer's thread t wrote);
+// flags: (gridDim.x, 2) int, zero between launches. Unused (may be null) without stream_k.
 template <int kBN, bool kSwiglu = false, bool kPdl = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w,
                      const __grid_constant__ CUtensorMap tmap_up, float* __restrict__ out, int m, int n, int k,
-                     int group_m) {
+                     int group_m, bool stream_k, float* __restrict__ partial, int* __restrict__ flags) {
   using C = Cfg<kBN>;
   constexpr int kBNOut = kSwiglu ? kBN / 2 : kBN;  // output columns per tile
   static_assert(kBNOut % 8 == 0, "a w box must be whole 8-row swizzle atoms");
@@ -94,26 +156,29 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
       // kPdl: the first tile's first stages get their weight boxes (and their whole byte count) before the wait;
       // the loop below then adds only their x boxes. Fresh stages need no empty-wait.
+      Walk walk(stream_k, tiles, k_iters);
+      int tile, kb, ke;
+      bool more = walk.next(tile, kb, ke);
       int prefetched = 0;
       if constexpr (kPdl) {
-        if (int(blockIdx.x) < tiles) {
+        if (more) {
           int mb0, nb0;
-          tile_coords(blockIdx.x, tiles_m, tiles_n, group_m, mb0, nb0);
-          prefetched = min(C::kStages, k_iters);
-          for (int ki = 0; ki < prefetched; ++ki) {
-            mbar_arrive_expect_tx(&full[ki], C::kStageBytes);
-            load_b(ki, ki, nb0);
+          tile_coords(tile, tiles_m, tiles_n, group_m, mb0, nb0);
+          prefetched = min(C::kStages, ke - kb);
+          for (int i = 0; i < prefetched; ++i) {
+            mbar_arrive_expect_tx(&full[i], C::kStageBytes);
+            load_b(i, kb + i, nb0);
           }
         }
         pdl_wait();
       }
       int stage = 0;
       uint32_t phase = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      for (bool first = true; more; more = walk.next(tile, kb, ke), first = false) {
         int mb, nb;
         tile_coords(tile, tiles_m, tiles_n, group_m, mb, nb);
-        for (int ki = 0; ki < k_iters; ++ki) {
-          const bool early = tile == int(blockIdx.x) && ki < prefetched;  // its B and byte count are issued
+        for (int ki = kb; ki < ke; ++ki) {
+          const bool early = first && ki - kb < prefetched;  // its B and byte count are issued
           if (!early) {
             mbar_wait(&empty[stage], phase ^ 1);
             mbar_arrive_expect_tx(&full[stage], C::kStageBytes);
@@ -135,11 +200,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[C::kAcc];
     int stage = 0;
     uint32_t phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    Walk walk(stream_k, tiles, k_iters);
+    int tile, kb, ke;
+    while (walk.next(tile, kb, ke)) {
       int mb, nb;
       tile_coords(tile, tiles_m, tiles_n, group_m, mb, nb);
       int prev = -1;
-      for (int ki = 0; ki < k_iters; ++ki) {
+      for (int ki = kb; ki < ke; ++ki) {
         mbar_wait(&full[stage], phase);
         const uint8_t* a = sa + stage * C::kABytes + c * 64 * 128;
         const uint8_t* b = sb + stage * C::kBBytes;
@@ -148,11 +215,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kk = 0; kk < kBlockK / 16; ++kk) {
           const uint64_t da = smem_desc_sw128(a + kk * 32), db = smem_desc_sw128(b + kk * 32);
           if constexpr (kBN == 256) {
-            wgmma_m64n256k16(acc, da, db, (ki > 0 || kk > 0) ? 1 : 0);
+            wgmma_m64n256k16(acc, da, db, (ki > kb || kk > 0) ? 1 : 0);
           } else if constexpr (kBN == 192) {
-            wgmma_m64n192k16(acc, da, db, (ki > 0 || kk > 0) ? 1 : 0);
+            wgmma_m64n192k16(acc, da, db, (ki > kb || kk > 0) ? 1 : 0);
           } else {
-            wgmma_m64n128k16(acc, da, db, (ki > 0 || kk > 0) ? 1 : 0);
+            wgmma_m64n128k16(acc, da, db, (ki > kb || kk > 0) ? 1 : 0);
           }
         }
         wgmma_commit();
@@ -167,6 +234,42 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_operands(acc);
       if (t == 0) mbar_arrive(&empty[prev]);
+
+      if (kb > 0 || ke < k_iters) {  // stream-K: a share of the tile's k walk
+        float4* slots = reinterpret_cast<float4*>(partial);
+        constexpr int kSlot = C::kAcc / 4 * 128;  // float4 per warpgroup slot
+        if (kb > 0) {  // a later share: leave the partial for the tile's k = 0 block
+          float4* dst = slots + (size_t(blockIdx.x) * 2 + c) * kSlot + t;
+#pragma unroll
+          for (int i = 0; i < C::kAcc / 4; ++i) {
+            __stcg(dst + i * 128, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+          }
+          __threadfence();
+          wg_bar_sync(1 + c);
+          if (t == 0) st_release(flags + 2 * blockIdx.x + c, 1);
+          continue;
+        }
+        const int64_t first_step = int64_t(tile) * k_iters;
+        const int b0 = walk.owner_of(first_step), b1 = walk.owner_of(first_step + k_iters - 1);
+        for (int b = b0 + 1; b <= b1; ++b) {  // k order
+          if (t == 0) {
+            int* f = flags + 2 * b + c;
+            while (ld_acquire(f) == 0) {
+            }
+            *f = 0;  // for the next launch (the writer sets it once per launch)
+          }
+          wg_bar_sync(1 + c);
+          const float4* src = slots + (size_t(b) * 2 + c) * kSlot + t;
+#pragma unroll
+          for (int i = 0; i < C::kAcc / 4; ++i) {
+            const float4 p = __ldcg(src + i * 128);
+            acc[4 * i] += p.x;
+            acc[4 * i + 1] += p.y;
+            acc[4 * i + 2] += p.z;
+            acc[4 * i + 3] += p.w;
+          }
+        }
+      }
 
       // Epilogue: d[4j + h + 2v] is row 16 warp + lane / 4 + 8 v, column 8 j + 2 (lane % 4) + h.
       // kSwiglu: the up value of gate column 8 j + ... is in column group j + kBN/16 of the same thread.
@@ -195,17 +298,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// partial, flags: Sm90Gemm's stream-K workspace (see the kernel).
 template <int kBN>
 void launch(void* encode, bool pdl, const GemmPlan& plan, float* out, const uint16_t* x, const uint16_t* w,
-            int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+            int64_t m, int64_t n, int64_t k, float* partial, int* flags, cudaStream_t stream) {
   const CUtensorMap tx = make_bf16_tmap(encode, x, m, k, kBlockK, kBlockM);
   const CUtensorMap tw = make_bf16_tmap(encode, w, n, k, kBlockK, kBN);
   if (pdl) {
     launch_pdl(gemm_sm90_kernel<kBN, false, true>, dim3(plan.grid), dim3(kThreads), Cfg<kBN>::kSmemBytes, stream, tx,
-               tw, tw, out, int(m), int(n), int(k), plan.group_m);
+               tw, tw, out, int(m), int(n), int(k), plan.group_m, plan.stream_k, partial, flags);
   } else {
-    gemm_sm90_kernel<kBN><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(tx, tw, tw, out, int(m), int(n),
-                                                                                int(k), plan.group_m);
+    gemm_sm90_kernel<kBN><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(
+        tx, tw, tw, out, int(m), int(n), int(k), plan.group_m, plan.stream_k, partial, flags);
   }
   FERRY_CUDA_CHECK_LAUNCH(gemm_sm90_kernel);
 }
@@ -219,10 +323,10 @@ void launch_swiglu(void* encode, bool pdl, const GemmPlan& plan, float* out, con
   const CUtensorMap tu = make_bf16_tmap(encode, w + size_t(hidden) * size_t(k), hidden, k, kBlockK, kBN / 2);
   if (pdl) {
     launch_pdl(gemm_sm90_kernel<kBN, true, true>, dim3(plan.grid), dim3(kThreads), Cfg<kBN>::kSmemBytes, stream, tx,
-               tg, tu, out, int(m), int(hidden), int(k), plan.group_m);
+               tg, tu, out, int(m), int(hidden), int(k), plan.group_m, false, nullptr, nullptr);
   } else {
     gemm_sm90_kernel<kBN, true><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(
-        tx, tg, tu, out, int(m), int(hidden), int(k), plan.group_m);
+        tx, tg, tu, out, int(m), int(hidden), int(k), plan.group_m, false, nullptr, nullptr);
   }
   FERRY_CUDA_CHECK_LAUNCH(gemm_sm90_kernel);
 }
@@ -253,7 +357,25 @@ Sm90Gemm::Sm90Gemm(int device, bool pdl) : pdl_(pdl) {
   } else {
     allow_all.template operator()<false>();
   }
+  // Stream-K workspace: one partial slot per block and consumer warpgroup at the widest tile (64 x 256 f32 =
+  // 64 KB), num_sms x 2 flags; allocated once here, so run() allocates nothing (graph capture).
+  device_ = device;
+  FERRY_CUDA_CHECK(cudaMalloc(&partial_, size_t(num_sms_) * 2 * 64 * 256 * sizeof(float)));
+  FERRY_CUDA_CHECK(cudaMalloc(&flags_, size_t(num_sms_) * 2 * sizeof(int)));
+  FERRY_CUDA_CHECK(cudaMemset(flags_, 0, size_t(num_sms_) * 2 * sizeof(int)));
   encode_ = fn;
+}
+
+Sm90Gemm::~Sm90Gemm() {
+  // Errors are ignored: a destructor must not throw. The workspace belongs to device_.
+  if (partial_ == nullptr && flags_ == nullptr) return;
+  int cur = -1;
+  const bool switch_device = cudaGetDevice(&cur) == cudaSuccess && cur != device_;
+  if (switch_device) (void)cudaSetDevice(device_);
+  (void)cudaFree(partial_);
+  (void)cudaFree(flags_);
+  if (switch_device) (void)cudaSetDevice(cur);
+  (void)cudaGetLastError();
 }
 
 bool Sm90Gemm::supports(int64_t m, int64_t n, int64_t k) {
@@ -266,7 +388,7 @@ bool Sm90Gemm::supports_swiglu(int64_t m, int64_t hidden, int64_t k) {
 }
 
 GemmPlan Sm90Gemm::swiglu_plan(int64_t m, int64_t hidden, int num_sms, const GemmTile* force) {
-  GemmPlan plan = make_gemm_plan(m, 2 * hidden, num_sms, force);
+  GemmPlan plan = make_tile_plan(m, 2 * hidden, num_sms, force);
   const int64_t half = plan.block_n / 2;
   plan.tiles = ((m + 127) / 128) * ((hidden + half - 1) / half);
   plan.grid = int(plan.tiles < num_sms ? plan.tiles : num_sms);
@@ -288,18 +410,23 @@ void Sm90Gemm::run_swiglu(float* out, const uint16_t* x, const uint16_t* w, int6
   }
 }
 
+GemmPlan Sm90Gemm::plan(int64_t m, int64_t n, int64_t k, const GemmTile* force, int force_units) const {
+  return make_gemm_plan(m, n, k, num_sms_, force, force_units);
+}
+
 void Sm90Gemm::run(float* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t n, int64_t k,
-                   cudaStream_t stream, const GemmTile* force) const {
+                   cudaStream_t stream, const GemmTile* force, int force_units) const {
   FERRY_CUDA_REQUIRE(available() && supports(m, n, k));
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(out) % 8 == 0);
-  const GemmPlan plan = make_gemm_plan(m, n, num_sms_, force);
-  if (plan.tile == GemmTile::k128x256) {
-    launch<256>(encode_, pdl_, plan, out, x, w, m, n, k, stream);
-  } else if (plan.tile == GemmTile::k128x192) {
-    launch<192>(encode_, pdl_, plan, out, x, w, m, n, k, stream);
+  const GemmPlan p = plan(m, n, k, force, force_units);
+  FERRY_CUDA_REQUIRE(!p.stream_k || (p.grid <= num_sms_ && partial_ != nullptr));
+  if (p.tile == GemmTile::k128x256) {
+    launch<256>(encode_, pdl_, p, out, x, w, m, n, k, partial_, flags_, stream);
+  } else if (p.tile == GemmTile::k128x192) {
+    launch<192>(encode_, pdl_, p, out, x, w, m, n, k, partial_, flags_, stream);
   } else {
-    launch<128>(encode_, pdl_, plan, out, x, w, m, n, k, stream);
+    launch<128>(encode_, pdl_, p, out, x, w, m, n, k, partial_, flags_, stream);
   }
 }
 

@@ -8,6 +8,9 @@
 // m64n{block_n}k16 from shared memory, accumulators in registers; setmaxnreg moves registers from the
 // producer to them); the epilogue stores the f32 accumulators straight from registers (8-byte stores,
 // rows >= m and columns >= n skipped). Rows of x beyond m and columns beyond k arrive as zeros (TMA).
+// Stream-K plans (gemm_heuristics.h; shapes whose whole tiles leave half the SMs idle): the blocks take equal shares of the
+// (tile, k step) walk; a tile cut between blocks is summed in k order by the block holding its k = 0 share, from
+// partials the others leave in a workspace this object owns. Deterministic: the bits depend on (m, n, k, plan) only.
 //
 // Host-compilable: no device code here, so cuda_backend.cpp can include it.
 #pragma once
@@ -27,7 +30,12 @@ class Sm90Gemm {
   // when the entry point is missing; run() must not be called then. pdl: launch with programmatic stream
   // serialization (the first weight boxes are read before the previous kernel ends; gemm_sm90.cu), an option
   // until measured (FERRY_CUDA_GEMM=pdl).
+  // Allocates the stream-K workspace on `device` (num_sms x 128 KB of partials and num_sms x 2 flags); run() then
+  // allocates nothing. run() calls of one object must be ordered on one stream (they share the workspace).
   explicit Sm90Gemm(int device, bool pdl = false);
+  ~Sm90Gemm();
+  Sm90Gemm(const Sm90Gemm&) = delete;
+  Sm90Gemm& operator=(const Sm90Gemm&) = delete;
 
   bool available() const { return encode_ != nullptr; }
   int num_sms() const { return num_sms_; }
@@ -37,9 +45,13 @@ class Sm90Gemm {
   static bool supports(int64_t m, int64_t n, int64_t k);
 
   // out: (m, n) f32 row-major; x: (m, k) bf16 bits row-major; w: (n, k) bf16 bits row-major. On `stream`.
-  // force: a tile shape instead of the heuristic's (tests and benchmarks).
+  // force: that tile shape over whole tiles instead of the heuristic's plan (batch-invariant mode, tests,
+  // benchmarks); force_units > 0 with force: stream-K with that tile over min(force_units, SMs, tiles x k steps)
+  // blocks (tests, benchmarks).
   void run(float* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
-           const GemmTile* force = nullptr) const;
+           const GemmTile* force = nullptr, int force_units = 0) const;
+  // The plan run() would launch with these arguments.
+  GemmPlan plan(int64_t m, int64_t n, int64_t k, const GemmTile* force = nullptr, int force_units = 0) const;
 
   // SwiGLU fused into the epilogue (CudaBackend::matmul_swiglu in prefill): out (m, hidden) f32 =
   // silu(x . w[:hidden]^T) * (x . w[hidden:]^T); w: (2 hidden, k) bf16 bits, the rows of w_gate then those of
@@ -56,6 +68,9 @@ class Sm90Gemm {
   void* encode_ = nullptr;  // PFN_cuTensorMapEncodeTiled
   int num_sms_ = 0;
   bool pdl_ = false;
+  int device_ = 0;
+  float* partial_ = nullptr;  // (num_sms, 2, 64 x 256) f32: stream-K partials, one slot per block and consumer
+  int* flags_ = nullptr;      // (num_sms, 2): a slot's partial is written; zero between launches
 };
 
 }  // namespace ferry::cuda_ops
