@@ -385,10 +385,9 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
 //   mixed RxS : mixed_attention, R-row prefill tiles, S prefill slots per SM (one launch);
 //   mixRxSkK  : the same with prompt tiles' keys split over up to K blocks (key_splits K, min_split_key_tiles 2);
 //   rule      : the dispatch's tiles and slots with mixed_key_splits' K (the proposal, not yet attention()'s);
-//   attn()    : the dispatch;
-//   wg+dec    : the wgmma prefill kernel on a grid of the step's prefill tiles (prefill_tiles, as a captured step's
-//               graph key gives it), then the decode kernel; wg: that prefill launch alone; attn(t): the dispatch
-//               told the tile bound (session 8: it takes wg+dec).
+//   attn()    : the dispatch (its bench params carry no host q_len: a captured step's view);
+//   wg+dec    : the wgmma prefill kernel on a grid of the step's prefill tiles, then the decode kernel; wg: that
+//               prefill launch alone.
 // Every full version's output is compared with old's ("=" bit-identical, else relative L2; key splits change the
 // rounding of P: ~1-1.6e-3 predicted by an emulation of the tile arithmetic).
 void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
@@ -497,8 +496,8 @@ void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
                     cuda_ops::mixed_attention(p, plan, s, rule);
                   }, true});
     vs.push_back({"attn()", [&](const cuda_ops::AttentionParams& p) { cuda_ops::attention(p, s); }, true});
-    // The split path of a step whose prefill tiles the host bounds (session 8): the wgmma prefill kernel on a grid
-    // of that many tiles, then the decode kernel; "wg" alone; "attn(t)": the dispatch told the bound.
+    // Two launches on the wgmma prefill kernel, its grid bounded by the step's prefill tiles, then the decode kernel
+    // (session 8: lost to the one-launch kernel on mixed steps, won on prompt-only ones); "wg": its prefill alone.
     int32_t tiles = 0;
     for (const auto& [ql, kl] : seqs)
       if (ql >= 2) tiles += (ql + 127) / 128;
@@ -516,8 +515,6 @@ void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
       vs.push_back({"wg", [&](const cuda_ops::AttentionParams& p) {
                       cuda_ops::flash_prefill_wgmma_attention(with_tiles(p), s);
                     }, false});
-      vs.push_back({"attn(t)", [&](const cuda_ops::AttentionParams& p) { cuda_ops::attention(with_tiles(p), s); },
-                    true});
     }
     std::printf("%s (%d sequences, %d rows; prefill %.2f GFLOP, K/V %.1f MB; decode plan %d x %d; rule: %d-row "
                 "tiles, key_splits %d):\n", c.name, int(seqs.size()), n_tok, flop * 1e-9, kv_bytes * 1e-6,

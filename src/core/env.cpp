@@ -46,7 +46,6 @@ Env Env::read() {
   e.cuda_fused_qkv = get("FERRY_CUDA_FUSED_QKV");
   e.prompt_graphs = get("FERRY_PROMPT_GRAPHS");
   e.async_scheduling = get("FERRY_ASYNC_SCHEDULING");
-  e.cuda_mixed = get("FERRY_CUDA_MIXED");
   return e;
 }
 

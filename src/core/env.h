@@ -62,10 +62,6 @@ struct Env {
   // FERRY_CUDA_FUSED_QKV: "0" runs a decode step's q/k/v epilogue and attention as two launches instead of one
   // (CudaBackend::qkv_attention; comparisons); "1" or unset: fused where it applies.
   std::optional<std::string> cuda_fused_qkv;
-  // FERRY_CUDA_MIXED: "one" runs the attention of steps with prompt and decode rows in the one-launch mixed kernel
-  // (mixed_attention.cuh); "split" or unset: the wgmma prefill kernel then the decode kernel where the host bounds
-  // the prefill tiles (CudaBackendOptions::split_mixed_attention).
-  std::optional<std::string> cuda_mixed;
   // FERRY_PROMPT_GRAPHS: "1" pads the serving engine's prompt-carrying steps to a few shapes and replays them from
   // step graphs like decode steps (EngineOptions::prompt_graphs; engine/model_runner.h); "0" off; unset: the option.
   std::optional<std::string> prompt_graphs;

@@ -70,11 +70,6 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
     }
     cuda.profile_ops = env_switch(env.cuda_profile, "FERRY_CUDA_PROFILE", false);
     cuda.fused_qkv_attention = env_switch(env.cuda_fused_qkv, "FERRY_CUDA_FUSED_QKV", true);
-    if (env.cuda_mixed) {
-      FERRY_CHECK(*env.cuda_mixed == "one" || *env.cuda_mixed == "split", "FERRY_CUDA_MIXED must be one or split, "
-                  "got '{}'", *env.cuda_mixed);
-      cuda.split_mixed_attention = *env.cuda_mixed == "split";
-    }
     return std::make_unique<CudaBackend>(cuda);  // throws "no CUDA device: ..." without one
   }
   FERRY_CHECK(o.device == "cpu", "device '{}' is not available in this build (ferry runs on: cpu, cuda)", o.device);

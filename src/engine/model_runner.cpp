@@ -166,16 +166,13 @@ void ModelRunner::pad_prompt_step(size_t n_chunks) {
   FERRY_ASSERT(b.n_tokens() == n_padded && b.n_seqs() == int32_t(n_seqs));
 }
 
-bool ModelRunner::build_dummy_step(int32_t n, int32_t n_seqs, int32_t mb, bool decode, int32_t first_len) {
+bool ModelRunner::build_dummy_step(int32_t n, int32_t n_seqs, int32_t mb, bool decode) {
   // Every row is token 0; sequence s holds q_len[s] of the n tokens at positions 0.. (at most mb blocks' worth)
   // and its table cycles through the scratch blocks, as do its slots (dummy rows may share slots: their keys and
   // values are never read by a real sequence). Sequences past the tokens are empty (q_len = kv_len = 0).
   const int32_t bs = model_.kv_shape().block_size;
   const int32_t per_seq = mb * bs;
   if (int64_t(per_seq) * n_seqs < n || n_seqs > n || (decode && n != n_seqs)) return false;
-  if (first_len > 0 && (decode || first_len > per_seq || first_len >= n || n_seqs < 2 ||
-                        int64_t(per_seq) * (n_seqs - 1) < n - first_len))
-    return false;
   Batch& b = batch_;
   b = Batch{};
   b.max_blocks_per_seq = mb;
@@ -183,7 +180,7 @@ bool ModelRunner::build_dummy_step(int32_t n, int32_t n_seqs, int32_t mb, bool d
   int32_t left = n;
   for (int32_t s = 0; s < n_seqs; ++s) {
     // decode: one token each; else the first sequences take as many as their tables hold, the rest stay empty
-    const int32_t q = decode ? 1 : s == 0 && first_len > 0 ? first_len : std::min(left, per_seq);
+    const int32_t q = decode ? 1 : std::min(left, per_seq);
     const auto row0 = int32_t(b.tokens.size());
     for (int32_t i = 0; i < q; ++i) {
       b.tokens.push_back(0);
@@ -229,13 +226,6 @@ int32_t ModelRunner::warm_up_graphs(const GraphWarmup& w) {
     }
     for (int32_t p = 1; p <= max_prompt && steps < w.max_graphs; p *= 2) {
       if (!padding_.pad_prompts || !build_dummy_step(budget, p, mb, false)) continue;
-      run_dummy_step(w.device_sampling);
-      ++steps;
-    }
-    // The same with two prompt chunks, the first of kPrefillTileRows + 1 tokens: a prefill tile bound one power of
-    // two higher (a prompt's tail beside the next prompt's head, or the pad's dummy sequence beside a chunk).
-    for (int32_t p = 2; p <= max_prompt && steps < w.max_graphs; p *= 2) {
-      if (!padding_.pad_prompts || !build_dummy_step(budget, p, mb, false, kPrefillTileRows + 1)) continue;
       run_dummy_step(w.device_sampling);
       ++steps;
     }

@@ -57,9 +57,7 @@ struct StepPadding {
 // scratch blocks (no pool block, no sequence, no cache entry is touched), so the first requests replay graphs:
 //  - decode steps of P = 1, 2, 4, .. sequences up to the padded max_seqs;
 //  - with prompt padding, prompt-carrying steps of the full budget (the shape a loaded server's prompt steps take)
-//    with P = 1, 2, 4, .. sequences up to the padded max_seqs + 1, with one prompt chunk and with two (the graph
-//    key holds the step's prefill tile bound, ops/attention_meta.h: one chunk of ~460 tokens is 4 tiles, two
-//    chunks 5, i.e. 8);
+//    with P = 1, 2, 4, .. sequences up to the padded max_seqs + 1;
 // each at every table width mb = 1, 2, 4, .. up to the padded max_blocks (a step's key has the power of two at or
 // above its longest block table). At most max_graphs keys, narrow tables first. Worked example (Llama-3-8B on one
 // H200, --ctx 2048, blocks of 16, --max-running 256, budget 512): decode P 1..256 x mb 1..128 (72 keys) and the
@@ -108,8 +106,7 @@ class ModelRunner {
   void pad_prompt_step(size_t n_chunks);   // prompt padding (see above)
   // warm_up_graphs: batch_ = a dummy step of n tokens over n_seqs sequences with tables mb wide (false: no real
   // step has this key), then run like run / run_sampled with every row skipped.
-  // first_len > 0: the first sequence holds first_len tokens (a second prompt sequence follows it).
-  bool build_dummy_step(int32_t n, int32_t n_seqs, int32_t mb, bool decode, int32_t first_len = 0);
+  bool build_dummy_step(int32_t n, int32_t n_seqs, int32_t mb, bool decode);
   void run_dummy_step(bool device_sampling);
 
   LlamaModel& model_;

@@ -88,7 +88,6 @@ LlamaModel::StepLayout LlamaModel::layout_for(const Batch& batch, int32_t mb) {
   L.mb = mb;
   L.m = int32_t(batch.logit_rows.size());
   L.decode_only = std::all_of(batch.q_len.begin(), batch.q_len.end(), [](int32_t q) { return q == 1; });
-  L.prefill_tiles = count_prefill_tiles(batch.q_len.data(), int32_t(batch.q_len.size()));
   size_t off = 0;
   const auto take = [&](size_t bytes) {
     const size_t at = off;
@@ -214,15 +213,13 @@ const float* LlamaModel::execute_step(const Batch& batch, bool host_logits) {
   const bool decode = n == batch.n_seqs() &&
                       std::all_of(batch.q_len.begin(), batch.q_len.end(), [](int32_t q) { return q == 1; });
   if (graphs_on_ && (decode || prompt_graphs_) && m > 0 && !observer_ && backend_.supports_step_graphs()) {
-    StepLayout L = layout_for(batch, pow2_at_least(std::max(1, batch.max_blocks_per_seq)));
-    // A few keys: the prefill tile bound rounded up to a power of two (serving's prompt steps: 4 or 8).
-    if (L.prefill_tiles > 0) L.prefill_tiles = pow2_at_least(L.prefill_tiles);
+    const StepLayout L = layout_for(batch, pow2_at_least(std::max(1, batch.max_blocks_per_seq)));
     ensure_logits(size_t(m), true);
     stage_inputs(batch, L);
     // Token feedback: the copy goes ahead of the graph, where the backend can fence the staging buffer for the
     // next step's inputs (wait_for_copies) while this step still runs.
     if (token_feedback_) copy_inputs(L);
-    const GraphKey key{L.n, L.n_seqs, L.mb, L.m, host_logits, L.decode_only, L.prefill_tiles};
+    const GraphKey key{L.n, L.n_seqs, L.mb, L.m, host_logits, L.decode_only};
     const auto it = graphs_.find(key);
     ++graph_clock_;
     if (it != graphs_.end() && backend_.replay(*it->second.graph)) {
@@ -444,7 +441,6 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   meta.kv_len = i32(L.kv_len, L.n_seqs);
   meta.block_tables = i32(L.tables, int64_t(L.n_seqs) * L.mb);
   meta.decode_only = L.decode_only;  // not n == n_seqs: a padded prompt step's empty dummy sequences hold no token
-  meta.prefill_tiles = L.prefill_tiles;  // exact, or a graph key's power of two above it
   if (host_meta) {
     FERRY_ASSERT(host_meta->max_blocks_per_seq == L.mb);
     meta.host_q_start = host_meta->q_start.data();

@@ -153,14 +153,12 @@ class LlamaModel {
   struct StepLayout {
     int32_t n = 0, n_seqs = 0, mb = 0, m = 0;  // tokens, sequences, table stride, logit rows
     bool decode_only = false;  // every sequence has exactly one query row (padded prompt steps may hold q_len 0)
-    int32_t prefill_tiles = 0;  // AttentionMeta::prefill_tiles (graph steps: rounded up to a power of two)
     size_t slots = 0, tokens = 0, positions = 0, q_start = 0, q_len = 0, kv_len = 0, rows = 0, tables = 0;
     size_t bytes = 0;
   };
-  // (n, n_seqs, table stride, logit rows, logits copied to the host in the graph, decode-only, prefill tile bound).
-  // decode-only is a key of its own: a padded prompt step can have n == n_seqs (empty dummy sequences) with a decode
-  // step's other keys. The tile bound sizes the attention's prefill grid (ops/attention_meta.h).
-  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t, bool, bool, int32_t>;
+  // (n, n_seqs, table stride, logit rows, logits copied to the host in the graph, decode-only). decode-only is a key
+  // of its own: a padded prompt step can have n == n_seqs (empty dummy sequences) with a decode step's other keys.
+  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t, bool, bool>;
   struct GraphEntry {
     std::unique_ptr<StepGraph> graph;
     uint64_t last_use = 0;  // graph_clock_ at its last replay or capture (the least recent one is evicted)

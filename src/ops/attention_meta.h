@@ -25,20 +25,6 @@ struct AttentionMeta {
   // Every sequence has exactly one query row (a decode step), as the caller knows even without host mirrors
   // (a captured step): a backend may then run its decode kernel alone. False: not known, look at q_len.
   bool decode_only = false;
-  // An upper bound on the step's prefill tiles of kPrefillTileRows query rows (sum over sequences with q_len >= 2
-  // of ceil(q_len / kPrefillTileRows)) that the host knows even without host mirrors (a captured step: the model
-  // keys its graphs on it, rounded up to a power of two); -1: unknown. A backend may size a prefill grid by it.
-  int32_t prefill_tiles = -1;
 };
-
-inline constexpr int32_t kPrefillTileRows = 128;
-
-// The exact count for per-sequence query lengths q_len (n_seqs entries, host memory).
-inline int32_t count_prefill_tiles(const int32_t* q_len, int32_t n_seqs) {
-  int32_t tiles = 0;
-  for (int32_t s = 0; s < n_seqs; ++s)
-    if (q_len[s] >= 2) tiles += (q_len[s] + kPrefillTileRows - 1) / kPrefillTileRows;
-  return tiles;
-}
 
 }  // namespace ferry

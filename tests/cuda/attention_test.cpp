@@ -145,9 +145,7 @@ class CudaAttention : public CudaOpsTest {
   }
 
   // seqs: (q_len, kv_len) per sequence; the cache already holds (random) keys for positions < kv_len - q_len.
-  // prefill_tiles: AttentionMeta::prefill_tiles (-1: unknown, the one-launch mixed kernel; else the split path).
-  void check(const Shape& sh, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed,
-             int32_t prefill_tiles = -1) {
+  void check(const Shape& sh, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed) {
     const int64_t H = sh.n_heads, KVH = sh.n_kv_heads, D = sh.head_dim, bs = sh.block_size;
     // Scatter: sequence s gets blocks from a shuffled list; unused table entries are -1.
     test::PagedLayout L = test::make_paged_layout(bs, seqs, seed);  // host views below point into it
@@ -176,7 +174,6 @@ class CudaAttention : public CudaOpsTest {
     gm.q_len = upload(DType::I32, {n_seqs}, q_len);
     gm.kv_len = upload(DType::I32, {n_seqs}, kv_len);
     gm.block_tables = upload(DType::I32, {n_seqs, max_blocks}, tables);  // no host mirrors: the kernel must not need them
-    gm.prefill_tiles = prefill_tiles;
     gpu_->store_kv(gkc, gvc, upload(DType::F32, {n_tokens, KVH, D}, k), upload(DType::F32, {n_tokens, KVH, D}, v),
                    upload(DType::I64, {n_tokens}, slots));
     const Tensor out = poisoned({n_tokens, H, D}), out2 = poisoned({n_tokens, H, D});
@@ -400,40 +397,6 @@ TEST_F(CudaAttention, MixedStepPromptsAndDecodeRows) {
   check({8, 1, 128, 16}, {{70, 70}, {1, 1}, {1, 900}, {3, 40}}, 102);  // GQA 8: one 8-row decode tile
 }
 
-// The same steps with the prefill tiles bounded as a captured step's graph key bounds them (exactly, and rounded up
-// to a power of two): the wgmma prefill kernel on a grid of that many tiles, then the decode kernel (attention.cu's
-// split path, session 8). Also prompt-only steps too short for the standalone wgmma rule, and the pad's tiny
-// prompt sequence beside empty (q_len 0) ones.
-TEST_F(CudaAttention, MixedStepSplitPathWithATileBound) {
-  const auto tiles = [](const std::vector<std::pair<int32_t, int32_t>>& seqs) {
-    int32_t t = 0;
-    for (const auto& [ql, kl] : seqs)
-      if (ql >= 2) t += (ql + 127) / 128;
-    return t;
-  };
-  const auto pow2 = [](int32_t x) {
-    int32_t p = 1;
-    while (p < x) p *= 2;
-    return p;
-  };
-  std::vector<std::pair<int32_t, int32_t>> seqs;
-  for (int32_t i = 0; i < 30; ++i) seqs.emplace_back(1, 300 + (i * 37) % 129);
-  seqs.emplace_back(230, 742);
-  seqs.emplace_back(150, 150);
-  uint32_t seed = 140;
-  for (const bool rounded : {false, true}) {
-    const int32_t t = rounded ? pow2(tiles(seqs)) : tiles(seqs);
-    check({32, 8, 128, 16}, seqs, seed++, t);
-    std::vector<std::pair<int32_t, int32_t>> s64 = seqs;
-    s64[30] = {97, 97};
-    check({16, 4, 64, 16}, s64, seed++, rounded ? pow2(tiles(s64)) : tiles(s64));
-    const std::vector<std::pair<int32_t, int32_t>> small = {{70, 70}, {1, 1}, {1, 900}, {3, 40}, {0, 0}, {0, 0}};
-    check({8, 1, 128, 16}, small, seed++, rounded ? pow2(tiles(small)) : tiles(small));
-    const std::vector<std::pair<int32_t, int32_t>> prompts = {{460, 460}, {129, 600}};  // prompt-only, short
-    check({32, 8, 128, 16}, prompts, seed++, rounded ? pow2(tiles(prompts)) : tiles(prompts));
-  }
-}
-
 // The one-launch kernel directly, every configuration (64 / 128-row prefill tiles, 1 / 2 prefill slots per SM),
 // against the two-launch path (flash prefill with 128-row tiles, then split-KV decode) on the same inputs: decode
 // rows bit-identical (the same block code and plan), prefill rows bit-identical at 128 rows and within 1e-6 at
@@ -647,10 +610,10 @@ class CudaAttentionWgmma : public CudaAttention {
     const size_t row_floats = size_t(H * D);
     // Prompt rows of one run (variant v of the wgmma kernel, or the mma.sync kernel when mma); every other row must
     // still be NaN. bits: the device error bits it left.
-    const auto run = [&](bool mma, V v, uint32_t& bits) {
+    const auto run = [&](bool mma, V v, uint32_t& bits, int32_t prefill_tiles = -1) {
       const Tensor errs = upload(DType::I32, {kErrWords}, std::vector<int32_t>(size_t(kErrWords), 0));
       const Tensor out = poisoned({L.n_tokens, H, D});
-      const cuda_ops::AttentionParams p{.out = out.ptr<float>(), .q = gq.ptr<float>(),
+      cuda_ops::AttentionParams p{.out = out.ptr<float>(), .q = gq.ptr<float>(),
                                         .k_cache = gkc.ptr<__nv_bfloat16>(), .v_cache = gvc.ptr<__nv_bfloat16>(),
                                         .q_start = q_start.ptr<int32_t>(), .q_len = q_len.ptr<int32_t>(),
                                         .kv_len = kv_len.ptr<int32_t>(), .block_tables = tables.ptr<int32_t>(),
@@ -659,6 +622,7 @@ class CudaAttentionWgmma : public CudaAttention {
                                         .n_tokens = L.n_tokens, .n_heads = int32_t(H), .n_kv_heads = int32_t(KVH),
                                         .head_dim = int32_t(D), .scale = scale,
                                         .errors = errs.ptr<cuda_ops::DeviceErrors>()};
+      p.prefill_tiles = prefill_tiles;
       if (mma) {
         cuda_ops::flash_prefill_attention(p, gpu_->stream());
       } else {
@@ -712,6 +676,17 @@ class CudaAttentionWgmma : public CudaAttention {
       std::printf("  %s, %s: rel L2 %.2e (mma.sync kernel %.2e, vs it %.2e)\n", what.c_str(), name, err,
                   rel_l2(got_mma, ref_pre), vs_mma);
     }
+    // The grid bounded by the exact tile count (AttentionParams::prefill_tiles) and by a larger one: the same tiles,
+    // the same bits as the loose default grid (n_tokens / 128 + n_seqs tile rows).
+    int32_t tiles = 0;
+    for (const int32_t ql : L.q_len)
+      if (ql >= 2) tiles += (ql + 127) / 128;
+    uint32_t b0 = 0, b1 = 0, b2 = 0;
+    const std::vector<float> loose = run(false, V::kDefault, b0), exact = run(false, V::kDefault, b1, tiles);
+    const std::vector<float> above = run(false, V::kDefault, b2, tiles + 3);
+    EXPECT_EQ(std::memcmp(loose.data(), exact.data(), loose.size() * 4), 0) << what << ": exact tile bound";
+    EXPECT_EQ(std::memcmp(loose.data(), above.data(), loose.size() * 4), 0) << what << ": larger tile bound";
+    EXPECT_EQ(b1, b0);
   }
 };
 
@@ -767,6 +742,46 @@ TEST_F(CudaAttentionWgmma, PrefillDispatchPromptOnlySteps) {
     };
     const std::vector<float> got = run(0), wg = run(1), mma = run(2);
     for (const float x : got) ASSERT_TRUE(std::isfinite(x)) << "D " << D;
+    // A prompt-only step too short to fill two waves of 128-row tiles: wgmma too outside batch-invariant mode
+    // (session 8), and the one-launch kernel in it (a prompt's bits must not depend on what shares its step).
+    {
+      const std::vector<std::pair<int32_t, int32_t>> short_seqs = {{460, 460}, {129, 600}};
+      test::PagedLayout S = test::make_paged_layout(bs, short_seqs, 175);
+      const int64_t sn = S.n_blocks * bs * KVH * D;
+      const Tensor skc = upload(DType::BF16, {S.n_blocks, bs, KVH, D}, to_bf16_bits(random_floats(size_t(sn), 176)));
+      const Tensor svc = upload(DType::BF16, {S.n_blocks, bs, KVH, D}, to_bf16_bits(random_floats(size_t(sn), 177)));
+      const Tensor sq = upload(DType::F32, {S.n_tokens, H, D}, random_floats(size_t(S.n_tokens * H * D), 178));
+      const Tensor s_start = upload(DType::I32, {2}, S.q_start), s_len = upload(DType::I32, {2}, S.q_len);
+      const Tensor s_kv = upload(DType::I32, {2}, S.kv_len), s_tab = upload(DType::I32, {2, S.max_blocks}, S.tables);
+      cuda_ops::AttentionParams sp = p;
+      sp.q = sq.ptr<float>(), sp.k_cache = skc.ptr<__nv_bfloat16>(), sp.v_cache = svc.ptr<__nv_bfloat16>();
+      sp.q_start = s_start.ptr<int32_t>(), sp.q_len = s_len.ptr<int32_t>(), sp.kv_len = s_kv.ptr<int32_t>();
+      sp.block_tables = s_tab.ptr<int32_t>(), sp.n_seqs = 2, sp.max_blocks_per_seq = S.max_blocks;
+      sp.n_blocks = int32_t(S.n_blocks), sp.n_tokens = S.n_tokens, sp.max_q_len = 460, sp.min_q_len = 129;
+      sp.scratch_bytes = cuda_ops::attention_scratch_bytes(sp);
+      const int64_t words = int64_t(std::max<size_t>(4, (sp.scratch_bytes + 3) / 4));
+      const Tensor sscratch = upload(DType::I32, {words}, std::vector<int32_t>(size_t(words), 0));
+      sp.scratch = sscratch.ptr<float>();
+      const auto run_short = [&](bool dispatch) {
+        const Tensor out = poisoned({S.n_tokens, H, D});
+        cuda_ops::AttentionParams q = sp;
+        q.out = out.ptr<float>();
+        if (dispatch) {
+          cuda_ops::attention(q, stream);
+        } else if (invariant) {
+          q.min_q_len = -1;  // the one-launch kernel, as a mixed step runs it
+          q.max_q_len = -1;
+          cuda_ops::attention(q, stream);
+        } else {
+          cuda_ops::flash_prefill_wgmma_attention(q, stream);
+        }
+        return download(out);
+      };
+      const std::vector<float> a = run_short(true), b = run_short(false);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+          << "D " << D << (invariant ? ", batch-invariant" : "") << ": a short prompt-only step should run the "
+          << (invariant ? "one-launch" : "wgmma") << " kernel";
+    }
     const bool want_wgmma = !invariant;  // head_dim 64 and 128 alike
     const std::vector<float>& want = want_wgmma ? wg : mma;
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)

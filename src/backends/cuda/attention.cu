@@ -221,17 +221,20 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   // wave (long prompts) runs the standalone prefill kernel: its 128-row walk (Q staged in batches, the diagonal's
   // dead sub-tile skipped) is 2-13% faster than the mixed kernel's (helper pf2, docs/perf-log.md "## pf2").
   const int n_sms = sm_count();
-  if (p.min_q_len >= 2 && int64_t(p.n_tokens) / 128 * p.n_heads >= int64_t(2) * n_sms) {
+  if (p.min_q_len >= 2) {
     // The wgmma kernel (helper fa3, docs/perf-log.md "## fa3"; H200, B x L = 16384): head_dim 128 1.29-1.67x the
-    // mma.sync one at L 512..8192; head_dim 64 1.10-1.38x at L 1024..8192 (0.98x at 512). Not in batch-invariant
-    // mode: its bits differ (~4e-4 relative) from the mixed kernel's, which a prompt sharing a step with decode
-    // rows runs.
+    // mma.sync one at L 512..8192; head_dim 64 1.10-1.38x at L 1024..8192 (0.98x at 512). Short prompt-only steps
+    // too (session 8, attention_bench mixed: one 512-token prompt 16.7 us against the one-launch kernel's 25.9).
+    // Not in batch-invariant mode: its bits differ (~4e-4 relative) from the mixed kernel's, which a prompt
+    // sharing a step with decode rows runs.
     if (flash_prefill_wgmma_supports(p.head_dim) && !p.batch_invariant) {
       flash_prefill_wgmma_attention(p, stream);
-    } else {
-      flash_prefill_attention(p, stream);
+      return;
     }
-    return;
+    if (int64_t(p.n_tokens) / 128 * p.n_heads >= int64_t(2) * n_sms) {
+      flash_prefill_attention(p, stream);
+      return;
+    }
   }
   const DecodeSplitPlan plan = plan_decode_split(p, n_sms);
   // The fused q/k/v epilogue (p.qkv) exists only in the decode kernel: the caller says the step is decode-only.
@@ -240,16 +243,10 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     decode_split_attention(p, plan, stream);
     return;
   }
-  // Prompt rows beside decode rows (or a short prompt-only step) whose prefill tiles the host bounds: the wgmma
-  // prefill kernel on a grid of that many tiles, then the decode kernel (both skip the other's sequences on the
-  // device). attention_bench mixed, H200 (docs/perf-log.md "## Session 8"): see the figures there. Not in
-  // batch-invariant mode (the one-launch kernel's bits are what a row gets whatever its step holds).
-  if (p.split_mixed && p.prefill_tiles > 0 && !p.batch_invariant && flash_prefill_wgmma_supports(p.head_dim) &&
-      decode_split_supports(p.head_dim)) {
-    flash_prefill_wgmma_attention(p, stream);
-    if (p.min_q_len < 2) decode_split_attention(p, plan, stream);
-    return;
-  }
+  // Prompt rows beside decode rows: the one-launch kernel. (Measured against the wgmma prefill kernel followed by
+  // the decode kernel, session 8, attention_bench mixed, H200, us: 460 new + 50 decode rows 51.2 vs 58.3, 460 on a
+  // 512 prefix 70.9 vs 66.9, 230 + 230 + 50 54.6 vs 63.9; in serving 64 x 3 the split path was 0.3% slower: the
+  // one launch overlaps the prompt tiles with the decode blocks, two launches add them.)
   if (mixed_attention_supports(p, plan)) {
     mixed_attention(p, plan, stream, mixed_config(p, n_sms));
     return;

@@ -10,11 +10,10 @@
 // otherwise; bf16 K/V, fp32 softmax and accumulation) whose last block per (sequence, KV head)
 // merges the splits. Both kinds run in ONE launch (mixed_attention.cuh: prefill tiles and decode blocks in one
 // grid, so they overlap) where it applies (the tensor-core decode plan); otherwise two launches, each kernel
-// skipping the other's sequences on the device. A step the host knows to be prompt-only (min_q_len >= 2) whose
-// 128-row tiles fill two waves runs the wgmma prefill kernel instead (flash_prefill_wgmma.cuh, FlashAttention-3's
-// structure; the mma.sync one in batch-invariant mode); so does every other step whose prefill tiles the host
-// bounds (prefill_tiles, split_mixed), followed by the decode kernel for its decode rows (a serving step's ~460
-// prompt rows beside ~50 decode rows). Other head dims: the simple kernel below for every row.
+// skipping the other's sequences on the device. A step the host knows to be prompt-only (min_q_len >= 2) runs the
+// wgmma prefill kernel instead (flash_prefill_wgmma.cuh, FlashAttention-3's structure; head_dim 64 and 128); in
+// batch-invariant mode, the mma.sync one when its 128-row tiles fill two waves. Other head dims: the simple kernel
+// below for every row.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,10 +50,8 @@ struct AttentionParams {
   int32_t min_q_len = -1;       // the fewest query rows of any sequence when the host knows it (-1: unknown);
                                 // >= 2: no decode rows (a prompt-only step)
   int32_t prefill_tiles = -1;   // an upper bound the host knows on the prefill tiles of 128 query rows (sum over
-                                // sequences with q_len >= 2 of ceil(q_len / 128)); -1: unknown. A captured step
-                                // knows one from its graph key (ops/attention_meta.h)
-  bool split_mixed = true;      // with prefill_tiles known: the wgmma prefill kernel for the prompt rows, then
-                                // the decode kernel for the decode rows, instead of the one-launch mixed kernel
+                                // sequences with q_len >= 2 of ceil(q_len / 128)); -1: unknown. The wgmma
+                                // prefill kernel's grid has that many tile rows (else n_tokens / 128 + n_seqs)
 
   // The q/k/v epilogue fused into a decode-only step (decode_fused_qkv.cuh; tensor-core decode plan, max_q_len
   // 1, head_dim 64/128, full RoPE): qkv set means q is not read; each block normalizes and rotates its heads

@@ -632,20 +632,17 @@ cuda_ops::AttentionParams CudaBackend::attention_params(const Tensor& out, const
                      .n_blocks = int32_t(k_cache.shape[0]), .n_tokens = int32_t(n), .n_heads = int32_t(n_heads),
                      .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
                      .errors = errors_, .batch_invariant = options_.batch_invariant};
-  ap.split_mixed = options_.split_mixed_attention;
   if (meta.decode_only) {
     ap.max_q_len = 1;  // a captured decode step too: the decode kernel alone (attention.cu)
-    ap.prefill_tiles = 0;
   } else if (meta.host_q_len != nullptr) {
     ap.max_q_len = 0;
     ap.min_q_len = meta.n_seqs > 0 ? meta.host_q_len[0] : 0;
+    ap.prefill_tiles = 0;  // 128-row tiles of the sequences with q_len >= 2 (the wgmma prefill grid)
     for (int32_t s = 0; s < meta.n_seqs; ++s) {
       ap.max_q_len = std::max(ap.max_q_len, meta.host_q_len[s]);
       ap.min_q_len = std::min(ap.min_q_len, meta.host_q_len[s]);
+      if (meta.host_q_len[s] >= 2) ap.prefill_tiles += (meta.host_q_len[s] + 127) / 128;
     }
-    ap.prefill_tiles = count_prefill_tiles(meta.host_q_len, meta.n_seqs);
-  } else {
-    ap.prefill_tiles = meta.prefill_tiles;  // a captured step: the bound its graph key carries
   }
   if (options_.batch_invariant) {
     using cuda_ops::DecodeSplitLimits;

@@ -67,9 +67,6 @@ struct CudaBackendOptions {
   // Which skinny GEMM takes n = 17..255 (matmul_dispatch.h, FERRY_CUDA_SKINNY): the measured rule, or one kernel
   // wherever it supports the shape (in-situ comparisons).
   cuda_ops::SkinnyOverride skinny_override = cuda_ops::SkinnyOverride::Rule;
-  // Steps with prompt rows beside decode rows whose prefill tiles the model bounds (AttentionMeta::prefill_tiles):
-  // the wgmma prefill kernel then the decode kernel; false: the one-launch mixed kernel (FERRY_CUDA_MIXED=one).
-  bool split_mixed_attention = true;
 };
 
 class CudaBackend final : public Backend {

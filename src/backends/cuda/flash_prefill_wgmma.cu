@@ -383,8 +383,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(Attent
 template <int D, int kStages, bool kOverlap, bool kSplitV = false>
 void launch(const AttentionParams& p, cudaStream_t stream) {
   using Sh = WgShape<D, kStages>;
-  // Tiles: sum over sequences of ceil(q_len / 128) <= n_tokens / 128 + n_seqs, or the host's bound (a mixed step's
-  // decode rows would otherwise add a block column each that finds no tile).
+  // Tiles: sum over sequences of ceil(q_len / 128) <= n_tokens / 128 + n_seqs, or the host's bound (in a step with
+  // many decode rows the loose bound adds a column of blocks per decode row that find no tile).
   int64_t max_tiles = (int64_t(p.n_tokens) + kTileQ - 1) / kTileQ + p.n_seqs;
   if (p.prefill_tiles >= 0) max_tiles = std::min<int64_t>(max_tiles, p.prefill_tiles);
   if (max_tiles == 0) return;
