@@ -46,6 +46,7 @@ Env Env::read() {
   e.cuda_fused_qkv = get("FERRY_CUDA_FUSED_QKV");
   e.prompt_graphs = get("FERRY_PROMPT_GRAPHS");
   e.async_scheduling = get("FERRY_ASYNC_SCHEDULING");
+  e.cuda_decode_early = get("FERRY_CUDA_DECODE_EARLY");
   return e;
 }
 

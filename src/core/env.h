@@ -62,6 +62,9 @@ struct Env {
   // FERRY_CUDA_FUSED_QKV: "0" runs a decode step's q/k/v epilogue and attention as two launches instead of one
   // (CudaBackend::qkv_attention; comparisons); "1" or unset: fused where it applies.
   std::optional<std::string> cuda_fused_qkv;
+  // FERRY_CUDA_DECODE_EARLY: "0" makes the decode attention kernel request its first K/V tiles after the PDL wait
+  // instead of before it (CudaBackendOptions::decode_early_kv; comparisons); "1" or unset: before.
+  std::optional<std::string> cuda_decode_early;
   // FERRY_PROMPT_GRAPHS: "1" pads the serving engine's prompt-carrying steps to a few shapes and replays them from
   // step graphs like decode steps (EngineOptions::prompt_graphs; engine/model_runner.h); "0" off; unset: the option.
   std::optional<std::string> prompt_graphs;

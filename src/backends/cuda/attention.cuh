@@ -49,6 +49,7 @@ struct AttentionParams {
                                 // 0 or 1: a decode-only step
   int32_t min_q_len = -1;       // the fewest query rows of any sequence when the host knows it (-1: unknown);
                                 // >= 2: no decode rows (a prompt-only step)
+  bool decode_early_kv = true;  // DecodeSplitPlan::early_kv allowed (CudaBackendOptions::decode_early_kv)
   int32_t prefill_tiles = -1;   // an upper bound the host knows on the prefill tiles of 128 query rows (sum over
                                 // sequences with q_len >= 2 of ceil(q_len / 128)); -1: unknown. The wgmma
                                 // prefill kernel's grid has that many tile rows (else n_tokens / 128 + n_seqs)

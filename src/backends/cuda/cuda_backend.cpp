@@ -632,6 +632,7 @@ cuda_ops::AttentionParams CudaBackend::attention_params(const Tensor& out, const
                      .n_blocks = int32_t(k_cache.shape[0]), .n_tokens = int32_t(n), .n_heads = int32_t(n_heads),
                      .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
                      .errors = errors_, .batch_invariant = options_.batch_invariant};
+  ap.decode_early_kv = options_.decode_early_kv;
   if (meta.decode_only) {
     ap.max_q_len = 1;  // a captured decode step too: the decode kernel alone (attention.cu)
   } else if (meta.host_q_len != nullptr) {

@@ -67,6 +67,9 @@ struct CudaBackendOptions {
   // Which skinny GEMM takes n = 17..255 (matmul_dispatch.h, FERRY_CUDA_SKINNY): the measured rule, or one kernel
   // wherever it supports the shape (in-situ comparisons).
   cuda_ops::SkinnyOverride skinny_override = cuda_ops::SkinnyOverride::Rule;
+  // The decode kernel requests its first K/V tiles before the PDL wait (DecodeSplitPlan::early_kv; same bits);
+  // false: after it (FERRY_CUDA_DECODE_EARLY=0, in-situ comparisons).
+  bool decode_early_kv = true;
 };
 
 class CudaBackend final : public Backend {

@@ -282,10 +282,13 @@ DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms, DecodeKer
   const int64_t group = p.n_heads / std::max(1, p.n_kv_heads);
   if (kernel == DecodeKernel::kTensorCores && !decode_mma_supports(p.head_dim)) kernel = DecodeKernel::kCudaCores;
   // Batch-invariant mode: CudaBackend::attention has checked the plan's limits (sequences, context).
-  if (p.batch_invariant)
-    return plan_decode_split_fixed(group, int64_t(p.max_blocks_per_seq) * p.block_size, kernel, p.head_dim);
-  return plan_decode_split(p.n_seqs, p.n_kv_heads, group, int64_t(p.max_blocks_per_seq) * p.block_size, n_sms, kernel,
-                           p.head_dim);
+  DecodeSplitPlan plan =
+      p.batch_invariant
+          ? plan_decode_split_fixed(group, int64_t(p.max_blocks_per_seq) * p.block_size, kernel, p.head_dim)
+          : plan_decode_split(p.n_seqs, p.n_kv_heads, group, int64_t(p.max_blocks_per_seq) * p.block_size, n_sms,
+                              kernel, p.head_dim);
+  plan.early_kv = plan.early_kv && p.decode_early_kv;  // same bits either way
+  return plan;
 }
 
 DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms) {
