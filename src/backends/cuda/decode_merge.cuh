@@ -15,6 +15,14 @@
 
 namespace ferry::cuda_ops {
 
+// o += x * w, component by component (one fmaf each): the split merges' weighted sum of partial outputs.
+__device__ __forceinline__ void fma_float4(float4& o, const float4& x, float w) {
+  o.x = fmaf(x.x, w, o.x);
+  o.y = fmaf(x.y, w, o.y);
+  o.z = fmaf(x.z, w, o.z);
+  o.w = fmaf(x.w, w, o.w);
+}
+
 // Scratch of decode_split_attention: counters, then the splits' partials.
 struct DecodeScratch {
   int32_t* counters;  // (kMaxCounters) i32, one per (sequence, KV head, row group); zero between launches
@@ -115,12 +123,7 @@ __device__ inline void decode_merge_one_pass(const AttentionParams& p, const Dec
         if (u < n_used) a[u] = __ldcg(acc_p + int64_t(u) * (D / 4));
     }
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    const auto add = [&](const float4& x, float w) {
-      o.x = fmaf(x.x, w, o.x);
-      o.y = fmaf(x.y, w, o.y);
-      o.z = fmaf(x.z, w, o.z);
-      o.w = fmaf(x.w, w, o.w);
-    };
+    const auto add = [&](const float4& x, float w) { fma_float4(o, x, w); };
 #pragma unroll
     for (int u = 0; u < kOnePassSplits; ++u)
       if (u < n_used) add(a[u], sm.w[r][u]);
@@ -225,12 +228,7 @@ __device__ inline void decode_block_epilogue(const AttentionParams& p, const Dec
     const int h = b.kvh * b.group + b.r0 + r;
     const float4* acc_p = reinterpret_cast<const float4*>(L.acc + (int64_t(b.s) * p.n_heads + h) * n_splits * D + d);
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    const auto add = [&](const float4& a, float w) {
-      o.x = fmaf(a.x, w, o.x);
-      o.y = fmaf(a.y, w, o.y);
-      o.z = fmaf(a.z, w, o.z);
-      o.w = fmaf(a.w, w, o.w);
-    };
+    const auto add = [&](const float4& x, float w) { fma_float4(o, x, w); };
     int i = 0;
     for (; i + kBatch <= n_used; i += kBatch) {
       float4 a[kBatch];
