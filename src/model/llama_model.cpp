@@ -385,10 +385,13 @@ void LlamaModel::collect_sampled(SampledStep& out) {
   in_flight_.pop_front();
   const int64_t V = vocab_.full;
   try {
+    // wait_s: the time this call blocks (with a step launched after this one, the host's work in between is not
+    // waiting: asynchronous scheduling shows up here as a short wait).
+    const auto wait_from = std::max(step.enqueued, std::chrono::steady_clock::now());
     backend_.wait_mark(step.mark);
     const auto now = std::chrono::steady_clock::now();
     step_host_time_ = {.enqueue_s = std::chrono::duration<double>(step.enqueued - step.started).count(),
-                       .wait_s = std::chrono::duration<double>(now - std::max(step.enqueued, step.started)).count()};
+                       .wait_s = std::chrono::duration<double>(now - wait_from).count()};
     comm_->step_done();
   } catch (const std::exception& e) {
     comm_->abort(e.what());

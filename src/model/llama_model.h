@@ -134,9 +134,10 @@ class LlamaModel {
   };
   const GraphStats& graph_stats() const { return graph_stats_; }
   static constexpr int32_t max_graphs() { return int32_t(kMaxGraphs); }
-  // Host time of the last forward_sampled: enqueuing the step's work (a graph launch, or every op of an eager
-  // step) and then waiting for the device to finish it. Enqueue close to enqueue + wait means the host, not
-  // the device, sets the step's pace.
+  // Host time of the last collected sampled step: enqueuing its work (a graph launch, or every op of an eager step)
+  // and the time collect_sampled then blocked for the device. Step by step, enqueue close to enqueue + wait means
+  // the host, not the device, sets the pace; with a step launched in between (asynchronous scheduling) the host's
+  // work overlaps the device's and only the remainder is waited.
   struct StepHostTime {
     double enqueue_s = 0;
     double wait_s = 0;
