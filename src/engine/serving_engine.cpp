@@ -313,11 +313,11 @@ void ServingEngine::Impl::complete_oldest() {
     }
   }
   const auto t3 = Clock::now();
-  // The step no longer holds its sequences; its K/V are complete (into the prefix cache), unless the sequence was
-  // preempted since (a new table) or has ended.
+  // The step's K/V are complete (into the prefix cache), unless the sequence was preempted since (a new table) or
+  // has ended. (The step still holds its sequences until the end of this function: one that finishes below stays
+  // alive in `retired` until then.)
   for (size_t j = 0; j < s.plan.chunks.size(); ++j) {
     Sequence* seq = s.plan.chunks[j].seq;
-    --seq->steps_in_flight;
     if (seq->state == SequenceState::Finished || seq->epoch != s.epoch[j]) continue;
     seq->n_inflight -= s.plan.chunks[j].n_tokens;
     if (error.empty()) blocks->commit(*seq);
@@ -361,8 +361,12 @@ void ServingEngine::Impl::complete_oldest() {
       }
     }
   }
-  for (const ScheduledChunk& c : s.plan.chunks)
-    if (c.seq->steps_in_flight == 0 && c.seq->state == SequenceState::Finished) retired.erase(c.seq->id);
+  // The step no longer holds its sequences: a finished one that no other launched step names goes now.
+  for (const ScheduledChunk& c : s.plan.chunks) {
+    Sequence* seq = c.seq;
+    --seq->steps_in_flight;
+    if (seq->steps_in_flight == 0 && seq->state == SequenceState::Finished) retired.erase(seq->id);
+  }
   const auto t4 = Clock::now();
   // A step's time: from the previous step's end (or its own schedule, after an idle engine) to its end.
   const auto began = std::max(s.scheduled, last_completion);
