@@ -35,11 +35,6 @@ void ModelRunner::run(const StepPlan& plan) {
   model_.forward(batch_, logits_);
 }
 
-void ModelRunner::run_sampled(const StepPlan& plan, std::span<const RowSampling> rows) {
-  launch_sampled(plan, rows);
-  collect();
-}
-
 void ModelRunner::launch_sampled(const StepPlan& plan, std::span<const RowSampling> rows) {
   build_batch(plan);
   FERRY_ASSERT(rows.size() <= batch_.logit_rows.size());

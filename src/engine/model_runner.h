@@ -67,7 +67,7 @@ struct StepPadding {
 struct GraphWarmup {
   int32_t max_seqs = 1;           // the scheduler's max_running
   int32_t max_blocks = 1;         // blocks of a full-context sequence
-  bool device_sampling = false;   // the path the serving steps take (run_sampled vs run): part of the graph key
+  bool device_sampling = false;   // the path the serving steps take (launch_sampled vs run): part of the graph key
   int32_t max_graphs = 64;        // at most this many keys (the model's graph cache)
 };
 
@@ -81,18 +81,17 @@ class ModelRunner {
   // Runs the plan's chunks. Afterwards logits(i) is the (vocab_size) row of the i-th chunk that samples (in
   // plan order). Does not advance the sequences (the caller commits them).
   void run(const StepPlan& plan);
-  // The same with the logits left on the device (model.supports_device_sampling()): rows[i] says what happens to
-  // the i-th chunk that samples (Device: drawn there, token(i) holds the id; Host: its logits are copied,
-  // logits(i) holds them). Decode padding rows are skipped.
-  void run_sampled(const StepPlan& plan, std::span<const RowSampling> rows);
-  // run_sampled in two halves (asynchronous scheduling; LlamaModel::launch_sampled / collect_sampled): launch
-  // builds and enqueues the step; collect waits for the oldest launched step, after which token(i) / logits(i)
-  // are that step's. Between them the plan's sequences may change (the batch was copied at launch).
+  // The same with the logits left on the device (model.supports_device_sampling()), in two halves
+  // (LlamaModel::launch_sampled / collect_sampled), so that the host can prepare the next step meanwhile
+  // (asynchronous scheduling). launch_sampled builds and enqueues the step: rows[i] says what happens to the i-th
+  // chunk that samples (Device: drawn there; Host: its logits are copied); decode padding rows are skipped.
+  // collect waits for the oldest launched step, after which token(i) / logits(i) are that step's. Between them the
+  // plan's sequences may change (the batch was copied at launch).
   void launch_sampled(const StepPlan& plan, std::span<const RowSampling> rows);
   void collect();
-  // After run: every row; after run_sampled: the Host rows.
+  // After run: every row; after collect: the Host rows.
   std::span<const float> logits(size_t i) const;
-  // After run_sampled, a Device row: the drawn id (-1: every logit was NaN/-inf).
+  // After collect, a Device row: the drawn id (-1: every logit was NaN/-inf).
   int32_t token(size_t i) const;
   // Runs each step-graph key of GraphWarmup once on dummy rows (see above); returns how many steps it ran. Needs
   // the scratch blocks (StepPadding::scratch_first >= 0); prompt keys only with pad_prompts.
@@ -105,7 +104,7 @@ class ModelRunner {
   void pad_decode_step(size_t n_chunks);   // decode padding (see above)
   void pad_prompt_step(size_t n_chunks);   // prompt padding (see above)
   // warm_up_graphs: batch_ = a dummy step of n tokens over n_seqs sequences with tables mb wide (false: no real
-  // step has this key), then run like run / run_sampled with every row skipped.
+  // step has this key), then run like run / launch_sampled + collect with every row skipped.
   bool build_dummy_step(int32_t n, int32_t n_seqs, int32_t mb, bool decode);
   void run_dummy_step(bool device_sampling);
 
@@ -113,11 +112,11 @@ class ModelRunner {
   StepPadding padding_;
   Batch batch_;
   std::vector<float> logits_;  // run: (logit rows, vocab_size) row-major; the first n_sampling_chunks are real
-  std::vector<RowSampling> row_modes_;  // run_sampled: (logit rows) the rows' settings, padding rows Skip
-  SampledStep sampled_;                 // run_sampled: the drawn ids and the Host rows' logits
-  std::vector<int32_t> host_index_;     // run_sampled: (n_sampling_chunks) row of sampled_.host_logits, -1: none
+  std::vector<RowSampling> row_modes_;  // launch_sampled: (logit rows) the rows' settings, padding rows Skip
+  SampledStep sampled_;                 // collect: the drawn ids and the Host rows' logits
+  std::vector<int32_t> host_index_;     // collect: (n_sampling_chunks) row of sampled_.host_logits, -1: none
   std::deque<std::vector<int32_t>> launched_host_index_;  // launch_sampled: host_index_ of each step in flight
-  bool device_step_ = false;            // whether the last step was run_sampled
+  bool device_step_ = false;            // whether the last step read was device-sampled (collect, not run)
 };
 
 }  // namespace ferry
