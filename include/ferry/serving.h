@@ -127,6 +127,8 @@ struct ServingStats {
   int64_t logits_host_bytes = 0;      // f32 logits copied from the device to the host (all steps)
   int64_t device_sampled_tokens = 0;  // tokens drawn on the device (ServingOptions.device_sampling)
   int64_t graph_replays = 0;          // steps run as one step-graph launch (decode steps on CUDA)
+  int64_t overlapped_steps = 0;       // steps launched while the previous one was not yet postprocessed
+                                      // (ServingOptions::async_scheduling)
   int32_t graph_warmup_steps = 0;     // step graphs recorded at start (ServingOptions::graph_warmup)
   double graph_warmup_seconds = 0;    // and the time that took
   double prefix_hit_rate() const { return prompt_tokens ? double(prompt_tokens_cached) / double(prompt_tokens) : 0.0; }

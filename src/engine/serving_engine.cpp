@@ -297,6 +297,10 @@ void ServingEngine::Impl::launch(StepPlan&& plan, Clock::time_point scheduled) {
   }
   s.launch_s = std::chrono::duration<double>(Clock::now() - t1).count();
   s.plan = std::move(plan);
+  if (!launched.empty()) {  // the previous step is still in flight: this one overlaps its postprocessing
+    std::lock_guard lock(stats_mu);
+    ++stats.overlapped_steps;
+  }
   launched.push_back(std::move(s));
 }
 

@@ -90,6 +90,13 @@ TEST(ServingDeviceSampling, CpuEngineSamplesInTheBackendWithTheSameTokens) {
     e.shutdown(true);
     const ServingStats st = e.stats();
     EXPECT_EQ(st.graph_replays, 0);
+    // Asynchronous scheduling really overlapped steps (a's and b's decode steps after c, whose logprobs rows make
+    // every step holding them finish at once, has ended).
+    if (cfg.async_scheduling) {
+      EXPECT_GT(st.overlapped_steps, 0);
+    } else {
+      EXPECT_EQ(st.overlapped_steps, 0);
+    }
     const int64_t row_bytes = int64_t(e.info().vocab_size) * 4;
     if (cfg.device_sampling) {
       EXPECT_EQ(st.device_sampled_tokens, 12);

@@ -125,6 +125,13 @@ void run_random_serving(const EngineOptions& eo, uint64_t seed, int32_t budget, 
   EXPECT_EQ(st.waiting, 0);
   EXPECT_EQ(st.requests_failed, 0);
   EXPECT_EQ(st.requests_finished + st.requests_cancelled, int64_t(plan.size()));
+  if (async_scheduling) {
+    std::printf("seed %llu: %lld of %lld steps overlapped\n", (unsigned long long)seed, (long long)st.overlapped_steps,
+                (long long)st.steps);
+    EXPECT_GT(st.overlapped_steps, st.steps / 2) << "seed " << seed << ": asynchronous scheduling rarely overlapped";
+  } else {
+    EXPECT_EQ(st.overlapped_steps, 0);
+  }
   preemptions += st.preemptions;
   cached += st.prompt_tokens_cached;
 }

@@ -83,6 +83,7 @@ TEST(Metrics, RenderHasEverySeriesAndValidLines) {
   s.device_sampled_tokens = 17;
   s.logits_host_bytes = 4096;
   s.graph_replays = 9;
+  s.overlapped_steps = 5;
   const std::string text = m.render(s, now);
   for (const char* line : {"ferry_http_requests_total{route=\"chat\",status=\"200\"} 2\n",
                            "ferry_http_requests_total{route=\"completions\",status=\"429\"} 1\n",
@@ -93,7 +94,7 @@ TEST(Metrics, RenderHasEverySeriesAndValidLines) {
                            "ferry_engine_requests_total{outcome=\"cancelled\"} 4\n", "ferry_server_generation_tokens_total 30\n",
                            "ferry_time_to_first_token_seconds_count 1\n", "ferry_generation_tokens_per_second 3\n",
                            "ferry_device_sampled_tokens_total 17\n", "ferry_logits_host_bytes_total 4096\n",
-                           "ferry_step_graph_replays_total 9\n"})
+                           "ferry_step_graph_replays_total 9\n", "ferry_overlapped_steps_total 5\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line;
   // Every line is a comment (# HELP / # TYPE) or `name{labels} value`.
   const std::regex sample(R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [-+0-9.eInfa]+$)");
