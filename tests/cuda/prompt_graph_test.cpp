@@ -195,6 +195,10 @@ TEST_F(CudaPromptGraph, ServingTokensEqualWithTheOptionOnAndOff) {
   EXPECT_EQ(on_stats.graph_warmup_steps, 0);
   EXPECT_GT(warm_stats.graph_warmup_steps, 0);
   EXPECT_GT(warm_stats.graph_replays, on_stats.graph_replays);
+  // Asynchronous scheduling overlapped steps in the runs that had it, and none in the one without.
+  EXPECT_GT(on_stats.overlapped_steps, 0);
+  EXPECT_GT(warm_stats.overlapped_steps, 0);
+  EXPECT_EQ(sync_stats.overlapped_steps, 0);
 }
 
 }  // namespace
