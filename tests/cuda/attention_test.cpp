@@ -614,14 +614,14 @@ class CudaAttentionWgmma : public CudaAttention {
       const Tensor errs = upload(DType::I32, {kErrWords}, std::vector<int32_t>(size_t(kErrWords), 0));
       const Tensor out = poisoned({L.n_tokens, H, D});
       cuda_ops::AttentionParams p{.out = out.ptr<float>(), .q = gq.ptr<float>(),
-                                        .k_cache = gkc.ptr<__nv_bfloat16>(), .v_cache = gvc.ptr<__nv_bfloat16>(),
-                                        .q_start = q_start.ptr<int32_t>(), .q_len = q_len.ptr<int32_t>(),
-                                        .kv_len = kv_len.ptr<int32_t>(), .block_tables = tables.ptr<int32_t>(),
-                                        .n_seqs = n_seqs, .max_blocks_per_seq = L.max_blocks,
-                                        .block_size = int32_t(bs), .n_blocks = int32_t(L.n_blocks),
-                                        .n_tokens = L.n_tokens, .n_heads = int32_t(H), .n_kv_heads = int32_t(KVH),
-                                        .head_dim = int32_t(D), .scale = scale,
-                                        .errors = errs.ptr<cuda_ops::DeviceErrors>()};
+                                  .k_cache = gkc.ptr<__nv_bfloat16>(), .v_cache = gvc.ptr<__nv_bfloat16>(),
+                                  .q_start = q_start.ptr<int32_t>(), .q_len = q_len.ptr<int32_t>(),
+                                  .kv_len = kv_len.ptr<int32_t>(), .block_tables = tables.ptr<int32_t>(),
+                                  .n_seqs = n_seqs, .max_blocks_per_seq = L.max_blocks,
+                                  .block_size = int32_t(bs), .n_blocks = int32_t(L.n_blocks),
+                                  .n_tokens = L.n_tokens, .n_heads = int32_t(H), .n_kv_heads = int32_t(KVH),
+                                  .head_dim = int32_t(D), .scale = scale,
+                                  .errors = errs.ptr<cuda_ops::DeviceErrors>()};
       p.prefill_tiles = prefill_tiles;
       if (mma) {
         cuda_ops::flash_prefill_attention(p, gpu_->stream());
