@@ -15,7 +15,9 @@
 #          3 prompts (cosine >= 0.999, mean KL <= 1e-3; float32 transformers reported alongside);
 # bench:   `ferry bench --device cuda -p 512 -n 128` on Llama-3-8B-shaped random models made on the machine
 #          with `ferry gen` (BF16, Q8_0, Q4_0; FERRY_BENCH_TYPES picks a subset);
-# serve:   `ferry serve --device cuda` on the BF16 model under serve_bench (64 and 256 streaming clients);
+# serve:   `ferry serve --device cuda` on the BF16 model under serve_bench (64 and 256 streaming clients), the SM
+#          clock and board power sampled during each run;
+# placement: kv_placement_bench (decode attention with the KV blocks compact or spread over a serving-sized cache);
 # profile: per-op GPU time tables (FERRY_CUDA_PROFILE=1) of batch-1 decode (BF16, Q4_0) and of a serve run.
 # A summary table is printed last; full logs go under $OUT (tests.log, kernels.log, correctness.log,
 # bench.log, summary.txt).
@@ -85,6 +87,15 @@ if has kernels; then
   done
   note "kernels: see kernels.log ($(wc -l < "$log") lines)"
   stage_done kernels
+fi
+
+if has placement; then
+  # Does a decode step's attention care where its KV blocks sit in a serving-sized cache (bench/kernels/
+  # kv_placement_bench.cpp)? 64 sequences at 512..640 positions over a 32,768-block pool per layer array.
+  log="$OUT/placement.log"
+  timeout 200 "$C/kv_placement_bench" ${FERRY_PLACEMENT_ARGS:-} > "$log" 2>&1
+  note "kv placement (exit status $?):"; tee -a "$summary" < "$log"
+  stage_done placement
 fi
 
 if has correctness; then
@@ -157,11 +168,20 @@ if has serve; then
       --query-gpu=memory.used --format=csv,noheader | head -1)"
     seed=1  # each run on this server draws new prompts (a repeated run of one seed would hit the prefix cache)
     for n in ${FERRY_SERVE_CLIENTS:-64 256}; do
+      # SM clock and board power sampled every 250 ms during the run (is a GEMM-bound step throttled?).
+      nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 250 \
+        > "$OUT/clocks.csv" 2>/dev/null &
+      sampler=$!
       timeout 200 "$C/serve_bench" --url "http://127.0.0.1:$port" --clients $n --requests $((n * ${FERRY_SERVE_PER_CLIENT:-3})) --seed $seed \
         --input-len 512 --output-len 128 --stream --timeout 180 --json "$OUT/serve$n.json" > "$OUT/s.log" 2>&1
+      kill $sampler 2>/dev/null; wait $sampler 2>/dev/null
       seed=$((seed + 1))
       cat "$OUT/s.log" >> "$log"
       note "[serve${va:+ $va}, $n clients, seed $((seed - 1)), 512/128] $(tr '\n' ' ' < "$OUT/s.log" | tail -c 600)"
+      note "[serve clocks, $n clients] $(awk -F', *' '$1 > 0 {n++; c += $1; p += $2; if ($1 < lo || lo == 0) lo = $1;
+        if ($2 > hp) hp = $2; t = $3} END {if (n) printf "%d samples: SM clock mean %.0f MHz (min %d), " \
+        "power mean %.0f W (max %.0f), temperature %d C", n, c / n, lo, p / n, hp, t}' "$OUT/clocks.csv")"
+      rm -f "$OUT/clocks.csv"
     done
     curl -s "http://127.0.0.1:$port/metrics" | grep -E "^ferry_" | grep -vE "_bucket" >> "$log"
     kill -TERM $server; wait $server; note "serve exit status: $?"

@@ -17,7 +17,7 @@ fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_NCCL_ROOT="$nccl" > /dev/null
 cmake --build build -j "$(nproc)" --target ferry test_cuda test_e2e matvec_bench prefill_kernels_bench serve_bench \
   attention_bench gemm_bench allreduce_bench fused_ops_bench sampling_bench fusion_bench skinny_gemm_bench \
-  wgmma_skinny_bench
+  wgmma_skinny_bench kv_placement_bench
 # nvcc turns a host call of a __device__-only function into a silent exit(1) (it cost two device calls once).
 # List the host functions of the kernel files that call exit(): host stubs of device-only helpers that nothing
 # calls are harmless; a launcher or planner in this list is the bug.
@@ -27,7 +27,7 @@ done | c++filt | sort -u >&2
 rm -rf .carry && mkdir -p .carry
 cp build/ferry build/tests/test_cuda build/tests/test_e2e build/matvec_bench build/prefill_kernels_bench build/serve_bench \
   build/attention_bench build/gemm_bench build/allreduce_bench build/fused_ops_bench build/sampling_bench \
-  build/fusion_bench build/skinny_gemm_bench build/wgmma_skinny_bench .carry/
+  build/fusion_bench build/skinny_gemm_bench build/wgmma_skinny_bench build/kv_placement_bench .carry/
 strip .carry/*
 # Libraries the GPU machine may lack (it has no PCRE2 headers; fmt is there but copy it to be sure).
 cp -L /lib/x86_64-linux-gnu/libfmt.so.9 /lib/x86_64-linux-gnu/libpcre2-8.so.0 .carry/
