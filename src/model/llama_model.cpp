@@ -460,7 +460,9 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   const Tensor q = q_.view(DType::F32, {n, H, D});
   const Tensor k = k_.view(DType::F32, {n, KVH, D});
   const Tensor v = v_.view(DType::F32, {n, KVH, D});
-  const Tensor attn = attn_.view(DType::F32, {n, H, D});     // attention output per head
+  // Attention output per head: the o-projection's input, in the backend's matmul input dtype (bf16 on a GPU at
+  // most sizes: no conversion pass before the wo GEMM; f32 while a debug observer reads the step).
+  const Tensor attn = attn_.view(xb_dtype, {n, H, D});
   const Tensor delta = out_.view(DType::F32, {n, c.dim});    // a sublayer's output (o-proj or ffn down)
   const Tensor gate = gate_.view(DType::F32, {n, c.hidden_dim});
   const Tensor up = up_.data() ? up_.view(DType::F32, {n, c.hidden_dim}) : Tensor{};
@@ -515,14 +517,17 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     comm_->all_reduce_add_rms_norm(backend_, xb, x, delta, L.ffn_norm, c.rms_eps);
     observe("attn_out", l, delta);
     observe("ffn_norm", l, xb);
+    // act: (n, hidden) silu(gate) * up, the down projection's input: in the backend's matmul input dtype where
+    // the fused op writes it (bf16 on a GPU: no conversion pass before the down GEMM), else f32 in place of gate.
+    const Tensor act = L.w_gate_up.empty() ? gate : gate_.view(xb_dtype, {n, c.hidden_dim});
     if (!L.w_gate_up.empty()) {
-      backend_.matmul_swiglu(gate, gate_up, xb, L.w_gate_up);  // SwiGLU in the matmul where the backend can
+      backend_.matmul_swiglu(act, gate_up, xb, L.w_gate_up);  // SwiGLU in the matmul where the backend can
     } else {
       backend_.matmul(gate, xb, L.w_gate, Tensor{});
       backend_.matmul(up, xb, L.w_up, Tensor{});
       backend_.swiglu(gate, gate, up);
     }
-    backend_.matmul(delta, gate, L.w_down, Tensor{});
+    backend_.matmul(delta, act, L.w_down, Tensor{});
     // Row-parallel: partial sums over this rank's hidden units; then x += delta and the next layer's attention
     // norm (the last layer's sum goes to the output norm below, on the rows that need logits).
     if (l + 1 < c.n_layers) {

@@ -148,7 +148,8 @@ class Backend {
   virtual void store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
                         const Tensor& slots) = 0;
   // Causal attention of the step's queries over each sequence's cached keys/values (GQA).
-  // out, q: (n, n_heads, head_dim) f32; caches as in store_kv; meta: per-sequence layout of the step.
+  // out, q: (n, n_heads, head_dim) f32 (out may be matmul_input_dtype(n) instead: the o-projection's input, bf16 on
+  // a GPU, then written without a conversion pass); caches as in store_kv; meta: per-sequence layout of the step.
   virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                          const AttentionMeta& meta, float scale) = 0;
   // out = silu(gate) * up; all (n, hidden_dim) f32. out may alias gate.
@@ -166,9 +167,11 @@ class Backend {
     qkv_epilogue(e);
     attention(out, e.q, e.k_cache, e.v_cache, meta, scale);
   }
-  // out: (n, hidden) f32 = silu(gate_up[:, :hidden]) * gate_up[:, hidden:]; gate_up: (n, 2*hidden) f32.
+  // out: (n, hidden) f32 = silu(gate_up[:, :hidden]) * gate_up[:, hidden:]; gate_up: (n, 2*hidden) f32. out may be
+  // matmul_input_dtype(n) instead of f32 (bf16 on a GPU: the down projection then reads it without a conversion).
   virtual void swiglu_fused(const Tensor& out, const Tensor& gate_up) { fail("backend {} has no swiglu_fused", name()); }
-  // The fused ffn input projection: out (n, hidden) f32 = silu(x · w_gate_upᵀ[:, :hidden]) * x · w_gate_upᵀ[:, hidden:];
+  // The fused ffn input projection: out (n, hidden) f32 (or matmul_input_dtype(n), as swiglu_fused) =
+  // silu(x · w_gate_upᵀ[:, :hidden]) * x · w_gate_upᵀ[:, hidden:];
   // x: (n, dim) f32; w_gate_up: (2*hidden, dim), the rows of w_gate then those of w_up (a TP shard keeps that
   // shape with hidden / world); gate_up: (n, 2*hidden) f32 scratch. The default is matmul into gate_up then
   // swiglu_fused; a backend may compute SwiGLU inside the matmul instead and leave gate_up unwritten.

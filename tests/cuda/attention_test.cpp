@@ -11,7 +11,8 @@
 // to bf16, fp32 accumulation and softmax) 2e-2 (bf16 rounding of Q and P alone predicts ~3e-3 on these
 // inputs; the figure is printed).
 // Decode is run twice on the same scratch: the split merge's arrival counters must be back at zero, and
-// the second result must equal the first bit for bit. Besides the backend's dispatch, every decode kernel
+// the second result must equal the first bit for bit; a third call writes bf16 (the o-projection's input), which
+// must be the f32 output rounded to nearest even, bit for bit. Besides the backend's dispatch, every decode kernel
 // (CUDA cores, tensor cores) runs directly with the batch-sized plan and the fixed-chunk (batch-invariant)
 // plan, each against the same reference.
 #ifdef FERRY_HAS_CUDA
@@ -203,6 +204,12 @@ class CudaAttention : public CudaOpsTest {
     const std::vector<float> got = download(out);
     const std::vector<float> got2 = download(out2);
     EXPECT_EQ(std::memcmp(got.data(), got2.data(), got.size() * 4), 0) << "a repeated call differs";
+    // The same call writing bf16 (the o-projection's input on a GPU): the f32 output rounded, bit for bit, on
+    // whichever kernels the dispatch took.
+    const Tensor out_bf16 = upload(DType::BF16, {n_tokens, H, D}, std::vector<uint16_t>(size_t(n_tokens * H * D), 0xFFFF));
+    gpu_->attention(out_bf16, gq, gkc, gvc, gm, scale);
+    EXPECT_EQ(std::memcmp(download_bf16(out_bf16).data(), bf16_round(got).data(), got.size() * 4), 0)
+        << "the bf16 output is not the f32 output rounded, H " << H << " KVH " << KVH << " D " << D;
     std::vector<float> got_dec, ref_dec, got_pre, ref_pre;
     const size_t row_floats = size_t(H * D);
     for (int32_t s = 0; s < n_seqs; ++s) {
@@ -610,10 +617,13 @@ class CudaAttentionWgmma : public CudaAttention {
     const size_t row_floats = size_t(H * D);
     // Prompt rows of one run (variant v of the wgmma kernel, or the mma.sync kernel when mma); every other row must
     // still be NaN. bits: the device error bits it left.
-    const auto run = [&](bool mma, V v, uint32_t& bits, int32_t prefill_tiles = -1) {
+    // bf16: the output as bf16 bits (AttentionParams::out_bf16, poisoned with 0xFFFF), returned widened to f32.
+    const auto run = [&](bool mma, V v, uint32_t& bits, int32_t prefill_tiles = -1, bool bf16 = false) {
       const Tensor errs = upload(DType::I32, {kErrWords}, std::vector<int32_t>(size_t(kErrWords), 0));
-      const Tensor out = poisoned({L.n_tokens, H, D});
-      cuda_ops::AttentionParams p{.out = out.ptr<float>(), .q = gq.ptr<float>(),
+      const Tensor out = bf16 ? upload(DType::BF16, {L.n_tokens, H, D},
+                                       std::vector<uint16_t>(size_t(L.n_tokens * H * D), 0xFFFF))
+                              : poisoned({L.n_tokens, H, D});
+      cuda_ops::AttentionParams p{.out = bf16 ? nullptr : out.ptr<float>(), .q = gq.ptr<float>(),
                                   .k_cache = gkc.ptr<__nv_bfloat16>(), .v_cache = gvc.ptr<__nv_bfloat16>(),
                                   .q_start = q_start.ptr<int32_t>(), .q_len = q_len.ptr<int32_t>(),
                                   .kv_len = kv_len.ptr<int32_t>(), .block_tables = tables.ptr<int32_t>(),
@@ -623,12 +633,13 @@ class CudaAttentionWgmma : public CudaAttention {
                                   .head_dim = int32_t(D), .scale = scale,
                                   .errors = errs.ptr<cuda_ops::DeviceErrors>()};
       p.prefill_tiles = prefill_tiles;
+      if (bf16) p.out_bf16 = static_cast<uint16_t*>(out.data);
       if (mma) {
         cuda_ops::flash_prefill_attention(p, gpu_->stream());
       } else {
         cuda_ops::flash_prefill_wgmma_attention(p, gpu_->stream(), v);
       }
-      const std::vector<float> all = download(out);
+      const std::vector<float> all = bf16 ? download_bf16(out) : download(out);
       cuda_ops::DeviceErrors e{};
       gpu_->copy_to_host(&e, errs, sizeof(e));
       bits = e.bits;
@@ -687,6 +698,14 @@ class CudaAttentionWgmma : public CudaAttention {
     EXPECT_EQ(std::memcmp(loose.data(), exact.data(), loose.size() * 4), 0) << what << ": exact tile bound";
     EXPECT_EQ(std::memcmp(loose.data(), above.data(), loose.size() * 4), 0) << what << ": larger tile bound";
     EXPECT_EQ(b1, b0);
+    // A bf16 output (the o-projection's input) from both kernels: the f32 output rounded to nearest even, bit for bit.
+    for (const bool mma : {false, true}) {
+      uint32_t b3 = 0, b4 = 0;
+      const std::vector<float> f32 = run(mma, V::kDefault, b3), half = run(mma, V::kDefault, b4, -1, true);
+      EXPECT_EQ(std::memcmp(bf16_round(f32).data(), half.data(), half.size() * 4), 0)
+          << what << ": bf16 output of the " << (mma ? "mma.sync" : "wgmma") << " kernel is not its f32 output rounded";
+      EXPECT_EQ(b4, b3);
+    }
   }
 };
 

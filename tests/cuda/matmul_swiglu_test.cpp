@@ -149,6 +149,63 @@ TEST_F(CudaMatmulSwiglu, DefaultPathElsewhere) {
   for (const Case& c : cases) check(c, c.n, 1e-4, seed += 7);
 }
 
+// A bf16 output (what the model asks for where matmul_input_dtype is bf16: the down projection's input) is the f32
+// output rounded to nearest even, bit for bit, on every path: the Hopper GEMM's SwiGLU epilogue (n >= 256), the
+// default matmul + swiglu_fused at decode sizes (the float4 kernel, and the scalar one at odd hidden), and
+// swiglu_fused alone. The bf16 output is poisoned with NaN bits first (0xFFFF), with a guard past its end.
+TEST_F(CudaMatmulSwiglu, Bf16OutputIsTheF32OutputRounded) {
+  const Case cases[] = {
+      {512, 1234, 1024},  // the Hopper GEMM where the device has one (hidden not a multiple of any tile)
+      {300, 1000, 520},   // ragged n and k
+      {64, 1000, 512},    // a decode step: matmul then swiglu_fused (float4)
+      {48, 1001, 512},    // odd hidden: the scalar swiglu_fused
+  };
+  uint32_t seed = 400;
+  for (const Case& c : cases) {
+    const std::string what = "n=" + std::to_string(c.n) + " hidden=" + std::to_string(c.hidden);
+    const std::vector<float> wf = random_floats(size_t(2 * c.hidden * c.dim), seed += 7, 1.0f / std::sqrt(float(c.dim)));
+    const std::vector<float> x = random_floats(size_t(c.n * c.dim), seed + 1);
+    const Tensor gw = gpu_->prepare_weight(Tensor::make(DType::BF16, {2 * c.hidden, c.dim}, to_bf16_bits(wf).data()), keep_);
+    const Tensor gx = upload(DType::F32, {c.n, c.dim}, x);
+    const Tensor out = poisoned({c.n, c.hidden});
+    const Tensor scratch = poisoned({c.n, 2 * c.hidden});
+    gpu_->matmul_swiglu(out, scratch, gx, gw);
+    const std::vector<float> f32 = download(out);
+
+    const size_t count = size_t(c.n * c.hidden), guard = 32;
+    const std::vector<uint16_t> nan_bits(count + guard, 0xFFFF);
+    const Tensor buf = upload(DType::BF16, {int64_t(count + guard)}, nan_bits);
+    const Tensor out_bf16 = Tensor::make(DType::BF16, {c.n, c.hidden}, buf.data, Device::Cuda);
+    const auto bf16_bits = [&] {
+      std::vector<uint16_t> got(count + guard);
+      gpu_->copy_to_host(got.data(), buf, got.size() * 2);
+      return got;
+    };
+    gpu_->matmul_swiglu(out_bf16, scratch, gx, gw);
+    std::vector<uint16_t> got = bf16_bits();
+    size_t bad = 0, guard_bad = 0;
+    for (size_t i = 0; i < count; ++i) bad += got[i] != f32_to_bf16(f32[i]);
+    for (size_t i = count; i < got.size(); ++i) guard_bad += got[i] != 0xFFFF;
+    EXPECT_EQ(bad, 0u) << what << ": matmul_swiglu's bf16 output differs from its f32 output rounded";
+    EXPECT_EQ(guard_bad, 0u) << what << ": a write past the bf16 output";
+
+    // swiglu_fused alone, from the f32 gate|up of the unfused matmul.
+    const Tensor gate_up = poisoned({c.n, 2 * c.hidden});
+    gpu_->matmul(gate_up, gx, gw, Tensor{});
+    const Tensor ref = poisoned({c.n, c.hidden});
+    gpu_->swiglu_fused(ref, gate_up);
+    const std::vector<float> ref_f32 = download(ref);
+    gpu_->copy_to_device(buf, nan_bits.data(), nan_bits.size() * 2);
+    gpu_->swiglu_fused(out_bf16, gate_up);
+    got = bf16_bits();
+    bad = guard_bad = 0;
+    for (size_t i = 0; i < count; ++i) bad += got[i] != f32_to_bf16(ref_f32[i]);
+    for (size_t i = count; i < got.size(); ++i) guard_bad += got[i] != 0xFFFF;
+    EXPECT_EQ(bad, 0u) << what << ": swiglu_fused's bf16 output differs from its f32 output rounded";
+    EXPECT_EQ(guard_bad, 0u) << what << ": a write past swiglu_fused's bf16 output";
+  }
+}
+
 // Every tile of the fused GEMM, forced, against run() with the same tile + silu on the host, and float64.
 TEST_F(CudaMatmulSwiglu, GemmEveryTile) {
   if (hopper_sm_count() == 0) GTEST_SKIP() << "not a compute capability 9.x device";

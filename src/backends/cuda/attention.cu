@@ -134,12 +134,12 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
     wgt[w] = s_m[w] == -INFINITY ? 0.0f : exp2f(s_m[w] - m_all);
     l_all += s_l[w] * wgt[w];
   }
-  float* op = p.out + (int64_t(row) * p.n_heads + h) * D;
+  const int64_t op = (int64_t(row) * p.n_heads + h) * D;
   for (int d = threadIdx.x; d < D; d += kWarps * 32) {
     float o = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) o = fmaf(s_acc[w][d], wgt[w], o);
-    op[d] = o / l_all;
+    store_attention_out(p, op + d, o / l_all);
   }
 }
 

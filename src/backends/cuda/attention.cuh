@@ -2,7 +2,9 @@
 // row i of sequence s sits at position kv_len[s] - q_len[s] + i and attends to cached positions 0..that.
 // Reads the per-sequence metadata from device memory only (no host mirrors), so a step can be captured.
 //
-// The KV cache is bf16 (CudaBackend::kv_dtype()); queries and outputs are f32.
+// The KV cache is bf16 (CudaBackend::kv_dtype()); queries are f32; outputs f32, or bf16 (AttentionParams::out_bf16:
+// the o-projection's GEMM input, rounded to nearest even from the f32 value each kernel would store: same bits
+// as f32 output followed by f32_to_bf16, without that pass).
 //
 // Dispatch (attention()): head_dim 64 or 128: sequences with q_len >= 2 go to the tensor-core prefill
 // kernel (flash_prefill.cuh: bf16 tiles, fp32 softmax and accumulation), sequences with q_len == 1 to the
@@ -26,7 +28,7 @@
 namespace ferry::cuda_ops {
 
 struct AttentionParams {
-  float* out;                   // (n, n_heads, head_dim) f32
+  float* out;                   // (n, n_heads, head_dim) f32; null when out_bf16 is set
   const float* q;               // (n, n_heads, head_dim) f32
   const __nv_bfloat16* k_cache;  // (n_blocks, block_size, n_kv_heads, head_dim) bf16
   const __nv_bfloat16* v_cache;  // same shape
@@ -68,7 +70,41 @@ struct AttentionParams {
   int64_t n_slots = 0;                  // n_blocks * block_size; a slot outside sets kBadSlot
   __nv_bfloat16* k_cache_out = nullptr;
   __nv_bfloat16* v_cache_out = nullptr;
+  uint16_t* out_bf16 = nullptr;  // (n, n_heads, head_dim) bf16 bits instead of out (see the top of the file)
 };
+
+#ifdef __CUDACC__
+// Stores of the attention output at element i of (n, n_heads, head_dim): f32 into p.out, or rounded bf16 into
+// p.out_bf16 (a uniform branch: the same for every thread of a launch). i is a multiple of the vector width.
+__device__ __forceinline__ void store_attention_out(const AttentionParams& p, int64_t i, float v) {
+  if (p.out_bf16 != nullptr) {
+    p.out_bf16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  } else {
+    p.out[i] = v;
+  }
+}
+__device__ __forceinline__ void store_attention_out2(const AttentionParams& p, int64_t i, float a, float b) {
+  if (p.out_bf16 != nullptr) {
+    *reinterpret_cast<__nv_bfloat162*>(p.out_bf16 + i) = __floats2bfloat162_rn(a, b);
+  } else {
+    *reinterpret_cast<float2*>(p.out + i) = make_float2(a, b);
+  }
+}
+__device__ __forceinline__ void store_attention_out4(const AttentionParams& p, int64_t i, float4 v) {
+  if (p.out_bf16 != nullptr) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    *reinterpret_cast<uint2*>(p.out_bf16 + i) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  } else {
+    *reinterpret_cast<float4*>(p.out + i) = v;
+  }
+}
+#endif
+// Whether the output (either kind) takes the widest store above: 16 bytes for f32, 8 for bf16.
+inline bool attention_out_aligned(const AttentionParams& p) {
+  return p.out_bf16 != nullptr ? reinterpret_cast<uintptr_t>(p.out_bf16) % 8 == 0
+                               : reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
+}
 
 // Device scratch that attention(p) needs (0 when the dispatch needs none); depends only on the host-side
 // sizes of p (n_seqs, max_blocks_per_seq, block_size, n_heads, head_dim), not on the device metadata.

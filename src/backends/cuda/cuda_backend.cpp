@@ -624,7 +624,11 @@ cuda_ops::AttentionParams CudaBackend::attention_params(const Tensor& out, const
   FERRY_ASSERT(k_cache.shape[1] == meta.block_size && meta.n_seqs >= 0);
   FERRY_ASSERT(k_cache.dtype == kv_dtype() && v_cache.dtype == kv_dtype() && q.dtype == DType::F32);
   FERRY_CHECK(head_dim <= 256, "CUDA attention supports head_dim up to 256, not {}", head_dim);
-  AttentionParams ap{.out = out.ptr<float>(), .q = q.ptr<float>(), .k_cache = k_cache.ptr<__nv_bfloat16>(),
+  // out: f32, or bf16 (matmul_input_dtype: the o-projection's GEMM input, written without a conversion pass).
+  FERRY_ASSERT(out.dtype == DType::F32 || out.dtype == DType::BF16);
+  const bool out_bf16 = out.dtype == DType::BF16;
+  AttentionParams ap{.out = out_bf16 ? nullptr : out.ptr<float>(), .q = q.ptr<float>(),
+                     .k_cache = k_cache.ptr<__nv_bfloat16>(),
                      .v_cache = v_cache.ptr<__nv_bfloat16>(), .q_start = meta.q_start.ptr<int32_t>(),
                      .q_len = meta.q_len.ptr<int32_t>(), .kv_len = meta.kv_len.ptr<int32_t>(),
                      .block_tables = meta.block_tables.ptr<int32_t>(), .n_seqs = meta.n_seqs,
@@ -633,6 +637,7 @@ cuda_ops::AttentionParams CudaBackend::attention_params(const Tensor& out, const
                      .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
                      .errors = errors_, .batch_invariant = options_.batch_invariant};
   ap.decode_early_kv = options_.decode_early_kv;
+  if (out_bf16) ap.out_bf16 = static_cast<uint16_t*>(out.data);
   if (meta.decode_only) {
     ap.max_q_len = 1;  // a captured decode step too: the decode kernel alone (attention.cu)
   } else if (meta.host_q_len != nullptr) {
@@ -719,8 +724,11 @@ void CudaBackend::swiglu_fused(const Tensor& out, const Tensor& gate_up) {
   require_cuda(gate_up, "swiglu gate|up");
   const int64_t n = gate_up.rows(), hidden = gate_up.cols() / 2;
   FERRY_ASSERT(gate_up.cols() == 2 * hidden && out.rows() == n && out.cols() == hidden);
-  FERRY_ASSERT(out.dtype == DType::F32 && gate_up.dtype == DType::F32);
-  cuda_ops::swiglu_fused({.out = out.ptr<float>(), .gate_up = gate_up.ptr<float>(), .n = n, .hidden = hidden}, stream_);
+  FERRY_ASSERT((out.dtype == DType::F32 || out.dtype == DType::BF16) && gate_up.dtype == DType::F32);
+  const bool bf16 = out.dtype == DType::BF16;  // the down projection's GEMM input (matmul_input_dtype)
+  cuda_ops::swiglu_fused({.out = bf16 ? nullptr : out.ptr<float>(), .gate_up = gate_up.ptr<float>(), .n = n,
+                          .hidden = hidden, .out_bf16 = bf16 ? static_cast<uint16_t*>(out.data) : nullptr},
+                         stream_);
 }
 
 void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const Tensor& x, const Tensor& w) {
@@ -728,19 +736,21 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
   require_cuda(x, "matmul_swiglu input");
   require_cuda(w, "matmul_swiglu weight");
   const int64_t n = x.rows(), hidden = w.rows() / 2, dim = w.cols();
-  FERRY_ASSERT((x.dtype == DType::F32 || x.dtype == DType::BF16) && out.dtype == DType::F32 && w.rows() == 2 * hidden &&
-               x.cols() == dim);
+  FERRY_ASSERT((x.dtype == DType::F32 || x.dtype == DType::BF16) && w.rows() == 2 * hidden && x.cols() == dim);
+  FERRY_ASSERT(out.dtype == DType::F32 || out.dtype == DType::BF16);  // bf16: the down projection's GEMM input
   FERRY_ASSERT(out.rows() == n && out.cols() == hidden);
   if (n == 0) return;
+  const bool out_bf16 = out.dtype == DType::BF16;
   // One token: the matvec rule would run version 9 (the default rule or FERRY_CUDA_MATVEC=9) on BF16/F16.
   const bool half = w.dtype == DType::BF16 || w.dtype == DType::F16;
-  const bool stream = n == 1 && half && x.dtype == DType::F32 && !options_.batch_invariant &&
+  const bool stream = n == 1 && half && x.dtype == DType::F32 && !out_bf16 && !options_.batch_invariant &&
                       (options_.matvec_version == 0 || options_.matvec_version == 9) &&
                       reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
                       cuda_ops::matvec_swiglu_applies(w.dtype, 1, w.rows(), dim);
   // Prefill (and every n in batch-invariant mode): where matmul would run the Hopper GEMM.
   const bool gemm = !stream && sm90_gemm_ && (options_.batch_invariant || n >= 256) &&
-                    Sm90Gemm::supports_swiglu(n, hidden, dim) && reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
+                    Sm90Gemm::supports_swiglu(n, hidden, dim) &&
+                    reinterpret_cast<uintptr_t>(out.data) % (out_bf16 ? 4 : 8) == 0;
   if (!stream && !gemm) {
     Backend::matmul_swiglu(out, gate_up, x, w);
     return;
@@ -760,8 +770,13 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
   const uint16_t* wb = gemm_weight_bf16(w);
   const uint16_t* xb = gemm_x_bf16(x);
   const cuda_ops::GemmTile fixed = cuda_ops::GemmTile::k128x128;  // batch-invariant mode: matmul_gemm's tile
-  sm90_gemm_->run_swiglu(out.ptr<float>(), xb, wb, n, hidden, dim, stream_,
-                         options_.batch_invariant ? &fixed : nullptr);
+  if (out_bf16) {
+    sm90_gemm_->run_swiglu_bf16(static_cast<uint16_t*>(out.data), xb, wb, n, hidden, dim, stream_,
+                                options_.batch_invariant ? &fixed : nullptr);
+  } else {
+    sm90_gemm_->run_swiglu(out.ptr<float>(), xb, wb, n, hidden, dim, stream_,
+                           options_.batch_invariant ? &fixed : nullptr);
+  }
 }
 
 void CudaBackend::gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) {

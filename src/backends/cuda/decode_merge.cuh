@@ -136,8 +136,8 @@ __device__ inline void decode_merge_one_pass(const AttentionParams& p, const Dec
         if (i + u < n_used) add(a[u], sm.w[r][i + u]);
     }
     const float inv = sm.inv_l[r];
-    reinterpret_cast<float4*>(p.out + (int64_t(b.row) * p.n_heads + h) * D + d)[0] =
-        make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+    store_attention_out4(p, (int64_t(b.row) * p.n_heads + h) * D + d,
+                         make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv));
   }
 }
 
@@ -168,7 +168,7 @@ __device__ inline void decode_block_epilogue(const AttentionParams& p, const Dec
       o = fmaf(acc[w][r][d], wgt, o);
     }
     if (n_splits == 1) {
-      p.out[(int64_t(b.row) * p.n_heads + h) * D + d] = o / l_all;
+      store_attention_out(p, (int64_t(b.row) * p.n_heads + h) * D + d, o / l_all);
     } else {
       const int64_t part = (int64_t(b.s) * p.n_heads + h) * n_splits + b.split;
       L.acc[part * D + d] = o;
@@ -239,8 +239,8 @@ __device__ inline void decode_block_epilogue(const AttentionParams& p, const Dec
     }
     for (; i < n_used; ++i) add(__ldcg(acc_p + int64_t(i) * (D / 4)), sm.w[r][i]);
     const float inv = sm.inv_l[r];
-    reinterpret_cast<float4*>(p.out + (int64_t(b.row) * p.n_heads + h) * D + d)[0] =
-        make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+    store_attention_out4(p, (int64_t(b.row) * p.n_heads + h) * D + d,
+                         make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv));
   }
 }
 

@@ -95,7 +95,7 @@ void decode_mma_attention(const AttentionParams& p, const DecodeSplitPlan& plan,
   FERRY_CUDA_REQUIRE(plan.rows == 8 || plan.rows == 16);
   FERRY_CUDA_REQUIRE(plan.stages == 3 || plan.stages == 6);
   FERRY_CUDA_REQUIRE(plan.chunk % kTile == 0);  // tiles of a chunk start at multiples of 16
-  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
+  FERRY_CUDA_REQUIRE(attention_out_aligned(p) &&
                      (p.qkv != nullptr || reinterpret_cast<uintptr_t>(p.q) % 8 == 0));
   FERRY_CUDA_REQUIRE(p.qkv == nullptr || (p.positions != nullptr && p.inv_freq != nullptr && p.slots != nullptr &&
                                           p.k_cache_out != nullptr && p.v_cache_out != nullptr &&

@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
 template <int D, int R, int kSteps, int kStages>
 void launch_decode_rows(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
   constexpr size_t kSmem = DecodeShape<D, R, kSteps, kStages>::kSmemBytes;
-  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.out) % 16 == 0);  // the merge stores float4
+  FERRY_CUDA_REQUIRE(attention_out_aligned(p));  // the merge stores float4 (bf16: 8 bytes)
   const auto kernel = decode_split_kernel<D, R, kSteps, kStages>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   const dim3 grid(unsigned(plan.n_splits), unsigned(p.n_seqs), unsigned(p.n_kv_heads * plan.n_row_groups));

@@ -460,11 +460,10 @@ __device__ __forceinline__ void write_tile_rows(const AttentionParams& p, const 
       const int row = tg.i0 + warp * 16 + mt * 16 * NW + g + 8 * rr;
       if (row >= tg.q_len) continue;
       const float inv = 1.0f / lsum;
-      float* op = p.out + (int64_t(tg.q_row0) + row) * p.n_heads * D + int64_t(h) * D;
+      const int64_t op = (int64_t(tg.q_row0) + row) * p.n_heads * D + int64_t(h) * D;
 #pragma unroll
       for (int nt = 0; nt < D / 8; ++nt)
-        *reinterpret_cast<float2*>(op + nt * 8 + 2 * t) =
-            make_float2(acc.o[mt][nt][2 * rr] * inv, acc.o[mt][nt][2 * rr + 1] * inv);
+        store_attention_out2(p, op + nt * 8 + 2 * t, acc.o[mt][nt][2 * rr] * inv, acc.o[mt][nt][2 * rr + 1] * inv);
     }
   }
 }
@@ -572,10 +571,9 @@ __device__ __forceinline__ void finish_key_split(const AttentionParams& p, const
         }
       }
       const float inv = 1.0f / l_all;
-      float* op = p.out + (int64_t(tg.q_row0) + row) * p.n_heads * D + int64_t(h) * D;
+      const int64_t op = (int64_t(tg.q_row0) + row) * p.n_heads * D + int64_t(h) * D;
 #pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt)
-        *reinterpret_cast<float2*>(op + nt * 8 + 2 * t) = make_float2(o[nt].x * inv, o[nt].y * inv);
+      for (int nt = 0; nt < D / 8; ++nt) store_attention_out2(p, op + nt * 8 + 2 * t, o[nt].x * inv, o[nt].y * inv);
     }
   }
 }

@@ -370,13 +370,12 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(Attent
     const int row = wg_row0 + 16 * warp + g + 8 * v;
     if (row >= tg.q_len) continue;
     const float inv = 1.0f / lsum;
-    float* op = p.out + (int64_t(tg.q_row0) + row) * p.n_heads * D + int64_t(h) * D + 2 * tq;
+    const int64_t op = (int64_t(tg.q_row0) + row) * p.n_heads * D + int64_t(h) * D + 2 * tq;
 #pragma unroll
     for (int b = 0; b < D / 64; ++b)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<float2*>(op + 64 * b + 8 * j) =
-            make_float2(o[b][4 * j + 2 * v] * inv, o[b][4 * j + 1 + 2 * v] * inv);
+        store_attention_out2(p, op + 64 * b + 8 * j, o[b][4 * j + 2 * v] * inv, o[b][4 * j + 1 + 2 * v] * inv);
   }
 }
 

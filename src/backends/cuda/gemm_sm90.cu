@@ -1,6 +1,7 @@
 #include "backends/cuda/gemm_sm90.cuh"
 
 #include <cuda.h>
+#include <cuda_bf16.h>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/hopper.cuh"
@@ -92,9 +93,9 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
 }
 
 // tmap_x: x (m, k) bf16, box 64 (k) x 128 (rows), 128B swizzle; tmap_w: w (n, k) bf16, box 64 x kBN.
-// out: (m, n) f32 row-major.
-// kSwiglu (run_swiglu): n is hidden; tmap_w is w_gate (hidden, k) and tmap_up w_up (hidden, k), each box 64 x kBN/2,
-// and out is (m, hidden) f32 = silu(x . w_gate^T) * (x . w_up^T). Tile nb's B stage is gate rows
+// out: (m, n) f32 row-major (out_bf16 must be false).
+// kSwiglu (run_swiglu / run_swiglu_bf16): n is hidden; tmap_w is w_gate (hidden, k) and tmap_up w_up (hidden, k), each box 64 x kBN/2,
+// and out is (m, hidden) f32, or bf16 when out_bf16, = silu(x . w_gate^T) * (x . w_up^T). Tile nb's B stage is gate rows
 // [nb kBN/2, +kBN/2) then the same up rows, two TMA boxes stacked in shared memory (kBN/2 is a multiple of the
 // 8-row swizzle atom, so the stage is laid out exactly as one kBN-row box: the wgmma loop is unchanged); the
 // epilogue pairs accumulator column c (gate) with c + kBN/2 (up) and writes kBN/2 outputs.
@@ -113,8 +114,8 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
 template <int kBN, bool kSwiglu = false, bool kPdl = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w,
-                     const __grid_constant__ CUtensorMap tmap_up, float* __restrict__ out, int m, int n, int k,
-                     int group_m, bool stream_k, float* __restrict__ partial, int* __restrict__ flags) {
+                     const __grid_constant__ CUtensorMap tmap_up, void* __restrict__ out, bool out_bf16, int m, int n,
+                     int k, int group_m, bool stream_k, float* __restrict__ partial, int* __restrict__ flags) {
   using C = Cfg<kBN>;
   constexpr int kBNOut = kSwiglu ? kBN / 2 : kBN;  // output columns per tile
   static_assert(kBNOut % 8 == 0, "a w box must be whole 8-row swizzle atoms");
@@ -279,16 +280,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int v = 0; v < 2; ++v) {
         const int row = row0 + 8 * v;
         if (row >= m) continue;
-        float* dst = out + size_t(row) * size_t(n);
+        float* dst = static_cast<float*>(out) + size_t(row) * size_t(n);
+        uint16_t* dst_bf16 = static_cast<uint16_t*>(out) + size_t(row) * size_t(n);
 #pragma unroll
         for (int j = 0; j < kBNOut / 8; ++j) {
           const int col = col0 + 8 * j;
           if (col >= n) continue;
           if constexpr (kSwiglu) {
             constexpr int kUp = 4 * (kBN / 16);  // accumulator offset of column c + kBN/2
-            *reinterpret_cast<float2*>(dst + col) =
-                make_float2(silu_mul(acc[4 * j + 2 * v], acc[kUp + 4 * j + 2 * v]),
-                            silu_mul(acc[4 * j + 2 * v + 1], acc[kUp + 4 * j + 2 * v + 1]));
+            const float2 y = make_float2(silu_mul(acc[4 * j + 2 * v], acc[kUp + 4 * j + 2 * v]),
+                                         silu_mul(acc[4 * j + 2 * v + 1], acc[kUp + 4 * j + 2 * v + 1]));
+            if (out_bf16) {  // rounded as f32_to_bf16 would round the f32 output (the down projection's input)
+              *reinterpret_cast<__nv_bfloat162*>(dst_bf16 + col) = __floats2bfloat162_rn(y.x, y.y);
+            } else {
+              *reinterpret_cast<float2*>(dst + col) = y;
+            }
           } else {
             *reinterpret_cast<float2*>(dst + col) = make_float2(acc[4 * j + 2 * v], acc[4 * j + 2 * v + 1]);
           }
@@ -306,27 +312,28 @@ void launch(void* encode, bool pdl, const GemmPlan& plan, float* out, const uint
   const CUtensorMap tw = make_bf16_tmap(encode, w, n, k, kBlockK, kBN);
   if (pdl) {
     launch_pdl(gemm_sm90_kernel<kBN, false, true>, dim3(plan.grid), dim3(kThreads), Cfg<kBN>::kSmemBytes, stream, tx,
-               tw, tw, out, int(m), int(n), int(k), plan.group_m, plan.stream_k, partial, flags);
+               tw, tw, static_cast<void*>(out), false, int(m), int(n), int(k), plan.group_m, plan.stream_k, partial,
+               flags);
   } else {
     gemm_sm90_kernel<kBN><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(
-        tx, tw, tw, out, int(m), int(n), int(k), plan.group_m, plan.stream_k, partial, flags);
+        tx, tw, tw, out, false, int(m), int(n), int(k), plan.group_m, plan.stream_k, partial, flags);
   }
   FERRY_CUDA_CHECK_LAUNCH(gemm_sm90_kernel);
 }
 
 // w: (2 hidden, k), gate rows then up rows; two maps of hidden rows each, boxes of kBN/2 rows.
 template <int kBN>
-void launch_swiglu(void* encode, bool pdl, const GemmPlan& plan, float* out, const uint16_t* x, const uint16_t* w,
-                   int64_t m, int64_t hidden, int64_t k, cudaStream_t stream) {
+void launch_swiglu(void* encode, bool pdl, const GemmPlan& plan, void* out, bool out_bf16, const uint16_t* x,
+                   const uint16_t* w, int64_t m, int64_t hidden, int64_t k, cudaStream_t stream) {
   const CUtensorMap tx = make_bf16_tmap(encode, x, m, k, kBlockK, kBlockM);
   const CUtensorMap tg = make_bf16_tmap(encode, w, hidden, k, kBlockK, kBN / 2);
   const CUtensorMap tu = make_bf16_tmap(encode, w + size_t(hidden) * size_t(k), hidden, k, kBlockK, kBN / 2);
   if (pdl) {
     launch_pdl(gemm_sm90_kernel<kBN, true, true>, dim3(plan.grid), dim3(kThreads), Cfg<kBN>::kSmemBytes, stream, tx,
-               tg, tu, out, int(m), int(hidden), int(k), plan.group_m, false, nullptr, nullptr);
+               tg, tu, out, out_bf16, int(m), int(hidden), int(k), plan.group_m, false, nullptr, nullptr);
   } else {
     gemm_sm90_kernel<kBN, true><<<plan.grid, kThreads, Cfg<kBN>::kSmemBytes, stream>>>(
-        tx, tg, tu, out, int(m), int(hidden), int(k), plan.group_m, false, nullptr, nullptr);
+        tx, tg, tu, out, out_bf16, int(m), int(hidden), int(k), plan.group_m, false, nullptr, nullptr);
   }
   FERRY_CUDA_CHECK_LAUNCH(gemm_sm90_kernel);
 }
@@ -397,16 +404,27 @@ GemmPlan Sm90Gemm::swiglu_plan(int64_t m, int64_t hidden, int num_sms, const Gem
 
 void Sm90Gemm::run_swiglu(float* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t hidden, int64_t k,
                           cudaStream_t stream, const GemmTile* force) const {
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(out) % 8 == 0);
+  swiglu_any(out, false, x, w, m, hidden, k, stream, force);
+}
+
+void Sm90Gemm::run_swiglu_bf16(uint16_t* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t hidden,
+                               int64_t k, cudaStream_t stream, const GemmTile* force) const {
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(out) % 4 == 0);
+  swiglu_any(out, true, x, w, m, hidden, k, stream, force);
+}
+
+void Sm90Gemm::swiglu_any(void* out, bool out_bf16, const uint16_t* x, const uint16_t* w, int64_t m, int64_t hidden,
+                          int64_t k, cudaStream_t stream, const GemmTile* force) const {
   FERRY_CUDA_REQUIRE(available() && supports_swiglu(m, hidden, k));
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0);
-  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(out) % 8 == 0);
   const GemmPlan plan = swiglu_plan(m, hidden, num_sms_, force);
   if (plan.tile == GemmTile::k128x256) {
-    launch_swiglu<256>(encode_, pdl_, plan, out, x, w, m, hidden, k, stream);
+    launch_swiglu<256>(encode_, pdl_, plan, out, out_bf16, x, w, m, hidden, k, stream);
   } else if (plan.tile == GemmTile::k128x192) {
-    launch_swiglu<192>(encode_, pdl_, plan, out, x, w, m, hidden, k, stream);
+    launch_swiglu<192>(encode_, pdl_, plan, out, out_bf16, x, w, m, hidden, k, stream);
   } else {
-    launch_swiglu<128>(encode_, pdl_, plan, out, x, w, m, hidden, k, stream);
+    launch_swiglu<128>(encode_, pdl_, plan, out, out_bf16, x, w, m, hidden, k, stream);
   }
 }
 

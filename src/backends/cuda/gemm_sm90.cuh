@@ -63,8 +63,15 @@ class Sm90Gemm {
   static GemmPlan swiglu_plan(int64_t m, int64_t hidden, int num_sms, const GemmTile* force = nullptr);
   void run_swiglu(float* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t hidden, int64_t k,
                   cudaStream_t stream, const GemmTile* force = nullptr) const;
+  // The same with out (m, hidden) bf16 bits, each value rounded to nearest even from the f32 run_swiglu writes (so
+  // bit-identical to run_swiglu then f32_to_bf16): the down projection's GEMM input without a conversion pass.
+  void run_swiglu_bf16(uint16_t* out, const uint16_t* x, const uint16_t* w, int64_t m, int64_t hidden, int64_t k,
+                       cudaStream_t stream, const GemmTile* force = nullptr) const;
 
  private:
+  void swiglu_any(void* out, bool out_bf16, const uint16_t* x, const uint16_t* w, int64_t m, int64_t hidden, int64_t k,
+                  cudaStream_t stream, const GemmTile* force) const;
+
   void* encode_ = nullptr;  // PFN_cuTensorMapEncodeTiled
   int num_sms_ = 0;
   bool pdl_ = false;

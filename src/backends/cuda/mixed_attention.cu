@@ -194,7 +194,7 @@ bool mixed_attention_supports(const AttentionParams& p, const DecodeSplitPlan& p
   if (p.head_dim != 64 && p.head_dim != 128) return false;
   if (plan.kernel != DecodeKernel::kTensorCores || (plan.rows != 8 && plan.rows != 16)) return false;
   if (plan.stages != mma_default_stages(p.head_dim) || plan.chunk % 16 != 0) return false;
-  if (reinterpret_cast<uintptr_t>(p.out) % 16 != 0 || reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return false;
+  if (!attention_out_aligned(p) || reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return false;
   const int64_t units = int64_t(p.n_seqs) * p.n_kv_heads * plan.n_row_groups;
   return plan.n_splits == 1 || units <= DecodeSplitLimits::kMaxCounters - 1;  // the last counter is the ticket
 }

@@ -12,7 +12,8 @@
 // blocks, one wave, computing each token's sines 4 times instead of 12.
 //
 // swiglu_fused: grid (column quads, rows), one float4 of gate and of up per thread (16-byte accesses, as
-// elementwise.cu's swiglu4), scalar when hidden % 4 != 0 or a pointer is not 16-byte aligned.
+// elementwise.cu's swiglu4), scalar when hidden % 4 != 0 or a pointer is not aligned; f32 or bf16 output
+// (SwigluFusedParams::out_bf16: the down projection's GEMM input, so matmul skips its f32_to_bf16 pass).
 #include "backends/cuda/qkv_epilogue.cuh"
 
 #include <cuda_bf16.h>
@@ -95,6 +96,17 @@ __global__ void __launch_bounds__(kThreads) qkv_epilogue_kernel(QkvEpilogueParam
   }
 }
 
+// One value's store: f32, or bf16 bits rounded to nearest even (the down projection's GEMM input).
+template <bool kBf16>
+__device__ __forceinline__ void store_swiglu(const SwigluFusedParams& p, int64_t i, float y) {
+  if constexpr (kBf16) {
+    p.out_bf16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(y));
+  } else {
+    p.out[i] = y;
+  }
+}
+
+template <bool kBf16>
 __global__ void __launch_bounds__(kSwigluThreads) swiglu_fused4_kernel(SwigluFusedParams p) {
   pdl_allow_dependents();
   pdl_wait();
@@ -103,11 +115,18 @@ __global__ void __launch_bounds__(kSwigluThreads) swiglu_fused4_kernel(SwigluFus
   for (int64_t t = blockIdx.y; t < p.n; t += gridDim.y) {
     const float4* row = reinterpret_cast<const float4*>(p.gate_up + t * 2 * p.hidden);
     const float4 g = row[j], u = row[quads + j];
-    reinterpret_cast<float4*>(p.out + t * p.hidden)[j] =
-        make_float4(silu_mul(g.x, u.x), silu_mul(g.y, u.y), silu_mul(g.z, u.z), silu_mul(g.w, u.w));
+    const float4 y = make_float4(silu_mul(g.x, u.x), silu_mul(g.y, u.y), silu_mul(g.z, u.z), silu_mul(g.w, u.w));
+    if constexpr (kBf16) {  // 8-byte stores: two bf16 pairs
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(y.x, y.y), hi = __floats2bfloat162_rn(y.z, y.w);
+      reinterpret_cast<uint2*>(p.out_bf16 + t * p.hidden)[j] =
+          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    } else {
+      reinterpret_cast<float4*>(p.out + t * p.hidden)[j] = y;
+    }
   }
 }
 
+template <bool kBf16>
 __global__ void __launch_bounds__(kSwigluThreads) swiglu_fused_kernel(SwigluFusedParams p) {
   pdl_allow_dependents();
   pdl_wait();
@@ -115,7 +134,7 @@ __global__ void __launch_bounds__(kSwigluThreads) swiglu_fused_kernel(SwigluFuse
   if (j >= p.hidden) return;
   for (int64_t t = blockIdx.y; t < p.n; t += gridDim.y) {
     const float* row = p.gate_up + t * 2 * p.hidden;
-    p.out[t * p.hidden + j] = silu_mul(row[j], row[p.hidden + j]);
+    store_swiglu<kBf16>(p, t * p.hidden + j, silu_mul(row[j], row[p.hidden + j]));
   }
 }
 
@@ -155,17 +174,26 @@ void qkv_epilogue(const QkvEpilogueParams& p, cudaStream_t stream) {
 
 void swiglu_fused(const SwigluFusedParams& p, cudaStream_t stream) {
   if (p.n == 0 || p.hidden == 0) return;
-  FERRY_CUDA_REQUIRE(p.n > 0 && p.hidden > 0 && p.out && p.gate_up);
-  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  const bool bf16 = p.out_bf16 != nullptr;
+  FERRY_CUDA_REQUIRE(p.n > 0 && p.hidden > 0 && (p.out != nullptr) != bf16 && p.gate_up);
+  const auto aligned = [](const void* q, int bytes) { return reinterpret_cast<uintptr_t>(q) % bytes == 0; };
   const unsigned rows = unsigned(p.n < kMaxGridY ? p.n : kMaxGridY);
-  if (p.hidden % 4 == 0 && aligned(p.out) && aligned(p.gate_up)) {
+  if (p.hidden % 4 == 0 && aligned(p.gate_up, 16) && (bf16 ? aligned(p.out_bf16, 8) : aligned(p.out, 16))) {
     const dim3 grid(grid_for(p.hidden / 4, kSwigluThreads), rows);
-    launch_pdl(swiglu_fused4_kernel, dim3(grid), dim3(kSwigluThreads), 0, stream, p);
+    if (bf16) {
+      launch_pdl(swiglu_fused4_kernel<true>, dim3(grid), dim3(kSwigluThreads), 0, stream, p);
+    } else {
+      launch_pdl(swiglu_fused4_kernel<false>, dim3(grid), dim3(kSwigluThreads), 0, stream, p);
+    }
     FERRY_CUDA_CHECK_LAUNCH(swiglu_fused4_kernel);
     return;
   }
   const dim3 grid(grid_for(p.hidden, kSwigluThreads), rows);
-  launch_pdl(swiglu_fused_kernel, dim3(grid), dim3(kSwigluThreads), 0, stream, p);
+  if (bf16) {
+    launch_pdl(swiglu_fused_kernel<true>, dim3(grid), dim3(kSwigluThreads), 0, stream, p);
+  } else {
+    launch_pdl(swiglu_fused_kernel<false>, dim3(grid), dim3(kSwigluThreads), 0, stream, p);
+  }
   FERRY_CUDA_CHECK_LAUNCH(swiglu_fused_kernel);
 }
 

@@ -39,9 +39,11 @@ struct QkvEpilogueParams {
 void qkv_epilogue(const QkvEpilogueParams& p, cudaStream_t stream);
 
 struct SwigluFusedParams {
-  float* out;            // (n, hidden) f32 = silu(gate_up[:, :hidden]) * gate_up[:, hidden:]
+  float* out;            // (n, hidden) f32 = silu(gate_up[:, :hidden]) * gate_up[:, hidden:]; or null with out_bf16
   const float* gate_up;  // (n, 2*hidden) f32; must not overlap out
   int64_t n, hidden;
+  uint16_t* out_bf16 = nullptr;  // (n, hidden) bf16 bits instead of out (rounded to nearest even, as f32_to_bf16):
+                                 // the input of a bf16 GEMM (the down projection) without a conversion pass
 };
 void swiglu_fused(const SwigluFusedParams& p, cudaStream_t stream);
 
