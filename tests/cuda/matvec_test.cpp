@@ -160,13 +160,15 @@ TEST(MatmulDispatch, PathByTokenCount) {  // host only
   EXPECT_EQ(wg(32, 4096, 4096), MatmulPath::Skinny);          // the mma.sync skinny GEMM keeps n <= 32
   EXPECT_EQ(wg(33, 4096, 4096), MatmulPath::WgSkinny);        // 1.04-1.09 at n = 32..48
   EXPECT_EQ(wg(48, 3072, 4096), MatmulPath::WgSkinny);        // TP=2 qkv: 1.07
-  EXPECT_EQ(wg(56, 4096, 4096), MatmulPath::Cublas);          // 0.98
+  EXPECT_EQ(wg(56, 4096, 4096), MatmulPath::WgSkinny);        // wo: 0.98 back to back, a win in situ (PDL chain)
   EXPECT_EQ(wg(40, 4096, 2048), MatmulPath::Cublas);          // TP=2 wo: 0.92
-  EXPECT_EQ(wg(48, 6144, 4096), MatmulPath::Cublas);          // 1.01: no clear win
+  EXPECT_EQ(wg(64, 6144, 4096), MatmulPath::WgSkinny);        // qkv: 0.97 back to back, a win in situ
   EXPECT_EQ(wg(64, 28672, 4096), MatmulPath::WgSkinny);       // 1.04
   EXPECT_EQ(wg(57, 128256, 4096), MatmulPath::WgSkinny);      // 1.07
   EXPECT_EQ(wg(64, 4096, 14336), MatmulPath::WgSkinny);       // 1.05
-  EXPECT_EQ(wg(64, 14336, 4096), MatmulPath::Cublas);         // TP=2 gate/up: 1.02, a tie
+  EXPECT_EQ(wg(64, 14336, 4096), MatmulPath::WgSkinny);       // TP=2 gate/up: 1.02, a tie
+  EXPECT_EQ(wg(64, 4096, 2048), MatmulPath::Cublas);          // k < 4096 (TP=2 wo: 0.87)
+  EXPECT_EQ(wg(64, 576, 576), MatmulPath::Cublas);            // small models' k
   EXPECT_EQ(wg(65, 128256, 4096), MatmulPath::Cublas);        // 0.96 at n = 96
   EXPECT_EQ(wg(200, 4096, 14336), MatmulPath::Cublas);
   EXPECT_EQ(choose_matmul_path(64, true, true, false, false, 28672, false, 4096), MatmulPath::Cublas);  // not fit
@@ -176,12 +178,13 @@ TEST(MatmulDispatch, PathByTokenCount) {  // host only
   const auto forced = [&](int64_t n, bool skinny_fits, bool wg_fits, SkinnyOverride o) {
     return choose_matmul_path(n, true, true, false, skinny_fits, 6144, wg_fits, 4096, o);
   };
-  EXPECT_EQ(forced(64, true, true, SkinnyOverride::Wg), MatmulPath::WgSkinny);   // the rule: cuBLASLt
+  EXPECT_EQ(forced(96, true, true, SkinnyOverride::Wg), MatmulPath::WgSkinny);   // the rule: cuBLASLt
   EXPECT_EQ(forced(64, true, true, SkinnyOverride::Mma), MatmulPath::Skinny);
   EXPECT_EQ(forced(64, true, false, SkinnyOverride::Wg), MatmulPath::Cublas);    // not supported: the rule
   EXPECT_EQ(forced(16, true, true, SkinnyOverride::Wg), MatmulPath::Skinny);     // n <= 16: the rule
   EXPECT_EQ(forced(256, true, true, SkinnyOverride::Wg), MatmulPath::HopperGemm);
-  EXPECT_EQ(forced(64, true, true, SkinnyOverride::Rule), MatmulPath::Cublas);
+  EXPECT_EQ(forced(64, true, true, SkinnyOverride::Rule), MatmulPath::WgSkinny);
+  EXPECT_EQ(forced(96, true, true, SkinnyOverride::Rule), MatmulPath::Cublas);
 }
 
 TEST_F(CudaMatvec, EveryTypeEveryTokenCount) {

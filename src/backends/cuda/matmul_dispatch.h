@@ -46,18 +46,22 @@ inline constexpr int64_t kSkinnyMaxRowsUsed = 8192;
 //   3072 x 4096 (TP=2 qkv):  1.11  1.07  1.05  0.94 ...    4096 x 7168 (TP=2 down): 1.03  1.04  1.03  0.92 ...
 //   6144 x 4096:      1.01  1.01  0.99  0.97 ...      14336 x 4096 (TP=2): 0.98  1.00  0.99  1.02 ...
 //   4096 x 2048 (TP=2 wo): 0.93  0.92  0.88  0.87 ...
-// (cuBLASLt itself reached 56-92% of 4.30 TB/s at these shapes in this harness.) -> n = 33..64 on weights of at
-// least 16384 rows (fused gate/up, lm head) or k >= 14336 (down), and n = 33..48 on weights of at most 4096 rows
-// with k >= 4096; cuBLASLt elsewhere (1.01-1.02 at the edges of a winning shape's range count as its range; a
-// shape with no clear win stays on cuBLASLt: one run's spread is a few percent).
+// (cuBLASLt itself reached 56-92% of 4.30 TB/s at these shapes in this harness.) The first rule took the harness's
+// clear wins only (n = 33..64 from 16384 rows or k >= 14336, n = 33..48 on <= 4096 rows), leaving the q|k|v (6144 x
+// 4096) and wo (4096 x 4096) projections of a 64-row serving decode step on cuBLASLt (0.94-0.97 back to back). In
+// situ they win: a captured decode step chains PDL launches, which cuBLASLt's kernels break (each waits for a full
+// drain and ramps alone). Serving on one H200 (64 clients, 512/128, session 9, same call, one server each):
+// decode-only steps (55 sequences, padded to 64) 6.254 ms with the first rule, 6.065 ms with the wgmma skinny GEMM
+// for every 17..255-row matmul (FERRY_CUDA_SKINNY=wg): -3.0%, 4,953 | 4,995 -> 4,999 | 5,038 tok/s.
+// -> n = 33..64 wherever k >= 4096 (Llama-3-8B's qkv, wo, gate|up, down and lm head; TP=2 shards but wo, whose
+// k = 2048 lost 0.87-0.93 in the harness); cuBLASLt above 64 rows (0.82-0.97 at n = 96..255) and at k < 4096.
 inline constexpr int64_t kWgSkinnyMinTokensUsed = 33;
 inline constexpr int64_t kWgSkinnyMaxTokensUsed = 64;
-inline constexpr int64_t kWgSkinnyMaxTokensNarrow = 48;  // rows <= 4096 and k >= 4096
+inline constexpr int64_t kWgSkinnyMinCols = 4096;
 
 inline bool wg_skinny_wins(int64_t n, int64_t weight_rows, int64_t weight_cols) {
-  if (n < kWgSkinnyMinTokensUsed || n > kWgSkinnyMaxTokensUsed) return false;
-  if (weight_rows >= 16384 || weight_cols >= 14336) return true;
-  return n <= kWgSkinnyMaxTokensNarrow && weight_rows <= 4096 && weight_cols >= 4096;
+  (void)weight_rows;  // every row count measured won or tied in situ at k >= 4096
+  return n >= kWgSkinnyMinTokensUsed && n <= kWgSkinnyMaxTokensUsed && weight_cols >= kWgSkinnyMinCols;
 }
 
 inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool hopper_gemm_fits,
