@@ -147,7 +147,8 @@ if has bench; then
 fi
 if has serve; then
   # Load benchmark: `ferry serve --device cuda` on the Llama-3-8B-shaped BF16 model, 512 in / 128 out,
-  # 64 then 256 concurrent streaming clients (issue 4's figures), 3 requests each (FERRY_SERVE_PER_CLIENT).
+  # 64 then 256 concurrent streaming clients (issue 4's figures), 10 requests each (FERRY_SERVE_PER_CLIENT; with 3,
+  # a fifth of a 64-client run is start-up and drain with fewer clients active).
   # FERRY_SERVE_ARGS adds server options.
   log="$OUT/serve.log"
   : > "$log"
@@ -172,7 +173,7 @@ if has serve; then
       nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 250 \
         > "$OUT/clocks.csv" 2>/dev/null &
       sampler=$!
-      timeout 200 "$C/serve_bench" --url "http://127.0.0.1:$port" --clients $n --requests $((n * ${FERRY_SERVE_PER_CLIENT:-3})) --seed $seed \
+      timeout 200 "$C/serve_bench" --url "http://127.0.0.1:$port" --clients $n --requests $((n * ${FERRY_SERVE_PER_CLIENT:-10})) --seed $seed \
         --input-len 512 --output-len 128 --stream --timeout 180 --json "$OUT/serve$n.json" > "$OUT/s.log" 2>&1
       kill $sampler 2>/dev/null; wait $sampler 2>/dev/null
       seed=$((seed + 1))

@@ -28,6 +28,9 @@ rm -rf .carry && mkdir -p .carry
 cp build/ferry build/tests/test_cuda build/tests/test_e2e build/matvec_bench build/prefill_kernels_bench build/serve_bench \
   build/attention_bench build/gemm_bench build/allreduce_bench build/fused_ops_bench build/sampling_bench \
   build/fusion_bench build/skinny_gemm_bench build/wgmma_skinny_bench build/kv_placement_bench .carry/
+# FERRY_PACK_SKIP: binaries to leave out of this pack (a call carries at most 64 MiB with the repository; each
+# harness linked against ferry_cuda is ~15-20 MiB of it before compression), e.g. "gemm_bench fusion_bench".
+for b in ${FERRY_PACK_SKIP:-}; do rm -f ".carry/$b"; done
 strip .carry/*
 # Libraries the GPU machine may lack (it has no PCRE2 headers; fmt is there but copy it to be sure).
 cp -L /lib/x86_64-linux-gnu/libfmt.so.9 /lib/x86_64-linux-gnu/libpcre2-8.so.0 .carry/

@@ -10,7 +10,8 @@
 // Outputs are NaN-poisoned first. Shapes: Llama-3-8B (hidden 14336, dim 4096), its TP=2 shard (hidden 7168),
 // hidden not a multiple of any tile or of the SM count (1000, 1234), dims taking every matvec instance (256,
 // 1280, 2048, 3072, 4096, 6144, 8192), n = 1, 256, 300, 511, 512, and n = 3 / 64 (default path). Large shapes
-// compare a sample of token rows with the float64 reference (every row with the unfused path).
+// compare a sample of token rows with the float64 reference (every row with the unfused path). A bf16 output (the
+// down projection's input where matmul_input_dtype is bf16) must be the f32 output rounded, bit for bit.
 #ifdef FERRY_HAS_CUDA
 
 #include <cuda_runtime.h>
