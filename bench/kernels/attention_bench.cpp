@@ -66,14 +66,7 @@ std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
   return v;
 }
 
-template <typename T>
-T* upload(const std::vector<T>& v, std::vector<void*>& keep) {
-  void* d = nullptr;
-  BENCH_CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))));
-  BENCH_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  keep.push_back(d);
-  return static_cast<T*>(d);
-}
+using bench::upload;      // upload(v, keep): a device copy, its allocation appended to keep
 
 // n_sets independent problems of B sequences (q_len queries at the end of kv_len positions each) over one
 // cache; set i's sequences use their own shuffled blocks. params[i] describes set i.

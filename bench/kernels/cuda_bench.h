@@ -26,6 +26,16 @@ namespace ferry::bench {
 
 inline constexpr double kCopyBytesPerSecond = 4.30e12;  // device-to-device copy, bytes read + written
 
+// A device copy of v (at least one byte allocated); its allocation is appended to keep, which the caller frees.
+template <typename T>
+T* upload(const std::vector<T>& v, std::vector<void*>& keep) {
+  void* d = nullptr;
+  BENCH_CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))));
+  BENCH_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  keep.push_back(d);
+  return static_cast<T*>(d);
+}
+
 // Milliseconds per call of `launch` on stream `s`: `warmup` calls, then `samples` event-timed batches of
 // `per_sample` back-to-back calls each; returns the median batch time divided by per_sample (per_sample > 1
 // hides the launch gap of very short kernels; 1 times each call alone).

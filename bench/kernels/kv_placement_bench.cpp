@@ -35,14 +35,7 @@ using namespace ferry;
 
 constexpr int kBlock = 16, kHeads = 32, kKvHeads = 8, kHeadDim = 128;
 
-template <typename T>
-T* upload(const std::vector<T>& v, std::vector<void*>& keep) {
-  void* d = nullptr;
-  BENCH_CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))));
-  BENCH_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  keep.push_back(d);
-  return static_cast<T*>(d);
-}
+using bench::upload;
 
 enum class Placement { kCompact, kRuns, kScattered };
 const char* name(Placement p) {
