@@ -94,9 +94,9 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
 
 // tmap_x: x (m, k) bf16, box 64 (k) x 128 (rows), 128B swizzle; tmap_w: w (n, k) bf16, box 64 x kBN.
 // out: (m, n) f32 row-major (out_bf16 must be false).
-// kSwiglu (run_swiglu / run_swiglu_bf16): n is hidden; tmap_w is w_gate (hidden, k) and tmap_up w_up (hidden, k), each box 64 x kBN/2,
-// and out is (m, hidden) f32, or bf16 when out_bf16, = silu(x . w_gate^T) * (x . w_up^T). Tile nb's B stage is gate rows
-// [nb kBN/2, +kBN/2) then the same up rows, two TMA boxes stacked in shared memory (kBN/2 is a multiple of the
+// kSwiglu (run_swiglu / run_swiglu_bf16): n is hidden; tmap_w is w_gate (hidden, k) and tmap_up w_up (hidden, k),
+// each box 64 x kBN/2, and out is (m, hidden) f32, or bf16 when out_bf16, = silu(x . w_gate^T) * (x . w_up^T). Tile
+// nb's B stage is gate rows [nb kBN/2, +kBN/2) then the same up rows, two TMA boxes stacked in shared memory (kBN/2 is a multiple of the
 // 8-row swizzle atom, so the stage is laid out exactly as one kBN-row box: the wgmma loop is unchanged); the
 // epilogue pairs accumulator column c (gate) with c + kBN/2 (up) and writes kBN/2 outputs.
 // kPdl (launched with programmatic stream serialization, Sm90Gemm's pdl option): the producer issues the weight
