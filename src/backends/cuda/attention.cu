@@ -248,7 +248,9 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   // 512 prefix 70.9 vs 66.9, 230 + 230 + 50 54.6 vs 63.9; in serving 64 x 3 the split path was 0.3% slower: the
   // one launch overlaps the prompt tiles with the decode blocks, two launches add them.)
   if (mixed_attention_supports(p, plan)) {
-    mixed_attention(p, plan, stream, mixed_config(p, n_sms));
+    DecodeSplitPlan mixed_plan = plan;
+    mixed_plan.early_kv = plan.early_kv && p.decode_early_kv;  // as decode_split_attention: same bits either way
+    mixed_attention(p, mixed_plan, stream, mixed_config(p, n_sms));
     return;
   }
   flash_prefill_attention(p, stream);

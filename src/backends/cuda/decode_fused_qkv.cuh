@@ -26,10 +26,11 @@ namespace ferry::cuda_ops::decode_mma_detail {
 // Shared memory of the fused epilogue for one block (static, beside the K/V rings): ~10 KB at D 128, kM 16.
 template <int D, int kM>
 struct FusedQkvSmem {
-  float q[kM][D];     // the block's query rows (heads h0 ..), normed and rotated, f32 as qkv_epilogue writes q
+  __align__(16) float q[kM][D];  // the block's query rows (heads h0 ..), normed and rotated, f32 as qkv_epilogue
+                                 // writes q (16-byte rows: prepare_qkv_head stores a lane's float4)
   float cos_t[D / 2];  // RoPE of the row's position: pair k rotates by pos * inv_freq[k]
   float sin_t[D / 2];
-  float kv[2][D];      // the step's key (normed, rotated) and value, f32
+  __align__(16) float kv[2][D];  // the step's key (normed, rotated) and value, f32
   __align__(16) __nv_bfloat16 kv_bf16[2][D];  // the same rounded to the cache type: what the tile row holds
 };
 

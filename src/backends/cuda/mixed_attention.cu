@@ -43,7 +43,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     mixed_attention_kernel(AttentionParams p, DecodeSplitPlan plan, KeySplitArgs ks, int n_slots, int n_decode,
                            int decode_first) {
   pdl_allow_dependents();
-  pdl_wait();
   constexpr int kStages = kDecodeStages<D>;
   constexpr int kTileQ = 64 * MT;
   extern __shared__ __align__(128) unsigned char smem[];  // prefill: Q + K/V stages; decode: the warps' rings
@@ -55,11 +54,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int b = int(blockIdx.x);
   const int d = decode_first ? b : b - n_slots;  // decode block index, if in [0, n_decode)
   if (d >= 0 && d < n_decode) {
+    // As the standalone decode kernel: the block waits for the previous kernel itself, after requesting its first
+    // K/V tiles of old positions (plan.early_kv; decode_mma_block says why that is safe in a step), and its unit's
+    // last block may merge in one pass (plan.one_pass_merge; the same bits either way).
     const int split = d % plan.n_splits, rest = d / plan.n_splits;
-    decode_mma_detail::decode_mma_block<D, kM, kStages>(p, plan, split, rest % p.n_seqs, rest / p.n_seqs, smem,
-                                                        s_valid, es);
+    decode_mma_detail::decode_mma_block<D, kM, kStages, false, true, true>(p, plan, split, rest % p.n_seqs,
+                                                                          rest / p.n_seqs, smem, s_valid, es);
     return;
   }
+  pdl_wait();  // a prefill slot reads q and the step's new K/V, written by the previous kernels
   // A prefill slot.
   const int n_tiles = prefill_detail::count_tiles(p, kTileQ);  // the same in every warp
   if (n_tiles == 0) return;  // no slot draws: the counter stays at zero
