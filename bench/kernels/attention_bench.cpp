@@ -488,6 +488,12 @@ void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
     vs.push_back({"rule", [&, rule](const cuda_ops::AttentionParams& p) {
                     cuda_ops::mixed_attention(p, plan, s, rule);
                   }, true});
+    // The same without the decode blocks' early K/V requests and one-pass merge (the mixed kernel before session 9).
+    cuda_ops::DecodeSplitPlan late_plan = plan;
+    late_plan.early_kv = late_plan.one_pass_merge = false;
+    vs.push_back({"rule-late", [&, rule, late_plan](const cuda_ops::AttentionParams& p) {
+                    cuda_ops::mixed_attention(p, late_plan, s, rule);
+                  }, true});
     vs.push_back({"attn()", [&](const cuda_ops::AttentionParams& p) { cuda_ops::attention(p, s); }, true});
     // Two launches on the wgmma prefill kernel, its grid bounded by the step's prefill tiles, then the decode kernel
     // (session 8: lost to the one-launch kernel on mixed steps, won on prompt-only ones); "wg": its prefill alone.
