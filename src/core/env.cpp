@@ -47,6 +47,7 @@ Env Env::read() {
   e.prompt_graphs = get("FERRY_PROMPT_GRAPHS");
   e.async_scheduling = get("FERRY_ASYNC_SCHEDULING");
   e.cuda_decode_early = get("FERRY_CUDA_DECODE_EARLY");
+  e.cuda_fused_add_norm = get("FERRY_CUDA_FUSED_ADD_NORM");
   return e;
 }
 

@@ -65,6 +65,9 @@ struct Env {
   // FERRY_CUDA_DECODE_EARLY: "0" makes the decode attention kernel request its first K/V tiles after the PDL wait
   // instead of before it (CudaBackendOptions::decode_early_kv; comparisons); "1" or unset: before.
   std::optional<std::string> cuda_decode_early;
+  // FERRY_CUDA_FUSED_ADD_NORM: "0" runs a decode step's wo / down projection and the residual add + RMSNorm after it
+  // as two launches (CudaBackendOptions::fused_add_norm; comparisons); "1" or unset: one, where it applies.
+  std::optional<std::string> cuda_fused_add_norm;
   // FERRY_PROMPT_GRAPHS: "1" pads the serving engine's prompt-carrying steps to a few shapes and replays them from
   // step graphs like decode steps (EngineOptions::prompt_graphs; engine/model_runner.h); "0" off; unset: the option.
   std::optional<std::string> prompt_graphs;

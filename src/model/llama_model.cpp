@@ -512,9 +512,9 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     observe("k", l, k);
     observe("v", l, v);
     observe("attn", l, attn);
-    backend_.matmul(delta, flat(attn), L.wo, Tensor{});
-    // Row-parallel: partial sums over this rank's heads; then x += delta and the ffn norm.
-    comm_->all_reduce_add_rms_norm(backend_, xb, x, delta, L.ffn_norm, c.rms_eps);
+    // Row-parallel: partial sums over this rank's heads; then x += delta and the ffn norm (one op: a backend may
+    // fuse the add and the norm into the projection where nothing is reduced across ranks).
+    comm_->matmul_all_reduce_add_rms_norm(backend_, xb, x, delta, flat(attn), L.wo, L.ffn_norm, c.rms_eps);
     observe("attn_out", l, delta);
     observe("ffn_norm", l, xb);
     // act: (n, hidden) silu(gate) * up, the down projection's input: in the backend's matmul input dtype where
@@ -527,12 +527,13 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
       backend_.matmul(up, xb, L.w_up, Tensor{});
       backend_.swiglu(gate, gate, up);
     }
-    backend_.matmul(delta, act, L.w_down, Tensor{});
     // Row-parallel: partial sums over this rank's hidden units; then x += delta and the next layer's attention
     // norm (the last layer's sum goes to the output norm below, on the rows that need logits).
     if (l + 1 < c.n_layers) {
-      comm_->all_reduce_add_rms_norm(backend_, xb, x, delta, weights_.layers[size_t(l) + 1].attn_norm, c.rms_eps);
+      comm_->matmul_all_reduce_add_rms_norm(backend_, xb, x, delta, act, L.w_down,
+                                            weights_.layers[size_t(l) + 1].attn_norm, c.rms_eps);
     } else {
+      backend_.matmul(delta, act, L.w_down, Tensor{});
       comm_->all_reduce_sum(delta);
     }
     observe("ffn_out", l, delta);

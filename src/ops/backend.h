@@ -137,6 +137,15 @@ class Backend {
   // or matmul_input_dtype(n)).
   virtual void add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
                             float eps) = 0;
+  // A row-parallel projection and what follows it, as one op: delta (n, dim) f32 = x (n, n_in) · w (dim, n_in)ᵀ;
+  // residual (n, dim) f32 += delta; out = rms_norm(residual) * norm_weight (out: f32 or matmul_input_dtype(n)).
+  // The default is matmul then add_rms_norm; a backend may fuse them (CUDA at one token: the add and the norm in
+  // the matvec's epilogue, one launch instead of two, the same bits).
+  virtual void matmul_add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& x,
+                                   const Tensor& w, const Tensor& norm_weight, float eps) {
+    matmul(delta, x, w, Tensor{});
+    add_rms_norm(out, residual, delta, norm_weight, eps);
+  }
   // out: (n, n_out) f32 = x (n, n_in) f32 (or matmul_input_dtype(n)) · w (n_out, n_in)ᵀ [+ bias (n_out) f32, or empty]
   virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
   // x: (n, n_heads, head_dim) f32, rotated in place; positions: (n) i32; inv_freq: (head_dim/2) f32

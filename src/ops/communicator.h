@@ -41,6 +41,15 @@ class Communicator {
     all_reduce_sum(delta);
     backend.add_rms_norm(out, residual, delta, weight, eps);
   }
+  // A row-parallel projection and what follows it: backend.matmul(delta, x, w) (this rank's partial sums), then
+  // all_reduce_add_rms_norm(backend, out, residual, delta, weight, eps). The identity communicator (nothing to
+  // reduce) hands the whole to backend.matmul_add_rms_norm, which a backend may run as one launch.
+  virtual void matmul_all_reduce_add_rms_norm(Backend& backend, const Tensor& out, const Tensor& residual,
+                                              const Tensor& delta, const Tensor& x, const Tensor& w,
+                                              const Tensor& weight, float eps) {
+    backend.matmul(delta, x, w, Tensor{});
+    all_reduce_add_rms_norm(backend, out, residual, delta, weight, eps);
+  }
   // buf: contiguous f32 tensor of world * part elements in backend memory; rank r has filled elements
   // [r * part, (r + 1) * part); afterwards every rank holds every part.
   virtual void all_gather_inplace(const Tensor& buf) = 0;
@@ -62,6 +71,10 @@ class IdentityCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int world() const override { return 1; }
   void all_reduce_sum(const Tensor&) override {}
+  void matmul_all_reduce_add_rms_norm(Backend& backend, const Tensor& out, const Tensor& residual, const Tensor& delta,
+                                      const Tensor& x, const Tensor& w, const Tensor& weight, float eps) override {
+    backend.matmul_add_rms_norm(out, residual, delta, x, w, weight, eps);
+  }
   void all_gather_inplace(const Tensor&) override {}
   void broadcast(std::vector<uint8_t>&) override {}
   void barrier() override {}

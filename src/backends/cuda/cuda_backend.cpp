@@ -136,6 +136,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
     options_.prefill_bf16_weights = true;  // one GEMM for every token count reads bf16 weights
   }
   if (options.profile_ops) profiler_ = std::make_unique<OpProfiler>(stream_);
+  add_norm_counter_ = alloc(sizeof(unsigned int));  // zeroed once: each fused call leaves it at 0
+  FERRY_CUDA_CHECK(cudaMemset(add_norm_counter_.data(), 0, sizeof(unsigned int)));
   cudaEvent_t copy_event = nullptr;
   FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&copy_event, cudaEventDisableTiming));
   copy_done_ = copy_event;
@@ -415,16 +417,7 @@ DType CudaBackend::matmul_input_dtype(int64_t n_tokens) const {
   return n_tokens > 16 || options_.batch_invariant ? DType::BF16 : DType::F32;
 }
 
-void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
-  require_cuda(out, "matmul output");
-  require_cuda(x, "matmul input");
-  require_cuda(w, "matmul weight");
-  FERRY_ASSERT((x.dtype == DType::F32 || x.dtype == DType::BF16) && out.dtype == DType::F32);
-  FERRY_ASSERT(x.cols() == w.cols() && out.rows() == x.rows() && out.cols() == w.rows());
-  FERRY_ASSERT(bias.empty() || (bias.numel() == w.rows() && bias.device == Device::Cuda));
-  FERRY_ASSERT(is_native_weight_type(w.dtype));
-  const int64_t n = x.rows();
-  if (n == 0) return;
+CudaBackend::MatmulChoice CudaBackend::choose_matmul(int64_t n, const Tensor& w, const Tensor& out) const {
   const bool bf16_at_hand = w.dtype == DType::BF16 || has_bf16_copy(options_, w.dtype);
   const bool hopper_fits = sm90_gemm_ && Sm90Gemm::supports(n, w.rows(), w.cols()) &&
                            reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
@@ -443,6 +436,22 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
                                                 : cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols(), true),
                                             options_.matvec_version, cuda_ops::kMatvecDefaultVersion)
           : 0;
+  return {path, mv_version};
+}
+
+void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  require_cuda(out, "matmul output");
+  require_cuda(x, "matmul input");
+  require_cuda(w, "matmul weight");
+  FERRY_ASSERT((x.dtype == DType::F32 || x.dtype == DType::BF16) && out.dtype == DType::F32);
+  FERRY_ASSERT(x.cols() == w.cols() && out.rows() == x.rows() && out.cols() == w.rows());
+  FERRY_ASSERT(bias.empty() || (bias.numel() == w.rows() && bias.device == Device::Cuda));
+  FERRY_ASSERT(is_native_weight_type(w.dtype));
+  const int64_t n = x.rows();
+  if (n == 0) return;
+  const MatmulChoice choice = choose_matmul(n, w, out);
+  const cuda_ops::MatmulPath path = choice.path;
+  const int mv_version = choice.matvec_version;
   const auto path_name = [&]() -> std::string {
     if (path == cuda_ops::MatmulPath::Matvec) return fmt::format("matvec v{}", mv_version);
     if (path == cuda_ops::MatmulPath::Skinny) return std::string("skinny");
@@ -471,6 +480,50 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   } else {
     matmul_gemm(out, x, w, bias, path);
   }
+}
+
+bool CudaBackend::add_norm_fused(int64_t n, const Tensor& w) const {
+  if (n != 1 || !options_.fused_add_norm) return false;
+  // The matvec path never depends on the output's alignment (only the Hopper GEMM's choice does).
+  const MatmulChoice choice = choose_matmul(n, w, Tensor{});
+  return choice.path == cuda_ops::MatmulPath::Matvec &&
+         cuda_ops::matvec_add_norm_applies(w.dtype, choice.matvec_version, 1, w.rows(), w.cols());
+}
+
+void CudaBackend::matmul_add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& x,
+                                      const Tensor& w, const Tensor& norm_weight, float eps) {
+  const int64_t n = x.rows(), dim = w.rows();
+  // The fused epilogue: one token on the streamed matvec (versions 9 / 10) that matmul() would run anyway.
+  if (!add_norm_fused(n, w) || x.dtype != DType::F32 || delta.dtype != DType::F32) {
+    Backend::matmul_add_rms_norm(out, residual, delta, x, w, norm_weight, eps);
+    return;
+  }
+  require_cuda(out, "matmul_add_rms_norm output");
+  require_cuda(residual, "matmul_add_rms_norm residual");
+  require_cuda(delta, "matmul_add_rms_norm delta");
+  require_cuda(x, "matmul_add_rms_norm input");
+  require_cuda(w, "matmul_add_rms_norm weight");
+  require_cuda(norm_weight, "matmul_add_rms_norm norm weight");
+  FERRY_ASSERT(x.cols() == w.cols() && delta.rows() == 1 && delta.cols() == dim);
+  FERRY_ASSERT(residual.dtype == DType::F32 && residual.rows() == 1 && residual.cols() == dim);
+  FERRY_ASSERT(out.rows() == 1 && out.cols() == dim && (out.dtype == DType::F32 || out.dtype == DType::BF16));
+  FERRY_ASSERT(norm_weight.dtype == DType::F32 && norm_weight.numel() == dim);
+  const MatmulChoice choice = choose_matmul(n, w, delta);
+  const OpProfiler::Scope prof(
+      profiler_.get(),
+      profiler_ ? fmt::format("matmul+add_rms_norm matvec v{} {} {}x{} n=1", choice.matvec_version,
+                              dtype_name(w.dtype), dim, w.cols())
+                : std::string(),
+      double(w.nbytes()) + double(x.nbytes()) + 4.0 * double(residual.nbytes()));
+  const bool bf16 = out.dtype == DType::BF16;
+  cuda_ops::matvec(w.dtype,
+                   {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr, .out = delta.ptr<float>(), .n_tokens = 1,
+                    .version = choice.matvec_version, .scratch = nullptr,
+                    .add_norm = {.residual = residual.ptr<float>(), .weight = norm_weight.ptr<float>(),
+                                 .out = bf16 ? nullptr : out.ptr<float>(),
+                                 .out_bf16 = bf16 ? static_cast<uint16_t*>(out.data) : nullptr, .eps = eps,
+                                 .counter = static_cast<unsigned int*>(add_norm_counter_.data())}},
+                   stream_);
 }
 
 const uint16_t* CudaBackend::gemm_weight_bf16(const Tensor& w) {

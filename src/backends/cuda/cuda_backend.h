@@ -70,6 +70,9 @@ struct CudaBackendOptions {
   // The decode kernel requests its first K/V tiles before the PDL wait (DecodeSplitPlan::early_kv; same bits);
   // false: after it (FERRY_CUDA_DECODE_EARLY=0, in-situ comparisons).
   bool decode_early_kv = true;
+  // matmul_add_rms_norm runs the residual add + RMSNorm in the matvec's epilogue at one token where the streamed
+  // matvecs take the shape (MatvecParams::add_norm; same bits); false: matmul then add_rms_norm (comparisons).
+  bool fused_add_norm = true;
 };
 
 class CudaBackend final : public Backend {
@@ -113,6 +116,10 @@ class CudaBackend final : public Backend {
   void add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
                     float eps) override;
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  void matmul_add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& x,
+                           const Tensor& w, const Tensor& norm_weight, float eps) override;
+  // Whether matmul_add_rms_norm runs as one launch for n tokens through the prepared weight w (f32 activations).
+  bool add_norm_fused(int64_t n, const Tensor& w) const;
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) override;
   void store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
                 const Tensor& slots) override;
@@ -168,6 +175,14 @@ class CudaBackend final : public Backend {
   DeviceBuffer gemm_workspace_;  // cuBLASLt workspace
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path
   DeviceBuffer x_bf16_;          // (n, n_in) bf16: activations rounded for the GEMM path
+  DeviceBuffer add_norm_counter_;  // one u32, 0 between calls: the fused matvec epilogue's arrival counter
+  // The path matmul() takes for n tokens of x through w into out, and the matvec version when that path is Matvec
+  // (else 0).
+  struct MatmulChoice {
+    cuda_ops::MatmulPath path;
+    int matvec_version;
+  };
+  MatmulChoice choose_matmul(int64_t n, const Tensor& w, const Tensor& out) const;
   bool capturing_ = false;       // between begin_capture and end_capture/cancel_capture
   CUevent_st* copy_done_ = nullptr;  // recorded after each eager copy_to_device (wait_for_copies)
   bool copy_pending_ = false;

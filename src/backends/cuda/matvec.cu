@@ -285,12 +285,32 @@ size_t matvec_scratch_bytes(DType wtype, int version, int n_tokens, int64_t n_in
   return (version >= 5) && quant ? matvec_v5_scratch_bytes(n_tokens, n_in) : 0;
 }
 
+bool matvec_add_norm_applies(DType wtype, int version, int n_tokens, int64_t rows, int64_t cols) {
+  if (rows % 4 != 0 || rows > kAddNormMaxRows) return false;
+  if (version == 10) return matvec_v10_applies(wtype, n_tokens, rows, cols);
+  if (version == 9) return matvec_stream_applies(wtype, n_tokens, rows, cols, true);
+  return false;
+}
+
 void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n_tokens >= 1 && p.n_tokens <= kMatvecMaxTokens && p.w.rows >= 1 && p.w.cols >= 1);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
   FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 5 || p.version == 7 || p.version == 9 || p.version == 10 ||
                      p.version == 11);
+  if (p.add_norm.residual != nullptr) {  // only the kernels below that call add_norm_tail take it
+    const MatvecAddNorm& e = p.add_norm;
+    FERRY_CUDA_REQUIRE(matvec_add_norm_applies(wtype, p.version, p.n_tokens, p.w.rows, p.w.cols));
+    FERRY_CUDA_REQUIRE(e.weight != nullptr && e.counter != nullptr && (e.out != nullptr) != (e.out_bf16 != nullptr));
+    FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(e.residual) % 16 == 0 && reinterpret_cast<uintptr_t>(e.weight) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(e.out) % 16 == 0 && reinterpret_cast<uintptr_t>(e.out_bf16) % 8 == 0);
+    if (p.version == 10) {
+      matvec_v10(wtype, p, stream);
+    } else {
+      matvec_stream(wtype, p, StreamConsumer::kStageBatched, stream);
+    }
+    return;
+  }
   if (p.version == 11 && matvec_v11_applies(wtype, p.n_tokens, p.w.rows, p.w.cols)) {
     matvec_v11(wtype, p, stream);
     return;

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "backends/cuda/weight_layout.cuh"
 
@@ -35,6 +36,20 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 // and removed: no better than v5 / v7 (docs/perf-log.md, sessions 3 and 4).
 inline constexpr int kMatvecDefaultVersion = 5;
 
+// The residual add + RMSNorm fused into a streamed matvec's epilogue (versions 9 and 10 at one token;
+// CudaBackend::matmul_add_rms_norm): with residual set, out = x . w^T is written as usual, then residual += out
+// row by row, and the block that finishes last (an arrival counter) normalizes the whole residual:
+// norm_out = residual / rms(residual) * weight, with norm.cu's add_rms_norm arithmetic in its order (the same
+// bits as matvec + add_rms_norm). Saves the add_rms_norm launch after the wo and down projections of a decode step.
+struct MatvecAddNorm {
+  float* residual = nullptr;          // (1, rows) f32, updated in place; null: no epilogue
+  const float* weight = nullptr;      // (rows) f32, the norm's weight
+  float* out = nullptr;               // (1, rows) f32 normed, or null when out_bf16 is set
+  uint16_t* out_bf16 = nullptr;       // (1, rows) bf16 normed (rounded to nearest even), or null
+  float eps = 0.0f;
+  unsigned int* counter = nullptr;    // device word, 0 between calls (the last block resets it); one per stream
+};
+
 struct MatvecParams {
   WeightView w;        // (n_out, n_in) prepared weight (weight_layout.cuh), dtype given separately
   const float* x;      // (n, n_in) f32, rows contiguous, 16-byte aligned
@@ -43,6 +58,7 @@ struct MatvecParams {
   int n_tokens;        // 1 <= n <= kMatvecMaxTokens
   int version = kMatvecDefaultVersion;  // 2, 5, 7, 9, 10 or 11 (see above)
   void* scratch = nullptr;  // versions 5/7/9 on quantized weights (v5's pre-pass): >= matvec_scratch_bytes() device bytes, 16-aligned
+  MatvecAddNorm add_norm{};  // versions 9 and 10 only (matvec_add_norm_applies): the fused residual add + RMSNorm
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.
@@ -59,5 +75,11 @@ void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream);
 
 // Whether version 7 (batched: 9) runs this weight type, token count and shape on the current device.
 bool matvec_stream_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols, bool batched = false);
+
+// Whether matvec() with this version runs a kernel that takes MatvecParams::add_norm (version 9's stage-batched
+// stream on BF16/F16, version 10 on Q8_0/Q4_0/Q4_K) for this shape, with rows (the normed width) a multiple of 4
+// up to kAddNormMaxRows.
+inline constexpr int64_t kAddNormMaxRows = 8192;
+bool matvec_add_norm_applies(DType wtype, int version, int n_tokens, int64_t rows, int64_t cols);
 
 }  // namespace ferry::cuda_ops

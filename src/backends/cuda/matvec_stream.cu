@@ -10,6 +10,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/hopper.cuh"
 #include "backends/cuda/matvec.cuh"
+#include "backends/cuda/matvec_add_norm.cuh"
 #include "backends/cuda/matvec_stream_plan.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/silu.cuh"
@@ -26,6 +27,8 @@ using v7::kConsumerWarps;
 using v7::kMaxStages;
 using v7::kThreads;
 using v7::StreamPlan;
+using v7::add_norm_tail;
+using v7::store_row;
 
 constexpr int kSegVals = 256;  // one warp-wide 16-byte load: 32 lanes x 8 values
 
@@ -260,8 +263,9 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
       float sum = 0.0f;
 #pragma unroll
       for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * plan.max_rows + r];
-      p.out[r0 + r] = sum + (p.bias ? p.bias[r0 + r] : 0.0f);
+      store_row(p, r0 + r, sum + (p.bias ? p.bias[r0 + r] : 0.0f));
     }
+    add_norm_tail(p.add_norm, p.w.rows);  // MatvecParams::add_norm: the fused residual add + RMSNorm, if asked
   }
 }
 

@@ -7,6 +7,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/hopper.cuh"
 #include "backends/cuda/matvec.cuh"
+#include "backends/cuda/matvec_add_norm.cuh"
 #include "backends/cuda/matvec_v10_plan.cuh"
 #include "backends/cuda/pdl.cuh"
 
@@ -228,8 +229,9 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * plan.max_rows + r];
-    p.out[br.first + r] = sum + (p.bias ? p.bias[br.first + r] : 0.0f);
+    v7::store_row(p, br.first + r, sum + (p.bias ? p.bias[br.first + r] : 0.0f));
   }
+  v7::add_norm_tail(p.add_norm, p.w.rows);  // MatvecParams::add_norm: the fused residual add + RMSNorm, if asked
 }
 
 template <DType W, int kSegs, int kRows>
