@@ -294,7 +294,7 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
               "us", "%", "vs v1", "v1 stream");
   cudaStream_t s;
   BENCH_CUDA_CHECK(cudaStreamCreate(&s));
-  const std::pair<int, int> shapes[] = {{1, 4096}, {1, 8192}, {1, 16384}, {1, 32768}, {8, 4096},
+  const std::pair<int, int> shapes[] = {{1, 160}, {1, 672}, {1, 4096}, {1, 8192}, {1, 16384}, {1, 32768}, {8, 4096},
                                         {8, 16384}, {64, 512}, {64, 640}, {64, 4096}};
   constexpr int kVariants = 5;  // v1, v2, v4, v5, v6
   for (const auto& [B, C] : shapes) {

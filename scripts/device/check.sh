@@ -135,6 +135,19 @@ if has bench; then
       cat "$OUT/b.log" >> "$log"
       note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, matvec v$v] /")"
     done
+    # FERRY_BENCH_AB: an environment assignment (e.g. FERRY_CUDA_FUSED_ADD_NORM=0) for an in-call A/B of
+    # generation: tg128 with it, then without it, then with it again (B A B beside the run above).
+    if [ -n "${FERRY_BENCH_AB:-}" ]; then
+      for ab in on off on; do
+        if [ $ab = on ]; then
+          env ${FERRY_BENCH_AB} "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
+        else
+          "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
+        fi
+        cat "$OUT/b.log" >> "$log"
+        note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, $([ $ab = on ] && echo "${FERRY_BENCH_AB}" || echo default)] /")"
+      done
+    fi
     if [ "$t" = bf16 ] && [ "${FERRY_BENCH_BATCH_INVARIANT:-1}" = 1 ]; then  # the cost of --batch-invariant (one GEMM kernel for every token count)
       "$C/ferry" bench --device cuda -m "$m" -p 512 -n 128 -r 3 --batch-invariant > "$OUT/b.log" 2>&1
       cat "$OUT/b.log" >> "$log"

@@ -22,7 +22,9 @@
 #include "backends/cuda/gemm_sm90.cuh"
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/matvec_stream.cuh"
+#include "backends/cuda/matvec_v10.cuh"
 #include "cuda_test_util.h"
+#include "formats/quant.h"
 
 namespace ferry::test {
 namespace {
@@ -119,6 +121,57 @@ TEST_F(CudaMatmulSwiglu, OneTokenStreamed) {
   for (const Case& c : cases) {
     EXPECT_TRUE(cuda_ops::matvec_swiglu_applies(c.type, 1, 2 * c.hidden, c.dim));
     check(c, 1, 2e-5, seed += 7);
+  }
+}
+
+// n = 1 on Q8_0 / Q4_0 / Q4_K: matvec version 10's SwiGLU form (matvec_v10_swiglu). Against the CPU reference
+// (dequantize, fp32 dot, then silu(g) * u) within 1e-4 relative L2 (the int8 activations' ~2e-5), and against the
+// unfused GPU path (matmul on version 10, then swiglu_fused) bit for bit: each row's lane math, shuffle tree and
+// warp order are version 10's whatever rows share its stage.
+TEST_F(CudaMatmulSwiglu, OneTokenQuantizedStreamed) {
+  if (hopper_sm_count() == 0) GTEST_SKIP() << "not a compute capability 9.x device";
+  const Case cases[] = {
+      {1, 14336, 4096, DType::Q8_0},  // Llama-3-8B: 2 units a stage
+      {1, 14336, 4096, DType::Q4_0},  // 4 units a stage
+      {1, 14336, 4096, DType::Q4_K},
+      {1, 7168, 4096, DType::Q4_0},   // its TP=2 shard
+      {1, 1001, 2048, DType::Q8_0},   // units not a multiple of the SM count, a short last stage
+      {1, 1234, 3072, DType::Q4_K},   // 6 segments: warps 6-7 idle
+      {1, 2000, 8192, DType::Q4_0},   // kSegs 2 (70B's dim)
+      {1, 100, 512, DType::Q8_0},     // fewer units than SMs
+  };
+  uint32_t seed = 700;
+  for (const Case& c : cases) {
+    const std::string what = std::string(dtype_name(c.type)) + " hidden=" + std::to_string(c.hidden) +
+                             " dim=" + std::to_string(c.dim);
+    SCOPED_TRACE(what);
+    const int64_t rows = 2 * c.hidden;
+    ASSERT_TRUE(cuda_ops::matvec_v10_swiglu_applies(c.type, 1, rows, c.dim));
+    const std::vector<float> wf = random_floats(size_t(rows * c.dim), seed += 7, 1.0f / std::sqrt(float(c.dim)));
+    std::vector<uint8_t> wbytes(size_t(rows) * row_bytes(c.type, c.dim));
+    for (int64_t r = 0; r < rows; ++r)
+      quantize_row(c.type, wf.data() + r * c.dim, wbytes.data() + size_t(r) * row_bytes(c.type, c.dim), c.dim);
+    const Tensor hw = Tensor::make(c.type, {rows, c.dim}, wbytes.data());
+    std::vector<float> x = random_floats(size_t(c.dim), seed + 1);
+    std::vector<float> gu(static_cast<size_t>(rows)), ref(static_cast<size_t>(c.hidden));
+    cpu_.matmul(host(DType::F32, {1, rows}, gu), host(DType::F32, {1, c.dim}, x), hw, Tensor{});
+    for (int64_t j = 0; j < c.hidden; ++j) ref[size_t(j)] = float(silu_mul_ref(gu[size_t(j)], gu[size_t(c.hidden + j)]));
+
+    const Tensor gw = gpu_->prepare_weight(hw, keep_);
+    const Tensor gx = upload(DType::F32, {1, c.dim}, x);
+    const Tensor out = poisoned({1, c.hidden});
+    const Tensor gate_up = poisoned({1, rows});
+    gpu_->matmul_swiglu(out, gate_up, gx, gw);
+    const std::vector<float> got = download(out);
+    const Tensor out_ref = poisoned({1, c.hidden});
+    gpu_->matmul(gate_up, gx, gw, Tensor{});
+    gpu_->swiglu_fused(out_ref, gate_up);
+    const std::vector<float> unfused = download(out_ref);
+    const double err = rel_l2(got, ref);
+    EXPECT_LE(err, 1e-4);
+    EXPECT_EQ(std::memcmp(got.data(), unfused.data(), got.size() * 4), 0)
+        << "bits differ from matmul + swiglu_fused (rel L2 " << rel_l2(got, unfused) << ")";
+    std::printf("  %-40s vs CPU reference %.2e\n", what.c_str(), err);
   }
 }
 

@@ -800,17 +800,22 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
                       (options_.matvec_version == 0 || options_.matvec_version == 9) &&
                       reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
                       cuda_ops::matvec_swiglu_applies(w.dtype, 1, w.rows(), dim);
+  // One token on Q8_0/Q4_0/Q4_K: where matmul would run version 10, its SwiGLU form.
+  const bool quant_stream = !stream && n == 1 && x.dtype == DType::F32 && !out_bf16 &&
+                            reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
+                            choose_matmul(1, w, gate_up).matvec_version == 10 &&
+                            cuda_ops::matvec_v10_swiglu_applies(w.dtype, 1, w.rows(), dim);
   // Prefill (and every n in batch-invariant mode): where matmul would run the Hopper GEMM.
-  const bool gemm = !stream && sm90_gemm_ && (options_.batch_invariant || n >= 256) &&
+  const bool gemm = !stream && !quant_stream && sm90_gemm_ && (options_.batch_invariant || n >= 256) &&
                     Sm90Gemm::supports_swiglu(n, hidden, dim) &&
                     reinterpret_cast<uintptr_t>(out.data) % (out_bf16 ? 4 : 8) == 0;
-  if (!stream && !gemm) {
+  if (!stream && !quant_stream && !gemm) {
     Backend::matmul_swiglu(out, gate_up, x, w);
     return;
   }
   const OpProfiler::Scope prof(
       profiler_.get(),
-      profiler_ ? fmt::format("matmul_swiglu {} {} {}x{} n={}", stream ? "matvec v9" : "gemm_sm90",
+      profiler_ ? fmt::format("matmul_swiglu {} {} {}x{} n={}", stream ? "matvec v9" : quant_stream ? "matvec v10" : "gemm_sm90",
                               dtype_name(w.dtype), w.rows(), dim, token_bucket(n))
                 : std::string(),
       double(w.nbytes()) + double(x.nbytes()) + double(out.nbytes()));
@@ -818,6 +823,12 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
     cuda_ops::matvec_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
                                       .out = out.ptr<float>(), .n_tokens = 1, .version = 9},
                             stream_);
+    return;
+  }
+  if (quant_stream) {
+    cuda_ops::matvec_v10_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
+                                          .out = out.ptr<float>(), .n_tokens = 1, .version = 10},
+                                stream_);
     return;
   }
   const uint16_t* wb = gemm_weight_bf16(w);

@@ -54,4 +54,42 @@ __device__ __forceinline__ void produce_quant_stages(const WeightView& w, const 
   }
 }
 
+// The SwiGLU form (version 10's kSwiglu): w is (2 hidden, cols), the rows of w_gate then those of w_up, and the
+// block owns output units [br.first, br.first + br.count) of hidden. Stage g holds pairs = rows_per_stage / 2
+// units: their gate rows in slot rows [0, pairs), their up rows (hidden further down w) in slot rows
+// [pairs, 2 pairs), quants then scales as above: four bulk copies (two when the type has no scale region),
+// one mbarrier. The block's last stage may hold fewer units (same offsets).
+__device__ __forceinline__ void produce_quant_pair_stages(const WeightView& w, const StreamPlan& plan, BlockRows br,
+                                                          SplitRowBytes rb, int64_t hidden, uint8_t* ring,
+                                                          uint64_t* full, uint64_t* empty) {
+  const int64_t pairs = plan.rows_per_stage / 2;
+  const int64_t stage_q = plan.rows_per_stage * rb.quants;
+  const int64_t stage_bytes = plan.rows_per_stage * (rb.quants + rb.scales);
+  const int64_t n_stage = (br.count + pairs - 1) / pairs;
+  const uint8_t* gq = w.data + br.first * rb.quants;
+  const uint8_t* uq = w.data + (hidden + br.first) * rb.quants;
+  const uint8_t* gs = w.data + w.scales + br.first * rb.scales;
+  const uint8_t* us = w.data + w.scales + (hidden + br.first) * rb.scales;
+  int s = 0;
+  uint32_t phase = 1;
+  for (int64_t g = 0; g < n_stage; ++g) {
+    sm90::mbar_wait(&empty[s], phase);
+    const int64_t left = br.count - g * pairs;
+    const int64_t units = left < pairs ? left : pairs;
+    const uint32_t qbytes = uint32_t(units * rb.quants), sbytes = uint32_t(units * rb.scales);
+    uint8_t* dst = ring + size_t(s) * size_t(stage_bytes);
+    sm90::mbar_arrive_expect_tx(&full[s], 2 * (qbytes + sbytes));
+    bulk_load(dst, gq + g * pairs * rb.quants, qbytes, &full[s]);
+    bulk_load(dst + pairs * rb.quants, uq + g * pairs * rb.quants, qbytes, &full[s]);
+    if (sbytes > 0) {
+      bulk_load(dst + stage_q, gs + g * pairs * rb.scales, sbytes, &full[s]);
+      bulk_load(dst + stage_q + pairs * rb.scales, us + g * pairs * rb.scales, sbytes, &full[s]);
+    }
+    if (++s == plan.stages) {
+      s = 0;
+      phase ^= 1u;
+    }
+  }
+}
+
 }  // namespace ferry::cuda_ops::v7

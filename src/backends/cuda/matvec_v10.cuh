@@ -46,4 +46,14 @@ bool matvec_v10_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols);
 // One launch on `stream` (capturable; no scratch). Requires matvec_v10_applies and p.w.scales % 16 == 0.
 void matvec_v10(DType wtype, const MatvecParams& p, cudaStream_t stream);
 
+// Version 10 with SwiGLU fused into its output (CudaBackend::matmul_swiglu at one token on Q8_0/Q4_0/Q4_K), as
+// version 9's matvec_swiglu does for BF16: p.w (2 hidden, cols), the rows of w_gate then those of w_up (a TP
+// shard keeps that shape with hidden / world); p.x (1, cols) f32; p.out (1, hidden) f32 = silu(x . w_gate^T) *
+// (x . w_up^T); no bias, no add_norm. A stage streams kRows / 2 units' gate rows and the same units' up rows (four
+// bulk copies, no repack). Takes columns a multiple of 512 up to 8192 whose stage holds at least 2 rows.
+bool matvec_v10_swiglu_supports(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols, int n_sms,
+                                size_t max_smem);
+bool matvec_v10_swiglu_applies(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols);
+void matvec_v10_swiglu(DType wtype, const MatvecParams& p, cudaStream_t stream);
+
 }  // namespace ferry::cuda_ops

@@ -10,6 +10,7 @@
 #include "backends/cuda/matvec_add_norm.cuh"
 #include "backends/cuda/matvec_v10_plan.cuh"
 #include "backends/cuda/pdl.cuh"
+#include "backends/cuda/silu.cuh"
 
 namespace ferry::cuda_ops::v10 {
 
@@ -72,8 +73,15 @@ __device__ __forceinline__ LaneQuants<W> load_quants(const uint8_t* p) {  // p: 
 // grid blocks (v7::block_rows); kSegs = segs_per_warp(cols), kRows = plan.rows_per_stage = stage_rows(W, cols).
 // p.w: Q8_0/Q4_0 quants [rows, nb x 32|16] then at p.w.scales fp16 [rows, nb]; Q4_K [rows, cols / 256] GGUF
 // super-blocks of 144 bytes; p.x (1, cols) f32; p.out (1, rows) f32.
-template <DType W, int kSegs, int kRows>
+// kSwiglu (matvec_v10_swiglu): p.w is (2 hidden, cols), w_gate's rows then w_up's; p.out (1, hidden) f32 =
+// silu(x . w_gate^T) * (x . w_up^T) (silu.cuh). The block owns output units (plan.max_rows: the most a block has);
+// a stage holds kRows / 2 units' gate rows then their up rows (produce_quant_pair_stages), so both dot products
+// of a unit land in the block and the SwiGLU is applied where it writes: no (1, 2 hidden) intermediate, no
+// swiglu_fused launch. Partials: (warps, 2, max_rows), gate then up.
+template <DType W, int kSegs, int kRows, bool kSwiglu = false>
 __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
+  static_assert(!kSwiglu || (kRows >= 2 && kRows % 2 == 0), "SwiGLU stages hold row pairs");
+  constexpr int kPairs = kSwiglu ? kRows / 2 : kRows;  // output units a stage completes
   constexpr bool kQ4 = W == DType::Q4_0;
   constexpr bool kQ4K = W == DType::Q4_K;
   constexpr int kLaneBytes = kQ4 || kQ4K ? 8 : 16;             // quant bytes a lane loads per segment of a row
@@ -88,17 +96,26 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   const int64_t stage_bytes = kRows * (rb.quants + rb.scales);
   // (stages, stage_bytes): per slot [kRows, rb.quants] quant bytes, then [kRows, nb] fp16 scales
   uint8_t* ring = smem + v7::kBarrierBytes;
-  float* part = reinterpret_cast<float*>(ring + size_t(plan.stages) * size_t(stage_bytes));  // (warps, max_rows)
+  // (warps, max_rows) f32; kSwiglu: (warps, 2, max_rows)
+  float* part = reinterpret_cast<float*>(ring + size_t(plan.stages) * size_t(stage_bytes));
+  const int64_t part_stride = kSwiglu ? 2 * plan.max_rows : plan.max_rows;  // floats per warp of `part`
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockRows br = v7::block_rows(p.w.rows, grid, blockIdx.x);
-  const int64_t n_stage = (br.count + kRows - 1) / kRows;
+  const int64_t hidden = p.w.rows / 2;  // kSwiglu: output units
+  const BlockRows br = v7::block_rows(kSwiglu ? hidden : p.w.rows, grid, blockIdx.x);  // kSwiglu: units
+  const int64_t n_stage = (br.count + kPairs - 1) / kPairs;
 
   if (threadIdx.x == 0) v7::init_ring_barriers(full, empty, plan.stages, kConsumerWarps);
   __syncthreads();
 
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel
-    if (lane == 0) v7::produce_quant_stages(p.w, plan, br, rb, ring, full, empty);
+    if (lane == 0) {
+      if constexpr (kSwiglu) {
+        v7::produce_quant_pair_stages(p.w, plan, br, rb, hidden, ring, full, empty);
+      } else {
+        v7::produce_quant_stages(p.w, plan, br, rb, ring, full, empty);
+      }
+    }
     return;
   }
 
@@ -152,8 +169,8 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   uint32_t phase = 0;
   for (int64_t g = 0; g < n_stage; ++g) {
     sm90::mbar_wait(&full[s], phase);
-    const int64_t left = br.count - g * kRows;
-    const int rows_here = left < kRows ? int(left) : kRows;
+    const int64_t left = br.count - g * kPairs;
+    const int rows_here = left < kPairs ? int(left) : kPairs;  // kSwiglu: units (row pairs) of this stage
     // Q4_K: the lane's super-block of the warp's segment (its header; its quant bytes 16 + 8 (lane % 16) on)
     const uint8_t* sq = ring + size_t(s) * size_t(stage_bytes) + warp * kSegBytes +
                         (kQ4K ? (lane / 16) * kQ4KBytes : lane * kLaneBytes);
@@ -216,8 +233,9 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
       v[r] = acc;
     }
     const float t = reduce_rows<kRows>(v, lane);
-    const int row = lane / (32 / kRows);
-    if (lane % (32 / kRows) == 0 && row < rows_here) part[int64_t(warp) * plan.max_rows + g * kRows + row] = t;
+    const int row = lane / (32 / kRows);  // kSwiglu: gate (row < kPairs) or up of unit g kPairs + row % kPairs
+    if (lane % (32 / kRows) == 0 && row % kPairs < rows_here)
+      part[int64_t(warp) * part_stride + (row / kPairs) * plan.max_rows + g * kPairs + row % kPairs] = t;
     if (++s == plan.stages) {
       s = 0;
       phase ^= 1u;
@@ -225,19 +243,31 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   }
   v7::consumers_sync();
 
-  for (int64_t r = threadIdx.x; r < br.count; r += kConsumerWarps * 32) {
-    float sum = 0.0f;
+  if constexpr (kSwiglu) {
+    for (int64_t r = threadIdx.x; r < br.count; r += kConsumerWarps * 32) {
+      float gs = 0.0f, us = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * plan.max_rows + r];
-    v7::store_row(p, br.first + r, sum + (p.bias ? p.bias[br.first + r] : 0.0f));
+      for (int w = 0; w < kConsumerWarps; ++w) {
+        gs += part[int64_t(w) * part_stride + r];
+        us += part[int64_t(w) * part_stride + plan.max_rows + r];
+      }
+      p.out[br.first + r] = silu_mul(gs, us);
+    }
+  } else {
+    for (int64_t r = threadIdx.x; r < br.count; r += kConsumerWarps * 32) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * plan.max_rows + r];
+      v7::store_row(p, br.first + r, sum + (p.bias ? p.bias[br.first + r] : 0.0f));
+    }
+    v7::add_norm_tail(p.add_norm, p.w.rows);  // MatvecParams::add_norm: the fused residual add + RMSNorm, if asked
   }
-  v7::add_norm_tail(p.add_norm, p.w.rows);  // MatvecParams::add_norm: the fused residual add + RMSNorm, if asked
 }
 
-template <DType W, int kSegs, int kRows>
+template <DType W, int kSegs, int kRows, bool kSwiglu>
 void launch_instance(const MatvecParams& p, const StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream) {
-  if constexpr (instance_used(W, kSegs, kRows)) {
-    const auto kernel = matvec_v10_kernel<W, kSegs, kRows>;
+  if constexpr (kSwiglu ? swiglu_instance_used(W, kSegs, kRows) : instance_used(W, kSegs, kRows)) {
+    const auto kernel = matvec_v10_kernel<W, kSegs, kRows, kSwiglu>;
     FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     launch_pdl(kernel, dim3(unsigned(grid)), dim3(kThreads), smem, stream, p, plan, grid);
     FERRY_CUDA_CHECK_LAUNCH(matvec_v10_kernel);
@@ -246,24 +276,24 @@ void launch_instance(const MatvecParams& p, const StreamPlan& plan, int64_t grid
   }
 }
 
-template <DType W, int kSegs>
+template <DType W, int kSegs, bool kSwiglu>
 void launch_rows(const MatvecParams& p, const StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream) {
   switch (plan.rows_per_stage) {
-    case 1: launch_instance<W, kSegs, 1>(p, plan, grid, smem, stream); break;
-    case 2: launch_instance<W, kSegs, 2>(p, plan, grid, smem, stream); break;
-    case 4: launch_instance<W, kSegs, 4>(p, plan, grid, smem, stream); break;
-    case 8: launch_instance<W, kSegs, 8>(p, plan, grid, smem, stream); break;
+    case 1: launch_instance<W, kSegs, 1, kSwiglu>(p, plan, grid, smem, stream); break;
+    case 2: launch_instance<W, kSegs, 2, kSwiglu>(p, plan, grid, smem, stream); break;
+    case 4: launch_instance<W, kSegs, 4, kSwiglu>(p, plan, grid, smem, stream); break;
+    case 8: launch_instance<W, kSegs, 8, kSwiglu>(p, plan, grid, smem, stream); break;
     default: FERRY_CUDA_REQUIRE(!"matvec v10: rows per stage must be 1, 2, 4 or 8");
   }
 }
 
-template <DType W>
+template <DType W, bool kSwiglu = false>
 void launch_type(const MatvecParams& p, const StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream) {
   switch (segs_per_warp(p.w.cols)) {
-    case 1: launch_rows<W, 1>(p, plan, grid, smem, stream); break;
-    case 2: launch_rows<W, 2>(p, plan, grid, smem, stream); break;
-    case 3: launch_rows<W, 3>(p, plan, grid, smem, stream); break;
-    case 4: launch_rows<W, 4>(p, plan, grid, smem, stream); break;
+    case 1: launch_rows<W, 1, kSwiglu>(p, plan, grid, smem, stream); break;
+    case 2: launch_rows<W, 2, kSwiglu>(p, plan, grid, smem, stream); break;
+    case 3: launch_rows<W, 3, kSwiglu>(p, plan, grid, smem, stream); break;
+    case 4: launch_rows<W, 4, kSwiglu>(p, plan, grid, smem, stream); break;
     default: FERRY_CUDA_REQUIRE(!"matvec v10: 512..16384 columns");
   }
 }

@@ -40,6 +40,15 @@ constexpr bool instance_used(DType w, int segs, int rows) {
   return false;
 }
 
+// The SwiGLU form's instances (matvec_v10_swiglu): stages of row pairs (rows >= 2), up to kSwigluMaxCols columns.
+inline constexpr int64_t kSwigluMaxCols = 8192;
+constexpr bool swiglu_instance_used(DType w, int segs, int rows) {
+  for (int64_t cols = kSegVals; cols <= kSwigluMaxCols; cols += kSegVals)
+    if (segs_per_warp(cols) == segs && stage_rows(w, cols) == rows && rows >= 2) return true;
+  return false;
+}
+
+// rows: the weight's rows (the SwiGLU form: its output units, hidden; max_rows is then units per block).
 inline v7::StreamPlan make_plan(DType w, int64_t rows, int64_t cols, int64_t grid) {
   v7::StreamPlan p{};
   p.rows_per_stage = stage_rows(w, cols);
@@ -50,15 +59,19 @@ inline v7::StreamPlan make_plan(DType w, int64_t rows, int64_t cols, int64_t gri
   return p;
 }
 
-// Barriers, ring, per-warp row partials (kConsumerWarps, max_rows) f32.
-inline size_t smem_bytes(const v7::StreamPlan& p, DType w, int64_t cols) {
+// Barriers, ring, per-warp row partials (kConsumerWarps, max_rows) f32; the SwiGLU form two per unit.
+inline size_t smem_bytes(const v7::StreamPlan& p, DType w, int64_t cols, bool swiglu = false) {
   return size_t(v7::kBarrierBytes) + size_t(p.stages) * size_t(p.rows_per_stage * quant_row_bytes(w, cols)) +
-         size_t(v7::kConsumerWarps) * size_t(p.max_rows) * sizeof(float);
+         size_t(v7::kConsumerWarps) * size_t(p.max_rows) * (swiglu ? 2 : 1) * sizeof(float);
 }
 
 // One launch of the instance for plan (matvec_v10_q8.cu, matvec_v10_q4.cu, matvec_v10_q4k.cu).
 void launch_q8(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
 void launch_q4(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
 void launch_q4k(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+// The SwiGLU form's launches (same files).
+void launch_q8_swiglu(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q4_swiglu(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q4k_swiglu(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
 
 }  // namespace ferry::cuda_ops::v10

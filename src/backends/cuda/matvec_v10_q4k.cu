@@ -8,4 +8,9 @@ void launch_q4k(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid,
   launch_type<DType::Q4_K>(p, plan, grid, smem, stream);
 }
 
+void launch_q4k_swiglu(const MatvecParams& p, const v7::StreamPlan& plan, int64_t grid, size_t smem,
+                      cudaStream_t stream) {
+  launch_type<DType::Q4_K, true>(p, plan, grid, smem, stream);
+}
+
 }  // namespace ferry::cuda_ops::v10
