@@ -48,6 +48,8 @@ Env Env::read() {
   e.async_scheduling = get("FERRY_ASYNC_SCHEDULING");
   e.cuda_decode_early = get("FERRY_CUDA_DECODE_EARLY");
   e.cuda_fused_add_norm = get("FERRY_CUDA_FUSED_ADD_NORM");
+  e.cuda_quant_swiglu = get("FERRY_CUDA_QUANT_SWIGLU");
+  e.cuda_weight_prefetch = get("FERRY_CUDA_WEIGHT_PREFETCH");
   return e;
 }
 

@@ -65,9 +65,16 @@ struct Env {
   // FERRY_CUDA_DECODE_EARLY: "0" makes the decode attention kernel request its first K/V tiles after the PDL wait
   // instead of before it (CudaBackendOptions::decode_early_kv; comparisons); "1" or unset: before.
   std::optional<std::string> cuda_decode_early;
-  // FERRY_CUDA_FUSED_ADD_NORM: "0" runs a decode step's wo / down projection and the residual add + RMSNorm after it
-  // as two launches (CudaBackendOptions::fused_add_norm; comparisons); "1" or unset: one, where it applies.
+  // FERRY_CUDA_FUSED_ADD_NORM: "1" runs a decode step's wo / down projection and the residual add + RMSNorm after it
+  // as one launch where it applies (CudaBackendOptions::fused_add_norm); "0" or unset: two (measured no slower in
+  // captured steps, where PDL hides the norm's launch).
   std::optional<std::string> cuda_fused_add_norm;
+  // FERRY_CUDA_QUANT_SWIGLU: "0" runs a decode step's gate|up projection on Q8_0/Q4_0/Q4_K weights and its SwiGLU as
+  // two launches (CudaBackendOptions::quant_swiglu; comparisons); "1" or unset: one (matvec v10's SwiGLU form).
+  std::optional<std::string> cuda_quant_swiglu;
+  // FERRY_CUDA_WEIGHT_PREFETCH: "0" turns off the streamed matvecs' L2 prefetch of the next weight's head
+  // (CudaBackendOptions::weight_prefetch; comparisons); "1" or unset: on.
+  std::optional<std::string> cuda_weight_prefetch;
   // FERRY_PROMPT_GRAPHS: "1" pads the serving engine's prompt-carrying steps to a few shapes and replays them from
   // step graphs like decode steps (EngineOptions::prompt_graphs; engine/model_runner.h); "0" off; unset: the option.
   std::optional<std::string> prompt_graphs;
