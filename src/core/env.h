@@ -72,9 +72,6 @@ struct Env {
   // FERRY_CUDA_QUANT_SWIGLU: "0" runs a decode step's gate|up projection on Q8_0/Q4_0/Q4_K weights and its SwiGLU as
   // two launches (CudaBackendOptions::quant_swiglu; comparisons); "1" or unset: one (matvec v10's SwiGLU form).
   std::optional<std::string> cuda_quant_swiglu;
-  // FERRY_CUDA_WEIGHT_PREFETCH: "0" turns off the streamed matvecs' L2 prefetch of the next weight's head
-  // (CudaBackendOptions::weight_prefetch; comparisons); "1" or unset: on.
-  std::optional<std::string> cuda_weight_prefetch;
   // FERRY_PROMPT_GRAPHS: "1" pads the serving engine's prompt-carrying steps to a few shapes and replays them from
   // step graphs like decode steps (EngineOptions::prompt_graphs; engine/model_runner.h); "0" off; unset: the option.
   std::optional<std::string> prompt_graphs;

@@ -56,19 +56,6 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Backend& backen
     backend.copy_to_host(div.data(), weights_.rope_freqs, div.size() * 4);
     for (size_t i = 0; i < inv.size(); ++i) inv[i] /= div[i];
   }
-  // The order a decode step reads its weights in (Backend::set_weight_stream_order: a backend may prefetch each
-  // one's successor while it streams).
-  std::vector<Backend::StreamedWeight> order;
-  for (const LayerWeights& L : weights_.layers) {
-    for (const Tensor* w : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo})
-      if (!w->empty()) order.push_back({*w});
-    if (!L.w_gate_up.empty()) order.push_back({L.w_gate_up, true});
-    for (const Tensor* w : {&L.w_gate, &L.w_up, &L.w_down})
-      if (!w->empty()) order.push_back({*w});
-  }
-  order.push_back({weights_.output});
-  backend.set_weight_stream_order(order);
-
   inv_freq_buf_ = backend.alloc(inv.size() * 4);
   inv_freq_ = inv_freq_buf_.view(DType::F32, {int64_t(inv.size())});
   backend.copy_to_device(inv_freq_, inv.data(), inv.size() * 4);

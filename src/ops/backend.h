@@ -121,17 +121,6 @@ class Backend {
   // stale (scratch memory it recorded was reallocated since): capture again.
   virtual bool replay(const StepGraph& graph) { return false; }
 
-  // The weights one decode step streams through its matmuls, in the order it reads them (each layer's q|k|v or q, k,
-  // v; o; gate|up or gate, up; down; then the output). gate_up_pairs marks a fused gate|up weight the model hands to
-  // matmul_swiglu. A backend may use the order to start moving the next weight toward its compute units while one
-  // streams (CUDA: the streamed matvecs prefetch the next weight's head into L2); the default ignores it. The
-  // tensors must stay valid while the backend runs the model.
-  struct StreamedWeight {
-    Tensor w;
-    bool gate_up_pairs = false;
-  };
-  virtual void set_weight_stream_order(std::span<const StreamedWeight> order) {}
-
   // The dtype in which the model hands a step of n tokens' normed activations (the input of the q|k|v and
   // gate|up matmuls) from the norm to the matmul: F32 here; BF16 on a backend whose every matmul path for n
   // tokens reads bf16 activations anyway (the norm then writes them rounded, and no conversion pass runs before

@@ -30,6 +30,7 @@
 #include "backends/cuda/flash_prefill.cuh"
 #include "backends/cuda/flash_prefill_wgmma.cuh"
 #include "backends/cuda/mixed_attention.cuh"
+#include "attention_test_util.h"
 #include "cuda_test_util.h"
 #include "fixtures/paged_layout.h"
 
@@ -103,14 +104,9 @@ class CudaAttention : public CudaOpsTest {
     int dev = 0, n_sms = 0;
     ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
     ASSERT_EQ(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
-    cuda_ops::AttentionParams p{.out = nullptr, .q = gq.ptr<float>(), .k_cache = gkc.ptr<__nv_bfloat16>(),
-                                .v_cache = gvc.ptr<__nv_bfloat16>(), .q_start = gm.q_start.ptr<int32_t>(),
-                                .q_len = gm.q_len.ptr<int32_t>(), .kv_len = gm.kv_len.ptr<int32_t>(),
-                                .block_tables = gm.block_tables.ptr<int32_t>(), .n_seqs = gm.n_seqs,
-                                .max_blocks_per_seq = gm.max_blocks_per_seq, .block_size = gm.block_size,
-                                .n_blocks = int32_t(gkc.shape[0]), .n_tokens = n_tokens,
-                                .n_heads = int32_t(sh.n_heads), .n_kv_heads = int32_t(sh.n_kv_heads),
-                                .head_dim = int32_t(sh.head_dim), .scale = scale, .errors = nullptr};
+    cuda_ops::AttentionParams p = attention_params({gq, gkc, gvc, gm.q_start, gm.q_len, gm.kv_len, gm.block_tables, scale});
+    EXPECT_EQ(p.n_tokens, n_tokens);
+    EXPECT_EQ(p.n_seqs, gm.n_seqs);
     const int64_t n_out = int64_t(n_tokens) * sh.n_heads * sh.head_dim;
     for (const DecodeKernel kernel : {DecodeKernel::kCudaCores, DecodeKernel::kTensorCores}) {
       const bool tc = kernel == DecodeKernel::kTensorCores;
@@ -369,14 +365,8 @@ TEST_F(CudaAttention, DecodeKernelsFixedPlanBatchInvariant) {
   gm.q_len = upload(DType::I32, {n_seqs}, L.q_len);
   gm.kv_len = upload(DType::I32, {n_seqs}, L.kv_len);
   gm.block_tables = upload(DType::I32, {n_seqs, L.max_blocks}, L.tables);
-  cuda_ops::AttentionParams p{.out = nullptr, .q = gq.ptr<float>(), .k_cache = gkc.ptr<__nv_bfloat16>(),
-                              .v_cache = gvc.ptr<__nv_bfloat16>(), .q_start = gm.q_start.ptr<int32_t>(),
-                              .q_len = gm.q_len.ptr<int32_t>(), .kv_len = gm.kv_len.ptr<int32_t>(),
-                              .block_tables = gm.block_tables.ptr<int32_t>(), .n_seqs = n_seqs,
-                              .max_blocks_per_seq = L.max_blocks, .block_size = int32_t(bs),
-                              .n_blocks = int32_t(L.n_blocks), .n_tokens = L.n_tokens, .n_heads = int32_t(H),
-                              .n_kv_heads = int32_t(KVH), .head_dim = int32_t(D), .scale = 0.088f, .errors = nullptr,
-                              .batch_invariant = true};
+  cuda_ops::AttentionParams p = attention_params({gq, gkc, gvc, gm.q_start, gm.q_len, gm.kv_len, gm.block_tables, 0.088f});
+  p.batch_invariant = true;
   const int64_t n_out = int64_t(L.n_tokens) * H * D;
   for (const DecodeKernel kernel : {DecodeKernel::kCudaCores, DecodeKernel::kTensorCores}) {
     const std::vector<int32_t> one_start = {L.q_start[0]}, one_len = {L.q_len[0]};
@@ -434,14 +424,9 @@ TEST_F(CudaAttention, MixedKernelConfigsMatchTwoLaunches) {
       const Tensor tables = upload(DType::I32, {n_seqs, L.max_blocks}, L.tables);
       constexpr int64_t kErrWords = int64_t((sizeof(cuda_ops::DeviceErrors) + 3) / 4);
       const Tensor errs = upload(DType::I32, {kErrWords}, std::vector<int32_t>(size_t(kErrWords), 0));
-      cuda_ops::AttentionParams p{.out = nullptr, .q = gq.ptr<float>(), .k_cache = gkc.ptr<__nv_bfloat16>(),
-                                  .v_cache = gvc.ptr<__nv_bfloat16>(), .q_start = q_start.ptr<int32_t>(),
-                                  .q_len = q_len.ptr<int32_t>(), .kv_len = kv_len.ptr<int32_t>(),
-                                  .block_tables = tables.ptr<int32_t>(), .n_seqs = n_seqs,
-                                  .max_blocks_per_seq = L.max_blocks, .block_size = int32_t(bs),
-                                  .n_blocks = int32_t(L.n_blocks), .n_tokens = L.n_tokens, .n_heads = int32_t(H),
-                                  .n_kv_heads = int32_t(KVH), .head_dim = int32_t(D),
-                                  .scale = 1.0f / std::sqrt(float(D)), .errors = errs.ptr<cuda_ops::DeviceErrors>()};
+      cuda_ops::AttentionParams p =
+          attention_params({gq, gkc, gvc, q_start, q_len, kv_len, tables, 1.0f / std::sqrt(float(D))});
+      p.errors = errs.ptr<cuda_ops::DeviceErrors>();
       const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(p, 132);
       ASSERT_TRUE(cuda_ops::mixed_attention_supports(p, plan));
       p.scratch_bytes = cuda_ops::decode_split_scratch_bytes(p, plan);
@@ -533,15 +518,10 @@ TEST_F(CudaAttention, PrefillWalkMatchesFirstVersion) {
       const auto run = [&](V v, uint32_t& bits) {
         const Tensor errs = upload(DType::I32, {kErrWords}, std::vector<int32_t>(size_t(kErrWords), 0));
         const Tensor out = poisoned({n_out});
-        const cuda_ops::AttentionParams p{.out = out.ptr<float>(), .q = gq.ptr<float>(),
-                                          .k_cache = gkc.ptr<__nv_bfloat16>(), .v_cache = gvc.ptr<__nv_bfloat16>(),
-                                          .q_start = q_start.ptr<int32_t>(), .q_len = q_len.ptr<int32_t>(),
-                                          .kv_len = kv_len.ptr<int32_t>(), .block_tables = tables.ptr<int32_t>(),
-                                          .n_seqs = n_seqs, .max_blocks_per_seq = L.max_blocks,
-                                          .block_size = int32_t(bs), .n_blocks = int32_t(L.n_blocks),
-                                          .n_tokens = L.n_tokens, .n_heads = int32_t(H), .n_kv_heads = int32_t(KVH),
-                                          .head_dim = int32_t(D), .scale = 1.0f / std::sqrt(float(D)),
-                                          .errors = errs.ptr<cuda_ops::DeviceErrors>()};
+        cuda_ops::AttentionParams p =
+            attention_params({gq, gkc, gvc, q_start, q_len, kv_len, tables, 1.0f / std::sqrt(float(D))});
+        p.out = out.ptr<float>();
+        p.errors = errs.ptr<cuda_ops::DeviceErrors>();
         cuda_ops::flash_prefill_attention(p, stream, v);
         const std::vector<float> all = download(out);
         cuda_ops::DeviceErrors e{};
@@ -623,15 +603,9 @@ class CudaAttentionWgmma : public CudaAttention {
       const Tensor out = bf16 ? upload(DType::BF16, {L.n_tokens, H, D},
                                        std::vector<uint16_t>(size_t(L.n_tokens * H * D), 0xFFFF))
                               : poisoned({L.n_tokens, H, D});
-      cuda_ops::AttentionParams p{.out = bf16 ? nullptr : out.ptr<float>(), .q = gq.ptr<float>(),
-                                  .k_cache = gkc.ptr<__nv_bfloat16>(), .v_cache = gvc.ptr<__nv_bfloat16>(),
-                                  .q_start = q_start.ptr<int32_t>(), .q_len = q_len.ptr<int32_t>(),
-                                  .kv_len = kv_len.ptr<int32_t>(), .block_tables = tables.ptr<int32_t>(),
-                                  .n_seqs = n_seqs, .max_blocks_per_seq = L.max_blocks,
-                                  .block_size = int32_t(bs), .n_blocks = int32_t(L.n_blocks),
-                                  .n_tokens = L.n_tokens, .n_heads = int32_t(H), .n_kv_heads = int32_t(KVH),
-                                  .head_dim = int32_t(D), .scale = scale,
-                                  .errors = errs.ptr<cuda_ops::DeviceErrors>()};
+      cuda_ops::AttentionParams p = attention_params({gq, gkc, gvc, q_start, q_len, kv_len, tables, scale});
+      p.out = bf16 ? nullptr : out.ptr<float>();
+      p.errors = errs.ptr<cuda_ops::DeviceErrors>();
       p.prefill_tiles = prefill_tiles;
       if (bf16) p.out_bf16 = static_cast<uint16_t*>(out.data);
       if (mma) {
@@ -737,14 +711,11 @@ TEST_F(CudaAttentionWgmma, PrefillDispatchPromptOnlySteps) {
     const Tensor q_start = upload(DType::I32, {n_seqs}, L.q_start), q_len = upload(DType::I32, {n_seqs}, L.q_len);
     const Tensor kv_len = upload(DType::I32, {n_seqs}, L.kv_len);
     const Tensor tables = upload(DType::I32, {n_seqs, L.max_blocks}, L.tables);
-    cuda_ops::AttentionParams p{.out = nullptr, .q = gq.ptr<float>(), .k_cache = gkc.ptr<__nv_bfloat16>(),
-                                .v_cache = gvc.ptr<__nv_bfloat16>(), .q_start = q_start.ptr<int32_t>(),
-                                .q_len = q_len.ptr<int32_t>(), .kv_len = kv_len.ptr<int32_t>(),
-                                .block_tables = tables.ptr<int32_t>(), .n_seqs = n_seqs,
-                                .max_blocks_per_seq = L.max_blocks, .block_size = int32_t(bs),
-                                .n_blocks = int32_t(L.n_blocks), .n_tokens = L.n_tokens, .n_heads = int32_t(H),
-                                .n_kv_heads = int32_t(KVH), .head_dim = int32_t(D), .scale = 1.0f / std::sqrt(float(D)),
-                                .errors = nullptr, .batch_invariant = invariant, .max_q_len = 2048, .min_q_len = 548};
+    cuda_ops::AttentionParams p =
+        attention_params({gq, gkc, gvc, q_start, q_len, kv_len, tables, 1.0f / std::sqrt(float(D))});
+    p.batch_invariant = invariant;
+    p.max_q_len = 2048;
+    p.min_q_len = 548;
     p.scratch_bytes = cuda_ops::attention_scratch_bytes(p);
     const int64_t scratch_words = int64_t(std::max<size_t>(4, (p.scratch_bytes + 3) / 4));
     const Tensor scratch = upload(DType::I32, {scratch_words}, std::vector<int32_t>(size_t(scratch_words), 0));

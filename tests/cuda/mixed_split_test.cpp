@@ -26,6 +26,7 @@
 
 #include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/mixed_attention.cuh"
+#include "attention_test_util.h"
 #include "cuda_test_util.h"
 #include "fixtures/paged_layout.h"
 
@@ -148,14 +149,9 @@ class CudaMixedSplit : public CudaOpsTest {
     const Tensor tables = upload(DType::I32, {n_seqs, L.max_blocks}, L.tables);
     constexpr int64_t kErrWords = int64_t((sizeof(cuda_ops::DeviceErrors) + 3) / 4);
     const Tensor errs = upload(DType::I32, {kErrWords}, std::vector<int32_t>(size_t(kErrWords), 0));
-    cuda_ops::AttentionParams p{.out = nullptr, .q = gq.ptr<float>(), .k_cache = gkc.ptr<__nv_bfloat16>(),
-                                .v_cache = gvc.ptr<__nv_bfloat16>(), .q_start = q_start.ptr<int32_t>(),
-                                .q_len = q_len.ptr<int32_t>(), .kv_len = kv_len.ptr<int32_t>(),
-                                .block_tables = tables.ptr<int32_t>(), .n_seqs = n_seqs,
-                                .max_blocks_per_seq = L.max_blocks, .block_size = int32_t(bs),
-                                .n_blocks = int32_t(L.n_blocks), .n_tokens = L.n_tokens, .n_heads = int32_t(H),
-                                .n_kv_heads = int32_t(KVH), .head_dim = int32_t(D),
-                                .scale = 1.0f / std::sqrt(float(D)), .errors = errs.ptr<cuda_ops::DeviceErrors>()};
+    cuda_ops::AttentionParams p =
+        attention_params({gq, gkc, gvc, q_start, q_len, kv_len, tables, 1.0f / std::sqrt(float(D))});
+    p.errors = errs.ptr<cuda_ops::DeviceErrors>();
     const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(p, 132);
     ASSERT_TRUE(cuda_ops::mixed_attention_supports(p, plan));
     p.scratch_bytes = cuda_ops::mixed_attention_scratch_bytes(p, plan, {.key_splits = cuda_ops::kMaxKeySplits});

@@ -475,47 +475,11 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
     cuda_ops::matvec(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(),
                                .bias = bias.empty() ? nullptr : bias.ptr<float>(), .out = out.ptr<float>(),
                                .n_tokens = int(n), .version = mv_version,
-                               .scratch = scratch > 0 ? x_bf16_.data() : nullptr,
-                               .next = n == 1 ? prefetch_after(w) : cuda_ops::MatvecPrefetch{}},
+                               .scratch = scratch > 0 ? x_bf16_.data() : nullptr},
                      stream_);
   } else {
     matmul_gemm(out, x, w, bias, path);
   }
-}
-
-void CudaBackend::set_weight_stream_order(std::span<const StreamedWeight> order) {
-  next_weight_.clear();
-  for (size_t i = 0; i + 1 < order.size(); ++i)
-    if (order[i].w.data != nullptr && order[i].w.data != order[i + 1].w.data) next_weight_[order[i].w.data] = order[i + 1];
-}
-
-cuda_ops::MatvecPrefetch CudaBackend::prefetch_after(const Tensor& w) const {
-  if (!options_.weight_prefetch) return {};
-  const auto it = next_weight_.find(w.data);
-  if (it == next_weight_.end() || it->second.w.empty() || it->second.w.device != Device::Cuda) return {};
-  const Tensor& nw = it->second.w;
-  const WeightView v = weight_view(nw);
-  cuda_ops::MatvecPrefetch p;
-  p.quants = v.data;
-  switch (nw.dtype) {
-    case DType::BF16:
-    case DType::F16: p.quant_row_bytes = v.cols * 2; break;
-    case DType::Q8_0:
-    case DType::Q4_0:
-      p.quant_row_bytes = v.cols / 32 * (nw.dtype == DType::Q8_0 ? 32 : 16);
-      p.scales = v.data + v.scales;
-      p.scale_row_bytes = v.cols / 32 * 2;
-      break;
-    case DType::Q4_K: p.quant_row_bytes = v.cols / 256 * 144; break;
-    default: return {};  // not a type the streamed matvecs read
-  }
-  const bool aligned = reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && p.quant_row_bytes % 16 == 0 &&
-                       p.scale_row_bytes % 16 == 0 && v.scales % 16 == 0;
-  if (!aligned || p.quant_row_bytes == 0) return {};
-  p.rows = it->second.gate_up_pairs ? v.rows / 2 : v.rows;
-  p.pair_rows = it->second.gate_up_pairs ? v.rows / 2 : 0;
-  p.bytes = cuda_ops::kPrefetchBytes;
-  return p;
 }
 
 bool CudaBackend::add_norm_fused(int64_t n, const Tensor& w) const {
@@ -558,8 +522,7 @@ void CudaBackend::matmul_add_rms_norm(const Tensor& out, const Tensor& residual,
                     .add_norm = {.residual = residual.ptr<float>(), .weight = norm_weight.ptr<float>(),
                                  .out = bf16 ? nullptr : out.ptr<float>(),
                                  .out_bf16 = bf16 ? static_cast<uint16_t*>(out.data) : nullptr, .eps = eps,
-                                 .counter = static_cast<unsigned int*>(add_norm_counter_.data())},
-                    .next = prefetch_after(w)},
+                                 .counter = static_cast<unsigned int*>(add_norm_counter_.data())}},
                    stream_);
 }
 
@@ -858,14 +821,13 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
       double(w.nbytes()) + double(x.nbytes()) + double(out.nbytes()));
   if (stream) {
     cuda_ops::matvec_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
-                                      .out = out.ptr<float>(), .n_tokens = 1, .version = 9, .next = prefetch_after(w)},
+                                      .out = out.ptr<float>(), .n_tokens = 1, .version = 9},
                             stream_);
     return;
   }
   if (quant_stream) {
     cuda_ops::matvec_v10_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
-                                          .out = out.ptr<float>(), .n_tokens = 1, .version = 10,
-                                          .next = prefetch_after(w)},
+                                          .out = out.ptr<float>(), .n_tokens = 1, .version = 10},
                                 stream_);
     return;
   }

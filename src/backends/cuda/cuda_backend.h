@@ -20,7 +20,6 @@
 #include <array>
 #include <memory>
 #include <span>
-#include <unordered_map>
 #include <string>
 
 #include "backends/cuda/matmul_dispatch.h"
@@ -39,7 +38,6 @@ class OpProfiler;
 class Sm90Gemm;
 class WgSkinnyGemm;
 struct DeviceErrors;
-struct MatvecPrefetch;
 }  // namespace cuda_ops
 
 struct CudaBackendOptions {
@@ -79,8 +77,6 @@ struct CudaBackendOptions {
   // matmul_swiglu on Q8_0/Q4_0/Q4_K at one token runs matvec v10's SwiGLU form (one launch; same bits); false:
   // matmul then swiglu_fused.
   bool quant_swiglu = true;
-  // The streamed matvecs prefetch the next weight of set_weight_stream_order's order into L2 (MatvecParams::next).
-  bool weight_prefetch = true;
 };
 
 class CudaBackend final : public Backend {
@@ -128,7 +124,6 @@ class CudaBackend final : public Backend {
                            const Tensor& w, const Tensor& norm_weight, float eps) override;
   // Whether matmul_add_rms_norm runs as one launch for n tokens through the prepared weight w (f32 activations).
   bool add_norm_fused(int64_t n, const Tensor& w) const;
-  void set_weight_stream_order(std::span<const StreamedWeight> order) override;
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) override;
   void store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
                 const Tensor& slots) override;
@@ -185,10 +180,6 @@ class CudaBackend final : public Backend {
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path
   DeviceBuffer x_bf16_;          // (n, n_in) bf16: activations rounded for the GEMM path
   DeviceBuffer add_norm_counter_;  // one u32, 0 between calls: the fused matvec epilogue's arrival counter
-  // set_weight_stream_order: each streamed weight's data pointer -> the weight read after it.
-  std::unordered_map<const void*, StreamedWeight> next_weight_;
-  // The MatvecParams::next of a one-token matvec through w (empty when w has no successor or prefetching is off).
-  cuda_ops::MatvecPrefetch prefetch_after(const Tensor& w) const;
   // The path matmul() takes for n tokens of x through w into out, and the matvec version when that path is Matvec
   // (else 0).
   struct MatmulChoice {

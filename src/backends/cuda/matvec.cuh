@@ -50,24 +50,6 @@ struct MatvecAddNorm {
   unsigned int* counter = nullptr;    // device word, 0 between calls (the last block resets it); one per stream
 };
 
-// The head of the weight the NEXT matvec of a decode step streams, prefetched into L2 by this matvec's producers
-// once they have issued their own last copy (CudaBackend::set_weight_stream_order). Why: each block of a streamed
-// matvec holds more than half an SM, so the next matvec's blocks become resident only as this one's leave; until
-// their first bulk copies land, HBM idles (matvec_bench: ~2-3 us a call at any size, 14-17 us a Llama-3-8B layer at
-// Q4_0). Prefetched, those first copies hit L2 and HBM stays busy across the boundary.
-// Block b prefetches the first `bytes` of the rows the next matvec's block b will stream (v7::block_rows over the
-// same grid), in each row region (quants, then scales); with pair_rows > 0 (the next matvec is a SwiGLU form that
-// streams units u of gate rows u and up rows pair_rows + u) half the budget at each of the two row runs.
-inline constexpr int64_t kPrefetchBytes = 112 * 1024;  // per block: the streamed matvecs' ring (v7::kRingBytes)
-struct MatvecPrefetch {
-  const uint8_t* quants = nullptr;  // row r's quant (or bf16/f16) bytes at quants + r * quant_row_bytes; null: none
-  const uint8_t* scales = nullptr;  // row r's scale bytes at scales + r * scale_row_bytes, or null
-  int64_t quant_row_bytes = 0, scale_row_bytes = 0;  // multiples of 16
-  int64_t rows = 0;                 // rows the next matvec splits over its blocks (SwiGLU form: units)
-  int64_t pair_rows = 0;            // SwiGLU form: hidden (the up rows' offset); else 0
-  int64_t bytes = 0;                // per block, both regions together
-};
-
 struct MatvecParams {
   WeightView w;        // (n_out, n_in) prepared weight (weight_layout.cuh), dtype given separately
   const float* x;      // (n, n_in) f32, rows contiguous, 16-byte aligned
@@ -77,7 +59,6 @@ struct MatvecParams {
   int version = kMatvecDefaultVersion;  // 2, 5, 7, 9, 10 or 11 (see above)
   void* scratch = nullptr;  // versions 5/7/9 on quantized weights (v5's pre-pass): >= matvec_scratch_bytes() device bytes, 16-aligned
   MatvecAddNorm add_norm{};  // versions 9 and 10 only (matvec_add_norm_applies): the fused residual add + RMSNorm
-  MatvecPrefetch next{};     // versions 9 and 10 (and their SwiGLU forms): the next weight's head into L2
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.

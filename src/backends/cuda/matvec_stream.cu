@@ -144,7 +144,6 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
           bulk_load(ring + size_t(s) * size_t(stage_vals), src + g * stage_vals, bytes, &full[s]);
         }
       }
-      v7::prefetch_next_head(p.next, grid);  // MatvecParams::next: the next matvec's first bytes into L2
     }
     return;
   }

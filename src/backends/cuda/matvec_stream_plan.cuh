@@ -77,31 +77,6 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
-// The producer lane, after its last copy: MatvecPrefetch (matvec.cuh) for this block. Each run is prefetched in
-// pieces of at most 64 KB (16-byte aligned and sized, as the bulk prefetch requires). A hint: nothing waits for it.
-__device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t bytes) {
-  constexpr int64_t kPiece = 64 * 1024;
-  for (int64_t off = 0; off < bytes; off += kPiece) {
-    const int64_t n = bytes - off < kPiece ? bytes - off : kPiece;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(p + off)),
-                 "r"(uint32_t(n)) : "memory");
-  }
-}
-__device__ __forceinline__ void prefetch_next_head(const MatvecPrefetch& n, int64_t grid) {
-  if (n.quants == nullptr || n.rows < 1) return;
-  const BlockRows nb = block_rows(n.rows, grid, blockIdx.x);
-  if (nb.count == 0) return;
-  const int runs = n.pair_rows > 0 ? 2 : 1;
-  const int64_t row_bytes = n.quant_row_bytes + n.scale_row_bytes;
-  int64_t take = n.bytes / runs / row_bytes;  // whole rows of each run
-  take = take < 1 ? 1 : take > nb.count ? nb.count : take;
-  for (int run = 0; run < runs; ++run) {
-    const int64_t r0 = nb.first + run * n.pair_rows;
-    prefetch_l2(n.quants + r0 * n.quant_row_bytes, take * n.quant_row_bytes);
-    if (n.scales != nullptr) prefetch_l2(n.scales + r0 * n.scale_row_bytes, take * n.scale_row_bytes);
-  }
-}
-
 // Consumers only (the producer warp has returned): named barrier 1 over the 8 consumer warps.
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerWarps * 32) : "memory");

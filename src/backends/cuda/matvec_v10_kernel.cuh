@@ -115,7 +115,6 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
       } else {
         v7::produce_quant_stages(p.w, plan, br, rb, ring, full, empty);
       }
-      v7::prefetch_next_head(p.next, grid);  // MatvecParams::next: the next matvec's first bytes into L2
     }
     return;
   }
