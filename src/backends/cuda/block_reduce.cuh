@@ -13,6 +13,15 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// ss + v.x^2 + v.y^2 + v.z^2 + v.w^2 as four fmaf in that order: the norms' sum of squares (norm.cu, and the matvec
+// epilogue of matvec_add_norm.cuh, which must give norm.cu's bits).
+__device__ __forceinline__ float add_squares(float4 v, float ss) {
+  ss = fmaf(v.x, v.x, ss);
+  ss = fmaf(v.y, v.y, ss);
+  ss = fmaf(v.z, v.z, ss);
+  return fmaf(v.w, v.w, ss);
+}
+
 // Every one of the kThreads threads calls it once per use and gets the block's total. Two uses in one kernel
 // need a __syncthreads() between them (the per-warp words live in one static shared array).
 template <int kThreads>

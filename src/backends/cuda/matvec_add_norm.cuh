@@ -61,12 +61,7 @@ __device__ __forceinline__ void add_norm_tail(const MatvecAddNorm& e, int64_t di
   }
   float ss = 0;  // the zero float4s past vecs leave it unchanged (fmaf(0, 0, s) == s for s >= 0)
 #pragma unroll
-  for (int i = 0; i < kMaxV; ++i) {
-    ss = fmaf(v[i].x, v[i].x, ss);
-    ss = fmaf(v[i].y, v[i].y, ss);
-    ss = fmaf(v[i].z, v[i].z, ss);
-    ss = fmaf(v[i].w, v[i].w, ss);
-  }
+  for (int i = 0; i < kMaxV; ++i) ss = add_squares(v[i], ss);
   ss = warp_sum(ss);
   if (t % 32 == 0) warp_ss[t / 32] = ss;
   consumers_sync();

@@ -1,4 +1,4 @@
-// Matvec version 10 (design: matvec_v10.cuh): which shapes it takes and the launch.
+// Matvec version 10 (design: matvec_v10.cuh): which shapes it takes and the launch, plain and in its SwiGLU form.
 #include "backends/cuda/matvec_v10.cuh"
 
 #include "backends/cuda/common.cuh"
@@ -6,14 +6,40 @@
 #include "backends/cuda/matvec_v10_plan.cuh"
 
 namespace ferry::cuda_ops {
+namespace {
+
+// The plan for `units` output rows (the SwiGLU form: hidden units, two weight rows each) of `cols` columns, when
+// version 10 takes it: a quantized type it streams, one token, columns a multiple of 512 up to max_cols, at least
+// two ring stages, and the shared memory within the device's opt-in limit. plan.stages == 0 otherwise.
+v7::StreamPlan plan_for(DType wtype, int n_tokens, int64_t units, int64_t cols, int64_t max_cols, bool swiglu,
+                        int n_sms, size_t max_smem) {
+  const bool ok = (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K) && n_tokens == 1 &&
+                  units >= 1 && n_sms >= 1 && cols >= v10::kSegVals && cols % v10::kSegVals == 0 && cols <= max_cols &&
+                  (!swiglu || v10::stage_rows(wtype, cols) >= 2);
+  if (!ok) return v7::StreamPlan{};
+  const v7::StreamPlan plan = v10::make_plan(wtype, units, cols, v7::stream_grid(units, n_sms));
+  return plan.stages >= 2 && v10::smem_bytes(plan, wtype, cols, swiglu) <= max_smem ? plan : v7::StreamPlan{};
+}
+
+using Launch = void (*)(const MatvecParams&, const v7::StreamPlan&, int64_t, size_t, cudaStream_t);
+
+// One launch over `units` output rows (checked by the callers' supports()).
+void launch(DType wtype, const MatvecParams& p, int64_t units, bool swiglu, cudaStream_t stream) {
+  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
+  FERRY_CUDA_REQUIRE(p.w.scales % 16 == 0);
+  const int64_t grid = v7::stream_grid(units, v7::device_sm_count());
+  const v7::StreamPlan plan = v10::make_plan(wtype, units, p.w.cols, grid);
+  const size_t smem = v7::one_block_per_sm(v10::smem_bytes(plan, wtype, p.w.cols, swiglu));
+  const Launch fn = wtype == DType::Q8_0   ? (swiglu ? v10::launch_q8_swiglu : v10::launch_q8)
+                    : wtype == DType::Q4_0 ? (swiglu ? v10::launch_q4_swiglu : v10::launch_q4)
+                                           : (swiglu ? v10::launch_q4k_swiglu : v10::launch_q4k);
+  fn(p, plan, grid, smem, stream);
+}
+
+}  // namespace
 
 bool matvec_v10_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem) {
-  if (wtype != DType::Q8_0 && wtype != DType::Q4_0 && wtype != DType::Q4_K) return false;
-  if (n_tokens != 1 || rows < 1 || n_sms < 1) return false;
-  if (cols < v10::kSegVals || cols % v10::kSegVals != 0 || cols > v10::kMaxCols) return false;
-  const int64_t grid = v7::stream_grid(rows, n_sms);
-  const v7::StreamPlan plan = v10::make_plan(wtype, rows, cols, grid);
-  return plan.stages >= 2 && v10::smem_bytes(plan, wtype, cols) <= max_smem;
+  return plan_for(wtype, n_tokens, rows, cols, v10::kMaxCols, false, n_sms, max_smem).stages > 0;
 }
 
 bool matvec_v10_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols) {
@@ -21,32 +47,14 @@ bool matvec_v10_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols) {
 }
 
 void matvec_v10(DType wtype, const MatvecParams& p, cudaStream_t stream) {
-  const int n_sms = v7::device_sm_count();
-  const size_t max_smem = v7::device_max_smem();
-  FERRY_CUDA_REQUIRE(matvec_v10_supports(wtype, p.n_tokens, p.w.rows, p.w.cols, n_sms, max_smem));
-  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  FERRY_CUDA_REQUIRE(p.w.scales % 16 == 0);
-  const int64_t grid = v7::stream_grid(p.w.rows, n_sms);
-  const v7::StreamPlan plan = v10::make_plan(wtype, p.w.rows, p.w.cols, grid);
-  const size_t smem = v7::one_block_per_sm(v10::smem_bytes(plan, wtype, p.w.cols));
-  if (wtype == DType::Q8_0) {
-    v10::launch_q8(p, plan, grid, smem, stream);
-  } else if (wtype == DType::Q4_0) {
-    v10::launch_q4(p, plan, grid, smem, stream);
-  } else {
-    v10::launch_q4k(p, plan, grid, smem, stream);
-  }
+  FERRY_CUDA_REQUIRE(matvec_v10_applies(wtype, p.n_tokens, p.w.rows, p.w.cols));
+  launch(wtype, p, p.w.rows, false, stream);
 }
 
 bool matvec_v10_swiglu_supports(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols, int n_sms,
                                 size_t max_smem) {
-  if (wtype != DType::Q8_0 && wtype != DType::Q4_0 && wtype != DType::Q4_K) return false;
-  if (n_tokens != 1 || weight_rows < 2 || weight_rows % 2 != 0 || n_sms < 1) return false;
-  if (cols < v10::kSegVals || cols % v10::kSegVals != 0 || cols > v10::kSwigluMaxCols) return false;
-  if (v10::stage_rows(wtype, cols) < 2) return false;
-  const int64_t hidden = weight_rows / 2;
-  const v7::StreamPlan plan = v10::make_plan(wtype, hidden, cols, v7::stream_grid(hidden, n_sms));
-  return plan.stages >= 2 && v10::smem_bytes(plan, wtype, cols, true) <= max_smem;
+  return weight_rows % 2 == 0 &&
+         plan_for(wtype, n_tokens, weight_rows / 2, cols, v10::kSwigluMaxCols, true, n_sms, max_smem).stages > 0;
 }
 
 bool matvec_v10_swiglu_applies(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols) {
@@ -54,22 +62,9 @@ bool matvec_v10_swiglu_applies(DType wtype, int n_tokens, int64_t weight_rows, i
 }
 
 void matvec_v10_swiglu(DType wtype, const MatvecParams& p, cudaStream_t stream) {
-  const int n_sms = v7::device_sm_count();
-  const size_t max_smem = v7::device_max_smem();
-  FERRY_CUDA_REQUIRE(matvec_v10_swiglu_supports(wtype, p.n_tokens, p.w.rows, p.w.cols, n_sms, max_smem));
-  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  FERRY_CUDA_REQUIRE(p.w.scales % 16 == 0 && p.bias == nullptr && p.add_norm.residual == nullptr);
-  const int64_t hidden = p.w.rows / 2;
-  const int64_t grid = v7::stream_grid(hidden, n_sms);
-  const v7::StreamPlan plan = v10::make_plan(wtype, hidden, p.w.cols, grid);
-  const size_t smem = v7::one_block_per_sm(v10::smem_bytes(plan, wtype, p.w.cols, true));
-  if (wtype == DType::Q8_0) {
-    v10::launch_q8_swiglu(p, plan, grid, smem, stream);
-  } else if (wtype == DType::Q4_0) {
-    v10::launch_q4_swiglu(p, plan, grid, smem, stream);
-  } else {
-    v10::launch_q4k_swiglu(p, plan, grid, smem, stream);
-  }
+  FERRY_CUDA_REQUIRE(matvec_v10_swiglu_applies(wtype, p.n_tokens, p.w.rows, p.w.cols));
+  FERRY_CUDA_REQUIRE(p.bias == nullptr && p.add_norm.residual == nullptr);
+  launch(wtype, p, p.w.rows / 2, true, stream);
 }
 
 }  // namespace ferry::cuda_ops

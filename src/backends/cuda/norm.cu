@@ -88,12 +88,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(RmsNormParams p)
   }
   float ss = 0;
 #pragma unroll
-  for (int i = 0; i < kV; ++i) {
-    ss = fmaf(v[i].x, v[i].x, ss);
-    ss = fmaf(v[i].y, v[i].y, ss);
-    ss = fmaf(v[i].z, v[i].z, ss);
-    ss = fmaf(v[i].w, v[i].w, ss);
-  }
+  for (int i = 0; i < kV; ++i) ss = add_squares(v[i], ss);
   float total;
   if constexpr (kGroup == kThreads) {
     total = block_sum<kThreads>(ss);
