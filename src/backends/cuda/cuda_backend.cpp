@@ -482,19 +482,23 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   }
 }
 
-bool CudaBackend::add_norm_fused(int64_t n, const Tensor& w) const {
-  if (n != 1 || !options_.fused_add_norm) return false;
+int CudaBackend::add_norm_version(int64_t n, const Tensor& w) const {
+  if (n != 1 || !options_.fused_add_norm) return 0;
   // The matvec path never depends on the output's alignment (only the Hopper GEMM's choice does).
   const MatmulChoice choice = choose_matmul(n, w, Tensor{});
-  return choice.path == cuda_ops::MatmulPath::Matvec &&
-         cuda_ops::matvec_add_norm_applies(w.dtype, choice.matvec_version, 1, w.rows(), w.cols());
+  const bool fused = choice.path == cuda_ops::MatmulPath::Matvec &&
+                     cuda_ops::matvec_add_norm_applies(w.dtype, choice.matvec_version, 1, w.rows(), w.cols());
+  return fused ? choice.matvec_version : 0;
 }
+
+bool CudaBackend::add_norm_fused(int64_t n, const Tensor& w) const { return add_norm_version(n, w) != 0; }
 
 void CudaBackend::matmul_add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& x,
                                       const Tensor& w, const Tensor& norm_weight, float eps) {
   const int64_t n = x.rows(), dim = w.rows();
   // The fused epilogue: one token on the streamed matvec (versions 9 / 10) that matmul() would run anyway.
-  if (!add_norm_fused(n, w) || x.dtype != DType::F32 || delta.dtype != DType::F32) {
+  const int version = add_norm_version(n, w);
+  if (version == 0 || x.dtype != DType::F32 || delta.dtype != DType::F32) {
     Backend::matmul_add_rms_norm(out, residual, delta, x, w, norm_weight, eps);
     return;
   }
@@ -508,17 +512,16 @@ void CudaBackend::matmul_add_rms_norm(const Tensor& out, const Tensor& residual,
   FERRY_ASSERT(residual.dtype == DType::F32 && residual.rows() == 1 && residual.cols() == dim);
   FERRY_ASSERT(out.rows() == 1 && out.cols() == dim && (out.dtype == DType::F32 || out.dtype == DType::BF16));
   FERRY_ASSERT(norm_weight.dtype == DType::F32 && norm_weight.numel() == dim);
-  const MatmulChoice choice = choose_matmul(n, w, delta);
   const OpProfiler::Scope prof(
       profiler_.get(),
-      profiler_ ? fmt::format("matmul+add_rms_norm matvec v{} {} {}x{} n=1", choice.matvec_version,
+      profiler_ ? fmt::format("matmul+add_rms_norm matvec v{} {} {}x{} n=1", version,
                               dtype_name(w.dtype), dim, w.cols())
                 : std::string(),
       double(w.nbytes()) + double(x.nbytes()) + 4.0 * double(residual.nbytes()));
   const bool bf16 = out.dtype == DType::BF16;
   cuda_ops::matvec(w.dtype,
                    {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr, .out = delta.ptr<float>(), .n_tokens = 1,
-                    .version = choice.matvec_version, .scratch = nullptr,
+                    .version = version, .scratch = nullptr,
                     .add_norm = {.residual = residual.ptr<float>(), .weight = norm_weight.ptr<float>(),
                                  .out = bf16 ? nullptr : out.ptr<float>(),
                                  .out_bf16 = bf16 ? static_cast<uint16_t*>(out.data) : nullptr, .eps = eps,

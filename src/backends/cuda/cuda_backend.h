@@ -187,6 +187,8 @@ class CudaBackend final : public Backend {
     int matvec_version;
   };
   MatmulChoice choose_matmul(int64_t n, const Tensor& w, const Tensor& out) const;
+  // The matvec version matmul_add_rms_norm fuses into for n tokens through w, or 0 where it runs two launches.
+  int add_norm_version(int64_t n, const Tensor& w) const;
   bool capturing_ = false;       // between begin_capture and end_capture/cancel_capture
   CUevent_st* copy_done_ = nullptr;  // recorded after each eager copy_to_device (wait_for_copies)
   bool copy_pending_ = false;
