@@ -49,6 +49,7 @@ Env Env::read() {
   e.cuda_decode_early = get("FERRY_CUDA_DECODE_EARLY");
   e.cuda_fused_add_norm = get("FERRY_CUDA_FUSED_ADD_NORM");
   e.cuda_quant_swiglu = get("FERRY_CUDA_QUANT_SWIGLU");
+  e.cuda_decode_ffn = get("FERRY_CUDA_DECODE_FFN");
   return e;
 }
 

@@ -512,14 +512,23 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     observe("k", l, k);
     observe("v", l, v);
     observe("attn", l, attn);
+    // act: (n, hidden) silu(gate) * up, the down projection's input: in the backend's matmul input dtype where
+    // the fused op writes it (bf16 on a GPU: no conversion pass before the down GEMM), else f32 in place of gate.
+    const Tensor act = L.w_gate_up.empty() ? gate : gate_.view(xb_dtype, {n, c.hidden_dim});
+    if (l + 1 < c.n_layers && !L.w_gate_up.empty() && observer_ == nullptr) {
+      // The rest of the layer as one op, which a backend may run as one launch (CUDA at a one-token step); the
+      // path below is the same ops one by one, so that a debug observer can read each intermediate.
+      comm_->attn_out_ffn(backend_, {.out = xb, .residual = x, .delta = delta, .attn = flat(attn), .wo = L.wo,
+                                     .ffn_norm = L.ffn_norm, .ffn_in = xb, .w_gate_up = L.w_gate_up,
+                                     .gate_up = gate_up, .act = act, .w_down = L.w_down,
+                                     .next_norm = weights_.layers[size_t(l) + 1].attn_norm, .eps = c.rms_eps});
+      continue;
+    }
     // Row-parallel: partial sums over this rank's heads; then x += delta and the ffn norm (one op: a backend may
     // fuse the add and the norm into the projection where nothing is reduced across ranks).
     comm_->matmul_all_reduce_add_rms_norm(backend_, xb, x, delta, flat(attn), L.wo, L.ffn_norm, c.rms_eps);
     observe("attn_out", l, delta);
     observe("ffn_norm", l, xb);
-    // act: (n, hidden) silu(gate) * up, the down projection's input: in the backend's matmul input dtype where
-    // the fused op writes it (bf16 on a GPU: no conversion pass before the down GEMM), else f32 in place of gate.
-    const Tensor act = L.w_gate_up.empty() ? gate : gate_.view(xb_dtype, {n, c.hidden_dim});
     if (!L.w_gate_up.empty()) {
       backend_.matmul_swiglu(act, gate_up, xb, L.w_gate_up);  // SwiGLU in the matmul where the backend can
     } else {

@@ -146,6 +146,32 @@ class Backend {
     matmul(delta, x, w, Tensor{});
     add_rms_norm(out, residual, delta, norm_weight, eps);
   }
+  // A decode layer's tail after the attention, as one op (Backend::attn_out_ffn). Shapes as in the ops it composes.
+  struct AttnOutFfn {
+    Tensor out;        // (n, dim): the next layer's attention input, rms_norm(residual) * next_norm (f32 or
+                       // matmul_input_dtype(n)); also the FFN's normed input on the way (may alias ffn_in)
+    Tensor residual;   // (n, dim) f32, updated in place: += attn · woᵀ, then += act · w_downᵀ
+    Tensor delta;      // (n, dim) f32 scratch (a projection's output)
+    Tensor attn;       // (n, q_dim): the o-projection's input
+    Tensor wo;         // (dim, q_dim)
+    Tensor ffn_norm;   // (dim) f32
+    Tensor ffn_in;     // (n, dim) scratch: rms_norm(residual) * ffn_norm, the gate|up input
+    Tensor w_gate_up;  // (2 hidden, dim)
+    Tensor gate_up;    // (n, 2 hidden) f32 scratch
+    Tensor act;        // (n, hidden): silu(gate) * up (matmul_swiglu's output dtype)
+    Tensor w_down;     // (dim, hidden)
+    Tensor next_norm;  // (dim) f32
+    float eps = 0;
+  };
+  // matmul_add_rms_norm(ffn_in, residual, delta, attn, wo, ffn_norm); matmul_swiglu(act, gate_up, ffn_in,
+  // w_gate_up); matmul_add_rms_norm(out, residual, delta, act, w_down, next_norm). A backend may run the whole as
+  // one launch (CUDA at one token on Q8_0/Q4_0: cuda_ops::decode_ffn, the same bits); delta, gate_up and act may
+  // then be left unwritten.
+  virtual void attn_out_ffn(const AttnOutFfn& a) {
+    matmul_add_rms_norm(a.ffn_in, a.residual, a.delta, a.attn, a.wo, a.ffn_norm, a.eps);
+    matmul_swiglu(a.act, a.gate_up, a.ffn_in, a.w_gate_up);
+    matmul_add_rms_norm(a.out, a.residual, a.delta, a.act, a.w_down, a.next_norm, a.eps);
+  }
   // out: (n, n_out) f32 = x (n, n_in) f32 (or matmul_input_dtype(n)) · w (n_out, n_in)ᵀ [+ bias (n_out) f32, or empty]
   virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
   // x: (n, n_heads, head_dim) f32, rotated in place; positions: (n) i32; inv_freq: (head_dim/2) f32

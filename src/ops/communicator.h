@@ -50,6 +50,14 @@ class Communicator {
     backend.matmul(delta, x, w, Tensor{});
     all_reduce_add_rms_norm(backend, out, residual, delta, weight, eps);
   }
+  // A decode layer's tail after the attention (Backend::AttnOutFfn): the row-parallel o-projection and its
+  // reduction + add + norm, the column-parallel gate|up with SwiGLU, the row-parallel down projection and its
+  // reduction + add + the next layer's norm. The identity communicator hands the whole to backend.attn_out_ffn.
+  virtual void attn_out_ffn(Backend& backend, const Backend::AttnOutFfn& a) {
+    matmul_all_reduce_add_rms_norm(backend, a.ffn_in, a.residual, a.delta, a.attn, a.wo, a.ffn_norm, a.eps);
+    backend.matmul_swiglu(a.act, a.gate_up, a.ffn_in, a.w_gate_up);
+    matmul_all_reduce_add_rms_norm(backend, a.out, a.residual, a.delta, a.act, a.w_down, a.next_norm, a.eps);
+  }
   // buf: contiguous f32 tensor of world * part elements in backend memory; rank r has filled elements
   // [r * part, (r + 1) * part); afterwards every rank holds every part.
   virtual void all_gather_inplace(const Tensor& buf) = 0;
@@ -75,6 +83,7 @@ class IdentityCommunicator final : public Communicator {
                                       const Tensor& x, const Tensor& w, const Tensor& weight, float eps) override {
     backend.matmul_add_rms_norm(out, residual, delta, x, w, weight, eps);
   }
+  void attn_out_ffn(Backend& backend, const Backend::AttnOutFfn& a) override { backend.attn_out_ffn(a); }
   void all_gather_inplace(const Tensor&) override {}
   void broadcast(std::vector<uint8_t>&) override {}
   void barrier() override {}

@@ -15,6 +15,7 @@
 #include "backends/cuda/decode_mma.cuh"
 #include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/cuda_backend_views.h"
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/device_errors.h"
 #include "backends/cuda/elementwise.cuh"
@@ -43,11 +44,6 @@ namespace ferry {
 
 using namespace cuda_ops;
 
-namespace {
-
-constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's recommendation for Hopper
-constexpr size_t kUploadBatchBytes = size_t(64) << 20;    // host staging per prepare_weight batch
-
 void require_cuda(const Tensor& t, const char* what) {
   FERRY_CHECK(t.device == Device::Cuda, "CUDA backend: {} is not in device memory", what);
 }
@@ -58,6 +54,11 @@ WeightView weight_view(const Tensor& w) {
                         ? scales_offset(w.dtype, w.rows(), w.cols())
                         : 0};
 }
+
+namespace {
+
+constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's recommendation for Hopper
+constexpr size_t kUploadBatchBytes = size_t(64) << 20;    // host staging per prepare_weight batch
 
 // Values per 16-byte chunk of a native type (cols must be a multiple).
 int64_t chunk_vals(DType t) {
@@ -138,6 +139,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   if (options.profile_ops) profiler_ = std::make_unique<OpProfiler>(stream_);
   add_norm_counter_ = alloc(sizeof(unsigned int));  // zeroed once: each fused call leaves it at 0
   FERRY_CUDA_CHECK(cudaMemset(add_norm_counter_.data(), 0, sizeof(unsigned int)));
+  decode_ffn_barrier_ = alloc(sizeof(unsigned long long));  // zeroed once, never reset (grid_barrier.cuh)
+  FERRY_CUDA_CHECK(cudaMemset(decode_ffn_barrier_.data(), 0, sizeof(unsigned long long)));
   cudaEvent_t copy_event = nullptr;
   FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&copy_event, cudaEventDisableTiming));
   copy_done_ = copy_event;
@@ -480,53 +483,6 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   } else {
     matmul_gemm(out, x, w, bias, path);
   }
-}
-
-int CudaBackend::add_norm_version(int64_t n, const Tensor& w) const {
-  if (n != 1 || !options_.fused_add_norm) return 0;
-  // The matvec path never depends on the output's alignment (only the Hopper GEMM's choice does).
-  const MatmulChoice choice = choose_matmul(n, w, Tensor{});
-  const bool fused = choice.path == cuda_ops::MatmulPath::Matvec &&
-                     cuda_ops::matvec_add_norm_applies(w.dtype, choice.matvec_version, 1, w.rows(), w.cols());
-  return fused ? choice.matvec_version : 0;
-}
-
-bool CudaBackend::add_norm_fused(int64_t n, const Tensor& w) const { return add_norm_version(n, w) != 0; }
-
-void CudaBackend::matmul_add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& x,
-                                      const Tensor& w, const Tensor& norm_weight, float eps) {
-  const int64_t n = x.rows(), dim = w.rows();
-  // The fused epilogue: one token on the streamed matvec (versions 9 / 10) that matmul() would run anyway.
-  const int version = add_norm_version(n, w);
-  if (version == 0 || x.dtype != DType::F32 || delta.dtype != DType::F32) {
-    Backend::matmul_add_rms_norm(out, residual, delta, x, w, norm_weight, eps);
-    return;
-  }
-  require_cuda(out, "matmul_add_rms_norm output");
-  require_cuda(residual, "matmul_add_rms_norm residual");
-  require_cuda(delta, "matmul_add_rms_norm delta");
-  require_cuda(x, "matmul_add_rms_norm input");
-  require_cuda(w, "matmul_add_rms_norm weight");
-  require_cuda(norm_weight, "matmul_add_rms_norm norm weight");
-  FERRY_ASSERT(x.cols() == w.cols() && delta.rows() == 1 && delta.cols() == dim);
-  FERRY_ASSERT(residual.dtype == DType::F32 && residual.rows() == 1 && residual.cols() == dim);
-  FERRY_ASSERT(out.rows() == 1 && out.cols() == dim && (out.dtype == DType::F32 || out.dtype == DType::BF16));
-  FERRY_ASSERT(norm_weight.dtype == DType::F32 && norm_weight.numel() == dim);
-  const OpProfiler::Scope prof(
-      profiler_.get(),
-      profiler_ ? fmt::format("matmul+add_rms_norm matvec v{} {} {}x{} n=1", version,
-                              dtype_name(w.dtype), dim, w.cols())
-                : std::string(),
-      double(w.nbytes()) + double(x.nbytes()) + 4.0 * double(residual.nbytes()));
-  const bool bf16 = out.dtype == DType::BF16;
-  cuda_ops::matvec(w.dtype,
-                   {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr, .out = delta.ptr<float>(), .n_tokens = 1,
-                    .version = version, .scratch = nullptr,
-                    .add_norm = {.residual = residual.ptr<float>(), .weight = norm_weight.ptr<float>(),
-                                 .out = bf16 ? nullptr : out.ptr<float>(),
-                                 .out_bf16 = bf16 ? static_cast<uint16_t*>(out.data) : nullptr, .eps = eps,
-                                 .counter = static_cast<unsigned int*>(add_norm_counter_.data())}},
-                   stream_);
 }
 
 const uint16_t* CudaBackend::gemm_weight_bf16(const Tensor& w) {

@@ -77,6 +77,9 @@ struct CudaBackendOptions {
   // matmul_swiglu on Q8_0/Q4_0/Q4_K at one token runs matvec v10's SwiGLU form (one launch; same bits); false:
   // matmul then swiglu_fused.
   bool quant_swiglu = true;
+  // attn_out_ffn at one token on Q8_0/Q4_0 runs the layer's tail (wo, add + norm, gate|up + SwiGLU, down, add +
+  // norm) as one persistent kernel (decode_ffn.cuh; same bits); false: the single ops.
+  bool decode_ffn = true;
 };
 
 class CudaBackend final : public Backend {
@@ -124,6 +127,10 @@ class CudaBackend final : public Backend {
                            const Tensor& w, const Tensor& norm_weight, float eps) override;
   // Whether matmul_add_rms_norm runs as one launch for n tokens through the prepared weight w (f32 activations).
   bool add_norm_fused(int64_t n, const Tensor& w) const;
+  // At one token on Q8_0/Q4_0 with the shapes decode_ffn.cuh compiles: one launch (decode_ffn_applies); delta and
+  // gate_up are left unwritten. Otherwise Backend's composition.
+  void attn_out_ffn(const AttnOutFfn& a) override;
+  bool decode_ffn_applies(const AttnOutFfn& a) const;
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) override;
   void store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
                 const Tensor& slots) override;
@@ -180,6 +187,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path
   DeviceBuffer x_bf16_;          // (n, n_in) bf16: activations rounded for the GEMM path
   DeviceBuffer add_norm_counter_;  // one u32, 0 between calls: the fused matvec epilogue's arrival counter
+  DeviceBuffer decode_ffn_barrier_;  // one u64 zeroed once: decode_ffn's grid-barrier count (grid_barrier.cuh)
   // The path matmul() takes for n tokens of x through w into out, and the matvec version when that path is Matvec
   // (else 0).
   struct MatmulChoice {

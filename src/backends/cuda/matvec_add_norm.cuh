@@ -35,13 +35,40 @@ __device__ __forceinline__ uint32_t add_norm_bf16x2(float lo, float hi) {
          (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
 }
 
+inline constexpr int kNormThreads = kConsumerWarps * 32;                      // 256, norm.cu's block size
+inline constexpr int kNormMaxVecs = int(kAddNormMaxRows / 4 / kNormThreads);  // float4 per thread at the widest: 8
+
+// Every consumer thread calls it (256 of them): returns 1 / sqrt(mean(residual^2) + eps) over residual's dim values
+// (a multiple of 4 up to kAddNormMaxRows), read through L2 (ld.cg: other blocks of this grid wrote them), with
+// norm.cu's vector kernel's arithmetic and order; v receives the thread's float4s t, t + 256, ... (zeros past
+// dim / 4). Two calls in one kernel need a consumers_sync between them (one static word per warp).
+__device__ __forceinline__ float consumer_norm_scale(const float* residual, int64_t dim, float eps,
+                                                     float4 (&v)[kNormMaxVecs]) {
+  __shared__ float warp_ss[kConsumerWarps];
+  const int t = int(threadIdx.x);
+  const int64_t vecs = dim / 4;
+  const float4* r4 = reinterpret_cast<const float4*>(residual);
+#pragma unroll
+  for (int i = 0; i < kNormMaxVecs; ++i) {
+    const int64_t j = t + int64_t(i) * kNormThreads;
+    v[i] = j < vecs ? __ldcg(r4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  float ss = 0;  // the zero float4s past vecs leave it unchanged (fmaf(0, 0, s) == s for s >= 0)
+#pragma unroll
+  for (int i = 0; i < kNormMaxVecs; ++i) ss = add_squares(v[i], ss);
+  ss = warp_sum(ss);
+  if (t % 32 == 0) warp_ss[t / 32] = ss;
+  consumers_sync();
+  float total = 0;
+#pragma unroll
+  for (int w = 0; w < kConsumerWarps; ++w) total += warp_ss[w];
+  return 1.0f / sqrtf(total / float(dim) + eps);
+}
+
 // Every consumer thread of every block calls it once, after its block's rows are stored (blocks without rows
 // too: the counter needs every block's arrival). dim: the residual's width (the weight's rows), a multiple of 4
 // up to kAddNormMaxRows. Does nothing when e.residual is null.
 __device__ __forceinline__ void add_norm_tail(const MatvecAddNorm& e, int64_t dim) {
-  constexpr int kT = kConsumerWarps * 32;                 // 256, norm.cu's block size
-  constexpr int kMaxV = int(kAddNormMaxRows / 4 / kT);   // float4 per thread at the widest residual: 8
-  __shared__ float warp_ss[kConsumerWarps];
   __shared__ int is_last;
   if (e.residual == nullptr) return;
   __threadfence();  // this thread's residual rows are visible device-wide before the block's arrival
@@ -52,27 +79,12 @@ __device__ __forceinline__ void add_norm_tail(const MatvecAddNorm& e, int64_t di
   __threadfence();  // acquire side: every other block's rows, read through L2 (ld.cg) below
   const int t = int(threadIdx.x);
   const int64_t vecs = dim / 4;
-  const float4* r4 = reinterpret_cast<const float4*>(e.residual);
-  float4 v[kMaxV];
-#pragma unroll
-  for (int i = 0; i < kMaxV; ++i) {
-    const int64_t j = t + int64_t(i) * kT;
-    v[i] = j < vecs ? __ldcg(r4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  float ss = 0;  // the zero float4s past vecs leave it unchanged (fmaf(0, 0, s) == s for s >= 0)
-#pragma unroll
-  for (int i = 0; i < kMaxV; ++i) ss = add_squares(v[i], ss);
-  ss = warp_sum(ss);
-  if (t % 32 == 0) warp_ss[t / 32] = ss;
-  consumers_sync();
-  float total = 0;
-#pragma unroll
-  for (int w = 0; w < kConsumerWarps; ++w) total += warp_ss[w];
-  const float scale = 1.0f / sqrtf(total / float(dim) + e.eps);
+  float4 v[kNormMaxVecs];
+  const float scale = consumer_norm_scale(e.residual, dim, e.eps, v);
   const float4* w4 = reinterpret_cast<const float4*>(e.weight);
 #pragma unroll
-  for (int i = 0; i < kMaxV; ++i) {
-    const int64_t j = t + int64_t(i) * kT;
+  for (int i = 0; i < kNormMaxVecs; ++i) {
+    const int64_t j = t + int64_t(i) * kNormThreads;
     if (j >= vecs) continue;
     const float4 g = w4[j];
     const float4 y = make_float4(v[i].x * scale * g.x, v[i].y * scale * g.y, v[i].z * scale * g.z, v[i].w * scale * g.w);

@@ -23,73 +23,69 @@ __host__ __device__ inline SplitRowBytes split_row_bytes(DType w, int64_t cols) 
   return {nb * (w == DType::Q8_0 ? 32 : 16), nb * 2};
 }
 
-// Lane 0 of the producer warp: streams block rows [br.first, br.first + br.count) of p.w into the ring, stage g
-// into slot g % plan.stages once every consumer warp has released it (empty[slot]). A slot (stage_bytes =
-// rows_per_stage x (rb.quants + rb.scales)) holds [rows_per_stage, rb.quants] quant bytes, then
-// [rows_per_stage, nb] fp16 scales; the block's last stage may hold fewer rows (same offsets). Reads only the
-// weight, so it runs before the kernel's pdl_wait.
-__device__ __forceinline__ void produce_quant_stages(const WeightView& w, const StreamPlan& plan, BlockRows br,
-                                                     SplitRowBytes rb, uint8_t* ring, uint64_t* full,
-                                                     uint64_t* empty) {
-  const int64_t stage_q = plan.rows_per_stage * rb.quants;  // a slot's quant bytes; its scales follow
-  const int64_t stage_bytes = plan.rows_per_stage * (rb.quants + rb.scales);
-  const int64_t n_stage = (br.count + plan.rows_per_stage - 1) / plan.rows_per_stage;
-  const uint8_t* qsrc = w.data + br.first * rb.quants;
-  const uint8_t* ssrc = w.data + w.scales + br.first * rb.scales;
-  int s = 0;
-  uint32_t phase = 1;  // the first pass waits on fresh barriers: parity 1 completes at once
-  for (int64_t g = 0; g < n_stage; ++g) {
-    sm90::mbar_wait(&empty[s], phase);
-    const int64_t left = br.count - g * plan.rows_per_stage;
-    const int64_t rows_here = left < plan.rows_per_stage ? left : plan.rows_per_stage;
-    const uint32_t qbytes = uint32_t(rows_here * rb.quants), sbytes = uint32_t(rows_here * rb.scales);
-    uint8_t* dst = ring + size_t(s) * size_t(stage_bytes);
-    sm90::mbar_arrive_expect_tx(&full[s], qbytes + sbytes);
-    bulk_load(dst, qsrc + g * stage_q, qbytes, &full[s]);
-    if (sbytes > 0) bulk_load(dst + stage_q, ssrc + g * plan.rows_per_stage * rb.scales, sbytes, &full[s]);
-    if (++s == plan.stages) {
-      s = 0;
+// Where a producer and its consumers are in the ring: the next slot and the parity its barrier waits on. A kernel
+// that streams several weights in a row (decode_ffn.cuh) carries one cursor from weight to weight.
+struct RingCursor {
+  int slot = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance(int stages) {
+    if (++slot == stages) {
+      slot = 0;
       phase ^= 1u;
     }
+  }
+};
+// The producer's cursor starts one parity ahead: its first pass waits on fresh `empty` barriers, which parity 1
+// completes at once.
+__device__ __forceinline__ RingCursor producer_start() { return RingCursor{0, 1u}; }
+
+// The ring's geometry: stages slots of slot_pitch bytes (a slot may hold less than its pitch).
+struct Ring {
+  uint8_t* base;
+  int64_t slot_pitch;
+  int stages;
+  uint64_t* full;   // [stages]: a stage's bytes have landed
+  uint64_t* empty;  // [stages]: every consumer warp is done with it
+};
+
+// Lane 0 of the producer warp: streams the block's output units [br.first, br.first + br.count) of w into the
+// ring, one stage per slot once every consumer warp has released it (ring.empty). A unit is `runs` weight rows:
+// runs = 1 (a plain matvec: unit u is row u) or 2 (the SwiGLU form: w is (2 hidden, cols), w_gate's rows then
+// w_up's, unit u is rows u and run_offset + u with run_offset = hidden). A stage holds units_per_stage =
+// rows_per_stage / runs units: run r's rows in slot rows [r units_per_stage, (r + 1) units_per_stage), as
+// [rows_per_stage, rb.quants] quant bytes, then [rows_per_stage, nb] fp16 scales (Q8_0/Q4_0's split layout,
+// weight_layout.cuh; Q4_K has no scale region). One mbarrier per stage; the block's last stage may hold fewer
+// units (same offsets). Reads only the weight, so it runs before the kernel's pdl_wait.
+__device__ __forceinline__ void produce_unit_stages(const WeightView& w, int64_t rows_per_stage, int runs,
+                                                    int64_t run_offset, BlockRows br, SplitRowBytes rb,
+                                                    const Ring& ring, RingCursor& cur) {
+  const int64_t per = rows_per_stage / runs;          // units a stage holds
+  const int64_t stage_q = rows_per_stage * rb.quants;  // a slot's quant bytes; its scales follow
+  const int64_t n_stage = (br.count + per - 1) / per;
+  for (int64_t g = 0; g < n_stage; ++g) {
+    sm90::mbar_wait(&ring.empty[cur.slot], cur.phase);
+    const int64_t left = br.count - g * per;
+    const int64_t units = left < per ? left : per;
+    const uint32_t qbytes = uint32_t(units * rb.quants), sbytes = uint32_t(units * rb.scales);
+    uint8_t* dst = ring.base + size_t(cur.slot) * size_t(ring.slot_pitch);
+    uint64_t* bar = &ring.full[cur.slot];
+    sm90::mbar_arrive_expect_tx(bar, uint32_t(runs) * (qbytes + sbytes));
+    for (int r = 0; r < runs; ++r) {
+      const int64_t first = r * run_offset + br.first + g * per;  // the run's first weight row in this stage
+      bulk_load(dst + r * per * rb.quants, w.data + first * rb.quants, qbytes, bar);
+      if (sbytes > 0) bulk_load(dst + stage_q + r * per * rb.scales, w.data + w.scales + first * rb.scales, sbytes, bar);
+    }
+    cur.advance(ring.stages);
   }
 }
 
-// The SwiGLU form (version 10's kSwiglu): w is (2 hidden, cols), the rows of w_gate then those of w_up, and the
-// block owns output units [br.first, br.first + br.count) of hidden. Stage g holds pairs = rows_per_stage / 2
-// units: their gate rows in slot rows [0, pairs), their up rows (hidden further down w) in slot rows
-// [pairs, 2 pairs), quants then scales as above: four bulk copies (two when the type has no scale region),
-// one mbarrier. The block's last stage may hold fewer units (same offsets).
-__device__ __forceinline__ void produce_quant_pair_stages(const WeightView& w, const StreamPlan& plan, BlockRows br,
-                                                          SplitRowBytes rb, int64_t hidden, uint8_t* ring,
-                                                          uint64_t* full, uint64_t* empty) {
-  const int64_t pairs = plan.rows_per_stage / 2;
-  const int64_t stage_q = plan.rows_per_stage * rb.quants;
-  const int64_t stage_bytes = plan.rows_per_stage * (rb.quants + rb.scales);
-  const int64_t n_stage = (br.count + pairs - 1) / pairs;
-  const uint8_t* gq = w.data + br.first * rb.quants;
-  const uint8_t* uq = w.data + (hidden + br.first) * rb.quants;
-  const uint8_t* gs = w.data + w.scales + br.first * rb.scales;
-  const uint8_t* us = w.data + w.scales + (hidden + br.first) * rb.scales;
-  int s = 0;
-  uint32_t phase = 1;
-  for (int64_t g = 0; g < n_stage; ++g) {
-    sm90::mbar_wait(&empty[s], phase);
-    const int64_t left = br.count - g * pairs;
-    const int64_t units = left < pairs ? left : pairs;
-    const uint32_t qbytes = uint32_t(units * rb.quants), sbytes = uint32_t(units * rb.scales);
-    uint8_t* dst = ring + size_t(s) * size_t(stage_bytes);
-    sm90::mbar_arrive_expect_tx(&full[s], 2 * (qbytes + sbytes));
-    bulk_load(dst, gq + g * pairs * rb.quants, qbytes, &full[s]);
-    bulk_load(dst + pairs * rb.quants, uq + g * pairs * rb.quants, qbytes, &full[s]);
-    if (sbytes > 0) {
-      bulk_load(dst + stage_q, gs + g * pairs * rb.scales, sbytes, &full[s]);
-      bulk_load(dst + stage_q + pairs * rb.scales, us + g * pairs * rb.scales, sbytes, &full[s]);
-    }
-    if (++s == plan.stages) {
-      s = 0;
-      phase ^= 1u;
-    }
-  }
+// A plain matvec's stream (version 7's quantized kernel, version 10): rows of w, slot pitch = the stage's bytes.
+__device__ __forceinline__ void produce_quant_stages(const WeightView& w, const StreamPlan& plan, BlockRows br,
+                                                     SplitRowBytes rb, uint8_t* ring, uint64_t* full,
+                                                     uint64_t* empty) {
+  RingCursor cur = producer_start();
+  produce_unit_stages(w, plan.rows_per_stage, 1, 0, br, rb,
+                      Ring{ring, plan.rows_per_stage * (rb.quants + rb.scales), plan.stages, full, empty}, cur);
 }
 
 }  // namespace ferry::cuda_ops::v7

@@ -1,0 +1,107 @@
+// CudaBackend's fused ops of a one-token decode step: a projection with the residual add + RMSNorm after it, and a
+// layer's whole tail after the attention (decode_ffn.cuh). Each falls back to Backend's composition of single ops
+// where its kernel does not take the shapes.
+#include <fmt/format.h>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_backend_views.h"
+#include "backends/cuda/decode_ffn.cuh"
+#include "backends/cuda/matmul_dispatch.h"
+#include "backends/cuda/matvec.cuh"
+#include "backends/cuda/op_profiler.h"
+#include "core/check.h"
+
+namespace ferry {
+
+int CudaBackend::add_norm_version(int64_t n, const Tensor& w) const {
+  if (n != 1 || !options_.fused_add_norm) return 0;
+  // The matvec path never depends on the output's alignment (only the Hopper GEMM's choice does).
+  const MatmulChoice choice = choose_matmul(n, w, Tensor{});
+  const bool fused = choice.path == cuda_ops::MatmulPath::Matvec &&
+                     cuda_ops::matvec_add_norm_applies(w.dtype, choice.matvec_version, 1, w.rows(), w.cols());
+  return fused ? choice.matvec_version : 0;
+}
+
+bool CudaBackend::add_norm_fused(int64_t n, const Tensor& w) const { return add_norm_version(n, w) != 0; }
+
+void CudaBackend::matmul_add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& x,
+                                      const Tensor& w, const Tensor& norm_weight, float eps) {
+  const int64_t n = x.rows(), dim = w.rows();
+  // The fused epilogue: one token on the streamed matvec (versions 9 / 10) that matmul() would run anyway.
+  const int version = add_norm_version(n, w);
+  if (version == 0 || x.dtype != DType::F32 || delta.dtype != DType::F32) {
+    Backend::matmul_add_rms_norm(out, residual, delta, x, w, norm_weight, eps);
+    return;
+  }
+  require_cuda(out, "matmul_add_rms_norm output");
+  require_cuda(residual, "matmul_add_rms_norm residual");
+  require_cuda(delta, "matmul_add_rms_norm delta");
+  require_cuda(x, "matmul_add_rms_norm input");
+  require_cuda(w, "matmul_add_rms_norm weight");
+  require_cuda(norm_weight, "matmul_add_rms_norm norm weight");
+  FERRY_ASSERT(x.cols() == w.cols() && delta.rows() == 1 && delta.cols() == dim);
+  FERRY_ASSERT(residual.dtype == DType::F32 && residual.rows() == 1 && residual.cols() == dim);
+  FERRY_ASSERT(out.rows() == 1 && out.cols() == dim && (out.dtype == DType::F32 || out.dtype == DType::BF16));
+  FERRY_ASSERT(norm_weight.dtype == DType::F32 && norm_weight.numel() == dim);
+  const cuda_ops::OpProfiler::Scope prof(
+      profiler_.get(),
+      profiler_ ? fmt::format("matmul+add_rms_norm matvec v{} {} {}x{} n=1", version,
+                              dtype_name(w.dtype), dim, w.cols())
+                : std::string(),
+      double(w.nbytes()) + double(x.nbytes()) + 4.0 * double(residual.nbytes()));
+  const bool bf16 = out.dtype == DType::BF16;
+  cuda_ops::matvec(w.dtype,
+                   {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr, .out = delta.ptr<float>(), .n_tokens = 1,
+                    .version = version, .scratch = nullptr,
+                    .add_norm = {.residual = residual.ptr<float>(), .weight = norm_weight.ptr<float>(),
+                                 .out = bf16 ? nullptr : out.ptr<float>(),
+                                 .out_bf16 = bf16 ? static_cast<uint16_t*>(out.data) : nullptr, .eps = eps,
+                                 .counter = static_cast<unsigned int*>(add_norm_counter_.data())}},
+                   stream_);
+}
+
+bool CudaBackend::decode_ffn_applies(const AttnOutFfn& a) const {
+  if (!options_.decode_ffn || a.attn.rows() != 1 || a.attn.dtype != DType::F32 || a.out.dtype != DType::F32) return false;
+  const DType t = a.wo.dtype;
+  if (a.w_gate_up.dtype != t || a.w_down.dtype != t || (t != DType::Q8_0 && t != DType::Q4_0)) return false;
+  // Where matmul and matmul_swiglu would run matvec version 10 on each weight anyway (the fused kernel is its
+  // stage loop: same bits), so a FERRY_CUDA_MATVEC or FERRY_CUDA_QUANT_SWIGLU choice keeps the single ops.
+  for (const Tensor* w : {&a.wo, &a.w_gate_up, &a.w_down})
+    if (choose_matmul(1, *w, Tensor{}).matvec_version != 10) return false;
+  return options_.quant_swiglu &&
+         cuda_ops::decode_ffn_applies(t, a.wo.cols(), a.wo.rows(), a.w_down.cols());
+}
+
+void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
+  if (!decode_ffn_applies(a)) {
+    Backend::attn_out_ffn(a);
+    return;
+  }
+  const int64_t dim = a.wo.rows(), hidden = a.w_down.cols();
+  require_cuda(a.out, "attn_out_ffn output");
+  require_cuda(a.residual, "attn_out_ffn residual");
+  require_cuda(a.attn, "attn_out_ffn input");
+  require_cuda(a.act, "attn_out_ffn activation scratch");
+  for (const Tensor* w : {&a.wo, &a.w_gate_up, &a.w_down, &a.ffn_norm, &a.next_norm}) require_cuda(*w, "attn_out_ffn weight");
+  FERRY_ASSERT(a.attn.cols() == a.wo.cols() && a.w_gate_up.rows() == 2 * hidden && a.w_gate_up.cols() == dim &&
+               a.w_down.rows() == dim);
+  FERRY_ASSERT(a.residual.dtype == DType::F32 && a.residual.rows() == 1 && a.residual.cols() == dim);
+  FERRY_ASSERT(a.out.rows() == 1 && a.out.cols() == dim);
+  FERRY_ASSERT(a.act.dtype == DType::F32 && a.act.numel() >= hidden);
+  FERRY_ASSERT(a.ffn_norm.dtype == DType::F32 && a.ffn_norm.numel() == dim && a.next_norm.dtype == DType::F32 &&
+               a.next_norm.numel() == dim);
+  const cuda_ops::OpProfiler::Scope prof(
+      profiler_.get(),
+      profiler_ ? fmt::format("attn_out_ffn decode_ffn {} {}x{} n=1", dtype_name(a.wo.dtype), dim, hidden)
+                : std::string(),
+      double(a.wo.nbytes()) + double(a.w_gate_up.nbytes()) + double(a.w_down.nbytes()));
+  cuda_ops::decode_ffn(a.wo.dtype,
+                       {.attn = a.attn.ptr<float>(), .wo = weight_view(a.wo), .residual = a.residual.ptr<float>(),
+                        .ffn_norm = a.ffn_norm.ptr<float>(), .w_gate_up = weight_view(a.w_gate_up),
+                        .act = a.act.ptr<float>(), .w_down = weight_view(a.w_down),
+                        .next_norm = a.next_norm.ptr<float>(), .out = a.out.ptr<float>(), .eps = a.eps,
+                        .barrier = static_cast<unsigned long long*>(decode_ffn_barrier_.data())},
+                       stream_);
+}
+
+}  // namespace ferry

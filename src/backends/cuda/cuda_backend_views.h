@@ -1,0 +1,14 @@
+// Tensor checks and views shared by the CudaBackend's source files (cuda_backend.cpp, cuda_backend_decode.cpp).
+#pragma once
+
+#include "backends/cuda/weight_layout.cuh"
+#include "core/tensor.h"
+
+namespace ferry {
+
+// Throws ferry::Error "CUDA backend: <what> is not in device memory" unless t is.
+void require_cuda(const Tensor& t, const char* what);
+// The kernels' view of a prepared weight (the split layouts' scale offset where there is one).
+cuda_ops::WeightView weight_view(const Tensor& w);
+
+}  // namespace ferry

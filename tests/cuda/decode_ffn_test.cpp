@@ -1,0 +1,110 @@
+// Backend::attn_out_ffn on CUDA at one token: the decode layer's tail after the attention (wo + residual add +
+// RMSNorm, gate|up + SwiGLU, down + residual add + the next norm) as one persistent kernel (decode_ffn.cuh).
+// Checked, for Q8_0 and Q4_0 at the Llama-3-8B shape (dim 4096, hidden 14336; random weights, inputs and norm
+// weights):
+//  - the kernel applies (decode_ffn_applies);
+//  - against the same backend's single ops (Backend::attn_out_ffn's composition: matvec v10, add_rms_norm, matvec
+//    v10's SwiGLU form, ...) on a copy of the residual: the residual and the output the same bits, since every step
+//    repeats those kernels' arithmetic in their order;
+//  - against the CPU reference backend (dequantize, fp32 dots): residual within 1e-4 and output within 1e-3
+//    relative L2 (the int8 activations of three matvecs, ~2e-5 each, through the norms and the SwiGLU);
+//  - three calls in a row, each on the previous call's residual: the grid barrier's counter carries over launches.
+// Outputs are NaN-poisoned first.
+#ifdef FERRY_HAS_CUDA
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "cuda_test_util.h"
+#include "formats/quant.h"
+
+namespace ferry::test {
+namespace {
+
+constexpr int64_t kDim = 4096, kHidden = 14336;
+constexpr float kEps = 1e-5f;
+
+// (rows, cols) random weight quantized to t, as host bytes.
+std::vector<uint8_t> random_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const std::vector<float> f = random_floats(size_t(rows * cols), seed, 1.0f / std::sqrt(float(cols)));
+  std::vector<uint8_t> w(size_t(rows) * row_bytes(t, cols));
+  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.data() + r * cols, w.data() + size_t(r) * row_bytes(t, cols), cols);
+  return w;
+}
+
+class CudaDecodeFfn : public CudaOpsTest {
+ protected:
+  void check(DType t, uint32_t seed) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<uint8_t> wo = random_weight(t, kDim, kDim, seed), wgu = random_weight(t, 2 * kHidden, kDim, seed + 1),
+                         wd = random_weight(t, kDim, kHidden, seed + 2);
+    const Tensor hwo = Tensor::make(t, {kDim, kDim}, wo.data());
+    const Tensor hwgu = Tensor::make(t, {2 * kHidden, kDim}, wgu.data());
+    const Tensor hwd = Tensor::make(t, {kDim, kHidden}, wd.data());
+    std::vector<float> ffn_norm = random_floats(size_t(kDim), seed + 3), next_norm = random_floats(size_t(kDim), seed + 4);
+    for (float& v : ffn_norm) v += 1.0f;  // around 1, as trained norms are
+    for (float& v : next_norm) v += 1.0f;
+    std::vector<float> res = random_floats(size_t(kDim), seed + 5, 2.0f);
+
+    const Tensor gwo = gpu_->prepare_weight(hwo, keep_), gwgu = gpu_->prepare_weight(hwgu, keep_),
+                 gwd = gpu_->prepare_weight(hwd, keep_);
+    const Tensor gfn = upload(DType::F32, {kDim}, ffn_norm), gnn = upload(DType::F32, {kDim}, next_norm);
+    const Tensor fused_res = upload(DType::F32, {1, kDim}, res), plain_res = upload(DType::F32, {1, kDim}, res);
+    // Scratch of the single ops' path (the fused kernel writes act and out only).
+    const Tensor delta = poisoned({1, kDim}), ffn_in = poisoned({1, kDim}), gate_up = poisoned({1, 2 * kHidden});
+
+    for (int call = 0; call < 3; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      std::vector<float> attn = random_floats(size_t(kDim), seed + 10 + uint32_t(call));
+      const Tensor gattn = upload(DType::F32, {1, kDim}, attn);
+      const Tensor fused_out = poisoned({1, kDim}), fused_act = poisoned({1, kHidden});
+      const Backend::AttnOutFfn fused{.out = fused_out, .residual = fused_res, .delta = delta, .attn = gattn, .wo = gwo,
+                                      .ffn_norm = gfn, .ffn_in = fused_out, .w_gate_up = gwgu, .gate_up = gate_up,
+                                      .act = fused_act, .w_down = gwd, .next_norm = gnn, .eps = kEps};
+      ASSERT_TRUE(gpu_->decode_ffn_applies(fused)) << "the persistent kernel does not take the Llama-3-8B shape";
+      gpu_->attn_out_ffn(fused);
+
+      const Tensor plain_out = poisoned({1, kDim}), plain_act = poisoned({1, kHidden});
+      Backend::AttnOutFfn plain = fused;
+      plain.out = plain_out, plain.residual = plain_res, plain.ffn_in = ffn_in, plain.act = plain_act;
+      gpu_->Backend::attn_out_ffn(plain);  // the single ops, one launch each
+
+      const std::vector<float> got_res = download(fused_res), got_out = download(fused_out),
+                               want_res = download(plain_res), want_out = download(plain_out);
+      EXPECT_EQ(std::memcmp(got_res.data(), want_res.data(), got_res.size() * 4), 0)
+          << "residual bits differ from the single ops; rel L2 " << rel_l2(got_res, want_res);
+      EXPECT_EQ(std::memcmp(got_out.data(), want_out.data(), got_out.size() * 4), 0)
+          << "output bits differ from the single ops; rel L2 " << rel_l2(got_out, want_out);
+
+      if (call == 0) {  // the CPU reference (slow: ~234 M multiply-adds on the scalar reference kernels)
+        std::vector<float> ref_res = res, ref_out(static_cast<size_t>(kDim)), ref_in(static_cast<size_t>(kDim));
+        std::vector<float> ref_delta(static_cast<size_t>(kDim)), ref_gu(static_cast<size_t>(2 * kHidden));
+        std::vector<float> ref_act(static_cast<size_t>(kHidden));
+        cpu_.attn_out_ffn({.out = host(DType::F32, {1, kDim}, ref_out), .residual = host(DType::F32, {1, kDim}, ref_res),
+                           .delta = host(DType::F32, {1, kDim}, ref_delta), .attn = host(DType::F32, {1, kDim}, attn),
+                           .wo = hwo, .ffn_norm = host(DType::F32, {kDim}, ffn_norm),
+                           .ffn_in = host(DType::F32, {1, kDim}, ref_in), .w_gate_up = hwgu,
+                           .gate_up = host(DType::F32, {1, 2 * kHidden}, ref_gu),
+                           .act = host(DType::F32, {1, kHidden}, ref_act), .w_down = hwd,
+                           .next_norm = host(DType::F32, {kDim}, next_norm), .eps = kEps});
+        const std::vector<float> act = download(fused_act);
+        std::printf("  %-5s vs CPU reference: act rel L2 %.2e, residual %.2e, out %.2e\n", dtype_name(t),
+                    rel_l2(act, ref_act), rel_l2(got_res, ref_res), rel_l2(got_out, ref_out));
+        EXPECT_LE(rel_l2(act, ref_act), 1e-3);
+        EXPECT_LE(rel_l2(got_res, ref_res), 1e-4);
+        EXPECT_LE(rel_l2(got_out, ref_out), 1e-3);
+      }
+    }
+  }
+};
+
+TEST_F(CudaDecodeFfn, OneKernelEqualsSingleOps) {
+  check(DType::Q4_0, 900);
+  check(DType::Q8_0, 910);
+}
+
+}  // namespace
+}  // namespace ferry::test
+
+#endif  // FERRY_HAS_CUDA
