@@ -89,7 +89,7 @@ class CudaDecodeFfn : public CudaOpsTest {
                            .act = host(DType::F32, {1, kHidden}, ref_act), .w_down = hwd,
                            .next_norm = host(DType::F32, {kDim}, next_norm), .eps = kEps});
         const std::vector<float> act = download(fused_act);
-        std::printf("  %-5s vs CPU reference: act rel L2 %.2e, residual %.2e, out %.2e\n", dtype_name(t),
+        std::printf("  %-5s vs CPU reference: act rel L2 %.2e, residual %.2e, out %.2e\n", std::string(dtype_name(t)).c_str(),
                     rel_l2(act, ref_act), rel_l2(got_res, ref_res), rel_l2(got_out, ref_out));
         EXPECT_LE(rel_l2(act, ref_act), 1e-3);
         EXPECT_LE(rel_l2(got_res, ref_res), 1e-4);

@@ -8,7 +8,9 @@ namespace ferry::cuda_ops {
 
 bool decode_ffn_supports(DType wtype, int64_t q_dim, int64_t dim, int64_t hidden, int n_sms, size_t max_smem) {
   if ((wtype != DType::Q8_0 && wtype != DType::Q4_0) || q_dim != dim || !ffn::shape_compiled(dim, hidden)) return false;
-  if (n_sms < 1 || dim < n_sms || hidden < n_sms) return false;
+  // At least one row per block (version 10's row split), at most one per consumer thread (the block's residual
+  // rows stay in its threads' registers from phase to phase).
+  if (n_sms < 1 || dim < n_sms || hidden < n_sms || (dim + n_sms - 1) / n_sms > v7::kConsumerWarps * 32) return false;
   const ffn::Plan plan = ffn::make_plan(wtype, dim, hidden, n_sms);
   return plan.stages >= 2 && v7::one_block_per_sm(ffn::smem_bytes(plan)) <= max_smem;
 }

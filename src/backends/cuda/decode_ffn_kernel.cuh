@@ -59,36 +59,66 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ffn_kernel(DecodeFfnParams
   pdl_wait();  // attn and residual are written by earlier kernels
   v7::RingCursor cur;
   const int segs_d = int(dim / v10::kSegVals), segs_h = int(hidden / v10::kSegVals);
-  // The block's rows of a plain projection: the warps' partials added in warp order, into the residual (version
-  // 10's sum + bias with no bias, then add_rms_norm's residual + delta: the same two roundings).
+  // Thread t < rows.count keeps residual row rows.first + t in a register from phase to phase (only this block
+  // writes it), so adding a projection's rows waits on no load.
+  const bool owns_row = threadIdx.x < rows.count;
+  float res_row = owns_row ? p.residual[rows.first + threadIdx.x] : 0.0f;
+  // The warps' partials of the block's rows added in warp order, into the residual (version 10's sum + bias with no
+  // bias, then add_rms_norm's residual + delta: the same two roundings).
   const auto add_rows = [&] {
     v7::consumers_sync();
-    for (int64_t r = threadIdx.x; r < rows.count; r += kConsumerWarps * 32) {
+    if (owns_row) {
       float sum = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * part_stride + r];
-      p.residual[rows.first + r] += sum + 0.0f;
+      for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * part_stride + threadIdx.x];
+      res_row += sum + 0.0f;
+      p.residual[rows.first + threadIdx.x] = res_row;
+    }
+  };
+  // The lane's residual values of its dim-column segments (lane_runs), loaded with the norm's float4s in one
+  // round trip after a barrier.
+  const auto load_lane_residual = [&](float4 (&xr)[kSegsD][4]) {
+#pragma unroll
+    for (int j = 0; j < kSegsD; ++j) {
+      const int seg = j * kConsumerWarps + warp;
+      if (seg >= segs_d) continue;
+      int64_t c0, c1;
+      v10::lane_runs<W>(seg, lane, c0, c1);
+      const float4* r = reinterpret_cast<const float4*>(p.residual);
+      xr[j][0] = __ldcg(r + c0 / 4), xr[j][1] = __ldcg(r + c0 / 4 + 1);
+      xr[j][2] = __ldcg(r + c1 / 4), xr[j][3] = __ldcg(r + c1 / 4 + 1);
     }
   };
 
   {  // residual += attn . wo^T
     v10::LaneAct act[kSegsD];
-    v10::quantize_lane_acts<W, kSegsD>(act, segs_d, warp, lane,
-                                       [&](int64_t c) { return *reinterpret_cast<const float4*>(p.attn + c); });
+    v10::quantize_lane_acts<W, kSegsD>(act, segs_d, warp, lane, [&](int, int, int64_t c) {
+      return *reinterpret_cast<const float4*>(p.attn + c);
+    });
     v10::consume_stages<W, kSegsD, kRowsD, false>(ring, cur, rows.count, dim, segs_d, act, part, part_stride,
                                                   plan.part_rows, warp, lane);
     add_rows();
   }
-  ffn_grid_barrier(p.barrier);
-
   {  // act = silu(x . w_gate^T) * (x . w_up^T), x = rms_norm(residual) * ffn_norm applied as the lanes load it
-    float4 v[v7::kNormMaxVecs];
-    const float scale = v7::consumer_norm_scale(p.residual, dim, p.eps, v);
+    float4 g[kSegsD][4];  // the lane's ffn_norm values, loaded before the barrier
+#pragma unroll
+    for (int j = 0; j < kSegsD; ++j) {
+      const int seg = j * kConsumerWarps + warp;
+      if (seg >= segs_d) continue;
+      int64_t c0, c1;
+      v10::lane_runs<W>(seg, lane, c0, c1);
+      const float4* n = reinterpret_cast<const float4*>(p.ffn_norm);
+      g[j][0] = n[c0 / 4], g[j][1] = n[c0 / 4 + 1], g[j][2] = n[c1 / 4], g[j][3] = n[c1 / 4 + 1];
+    }
+    ffn_grid_barrier(p.barrier);
+    float4 v[v7::kNormMaxVecs], xr[kSegsD][4];
+    v7::load_norm_vecs(p.residual, dim, v);
+    load_lane_residual(xr);
+    const float scale = v7::consumer_norm_scale(v, dim, p.eps);
     v10::LaneAct act[kSegsD];
-    v10::quantize_lane_acts<W, kSegsD>(act, segs_d, warp, lane, [&](int64_t c) {
-      const float4 x = __ldcg(reinterpret_cast<const float4*>(p.residual + c));
-      const float4 g = *reinterpret_cast<const float4*>(p.ffn_norm + c);
-      return make_float4(x.x * scale * g.x, x.y * scale * g.y, x.z * scale * g.z, x.w * scale * g.w);
+    v10::quantize_lane_acts<W, kSegsD>(act, segs_d, warp, lane, [&](int j, int k, int64_t) {
+      const float4 x = xr[j][k], w = g[j][k];  // norm.cu's y = v * scale * w
+      return make_float4(x.x * scale * w.x, x.y * scale * w.y, x.z * scale * w.z, x.w * scale * w.w);
     });
     v10::consume_stages<W, kSegsD, kRowsD, true>(ring, cur, units.count, dim, segs_d, act, part, part_stride,
                                                  plan.part_rows, warp, lane);
@@ -107,21 +137,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ffn_kernel(DecodeFfnParams
 
   {  // residual += act . w_down^T
     v10::LaneAct act[kSegsH];
-    v10::quantize_lane_acts<W, kSegsH>(act, segs_h, warp, lane,
-                                       [&](int64_t c) { return __ldcg(reinterpret_cast<const float4*>(p.act + c)); });
+    v10::quantize_lane_acts<W, kSegsH>(act, segs_h, warp, lane, [&](int, int, int64_t c) {
+      return __ldcg(reinterpret_cast<const float4*>(p.act + c));
+    });
     v10::consume_stages<W, kSegsH, kRowsH, false>(ring, cur, rows.count, hidden, segs_h, act, part, part_stride,
                                                   plan.part_rows, warp, lane);
     add_rows();
   }
-  ffn_grid_barrier(p.barrier);
-
   {  // out = rms_norm(residual) * next_norm: the block's rows (norm.cu's per-element arithmetic)
+    const float w = owns_row ? p.next_norm[rows.first + threadIdx.x] : 0.0f;
+    ffn_grid_barrier(p.barrier);
     float4 v[v7::kNormMaxVecs];
-    const float scale = v7::consumer_norm_scale(p.residual, dim, p.eps, v);
-    for (int64_t r = threadIdx.x; r < rows.count; r += kConsumerWarps * 32) {
-      const int64_t i = rows.first + r;
-      p.out[i] = __ldcg(p.residual + i) * scale * p.next_norm[i];
-    }
+    v7::load_norm_vecs(p.residual, dim, v);
+    const float scale = v7::consumer_norm_scale(v, dim, p.eps);
+    if (owns_row) p.out[rows.first + threadIdx.x] = res_row * scale * w;
   }
 }
 

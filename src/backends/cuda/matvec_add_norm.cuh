@@ -38,22 +38,25 @@ __device__ __forceinline__ uint32_t add_norm_bf16x2(float lo, float hi) {
 inline constexpr int kNormThreads = kConsumerWarps * 32;                      // 256, norm.cu's block size
 inline constexpr int kNormMaxVecs = int(kAddNormMaxRows / 4 / kNormThreads);  // float4 per thread at the widest: 8
 
-// Every consumer thread calls it (256 of them): returns 1 / sqrt(mean(residual^2) + eps) over residual's dim values
-// (a multiple of 4 up to kAddNormMaxRows), read through L2 (ld.cg: other blocks of this grid wrote them), with
-// norm.cu's vector kernel's arithmetic and order; v receives the thread's float4s t, t + 256, ... (zeros past
-// dim / 4). Two calls in one kernel need a consumers_sync between them (one static word per warp).
-__device__ __forceinline__ float consumer_norm_scale(const float* residual, int64_t dim, float eps,
-                                                     float4 (&v)[kNormMaxVecs]) {
-  __shared__ float warp_ss[kConsumerWarps];
+// Every consumer thread loads its float4s of a residual of dim values (a multiple of 4 up to kAddNormMaxRows) for
+// consumer_norm_scale: t, t + 256, ... (zeros past dim / 4), through L2 (ld.cg: other blocks of this grid wrote them).
+__device__ __forceinline__ void load_norm_vecs(const float* residual, int64_t dim, float4 (&v)[kNormMaxVecs]) {
   const int t = int(threadIdx.x);
-  const int64_t vecs = dim / 4;
   const float4* r4 = reinterpret_cast<const float4*>(residual);
 #pragma unroll
   for (int i = 0; i < kNormMaxVecs; ++i) {
     const int64_t j = t + int64_t(i) * kNormThreads;
-    v[i] = j < vecs ? __ldcg(r4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+    v[i] = j < dim / 4 ? __ldcg(r4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  float ss = 0;  // the zero float4s past vecs leave it unchanged (fmaf(0, 0, s) == s for s >= 0)
+}
+
+// Every consumer thread calls it (256 of them) with its load_norm_vecs: returns 1 / sqrt(mean(residual^2) + eps),
+// with norm.cu's vector kernel's arithmetic and order. Two calls in one kernel need a consumers_sync between them
+// (one static word per warp).
+__device__ __forceinline__ float consumer_norm_scale(const float4 (&v)[kNormMaxVecs], int64_t dim, float eps) {
+  __shared__ float warp_ss[kConsumerWarps];
+  const int t = int(threadIdx.x);
+  float ss = 0;  // the zero float4s past dim / 4 leave it unchanged (fmaf(0, 0, s) == s for s >= 0)
 #pragma unroll
   for (int i = 0; i < kNormMaxVecs; ++i) ss = add_squares(v[i], ss);
   ss = warp_sum(ss);
@@ -80,7 +83,8 @@ __device__ __forceinline__ void add_norm_tail(const MatvecAddNorm& e, int64_t di
   const int t = int(threadIdx.x);
   const int64_t vecs = dim / 4;
   float4 v[kNormMaxVecs];
-  const float scale = consumer_norm_scale(e.residual, dim, e.eps, v);
+  load_norm_vecs(e.residual, dim, v);
+  const float scale = consumer_norm_scale(v, dim, e.eps);
   const float4* w4 = reinterpret_cast<const float4*>(e.weight);
 #pragma unroll
   for (int i = 0; i < kNormMaxVecs; ++i) {

@@ -66,11 +66,22 @@ __device__ __forceinline__ LaneQuants<W> load_quants(const uint8_t* p) {  // p: 
   return r;
 }
 
+// The columns a lane owns in segment seg (matvec_v10_math.cuh's order): two runs of 8 values, at c0 and c1. Q8_0:
+// 512 seg + 16 lane + [0, 16); Q4_0: block 16 seg + lane / 2, h = lane % 2: values 8h + [0, 8) and 16 + 8h + [0, 8)
+// of the block; Q4_K: q4k_lane_col's two runs, 32 apart.
+template <DType W>
+__device__ __forceinline__ void lane_runs(int seg, int lane, int64_t& c0, int64_t& c1) {
+  constexpr bool kQ4 = W == DType::Q4_0;
+  constexpr bool kQ4K = W == DType::Q4_K;
+  const int64_t base = int64_t(seg) * kSegVals;
+  c0 = kQ4 ? base + (lane / 2) * kQBlock + (lane % 2) * 8 : kQ4K ? base + q4k_lane_col(lane, 0) : base + lane * kLaneVals;
+  c1 = c0 + (kQ4 ? 16 : kQ4K ? 32 : 8);  // Q4_0: 16 values further; Q4_K: group B; Q8_0: the next 8
+}
+
 // The lane's activations of its segments (segment j of this warp: seg = 8 j + warp; warp-uniform whether it
-// exists), quantized here. fetch(col) returns x[col .. col + 4) as a float4 (col % 4 == 0), from wherever x lives
-// (global memory; or a norm applied on the fly). Lane columns (matvec_v10_math.cuh's order): Q8_0 512 seg + 16 lane
-// + [0, 16); Q4_0: block 16 seg + lane / 2, h = lane % 2: values 8h + [0, 8) and 16 + 8h + [0, 8) of the block;
-// Q4_K: q4k_lane_col's two runs of 8, 32 apart.
+// exists), quantized here. fetch(j, k, col) returns the lane's k-th float4 of segment j, x[col .. col + 4)
+// (k = 0, 1: the run at c0; 2, 3: the run at c1; lane_runs), from wherever x lives (global memory; registers
+// loaded earlier; a norm applied on the fly).
 template <DType W, int kSegs, class Fetch>
 __device__ __forceinline__ void quantize_lane_acts(LaneAct (&act)[kSegs], int segs_per_row, int warp, int lane,
                                                    Fetch&& fetch) {
@@ -81,12 +92,9 @@ __device__ __forceinline__ void quantize_lane_acts(LaneAct (&act)[kSegs], int se
     const int seg = j * kConsumerWarps + warp;
     float xv[kLaneVals];
     if (seg < segs_per_row) {
-      const int64_t base = int64_t(seg) * kSegVals;
-      const int64_t c0 = kQ4 ? base + (lane / 2) * kQBlock + (lane % 2) * 8
-                         : kQ4K ? base + q4k_lane_col(lane, 0)
-                                : base + lane * kLaneVals;
-      const int64_t c1 = c0 + (kQ4 ? 16 : kQ4K ? 32 : 8);  // Q4_0: 16 values further; Q4_K: group B; Q8_0: the next 8
-      const float4 f[4] = {fetch(c0), fetch(c0 + 4), fetch(c1), fetch(c1 + 4)};
+      int64_t c0, c1;
+      lane_runs<W>(seg, lane, c0, c1);
+      const float4 f[4] = {fetch(j, 0, c0), fetch(j, 1, c0 + 4), fetch(j, 2, c1), fetch(j, 3, c1 + 4)};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         xv[4 * i] = f[i].x, xv[4 * i + 1] = f[i].y, xv[4 * i + 2] = f[i].z, xv[4 * i + 3] = f[i].w;

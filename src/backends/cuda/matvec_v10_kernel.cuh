@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   pdl_wait();  // x is written by the previous kernel
   LaneAct act[kSegs];
   quantize_lane_acts<W, kSegs>(act, plan.segs_per_row, warp, lane,
-                               [&](int64_t c) { return *reinterpret_cast<const float4*>(p.x + c); });
+                               [&](int, int, int64_t c) { return *reinterpret_cast<const float4*>(p.x + c); });
   v7::RingCursor cur;
   consume_stages<W, kSegs, kRows, kSwiglu>(ring, cur, br.count, cols, plan.segs_per_row, act, part, part_stride,
                                            plan.max_rows, warp, lane);
