@@ -187,7 +187,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path
   DeviceBuffer x_bf16_;          // (n, n_in) bf16: activations rounded for the GEMM path
   DeviceBuffer add_norm_counter_;  // one u32, 0 between calls: the fused matvec epilogue's arrival counter
-  DeviceBuffer decode_ffn_barrier_;  // one u64 zeroed once: decode_ffn's grid-barrier count (grid_barrier.cuh)
+  DeviceBuffer decode_ffn_sync_;  // cuda_ops::DecodeFfnSync, zeroed once: decode_ffn's grid-wide counters
   // The path matmul() takes for n tokens of x through w into out, and the matvec version when that path is Matvec
   // (else 0).
   struct MatmulChoice {

@@ -31,6 +31,13 @@
 
 namespace ferry::cuda_ops {
 
+// The kernel's grid-wide state in global memory.
+struct DecodeFfnSync {
+  unsigned long long barrier;  // grid_barrier.cuh's count: never reset, each barrier adds the grid to it
+  unsigned int chunks[3];      // stages handed out so far of wo, w_gate|w_up, w_down; 0 between launches
+  unsigned int pad;
+};
+
 struct DecodeFfnParams {
   const float* attn;            // (1, q_dim) f32: the o-projection's input (attention output)
   WeightView wo;                // (dim, q_dim), Q8_0/Q4_0 split layout (weight_layout.cuh)
@@ -42,7 +49,7 @@ struct DecodeFfnParams {
   const float* next_norm;       // (dim) f32
   float* out;                   // (1, dim) f32 = rms_norm(residual) * next_norm
   float eps;
-  unsigned long long* barrier;  // device u64, zeroed once and never reset: each barrier adds the grid to it
+  DecodeFfnSync* sync;          // device, zeroed once (the backend keeps one per stream)
 };
 
 // Whether the kernel takes these weights (one type for all three, Q8_0 or Q4_0; a compiled shape; the shared

@@ -48,33 +48,40 @@ struct Ring {
   uint64_t* empty;  // [stages]: every consumer warp is done with it
 };
 
+// One stage of a producer warp's lane 0 (into the slot at dst, completing bar): `units` output units from `first`
+// on of w. A unit is `runs` weight rows: runs = 1 (a plain matvec: unit u is row u) or 2 (the SwiGLU form: w is
+// (2 hidden, cols), w_gate's rows then w_up's, unit u is rows u and run_offset + u with run_offset = hidden). The slot
+// holds per = rows_per_stage / runs units: run r's rows in slot rows [r per, (r + 1) per), as [rows_per_stage,
+// rb.quants] quant bytes, then [rows_per_stage, nb] fp16 scales (Q8_0/Q4_0's split layout, weight_layout.cuh; Q4_K
+// has no scale region). A stage may hold fewer units (same offsets).
+__device__ __forceinline__ void load_unit_stage(const WeightView& w, int64_t rows_per_stage, int runs,
+                                                int64_t run_offset, int64_t first, int64_t units, SplitRowBytes rb,
+                                                uint8_t* dst, uint64_t* bar) {
+  const int64_t per = rows_per_stage / runs;
+  const int64_t stage_q = rows_per_stage * rb.quants;  // a slot's quant bytes; its scales follow
+  const uint32_t qbytes = uint32_t(units * rb.quants), sbytes = uint32_t(units * rb.scales);
+  sm90::mbar_arrive_expect_tx(bar, uint32_t(runs) * (qbytes + sbytes));
+  for (int r = 0; r < runs; ++r) {
+    const int64_t row = r * run_offset + first;  // the run's first weight row in this stage
+    bulk_load(dst + r * per * rb.quants, w.data + row * rb.quants, qbytes, bar);
+    if (sbytes > 0) bulk_load(dst + stage_q + r * per * rb.scales, w.data + w.scales + row * rb.scales, sbytes, bar);
+  }
+}
+
 // Lane 0 of the producer warp: streams the block's output units [br.first, br.first + br.count) of w into the
-// ring, one stage per slot once every consumer warp has released it (ring.empty). A unit is `runs` weight rows:
-// runs = 1 (a plain matvec: unit u is row u) or 2 (the SwiGLU form: w is (2 hidden, cols), w_gate's rows then
-// w_up's, unit u is rows u and run_offset + u with run_offset = hidden). A stage holds units_per_stage =
-// rows_per_stage / runs units: run r's rows in slot rows [r units_per_stage, (r + 1) units_per_stage), as
-// [rows_per_stage, rb.quants] quant bytes, then [rows_per_stage, nb] fp16 scales (Q8_0/Q4_0's split layout,
-// weight_layout.cuh; Q4_K has no scale region). One mbarrier per stage; the block's last stage may hold fewer
-// units (same offsets). Reads only the weight, so it runs before the kernel's pdl_wait.
+// ring (load_unit_stage's units and layout), one stage per slot once every consumer warp has released it
+// (ring.empty); the block's last stage may hold fewer units. Reads only the weight, so it runs before the
+// kernel's pdl_wait.
 __device__ __forceinline__ void produce_unit_stages(const WeightView& w, int64_t rows_per_stage, int runs,
                                                     int64_t run_offset, BlockRows br, SplitRowBytes rb,
                                                     const Ring& ring, RingCursor& cur) {
-  const int64_t per = rows_per_stage / runs;          // units a stage holds
-  const int64_t stage_q = rows_per_stage * rb.quants;  // a slot's quant bytes; its scales follow
+  const int64_t per = rows_per_stage / runs;  // units a stage holds
   const int64_t n_stage = (br.count + per - 1) / per;
   for (int64_t g = 0; g < n_stage; ++g) {
     sm90::mbar_wait(&ring.empty[cur.slot], cur.phase);
     const int64_t left = br.count - g * per;
-    const int64_t units = left < per ? left : per;
-    const uint32_t qbytes = uint32_t(units * rb.quants), sbytes = uint32_t(units * rb.scales);
-    uint8_t* dst = ring.base + size_t(cur.slot) * size_t(ring.slot_pitch);
-    uint64_t* bar = &ring.full[cur.slot];
-    sm90::mbar_arrive_expect_tx(bar, uint32_t(runs) * (qbytes + sbytes));
-    for (int r = 0; r < runs; ++r) {
-      const int64_t first = r * run_offset + br.first + g * per;  // the run's first weight row in this stage
-      bulk_load(dst + r * per * rb.quants, w.data + first * rb.quants, qbytes, bar);
-      if (sbytes > 0) bulk_load(dst + stage_q + r * per * rb.scales, w.data + w.scales + first * rb.scales, sbytes, bar);
-    }
+    load_unit_stage(w, rows_per_stage, runs, run_offset, br.first + g * per, left < per ? left : per, rb,
+                    ring.base + size_t(cur.slot) * size_t(ring.slot_pitch), &ring.full[cur.slot]);
     cur.advance(ring.stages);
   }
 }

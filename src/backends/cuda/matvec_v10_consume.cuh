@@ -123,6 +123,81 @@ __device__ __forceinline__ void quantize_lane_acts(LaneAct (&act)[kSegs], int se
   }
 }
 
+// One ring stage of kRows rows of `cols` columns at `slot`, for a consumer warp: every load first, then the slot
+// released (empty_bar), then the dot products and the rows' sums over the warp's lanes (reduce_rows). Returns row
+// lane / (32 / kRows)'s sum of the warp's segments. Rows past the stage's last (in a block's last stage) load
+// whatever the slot holds: their sums stay in their own row and the caller never stores them. Segments past the
+// row's last (warp-uniform) load nothing: zero quants, zero scale.
+template <DType W, int kSegs, int kRows>
+__device__ __forceinline__ float stage_row_sum(const uint8_t* slot, uint64_t* empty_bar, int64_t cols, int segs_per_row,
+                                               const LaneAct (&act)[kSegs], int warp, int lane) {
+  constexpr bool kQ4 = W == DType::Q4_0;
+  constexpr bool kQ4K = W == DType::Q4_K;
+  constexpr int kLaneBytes = kQ4 || kQ4K ? 8 : 16;                  // quant bytes a lane loads per segment of a row
+  constexpr int kSegBytes = kQ4K ? kQ4KSegBytes : 32 * kLaneBytes;  // bytes of one segment of a row (Q4_K: + headers)
+  const int64_t nb = cols / kQBlock;
+  const v7::SplitRowBytes rb = v7::split_row_bytes(W, cols);
+  const int64_t stage_q = kRows * rb.quants;  // a slot's quant bytes; its scales follow
+  [[maybe_unused]] const Q4KLaneSel ksel = q4k_lane_sel(lane);
+  // Q4_K: the lane's super-block of the warp's segment (its header; its quant bytes 16 + 8 (lane % 16) on)
+  const uint8_t* sq = slot + warp * kSegBytes + (kQ4K ? (lane / 16) * kQ4KBytes : lane * kLaneBytes);
+  const uint16_t* ss = reinterpret_cast<const uint16_t*>(slot + stage_q) + warp * (kSegVals / kQBlock) + lane / 2;
+  LaneQuants<W> q[kRows][kSegs];
+  uint16_t d[kRows][kSegs];
+  [[maybe_unused]] LaneHead<W> hd[kRows][kSegs];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int j = 0; j < kSegs; ++j) {
+      if (j * kConsumerWarps + warp < segs_per_row) {
+        if constexpr (kQ4K) {
+          const uint8_t* sb = sq + r * rb.quants + j * kConsumerWarps * kSegBytes;
+          q[r][j] = load_quants<W>(sb + 16 + 8 * (lane % 16));
+          hd[r][j] = *reinterpret_cast<const LaneHead<W>*>(sb);  // 16 lanes read the same header: broadcast
+        } else {
+          q[r][j] = load_quants<W>(sq + r * rb.quants + j * kConsumerWarps * kSegBytes);
+          d[r][j] = ss[r * nb + j * kConsumerWarps * (kSegVals / kQBlock)];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < LaneQuants<W>::kWords; ++i) q[r][j].q[i] = 0;
+        d[r][j] = 0;
+        if constexpr (kQ4K) hd[r][j] = {0u, 0u, 0u, 0u};
+      }
+    }
+  }
+  // The slot is free once every lane's loads are performed: __syncwarp orders them before lane 0's arrival,
+  // whose release the producer's wait acquires before it refills the slot (as version 9).
+  __syncwarp();
+  if (lane == 0) sm90::mbar_arrive(empty_bar);
+  float v[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kSegs; ++j) {
+      if constexpr (kQ4K) {  // dx2 (d I_D - dmin I_M); a missing segment has d = dmin = 0
+        const LaneHead<W>& h = hd[r][j];
+        const Q4KSums t = dot_q4k_lane(q[r][j].q, act[j], q4k_scale_min(h.y, h.z, h.w, ksel));
+        const float dd = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFFu)));
+        const float dm = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
+        acc = fmaf(fmaf(-dm, float(t.m_a), dd * float(t.d_a)), act[j].scale, acc);
+        acc = fmaf(fmaf(-dm, float(t.m_b), dd * float(t.d_b)), act[j].scale_b, acc);
+      } else {
+        int si;
+        if constexpr (kQ4) {
+          si = dot_q4_lane(q[r][j].q, act[j]);
+        } else {
+          si = dot_q8_lane(q[r][j].q, act[j]);
+        }
+        acc = fmaf(__half2float(__ushort_as_half(d[r][j])) * act[j].scale, float(si), acc);
+      }
+    }
+    v[r] = acc;
+  }
+  return reduce_rows<kRows>(v, lane);
+}
+
 // One weight's stages for the consumer warps: `count` output units of `cols` columns (kSwiglu: units of two rows,
 // gate then up; else rows), kPairs = kRows / 2 (kSwiglu) or kRows units a stage, read from ring slots starting at
 // `cur` (advanced past them). Writes the warp's partial of unit u to part[warp * part_stride + u] (kSwiglu: gate's
@@ -133,81 +208,14 @@ __device__ __forceinline__ void consume_stages(const v7::Ring& ring, v7::RingCur
                                                int64_t part_stride, int64_t part_rows, int warp, int lane) {
   static_assert(!kSwiglu || (kRows >= 2 && kRows % 2 == 0), "SwiGLU stages hold row pairs");
   constexpr int kPairs = kSwiglu ? kRows / 2 : kRows;  // output units a stage completes
-  constexpr bool kQ4 = W == DType::Q4_0;
-  constexpr bool kQ4K = W == DType::Q4_K;
-  constexpr int kLaneBytes = kQ4 || kQ4K ? 8 : 16;                  // quant bytes a lane loads per segment of a row
-  constexpr int kSegBytes = kQ4K ? kQ4KSegBytes : 32 * kLaneBytes;  // bytes of one segment of a row (Q4_K: + headers)
-  const int64_t nb = cols / kQBlock;
-  const v7::SplitRowBytes rb = v7::split_row_bytes(W, cols);
-  const int64_t stage_q = kRows * rb.quants;  // a slot's quant bytes; its scales follow
   const int64_t n_stage = (count + kPairs - 1) / kPairs;
-  [[maybe_unused]] const Q4KLaneSel ksel = q4k_lane_sel(lane);
   for (int64_t g = 0; g < n_stage; ++g) {
     const int s = cur.slot;
     sm90::mbar_wait(&ring.full[s], cur.phase);
     const int64_t left = count - g * kPairs;
     const int rows_here = left < kPairs ? int(left) : kPairs;  // kSwiglu: units (row pairs) of this stage
-    const uint8_t* slot = ring.base + size_t(s) * size_t(ring.slot_pitch);
-    // Q4_K: the lane's super-block of the warp's segment (its header; its quant bytes 16 + 8 (lane % 16) on)
-    const uint8_t* sq = slot + warp * kSegBytes + (kQ4K ? (lane / 16) * kQ4KBytes : lane * kLaneBytes);
-    const uint16_t* ss = reinterpret_cast<const uint16_t*>(slot + stage_q) + warp * (kSegVals / kQBlock) + lane / 2;
-    // All of the stage's loads first. Rows past the block's last (in its last stage) load whatever the slot
-    // holds: their sums stay in their own row of reduce_rows and are never stored. Segments past the row's last
-    // (warp-uniform) load nothing: zero quants, zero scale.
-    LaneQuants<W> q[kRows][kSegs];
-    uint16_t d[kRows][kSegs];
-    [[maybe_unused]] LaneHead<W> hd[kRows][kSegs];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-      for (int j = 0; j < kSegs; ++j) {
-        if (j * kConsumerWarps + warp < segs_per_row) {
-          if constexpr (kQ4K) {
-            const uint8_t* sb = sq + r * rb.quants + j * kConsumerWarps * kSegBytes;
-            q[r][j] = load_quants<W>(sb + 16 + 8 * (lane % 16));
-            hd[r][j] = *reinterpret_cast<const LaneHead<W>*>(sb);  // 16 lanes read the same header: broadcast
-          } else {
-            q[r][j] = load_quants<W>(sq + r * rb.quants + j * kConsumerWarps * kSegBytes);
-            d[r][j] = ss[r * nb + j * kConsumerWarps * (kSegVals / kQBlock)];
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < LaneQuants<W>::kWords; ++i) q[r][j].q[i] = 0;
-          d[r][j] = 0;
-          if constexpr (kQ4K) hd[r][j] = {0u, 0u, 0u, 0u};
-        }
-      }
-    }
-    // The slot is free once every lane's loads are performed: __syncwarp orders them before lane 0's arrival,
-    // whose release the producer's wait acquires before it refills the slot (as version 9).
-    __syncwarp();
-    if (lane == 0) sm90::mbar_arrive(&ring.empty[s]);
-    float v[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kSegs; ++j) {
-        if constexpr (kQ4K) {  // dx2 (d I_D - dmin I_M); a missing segment has d = dmin = 0
-          const LaneHead<W>& h = hd[r][j];
-          const Q4KSums t = dot_q4k_lane(q[r][j].q, act[j], q4k_scale_min(h.y, h.z, h.w, ksel));
-          const float dd = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFFu)));
-          const float dm = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
-          acc = fmaf(fmaf(-dm, float(t.m_a), dd * float(t.d_a)), act[j].scale, acc);
-          acc = fmaf(fmaf(-dm, float(t.m_b), dd * float(t.d_b)), act[j].scale_b, acc);
-        } else {
-          int si;
-          if constexpr (kQ4) {
-            si = dot_q4_lane(q[r][j].q, act[j]);
-          } else {
-            si = dot_q8_lane(q[r][j].q, act[j]);
-          }
-          acc = fmaf(__half2float(__ushort_as_half(d[r][j])) * act[j].scale, float(si), acc);
-        }
-      }
-      v[r] = acc;
-    }
-    const float t = reduce_rows<kRows>(v, lane);
+    const float t = stage_row_sum<W, kSegs, kRows>(ring.base + size_t(s) * size_t(ring.slot_pitch), &ring.empty[s],
+                                                   cols, segs_per_row, act, warp, lane);
     const int row = lane / (32 / kRows);  // kSwiglu: gate (row < kPairs) or up of unit g kPairs + row % kPairs
     if (lane % (32 / kRows) == 0 && row % kPairs < rows_here)
       part[int64_t(warp) * part_stride + (row / kPairs) * part_rows + g * kPairs + row % kPairs] = t;
