@@ -72,8 +72,8 @@ struct Env {
   // FERRY_CUDA_QUANT_SWIGLU: "0" runs a decode step's gate|up projection on Q8_0/Q4_0/Q4_K weights and its SwiGLU as
   // two launches (CudaBackendOptions::quant_swiglu; comparisons); "1" or unset: one (matvec v10's SwiGLU form).
   std::optional<std::string> cuda_quant_swiglu;
-  // FERRY_CUDA_DECODE_FFN: "0" runs a one-token decode layer's tail after the attention as single ops
-  // (CudaBackendOptions::decode_ffn; comparisons); "1" or unset: one persistent kernel where it applies.
+  // FERRY_CUDA_DECODE_FFN: "1" runs a one-token decode layer's tail after the attention as one persistent kernel
+  // where it applies (CudaBackendOptions::decode_ffn); "0" or unset: single ops (measured faster, docs/perf-log.md).
   std::optional<std::string> cuda_decode_ffn;
   // FERRY_PROMPT_GRAPHS: "1" pads the serving engine's prompt-carrying steps to a few shapes and replays them from
   // step graphs like decode steps (EngineOptions::prompt_graphs; engine/model_runner.h); "0" off; unset: the option.

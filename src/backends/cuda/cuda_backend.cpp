@@ -12,7 +12,6 @@
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/attention_split_heuristic.cuh"
 #include "backends/cuda/attention_store.cuh"
-#include "backends/cuda/decode_ffn.cuh"
 #include "backends/cuda/decode_mma.cuh"
 #include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/common.cuh"
@@ -140,8 +139,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   if (options.profile_ops) profiler_ = std::make_unique<OpProfiler>(stream_);
   add_norm_counter_ = alloc(sizeof(unsigned int));  // zeroed once: each fused call leaves it at 0
   FERRY_CUDA_CHECK(cudaMemset(add_norm_counter_.data(), 0, sizeof(unsigned int)));
-  decode_ffn_sync_ = alloc(sizeof(cuda_ops::DecodeFfnSync));  // zeroed once (decode_ffn.cuh)
-  FERRY_CUDA_CHECK(cudaMemset(decode_ffn_sync_.data(), 0, sizeof(cuda_ops::DecodeFfnSync)));
+  decode_ffn_barrier_ = alloc(sizeof(unsigned long long));  // zeroed once, never reset (grid_barrier.cuh)
+  FERRY_CUDA_CHECK(cudaMemset(decode_ffn_barrier_.data(), 0, sizeof(unsigned long long)));
   cudaEvent_t copy_event = nullptr;
   FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&copy_event, cudaEventDisableTiming));
   copy_done_ = copy_event;

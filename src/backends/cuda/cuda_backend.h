@@ -78,8 +78,9 @@ struct CudaBackendOptions {
   // matmul then swiglu_fused.
   bool quant_swiglu = true;
   // attn_out_ffn at one token on Q8_0/Q4_0 runs the layer's tail (wo, add + norm, gate|up + SwiGLU, down, add +
-  // norm) as one persistent kernel (decode_ffn.cuh; same bits); false: the single ops.
-  bool decode_ffn = true;
+  // norm) as one persistent kernel (decode_ffn.cuh; same bits); false: the single ops. H200, Llama-3-8B tg128,
+  // in-call A/B: 0.89x (Q4_0) and 0.95x (Q8_0) of the single ops in captured steps, so off by default.
+  bool decode_ffn = false;
 };
 
 class CudaBackend final : public Backend {
@@ -187,7 +188,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path
   DeviceBuffer x_bf16_;          // (n, n_in) bf16: activations rounded for the GEMM path
   DeviceBuffer add_norm_counter_;  // one u32, 0 between calls: the fused matvec epilogue's arrival counter
-  DeviceBuffer decode_ffn_sync_;  // cuda_ops::DecodeFfnSync, zeroed once: decode_ffn's grid-wide counters
+  DeviceBuffer decode_ffn_barrier_;  // one u64 zeroed once: decode_ffn's grid-barrier count (grid_barrier.cuh)
   // The path matmul() takes for n tokens of x through w into out, and the matvec version when that path is Matvec
   // (else 0).
   struct MatmulChoice {

@@ -8,7 +8,9 @@ namespace ferry::cuda_ops {
 
 bool decode_ffn_supports(DType wtype, int64_t q_dim, int64_t dim, int64_t hidden, int n_sms, size_t max_smem) {
   if ((wtype != DType::Q8_0 && wtype != DType::Q4_0) || q_dim != dim || !ffn::shape_compiled(dim, hidden)) return false;
-  if (n_sms < 1 || dim < n_sms || hidden < n_sms || !ffn::headers_fit(wtype, dim, hidden, n_sms)) return false;
+  // At least one row per block (version 10's row split), at most one per consumer thread (the block's residual
+  // rows stay in its threads' registers from phase to phase).
+  if (n_sms < 1 || dim < n_sms || hidden < n_sms || (dim + n_sms - 1) / n_sms > v7::kConsumerWarps * 32) return false;
   const ffn::Plan plan = ffn::make_plan(wtype, dim, hidden, n_sms);
   return plan.stages >= 2 && v7::one_block_per_sm(ffn::smem_bytes(plan)) <= max_smem;
 }
@@ -26,7 +28,7 @@ void decode_ffn(DType wtype, const DecodeFfnParams& p, cudaStream_t stream) {
     FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(w->data) % 16 == 0 && w->scales % 16 == 0);
   for (const float* a : {p.attn, static_cast<const float*>(p.residual), p.ffn_norm, static_cast<const float*>(p.act)})
     FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a) % 16 == 0);
-  FERRY_CUDA_REQUIRE(p.sync != nullptr && p.out != nullptr && p.next_norm != nullptr);
+  FERRY_CUDA_REQUIRE(p.barrier != nullptr && p.out != nullptr && p.next_norm != nullptr);
   const ffn::Plan plan = ffn::make_plan(wtype, dim, hidden, n_sms);
   const size_t smem = v7::one_block_per_sm(ffn::smem_bytes(plan));
   (wtype == DType::Q8_0 ? ffn::launch_q8 : ffn::launch_q4)(p, plan, n_sms, smem, stream);

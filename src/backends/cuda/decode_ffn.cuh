@@ -19,6 +19,16 @@
 // norm.cu's, so the outputs equal matmul + add_rms_norm + matmul_swiglu + matmul + add_rms_norm bit for bit
 // (tests/cuda/decode_ffn_test.cpp).
 // Shapes: one compiled instance per (weight type, dim, hidden) in decode_ffn_plan.cuh's list; q_dim == dim.
+//
+// Measured (H200, docs/perf-log.md "## Session 11"): SLOWER than the single ops, so CudaBackendOptions::decode_ffn
+// is off by default. tg128 Q4_0 409.6 vs 459.6 tok/s, Q8_0 345.7 vs 364.5 (in-call A/B); the kernel takes ~45 us a
+// layer (ncu), the sum of the three matvecs alone. Its warps spend ~25% of their samples at the three grid
+// barriers (2-6 us each): a barrier waits for the block whose last stage lands latest, and while the consumers
+// wait no ring slot frees, so the producer stops too: the ring buffers only what the consumers have not yet
+// freed, and at one token the consumers are about as fast as HBM. Handing stages to blocks dynamically (a counter
+// per weight) evened the stage counts but not the landing times (0.98x / 0.93x more). A kernel boundary under PDL
+// costs no more than such a barrier. What would make the fusion pay: consumers well ahead of HBM (the ring then
+// has free slots at a barrier), or a cheaper barrier than the grid's slowest block.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,13 +41,6 @@
 
 namespace ferry::cuda_ops {
 
-// The kernel's grid-wide state in global memory.
-struct DecodeFfnSync {
-  unsigned long long barrier;  // grid_barrier.cuh's count: never reset, each barrier adds the grid to it
-  unsigned int chunks[3];      // stages handed out so far of wo, w_gate|w_up, w_down; 0 between launches
-  unsigned int pad;
-};
-
 struct DecodeFfnParams {
   const float* attn;            // (1, q_dim) f32: the o-projection's input (attention output)
   WeightView wo;                // (dim, q_dim), Q8_0/Q4_0 split layout (weight_layout.cuh)
@@ -49,7 +52,7 @@ struct DecodeFfnParams {
   const float* next_norm;       // (dim) f32
   float* out;                   // (1, dim) f32 = rms_norm(residual) * next_norm
   float eps;
-  DecodeFfnSync* sync;          // device, zeroed once (the backend keeps one per stream)
+  unsigned long long* barrier;  // device u64, zeroed once and never reset: each barrier adds the grid to it
 };
 
 // Whether the kernel takes these weights (one type for all three, Q8_0 or Q4_0; a compiled shape; the shared

@@ -33,19 +33,19 @@ constexpr int segs_per_warp(int64_t cols) {
   return int((cols / kSegVals + v7::kConsumerWarps - 1) / v7::kConsumerWarps);
 }
 
-// Whether some supported column count runs instance (w, segs, rows): only those are compiled.
-constexpr bool instance_used(DType w, int segs, int rows) {
-  for (int64_t cols = kSegVals; cols <= kMaxCols; cols += kSegVals)
-    if (segs_per_warp(cols) == segs && stage_rows(w, cols) == rows) return true;
+// Whether some column count up to max_cols runs instance (w, segs, rows) (the SwiGLU form: min_rows 2, its
+// stages hold row pairs): only those are compiled.
+constexpr bool instance_used_up_to(DType w, int segs, int rows, int64_t max_cols, int min_rows) {
+  for (int64_t cols = kSegVals; cols <= max_cols; cols += kSegVals)
+    if (segs_per_warp(cols) == segs && stage_rows(w, cols) == rows && rows >= min_rows) return true;
   return false;
 }
+constexpr bool instance_used(DType w, int segs, int rows) { return instance_used_up_to(w, segs, rows, kMaxCols, 1); }
 
 // The SwiGLU form's instances (matvec_v10_swiglu): stages of row pairs (rows >= 2), up to kSwigluMaxCols columns.
 inline constexpr int64_t kSwigluMaxCols = 8192;
 constexpr bool swiglu_instance_used(DType w, int segs, int rows) {
-  for (int64_t cols = kSegVals; cols <= kSwigluMaxCols; cols += kSegVals)
-    if (segs_per_warp(cols) == segs && stage_rows(w, cols) == rows && rows >= 2) return true;
-  return false;
+  return instance_used_up_to(w, segs, rows, kSwigluMaxCols, 2);
 }
 
 // rows: the weight's rows (the SwiGLU form: its output units, hidden; max_rows is then units per block).
