@@ -68,25 +68,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ffn_kernel(DecodeFfnParams
   const auto add_rows = [&] {
     v7::consumers_sync();
     if (owns_row) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * part_stride + threadIdx.x];
-      res_row += sum + 0.0f;
+      res_row += v10::warps_sum(part, part_stride, threadIdx.x) + 0.0f;
       p.residual[rows.first + threadIdx.x] = res_row;
     }
   };
-  // The lane's residual values of its dim-column segments (lane_runs), loaded with the norm's float4s in one
-  // round trip after a barrier.
-  const auto load_lane_residual = [&](float4 (&xr)[kSegsD][4]) {
+  // The lane's float4s of src at its dim-column segments (lane_runs; quantize_lane_acts's (j, k) order), through
+  // L2 where another block of this grid wrote src.
+  const auto load_lane_runs = [&](const float* src, bool through_l2, float4 (&out)[kSegsD][4]) {
 #pragma unroll
     for (int j = 0; j < kSegsD; ++j) {
       const int seg = j * kConsumerWarps + warp;
       if (seg >= segs_d) continue;
       int64_t c0, c1;
       v10::lane_runs<W>(seg, lane, c0, c1);
-      const float4* r = reinterpret_cast<const float4*>(p.residual);
-      xr[j][0] = __ldcg(r + c0 / 4), xr[j][1] = __ldcg(r + c0 / 4 + 1);
-      xr[j][2] = __ldcg(r + c1 / 4), xr[j][3] = __ldcg(r + c1 / 4 + 1);
+      const float4* r = reinterpret_cast<const float4*>(src);
+      const int64_t at[4] = {c0 / 4, c0 / 4 + 1, c1 / 4, c1 / 4 + 1};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) out[j][k] = through_l2 ? __ldcg(r + at[k]) : r[at[k]];
     }
   };
 
@@ -101,19 +99,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ffn_kernel(DecodeFfnParams
   }
   {  // act = silu(x . w_gate^T) * (x . w_up^T), x = rms_norm(residual) * ffn_norm applied as the lanes load it
     float4 g[kSegsD][4];  // the lane's ffn_norm values, loaded before the barrier
-#pragma unroll
-    for (int j = 0; j < kSegsD; ++j) {
-      const int seg = j * kConsumerWarps + warp;
-      if (seg >= segs_d) continue;
-      int64_t c0, c1;
-      v10::lane_runs<W>(seg, lane, c0, c1);
-      const float4* n = reinterpret_cast<const float4*>(p.ffn_norm);
-      g[j][0] = n[c0 / 4], g[j][1] = n[c0 / 4 + 1], g[j][2] = n[c1 / 4], g[j][3] = n[c1 / 4 + 1];
-    }
+    load_lane_runs(p.ffn_norm, false, g);
     ffn_grid_barrier(p.barrier);
+    // The norm's float4s and the lane's own residual values in one round trip.
     float4 v[v7::kNormMaxVecs], xr[kSegsD][4];
     v7::load_norm_vecs(p.residual, dim, v);
-    load_lane_residual(xr);
+    load_lane_runs(p.residual, true, xr);
     const float scale = v7::consumer_norm_scale(v, dim, p.eps);
     v10::LaneAct act[kSegsD];
     v10::quantize_lane_acts<W, kSegsD>(act, segs_d, warp, lane, [&](int j, int k, int64_t) {
@@ -123,15 +114,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ffn_kernel(DecodeFfnParams
     v10::consume_stages<W, kSegsD, kRowsD, true>(ring, cur, units.count, dim, segs_d, act, part, part_stride,
                                                  plan.part_rows, warp, lane);
     v7::consumers_sync();
-    for (int64_t u = threadIdx.x; u < units.count; u += kConsumerWarps * 32) {
-      float gs = 0.0f, us = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kConsumerWarps; ++w) {
-        gs += part[int64_t(w) * part_stride + u];
-        us += part[int64_t(w) * part_stride + plan.part_rows + u];
-      }
-      p.act[units.first + u] = silu_mul(gs, us);
-    }
+    for (int64_t u = threadIdx.x; u < units.count; u += kConsumerWarps * 32)
+      p.act[units.first + u] = silu_mul(v10::warps_sum(part, part_stride, u),
+                                        v10::warps_sum(part, part_stride, plan.part_rows + u));
   }
   ffn_grid_barrier(p.barrier);
 

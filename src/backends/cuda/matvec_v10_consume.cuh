@@ -223,4 +223,13 @@ __device__ __forceinline__ void consume_stages(const v7::Ring& ring, v7::RingCur
   }
 }
 
+// Unit i's partials of the kConsumerWarps warps (part: (warps, part_stride) f32), added in warp order: the
+// consumers' fixed order, so a unit's sum does not depend on which block or kernel computes it.
+__device__ __forceinline__ float warps_sum(const float* part, int64_t part_stride, int64_t i) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * part_stride + i];
+  return sum;
+}
+
 }  // namespace ferry::cuda_ops::v10

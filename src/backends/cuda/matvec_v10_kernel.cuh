@@ -68,22 +68,11 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   v7::consumers_sync();
 
   if constexpr (kSwiglu) {
-    for (int64_t r = threadIdx.x; r < br.count; r += kConsumerWarps * 32) {
-      float gs = 0.0f, us = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kConsumerWarps; ++w) {
-        gs += part[int64_t(w) * part_stride + r];
-        us += part[int64_t(w) * part_stride + plan.max_rows + r];
-      }
-      p.out[br.first + r] = silu_mul(gs, us);
-    }
+    for (int64_t r = threadIdx.x; r < br.count; r += kConsumerWarps * 32)
+      p.out[br.first + r] = silu_mul(warps_sum(part, part_stride, r), warps_sum(part, part_stride, plan.max_rows + r));
   } else {
-    for (int64_t r = threadIdx.x; r < br.count; r += kConsumerWarps * 32) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kConsumerWarps; ++w) sum += part[int64_t(w) * plan.max_rows + r];
-      v7::store_row(p, br.first + r, sum + (p.bias ? p.bias[br.first + r] : 0.0f));
-    }
+    for (int64_t r = threadIdx.x; r < br.count; r += kConsumerWarps * 32)
+      v7::store_row(p, br.first + r, warps_sum(part, plan.max_rows, r) + (p.bias ? p.bias[br.first + r] : 0.0f));
     v7::add_norm_tail(p.add_norm, p.w.rows);  // MatvecParams::add_norm: the fused residual add + RMSNorm, if asked
   }
 }
