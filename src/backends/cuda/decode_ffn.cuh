@@ -3,14 +3,14 @@
 //   act = silu(x . w_gate^T) * (x . w_up^T); residual += act . w_down^T
 //   out = rms_norm(residual) * next_norm    (the next layer's attention input)
 //
-// Why: at one token each of these was its own launch (wo, add_rms_norm, gate|up + SwiGLU, down, add_rms_norm), and
-// a streamed matvec keeps one block per SM (its ring fills half the SM's shared memory), so the next kernel's
-// producers can only start when this one's blocks leave. Every boundary cost ~2-3 us of HBM time (H200, Llama-3-8B
-// shape, Q4_0: the ops alone 59.8 us a layer, their weight bytes 25.2 us at 4.30 TB/s; docs/perf-log.md
-// "## Session 11"). Here one block per SM runs the three projections in order over ONE ring:
+// Why (the hypothesis it was built on): at one token each of these was its own launch (wo, add_rms_norm, gate|up +
+// SwiGLU, down, add_rms_norm), and a streamed matvec keeps one block per SM (its ring fills half the SM's shared
+// memory), so the next kernel's producers can only start when this one's blocks leave: ~2-3 us of HBM time a
+// boundary (H200, Llama-3-8B shape, Q4_0: the ops alone 59.8 us a layer, their weight bytes 25.2 us at 4.30 TB/s).
+// Here one block per SM runs the three projections in order over ONE ring:
 //  - the producer warp streams wo's rows, then w_gate|w_up's row pairs, then w_down's rows of its block, never
 //    waiting for activations, so it fills the next weight's first stages while the consumers finish the current
-//    one and wait at the barrier (112 KB a SM buffers ~3.4 us of HBM time, against a barrier of ~1-2 us);
+//    one and wait at the barrier (a 200 KB ring: decode_ffn_plan.cuh);
 //  - the consumer warps run version 10's stage loop (matvec_v10_consume.cuh) for each weight, separated by
 //    grid-wide barriers (an arrival counter in global memory; the grid is one block per SM, all resident);
 //  - the norms need no launch: after the barrier every block computes the sum of squares of the whole residual
