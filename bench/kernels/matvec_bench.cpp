@@ -13,7 +13,8 @@
 // were measured and removed (docs/perf-log.md).
 // Versions 10 (the streamed, stage-batched dp4a kernel) and 11 (10 with 16 consumer warps) run for Q8_0, Q4_0 and
 // Q4_K (version 7 no longer for them: 0.6-0.8x of v5 there, session 4).
-// Usage: matvec_bench [--quick] [--types T1,T2,..] [--json FILE] (quick: M = 1 only; --types: only these weight
+// Usage: matvec_bench [--quick] [--hot] [--types T1,T2,..] [--json FILE] (quick: M = 1 only; hot: no rotation over
+// weight copies, so weights up to ~50 MB are read from L2 (the consumers' own rate); --types: only these weight
 // types, by dtype name, e.g. bf16,q8_0,q4_0,q4_K;
 // --json: every row as {name, flops, bytes, seconds} for `ferry bench --plot --kernels`, bench/kernels/kernel_json.h;
 // bytes there = weight + activations read + outputs written).
@@ -81,9 +82,11 @@ double median_us(cudaStream_t s, F&& launch) {
   return double(ms[ms.size() / 2]) * 1e3;
 }
 
-// Device copies of `bytes` at src (the first is src itself) so that the copies together hold >= 150 MB.
-std::vector<void*> l2_copies(const void* src, size_t bytes) {
-  const size_t n = std::max<size_t>(1, (size_t(150) << 20) / bytes + 1);
+// Device copies of `bytes` at src (the first is src itself) so that the copies together hold >= 150 MB; with hot,
+// src alone (every call reads the same weight: from L2 where it fits, so a kernel's figure above the HBM roofline
+// is its consumers' own rate).
+std::vector<void*> l2_copies(const void* src, size_t bytes, bool hot) {
+  const size_t n = hot ? 1 : std::max<size_t>(1, (size_t(150) << 20) / bytes + 1);
   std::vector<void*> v{const_cast<void*>(src)};
   for (size_t i = 1; i < n; ++i) {
     void* d = nullptr;
@@ -101,18 +104,20 @@ void free_copies(std::vector<void*>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, hot = false;
   std::string json_path, types_filter;  // types_filter: ",T1,T2,", empty = every type
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
     if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--hot") {
+      hot = true;
     } else if (arg == "--json" && a + 1 < argc) {
       json_path = argv[++a];
     } else if (arg == "--types" && a + 1 < argc) {
       types_filter = "," + std::string(argv[++a]) + ",";
     } else {
-      std::fprintf(stderr, "usage: matvec_bench [--quick] [--types T1,T2,..] [--json FILE]\n");
+      std::fprintf(stderr, "usage: matvec_bench [--quick] [--hot] [--types T1,T2,..] [--json FILE]\n");
       return 2;
     }
   }
@@ -153,7 +158,7 @@ int main(int argc, char** argv) {
     BENCH_CUDA_CHECK(cudaMalloc(&wbd, wb.size()));
     BENCH_CUDA_CHECK(cudaMemcpy(wbd, wb.data(), wb.size(), cudaMemcpyHostToDevice));
     std::vector<double> cublas_us;
-    std::vector<void*> wcopies = l2_copies(wbd, wb.size());
+    std::vector<void*> wcopies = l2_copies(wbd, wb.size(), hot);
     for (const int m : ms) {
       const float alpha = 1.0f, beta = 0.0f;
       cublas_us.push_back(median_us(s, [&](int call) {
@@ -182,7 +187,7 @@ int main(int argc, char** argv) {
                                       (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1)
                                           ? cuda_ops::scales_offset(t, sh.rows, sh.cols) : 0};
       const double bytes = double(cuda_ops::prepared_bytes(t, sh.rows, sh.cols));
-      std::vector<void*> copies = l2_copies(w.data, cuda_ops::prepared_bytes(t, sh.rows, sh.cols));
+      std::vector<void*> copies = l2_copies(w.data, cuda_ops::prepared_bytes(t, sh.rows, sh.cols), hot);
       const auto view_of = [&](int call) {
         cuda_ops::WeightView v = view;
         v.data = static_cast<const uint8_t*>(copies[size_t(call) % copies.size()]);
