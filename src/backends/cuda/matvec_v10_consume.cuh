@@ -123,30 +123,28 @@ __device__ __forceinline__ void quantize_lane_acts(LaneAct (&act)[kSegs], int se
   }
 }
 
-// A consumer lane's shared-memory loads of one ring stage: kRows rows x kSegs segments of quant words, fp16 scales
-// (Q8_0/Q4_0) or super-block headers (Q4_K).
+// One ring stage of kRows rows of `cols` columns at `slot`, for a consumer warp: every load first, then the slot
+// released (empty_bar), then the dot products and the rows' sums over the warp's lanes (reduce_rows). Returns row
+// lane / (32 / kRows)'s sum of the warp's segments. Rows past the stage's last (in a block's last stage) load
+// whatever the slot holds: their sums stay in their own row and the caller never stores them. Segments past the
+// row's last (warp-uniform) load nothing: zero quants, zero scale.
 template <DType W, int kSegs, int kRows>
-struct StageLoads {
-  LaneQuants<W> q[kRows][kSegs];
-  uint16_t d[kRows][kSegs];
-  [[maybe_unused]] LaneHead<W> hd[kRows][kSegs];
-};
-
-// The loads of one ring stage of kRows rows of `cols` columns at `slot`, for a consumer lane. Rows past the stage's
-// last (in a block's last stage) load whatever the slot holds: their sums stay in their own row and the caller
-// never stores them. Segments past the row's last (warp-uniform) load nothing: zero quants, zero scale.
-template <DType W, int kSegs, int kRows>
-__device__ __forceinline__ void load_stage(StageLoads<W, kSegs, kRows>& L, const uint8_t* slot, int64_t cols,
-                                           int segs_per_row, int warp, int lane) {
+__device__ __forceinline__ float stage_row_sum(const uint8_t* slot, uint64_t* empty_bar, int64_t cols, int segs_per_row,
+                                               const LaneAct (&act)[kSegs], int warp, int lane) {
+  constexpr bool kQ4 = W == DType::Q4_0;
   constexpr bool kQ4K = W == DType::Q4_K;
-  constexpr int kLaneBytes = W == DType::Q4_0 || kQ4K ? 8 : 16;     // quant bytes a lane loads per segment of a row
+  constexpr int kLaneBytes = kQ4 || kQ4K ? 8 : 16;                  // quant bytes a lane loads per segment of a row
   constexpr int kSegBytes = kQ4K ? kQ4KSegBytes : 32 * kLaneBytes;  // bytes of one segment of a row (Q4_K: + headers)
   const int64_t nb = cols / kQBlock;
   const v7::SplitRowBytes rb = v7::split_row_bytes(W, cols);
   const int64_t stage_q = kRows * rb.quants;  // a slot's quant bytes; its scales follow
+  [[maybe_unused]] const Q4KLaneSel ksel = q4k_lane_sel(lane);
   // Q4_K: the lane's super-block of the warp's segment (its header; its quant bytes 16 + 8 (lane % 16) on)
   const uint8_t* sq = slot + warp * kSegBytes + (kQ4K ? (lane / 16) * kQ4KBytes : lane * kLaneBytes);
   const uint16_t* ss = reinterpret_cast<const uint16_t*>(slot + stage_q) + warp * (kSegVals / kQBlock) + lane / 2;
+  LaneQuants<W> q[kRows][kSegs];
+  uint16_t d[kRows][kSegs];
+  [[maybe_unused]] LaneHead<W> hd[kRows][kSegs];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -154,56 +152,45 @@ __device__ __forceinline__ void load_stage(StageLoads<W, kSegs, kRows>& L, const
       if (j * kConsumerWarps + warp < segs_per_row) {
         if constexpr (kQ4K) {
           const uint8_t* sb = sq + r * rb.quants + j * kConsumerWarps * kSegBytes;
-          L.q[r][j] = load_quants<W>(sb + 16 + 8 * (lane % 16));
-          L.hd[r][j] = *reinterpret_cast<const LaneHead<W>*>(sb);  // 16 lanes read the same header: broadcast
+          q[r][j] = load_quants<W>(sb + 16 + 8 * (lane % 16));
+          hd[r][j] = *reinterpret_cast<const LaneHead<W>*>(sb);  // 16 lanes read the same header: broadcast
         } else {
-          L.q[r][j] = load_quants<W>(sq + r * rb.quants + j * kConsumerWarps * kSegBytes);
-          L.d[r][j] = ss[r * nb + j * kConsumerWarps * (kSegVals / kQBlock)];
+          q[r][j] = load_quants<W>(sq + r * rb.quants + j * kConsumerWarps * kSegBytes);
+          d[r][j] = ss[r * nb + j * kConsumerWarps * (kSegVals / kQBlock)];
         }
       } else {
 #pragma unroll
-        for (int i = 0; i < LaneQuants<W>::kWords; ++i) L.q[r][j].q[i] = 0;
-        L.d[r][j] = 0;
-        if constexpr (kQ4K) L.hd[r][j] = {0u, 0u, 0u, 0u};
+        for (int i = 0; i < LaneQuants<W>::kWords; ++i) q[r][j].q[i] = 0;
+        d[r][j] = 0;
+        if constexpr (kQ4K) hd[r][j] = {0u, 0u, 0u, 0u};
       }
     }
   }
-}
-
-// The slot is free once every lane's loads are performed: __syncwarp orders them before lane 0's arrival, whose
-// release the producer's wait acquires before it refills the slot (as version 9).
-__device__ __forceinline__ void release_slot(uint64_t* empty_bar, int lane) {
+  // The slot is free once every lane's loads are performed: __syncwarp orders them before lane 0's arrival,
+  // whose release the producer's wait acquires before it refills the slot (as version 9).
   __syncwarp();
   if (lane == 0) sm90::mbar_arrive(empty_bar);
-}
-
-// The dot products of a loaded stage and the rows' sums over the warp's lanes (reduce_rows). Returns row
-// lane / (32 / kRows)'s sum of the warp's segments.
-template <DType W, int kSegs, int kRows>
-__device__ __forceinline__ float stage_math(const StageLoads<W, kSegs, kRows>& L, const LaneAct (&act)[kSegs],
-                                            int lane) {
-  [[maybe_unused]] const Q4KLaneSel ksel = q4k_lane_sel(lane);
   float v[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < kSegs; ++j) {
-      if constexpr (W == DType::Q4_K) {  // dx2 (d I_D - dmin I_M); a missing segment has d = dmin = 0
-        const LaneHead<W>& h = L.hd[r][j];
-        const Q4KSums t = dot_q4k_lane(L.q[r][j].q, act[j], q4k_scale_min(h.y, h.z, h.w, ksel));
+      if constexpr (kQ4K) {  // dx2 (d I_D - dmin I_M); a missing segment has d = dmin = 0
+        const LaneHead<W>& h = hd[r][j];
+        const Q4KSums t = dot_q4k_lane(q[r][j].q, act[j], q4k_scale_min(h.y, h.z, h.w, ksel));
         const float dd = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFFu)));
         const float dm = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
         acc = fmaf(fmaf(-dm, float(t.m_a), dd * float(t.d_a)), act[j].scale, acc);
         acc = fmaf(fmaf(-dm, float(t.m_b), dd * float(t.d_b)), act[j].scale_b, acc);
       } else {
         int si;
-        if constexpr (W == DType::Q4_0) {
-          si = dot_q4_lane(L.q[r][j].q, act[j]);
+        if constexpr (kQ4) {
+          si = dot_q4_lane(q[r][j].q, act[j]);
         } else {
-          si = dot_q8_lane(L.q[r][j].q, act[j]);
+          si = dot_q8_lane(q[r][j].q, act[j]);
         }
-        acc = fmaf(__half2float(__ushort_as_half(L.d[r][j])) * act[j].scale, float(si), acc);
+        acc = fmaf(__half2float(__ushort_as_half(d[r][j])) * act[j].scale, float(si), acc);
       }
     }
     v[r] = acc;
@@ -222,44 +209,17 @@ __device__ __forceinline__ void consume_stages(const v7::Ring& ring, v7::RingCur
   static_assert(!kSwiglu || (kRows >= 2 && kRows % 2 == 0), "SwiGLU stages hold row pairs");
   constexpr int kPairs = kSwiglu ? kRows / 2 : kRows;  // output units a stage completes
   const int64_t n_stage = (count + kPairs - 1) / kPairs;
-  const int row = lane / (32 / kRows);  // kSwiglu: gate (row < kPairs) or up of unit g kPairs + row % kPairs
-  const auto store = [&](int64_t g, float t) {
-    const int64_t left = count - g * kPairs;
-    const int rows_here = left < kPairs ? int(left) : kPairs;  // kSwiglu: units (row pairs) of this stage
-    if (lane % (32 / kRows) == 0 && row % kPairs < rows_here)
-      part[int64_t(warp) * part_stride + (row / kPairs) * part_rows + g * kPairs + row % kPairs] = t;
-  };
-  const auto slot_at = [&](int s) { return ring.base + size_t(s) * size_t(ring.slot_pitch); };
-  // Q8_0/Q4_0: two stages an iteration: both stages' loads, both releases, then both stages' math and shuffle
-  // trees, which are independent, so a warp has two dependency chains to interleave (a stage's math alone is a
-  // chain of dp4a, conversions and a shuffle tree, with two warps a scheduler to hide it). The same arithmetic per
-  // stage: the same bits. Q4_K is issue-bound already (and would spill): one stage an iteration.
-  constexpr bool kPaired = W != DType::Q4_K;
-  int64_t g = 0;
-  for (; kPaired && g + 1 < n_stage; g += 2) {
-    const int s0 = cur.slot;
-    sm90::mbar_wait(&ring.full[s0], cur.phase);
-    cur.advance(ring.stages);
-    const int s1 = cur.slot;
-    StageLoads<W, kSegs, kRows> a, b;
-    load_stage(a, slot_at(s0), cols, segs_per_row, warp, lane);
-    sm90::mbar_wait(&ring.full[s1], cur.phase);
-    cur.advance(ring.stages);
-    load_stage(b, slot_at(s1), cols, segs_per_row, warp, lane);
-    release_slot(&ring.empty[s0], lane);
-    release_slot(&ring.empty[s1], lane);
-    const float t0 = stage_math(a, act, lane), t1 = stage_math(b, act, lane);
-    store(g, t0);
-    store(g + 1, t1);
-  }
-  for (; g < n_stage; ++g) {
+  for (int64_t g = 0; g < n_stage; ++g) {
     const int s = cur.slot;
     sm90::mbar_wait(&ring.full[s], cur.phase);
+    const int64_t left = count - g * kPairs;
+    const int rows_here = left < kPairs ? int(left) : kPairs;  // kSwiglu: units (row pairs) of this stage
+    const float t = stage_row_sum<W, kSegs, kRows>(ring.base + size_t(s) * size_t(ring.slot_pitch), &ring.empty[s],
+                                                   cols, segs_per_row, act, warp, lane);
+    const int row = lane / (32 / kRows);  // kSwiglu: gate (row < kPairs) or up of unit g kPairs + row % kPairs
+    if (lane % (32 / kRows) == 0 && row % kPairs < rows_here)
+      part[int64_t(warp) * part_stride + (row / kPairs) * part_rows + g * kPairs + row % kPairs] = t;
     cur.advance(ring.stages);
-    StageLoads<W, kSegs, kRows> a;
-    load_stage(a, slot_at(s), cols, segs_per_row, warp, lane);
-    release_slot(&ring.empty[s], lane);
-    store(g, stage_math(a, act, lane));
   }
 }
 
