@@ -11,8 +11,8 @@
 // faster than v2), and the v5/v6 rows end with their relative L2 against v2 ("MISMATCH" above 1e-4); v6 (v5 with an
 // L2 prefetch of each warp's next item) runs for BF16 and F16 only. Versions 3 and 4
 // were measured and removed (docs/perf-log.md).
-// Versions 10 (the streamed, stage-batched dp4a kernel) and 11 (10 with 16 consumer warps) run for Q8_0, Q4_0 and
-// Q4_K (version 7 no longer for them: 0.6-0.8x of v5 there, session 4).
+// Version 10 (the streamed, stage-batched dp4a kernel) runs for Q8_0, Q4_0 and Q4_K (version 7 no longer for them:
+// 0.6-0.8x of v5 there, session 4; version 11, 10 with 16 consumer warps, was measured and removed, "## qv11").
 // Usage: matvec_bench [--quick] [--hot] [--types T1,T2,..] [--json FILE] (quick: M = 1 only; hot: no rotation over
 // weight copies, so weights up to ~50 MB are read from L2 (the consumers' own rate); --types: only these weight
 // types, by dtype name, e.g. bf16,q8_0,q4_0,q4_K;
@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
         const bool half = t == DType::BF16 || t == DType::F16;
         const std::vector<int> kVersions = half ? std::vector<int>{2, 5, 7, 9}
                                            : (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K)
-                                               ? std::vector<int>{2, 5, 10, 11}
+                                               ? std::vector<int>{2, 5, 10}
                                                                                     : std::vector<int>{2, 5};
         const int kN = int(kVersions.size());
         std::vector<std::vector<float>> res(static_cast<size_t>(kN));

@@ -47,8 +47,8 @@ struct Env {
   // FERRY_CUDA_GEMM: "cublas" sends prefill matmuls to cuBLASLt instead of ferry's Hopper GEMM (comparisons);
   // "pdl" launches ferry's Hopper GEMM with programmatic dependent launch (CudaBackendOptions::hopper_gemm_pdl).
   std::optional<std::string> cuda_gemm;
-  // FERRY_CUDA_MATVEC: the decode matvec version for comparisons: 2 or 5 everywhere, 7, 9, 10 or 11 (matvec.cuh;
-  // 10, 11: Q8_0/Q4_0/Q4_K weights only) wherever it applies and matmul_dispatch.h's rule elsewhere (unset: the rule).
+  // FERRY_CUDA_MATVEC: the decode matvec version for comparisons: 2 or 5 everywhere, 7, 9 or 10 (matvec.cuh;
+  // 10: Q8_0/Q4_0/Q4_K weights only) wherever it applies and matmul_dispatch.h's rule elsewhere (unset: the rule).
   std::optional<std::string> cuda_matvec;
   // FERRY_CUDA_SKINNY: "wg" or "mma" sends every matmul of 17..255 tokens that the wgmma / mma.sync skinny GEMM
   // supports to it instead of matmul_dispatch.h's rule (in-situ comparisons); "rule" or unset: the rule.

@@ -57,8 +57,8 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
     cuda.batch_invariant = o.batch_invariant;
     if (env.cuda_matvec) {
       FERRY_CHECK(*env.cuda_matvec == "2" || *env.cuda_matvec == "5" || *env.cuda_matvec == "7" ||
-                      *env.cuda_matvec == "9" || *env.cuda_matvec == "10" || *env.cuda_matvec == "11",
-                  "FERRY_CUDA_MATVEC must be 2, 5, 7, 9, 10 or 11, got '{}'", *env.cuda_matvec);
+                      *env.cuda_matvec == "9" || *env.cuda_matvec == "10",
+                  "FERRY_CUDA_MATVEC must be 2, 5, 7, 9 or 10, got '{}'", *env.cuda_matvec);
       cuda.matvec_version = std::stoi(*env.cuda_matvec);
     }
     if (env.cuda_skinny) {

@@ -2,7 +2,7 @@
 // random data, every native weight type, every token count 1..16 and odd shapes (rows not a multiple of a
 // block's 16 rows, columns that leave the last unrolled chunks empty, K tiles that end mid-row).
 // Each case runs through CudaBackend::matmul (the default kernel version) and through cuda_ops::matvec directly
-// with every kept version (2, 5, 7, 9, 10 and 11: matvec.cuh), so every selectable kernel stays tested.
+// with every kept version (2, 5, 7, 9 and 10: matvec.cuh), so every selectable kernel stays tested.
 // Tolerance: relative L2 <= 1e-4 for every type (version 2 keeps activations in fp32 and feeds the quantized
 // values into the products exactly, matvec.cuh), far inside the 1e-3 allowed for quantized weights.
 // Version 5 (the default) quantizes the activations for Q8_0/Q4_0/Q4_1/Q4_K into two int8 levels per 32 values
@@ -71,7 +71,7 @@ class CudaMatvec : public CudaOpsTest {
     const bool split = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
     const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), n_out, n_in,
                                     split ? cuda_ops::scales_offset(type, n_out, n_in) : 0};
-    for (const int version : {2, 5, 7, 9, 10, 11}) {
+    for (const int version : {2, 5, 7, 9, 10}) {
       const Tensor o = poisoned({n, n_out});
       void* scratch = this->scratch(type, version, n, n_in);
       gpu_->synchronize();  // the backend's stream is done with the inputs and the poison before ours starts
@@ -132,10 +132,6 @@ TEST(MatvecDispatch, RuleOnLlama3Shapes) {  // host only
   EXPECT_EQ(choose_matvec_version(false, false, 2, 4096, 14336, false, false, 10, def), def);
   EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, true, 10, def), 9);    // BF16: the rule
   EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, true, false, 10, def), 7);
-  // Forced 11: version 11 for the quantized types where version 10 applies (matvec() runs 10 where 11 does not).
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 11, def), 11);
-  EXPECT_EQ(choose_matvec_version(false, false, 2, 4096, 14336, false, false, 11, def), def);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, true, 11, def), 9);    // BF16: the rule
 }
 
 // Which kernel a matmul of n tokens takes (choose_matmul_path), host only.
@@ -265,7 +261,7 @@ TEST_F(CudaMatvec, StreamedShapes) {
       quantize_row(t, f.data() + r * cols, w.data() + size_t(r) * row_bytes(t, cols), cols);
     const Tensor gw = gpu_->prepare_weight(Tensor::make(t, {rows, cols}, w.data()), keep_);
     const size_t scales = t == DType::BF16 ? 0 : cuda_ops::scales_offset(t, rows, cols);
-    for (const int version : {7, 10, 11}) {  // 10, 11: Q8_0/Q4_0 only
+    for (const int version : {7, 10}) {  // 10: Q8_0/Q4_0 only
       if (version >= 10 && t == DType::BF16) continue;
       std::vector<std::vector<float>> got;
       for (int i = 0; i < 2; ++i) {
@@ -315,7 +311,7 @@ TEST_F(CudaMatvec, Version10Shapes) {
       quantize_row(DType::Q4_K, f.data() + r * cols, w.data() + size_t(r) * row_bytes(DType::Q4_K, cols), cols);
     const Tensor gw = gpu_->prepare_weight(Tensor::make(DType::Q4_K, {rows, cols}, w.data()), keep_);
     const Tensor gx = upload(DType::F32, {1, cols}, random_floats(size_t(cols), 6));
-    for (const int version : {10, 11}) {
+    for (const int version : {10}) {
       std::vector<std::vector<float>> got;
       for (int i = 0; i < 2; ++i) {
         const Tensor o = poisoned({1, rows});

@@ -110,11 +110,11 @@ inline MatmulPath choose_matmul_path(int64_t n, bool bf16_weights_at_hand, bool 
 // against v5: 14336 x 4096 35.5 -> 56.6, 4096 x 14336 40.6 -> 45.7, 28672 x 4096 43.7 -> 66.4, 6144 x 4096 27.6 ->
 // 40.1, 4096 x 4096 24.7 -> 35.6 (wins everywhere: the rule takes it once the backend passes matvec_v10_applies as
 // batched_applies for Q4_K too); v11 (v10 with 16 consumer warps) 0.94-1.03x of v10 on every shape and type ->
-// not in the rule, forced 11 only.
+// removed.
 inline int choose_matvec_version(bool bf16_weight, bool half_weight, int64_t n, int64_t rows, int64_t cols,
                                  bool stream_applies, bool batched_applies, int forced, int default_version) {
-  if (forced == 10 || forced == 11) {  // version 10 / 11 for the quantized types where it applies, else the rule
-    if (!half_weight && batched_applies) return forced;  // matvec() runs 10 where 11 does not apply
+  if (forced == 10) {  // version 10 for the quantized types where it applies, else the rule
+    if (!half_weight && batched_applies) return forced;
     forced = 0;
   }
   if (forced == 2 || forced == 5) return forced;

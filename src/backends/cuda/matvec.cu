@@ -23,7 +23,6 @@
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/matvec_stream.cuh"
 #include "backends/cuda/matvec_v10.cuh"
-#include "backends/cuda/matvec_v11.cuh"
 #include "backends/cuda/matvec_v5.cuh"
 
 namespace ferry::cuda_ops {
@@ -296,8 +295,7 @@ void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n_tokens >= 1 && p.n_tokens <= kMatvecMaxTokens && p.w.rows >= 1 && p.w.cols >= 1);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
-  FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 5 || p.version == 7 || p.version == 9 || p.version == 10 ||
-                     p.version == 11);
+  FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 5 || p.version == 7 || p.version == 9 || p.version == 10);
   if (p.add_norm.residual != nullptr) {  // only the kernels below that call add_norm_tail take it
     const MatvecAddNorm& e = p.add_norm;
     FERRY_CUDA_REQUIRE(matvec_add_norm_applies(wtype, p.version, p.n_tokens, p.w.rows, p.w.cols));
@@ -311,11 +309,7 @@ void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
     }
     return;
   }
-  if (p.version == 11 && matvec_v11_applies(wtype, p.n_tokens, p.w.rows, p.w.cols)) {
-    matvec_v11(wtype, p, stream);
-    return;
-  }
-  if ((p.version == 10 || p.version == 11) && matvec_v10_applies(wtype, p.n_tokens, p.w.rows, p.w.cols)) {
+  if (p.version == 10 && matvec_v10_applies(wtype, p.n_tokens, p.w.rows, p.w.cols)) {
     matvec_v10(wtype, p, stream);
     return;
   }

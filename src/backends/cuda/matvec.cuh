@@ -29,11 +29,9 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //     int8 activations each lane quantizes itself (version 5's two levels, no pre-pass launch); columns a multiple
 //     of 512 up to 16384; version 5 wherever it does not apply. Measured 1.1-1.5x v5 on every shape (H200); the
 //     rule runs it for Q4_0 at one token (matmul_dispatch.h).
-//  11: version 10 with 16 consumer warps in two groups (matvec_v11.cuh: each group takes half of a stage's rows,
-//     or every other stage when a stage is one row; the same numerics); where it does not apply, version 10.
-//     Measured 0.94-1.03x of version 10 (H200): kept for comparisons, not in the rule.
-// Versions 6 (v5 with an L2 bulk prefetch of each warp's next item) and 8 (v7 with a 192 KB ring) were measured
-// and removed: no better than v5 / v7 (docs/perf-log.md, sessions 3 and 4).
+// Versions 6 (v5 with an L2 bulk prefetch of each warp's next item), 8 (v7 with a 192 KB ring) and 11 (v10 with 16
+// consumer warps in two groups: 0.94-1.03x of v10) were measured and removed: no better than v5 / v7 / v10
+// (docs/perf-log.md, sessions 3, 4 and "## qv11").
 inline constexpr int kMatvecDefaultVersion = 5;
 
 // The residual add + RMSNorm fused into a streamed matvec's epilogue (versions 9 and 10 at one token;
