@@ -7,7 +7,7 @@
 # tests:   GPU op tests, CUDA-graph test, end-to-end logits checks (CPU and CUDA) against the transformers
 #          goldens, compute-sanitizer memcheck on the op tests;
 # kernels: the kernel harnesses (matvec vs cuBLAS and % of the 4.30 TB/s roofline; attention and GEMM; fused
-#          ops, sampling, fused projections);
+#          ops, sampling, fused projections; the cost of a kernel boundary and of a grid barrier, sync_bench);
 # memcheck: compute-sanitizer over the op tests (also part of `tests` unless FERRY_QUICK=1; FERRY_MEMCHECK_FILTER
 #          narrows it to the kernels that changed);
 # correctness: reference/gpu_check.py: Llama-3-8B- and Qwen3-8B-shaped random bf16 models written by
@@ -80,7 +80,7 @@ if has kernels; then
   timeout 300 "$C/matvec_bench" "${quick[@]}" --json "$OUT/matvec.json" > "$log" 2>&1
   [ "${FERRY_QUICK:-0}" = 1 ] || timeout 300 "$C/prefill_kernels_bench" --json "$OUT/prefill.json" >> "$log" 2>&1
   # FERRY_KERNEL_BENCHES picks the other harnesses (quick runs: the ones whose kernels changed).
-  for b in ${FERRY_KERNEL_BENCHES:-fused_ops_bench sampling_bench attention_bench fusion_bench skinny_gemm_bench}; do
+  for b in ${FERRY_KERNEL_BENCHES:-fused_ops_bench sampling_bench attention_bench fusion_bench skinny_gemm_bench sync_bench}; do
     args=(); [ "$b" = skinny_gemm_bench ] && args=("${quick[@]}")
     [ "$b" = attention_bench ] && [ "${FERRY_QUICK:-0}" = 1 ] && args=(decode)
     [ -x "$C/$b" ] && timeout 120 "$C/$b" "${args[@]}" >> "$log" 2>&1
