@@ -91,7 +91,8 @@ int main() {
   const int grid = prop.multiProcessorCount;
   cudaStream_t s = nullptr;
   BENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (const void* k : {reinterpret_cast<const void*>(empty_pdl_kernel), reinterpret_cast<const void*>(fenced_barriers_kernel),
+  for (const void* k : {reinterpret_cast<const void*>(empty_pdl_kernel),
+                        reinterpret_cast<const void*>(fenced_barriers_kernel),
                         reinterpret_cast<const void*>(release_barriers_kernel)})
     BENCH_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   unsigned long long* counter = nullptr;

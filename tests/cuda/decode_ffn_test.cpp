@@ -29,7 +29,8 @@ constexpr float kEps = 1e-5f;
 std::vector<uint8_t> random_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
   const std::vector<float> f = random_floats(size_t(rows * cols), seed, 1.0f / std::sqrt(float(cols)));
   std::vector<uint8_t> w(size_t(rows) * row_bytes(t, cols));
-  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.data() + r * cols, w.data() + size_t(r) * row_bytes(t, cols), cols);
+  const size_t rb = row_bytes(t, cols);
+  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.data() + r * cols, w.data() + size_t(r) * rb, cols);
   return w;
 }
 
@@ -50,7 +51,8 @@ class CudaDecodeFfn : public CudaOpsTest {
     const Tensor hwo = Tensor::make(t, {kDim, kDim}, wo.data());
     const Tensor hwgu = Tensor::make(t, {2 * kHidden, kDim}, wgu.data());
     const Tensor hwd = Tensor::make(t, {kDim, kHidden}, wd.data());
-    std::vector<float> ffn_norm = random_floats(size_t(kDim), seed + 3), next_norm = random_floats(size_t(kDim), seed + 4);
+    std::vector<float> ffn_norm = random_floats(size_t(kDim), seed + 3);
+    std::vector<float> next_norm = random_floats(size_t(kDim), seed + 4);
     for (float& v : ffn_norm) v += 1.0f;  // around 1, as trained norms are
     for (float& v : next_norm) v += 1.0f;
     std::vector<float> res = random_floats(size_t(kDim), seed + 5, 2.0f);
@@ -89,7 +91,8 @@ class CudaDecodeFfn : public CudaOpsTest {
         std::vector<float> ref_res = res, ref_out(static_cast<size_t>(kDim)), ref_in(static_cast<size_t>(kDim));
         std::vector<float> ref_delta(static_cast<size_t>(kDim)), ref_gu(static_cast<size_t>(2 * kHidden));
         std::vector<float> ref_act(static_cast<size_t>(kHidden));
-        cpu_.attn_out_ffn({.out = host(DType::F32, {1, kDim}, ref_out), .residual = host(DType::F32, {1, kDim}, ref_res),
+        cpu_.attn_out_ffn({.out = host(DType::F32, {1, kDim}, ref_out),
+                           .residual = host(DType::F32, {1, kDim}, ref_res),
                            .delta = host(DType::F32, {1, kDim}, ref_delta), .attn = host(DType::F32, {1, kDim}, attn),
                            .wo = hwo, .ffn_norm = host(DType::F32, {kDim}, ffn_norm),
                            .ffn_in = host(DType::F32, {1, kDim}, ref_in), .w_gate_up = hwgu,
@@ -97,8 +100,9 @@ class CudaDecodeFfn : public CudaOpsTest {
                            .act = host(DType::F32, {1, kHidden}, ref_act), .w_down = hwd,
                            .next_norm = host(DType::F32, {kDim}, next_norm), .eps = kEps});
         const std::vector<float> act = download(fused_act);
-        std::printf("  %-5s vs CPU reference: act rel L2 %.2e, residual %.2e, out %.2e\n", std::string(dtype_name(t)).c_str(),
-                    rel_l2(act, ref_act), rel_l2(got_res, ref_res), rel_l2(got_out, ref_out));
+        std::printf("  %-5s vs CPU reference: act rel L2 %.2e, residual %.2e, out %.2e\n",
+                    std::string(dtype_name(t)).c_str(), rel_l2(act, ref_act), rel_l2(got_res, ref_res),
+                    rel_l2(got_out, ref_out));
         EXPECT_LE(rel_l2(act, ref_act), 1e-3);
         EXPECT_LE(rel_l2(got_res, ref_res), 1e-4);
         EXPECT_LE(rel_l2(got_out, ref_out), 1e-3);

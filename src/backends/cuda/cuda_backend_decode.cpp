@@ -61,7 +61,8 @@ void CudaBackend::matmul_add_rms_norm(const Tensor& out, const Tensor& residual,
 }
 
 bool CudaBackend::decode_ffn_applies(const AttnOutFfn& a) const {
-  if (!options_.decode_ffn || a.attn.rows() != 1 || a.attn.dtype != DType::F32 || a.out.dtype != DType::F32) return false;
+  if (!options_.decode_ffn || a.attn.rows() != 1 || a.attn.dtype != DType::F32 || a.out.dtype != DType::F32)
+    return false;
   const DType t = a.wo.dtype;
   if (a.w_gate_up.dtype != t || a.w_down.dtype != t || (t != DType::Q8_0 && t != DType::Q4_0)) return false;
   // Where matmul and matmul_swiglu would run matvec version 10 on each weight anyway (the fused kernel is its
@@ -82,7 +83,8 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
   require_cuda(a.residual, "attn_out_ffn residual");
   require_cuda(a.attn, "attn_out_ffn input");
   require_cuda(a.act, "attn_out_ffn activation scratch");
-  for (const Tensor* w : {&a.wo, &a.w_gate_up, &a.w_down, &a.ffn_norm, &a.next_norm}) require_cuda(*w, "attn_out_ffn weight");
+  for (const Tensor* w : {&a.wo, &a.w_gate_up, &a.w_down, &a.ffn_norm, &a.next_norm})
+    require_cuda(*w, "attn_out_ffn weight");
   FERRY_ASSERT(a.attn.cols() == a.wo.cols() && a.w_gate_up.rows() == 2 * hidden && a.w_gate_up.cols() == dim &&
                a.w_down.rows() == dim);
   FERRY_ASSERT(a.residual.dtype == DType::F32 && a.residual.rows() == 1 && a.residual.cols() == dim);

@@ -18,10 +18,10 @@ __device__ __forceinline__ unsigned long long ld_acquire_gpu(const unsigned long
   return v;
 }
 
-// Every thread of `sync_threads` (a named barrier id over the threads that take part, e.g. a block's consumer
-// warps while its producer warp streams on; thread 0 among them) calls it. Writes to global memory by any of them before the call are
-// visible to every participating thread of the grid after it (bar.sync, then thread 0's fence and atomic, the
-// pattern of cooperative groups' grid.sync).
+// Every thread of kThreads (named barrier kBarrierId over the threads that take part, e.g. a block's consumer warps
+// while its producer warp streams on; thread 0 among them) calls it. Writes to global memory by any of them before
+// the call are visible to every participating thread of the grid after it (bar.sync, then thread 0's fence and
+// atomic: the pattern of cooperative groups' grid.sync).
 template <int kBarrierId, int kThreads>
 __device__ __forceinline__ void grid_barrier(unsigned long long* counter) {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kBarrierId), "n"(kThreads) : "memory");

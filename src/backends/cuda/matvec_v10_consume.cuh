@@ -74,7 +74,9 @@ __device__ __forceinline__ void lane_runs(int seg, int lane, int64_t& c0, int64_
   constexpr bool kQ4 = W == DType::Q4_0;
   constexpr bool kQ4K = W == DType::Q4_K;
   const int64_t base = int64_t(seg) * kSegVals;
-  c0 = kQ4 ? base + (lane / 2) * kQBlock + (lane % 2) * 8 : kQ4K ? base + q4k_lane_col(lane, 0) : base + lane * kLaneVals;
+  c0 = kQ4    ? base + (lane / 2) * kQBlock + (lane % 2) * 8
+       : kQ4K ? base + q4k_lane_col(lane, 0)
+              : base + lane * kLaneVals;
   c1 = c0 + (kQ4 ? 16 : kQ4K ? 32 : 8);  // Q4_0: 16 values further; Q4_K: group B; Q8_0: the next 8
 }
 

@@ -25,8 +25,8 @@ using v7::StreamPlan;
 // super-blocks of 144 bytes; p.x (1, cols) f32; p.out (1, rows) f32.
 // kSwiglu (matvec_v10_swiglu): p.w is (2 hidden, cols), w_gate's rows then w_up's; p.out (1, hidden) f32 =
 // silu(x . w_gate^T) * (x . w_up^T) (silu.cuh). The block owns output units (plan.max_rows: the most a block has);
-// a stage holds kRows / 2 units' gate rows then their up rows (v7::produce_unit_stages with two runs), so both dot products
-// of a unit land in the block and the SwiGLU is applied where it writes: no (1, 2 hidden) intermediate, no
+// a stage holds kRows / 2 units' gate rows then their up rows (v7::produce_unit_stages with two runs), so both dot
+// products of a unit land in the block and the SwiGLU is applied where it writes: no (1, 2 hidden) intermediate, no
 // swiglu_fused launch. Partials: (warps, 2, max_rows), gate then up.
 template <DType W, int kSegs, int kRows, bool kSwiglu = false>
 __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
