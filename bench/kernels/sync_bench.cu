@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backends/cuda/grid_barrier.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "cuda_bench.h"
 
 namespace {
@@ -101,17 +102,12 @@ int main() {
 
   const auto empty_launch = [&](bool pdl) {
     return [&, pdl](cudaStream_t st) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(unsigned(grid));
-      cfg.blockDim = dim3(kThreads);
-      cfg.dynamicSmemBytes = kSmem;
-      cfg.stream = st;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = pdl ? 1 : 0;
-      BENCH_CUDA_CHECK(cudaLaunchKernelEx(&cfg, empty_pdl_kernel));
+      if (pdl) {
+        ferry::cuda_ops::launch_pdl(empty_pdl_kernel, dim3(unsigned(grid)), dim3(kThreads), kSmem, st);
+      } else {
+        empty_pdl_kernel<<<grid, kThreads, kSmem, st>>>();
+        BENCH_CUDA_CHECK(cudaGetLastError());
+      }
     };
   };
   const auto per_sync = [&](auto&& make_graph) {
