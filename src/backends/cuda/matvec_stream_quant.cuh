@@ -86,7 +86,7 @@ __device__ __forceinline__ void produce_unit_stages(const WeightView& w, int64_t
   }
 }
 
-// A plain matvec's stream (version 7's quantized kernel, version 10): rows of w, slot pitch = the stage's bytes.
+// A plain matvec's stream (version 7's quantized kernel): rows of w, slot pitch = the stage's bytes.
 __device__ __forceinline__ void produce_quant_stages(const WeightView& w, const StreamPlan& plan, BlockRows br,
                                                      SplitRowBytes rb, uint8_t* ring, uint64_t* full,
                                                      uint64_t* empty) {
