@@ -94,57 +94,39 @@ __global__ void __launch_bounds__(kThreads) qkv_epilogue_kernel(QkvEpilogueParam
   float* buf = smem + 2 * p.half + int64_t(warp) * D;
   const int64_t slot = p.slots[t];
   const bool bad_slot = slot < 0 || slot >= p.n_slots;
-  if constexpr (kV > 0) {
-    for (int64_t i = 0; i < p.heads_per_warp; ++i) {
-      const int64_t h = h0 + i * kWarps + warp;
-      if (h >= n_all) return;  // no block-wide barrier follows
-      const bool is_v = h >= H + KVH;
-      const float* norm_w = is_v || p.q_norm == nullptr ? nullptr : h < H ? p.q_norm : p.k_norm;
-      float x[kV];
-      qkv_head_lane<kV>(p.qkv + (t * n_all + h) * D, x, norm_w, p.eps, !is_v, cos_t, sin_t, p.interleaved);
-      if (h < H) {
-        store_lane<kV>(p.q + (t * H + h) * D, x);
-        continue;
+  for (int64_t i = 0; i < p.heads_per_warp; ++i) {
+    const int64_t h = h0 + i * kWarps + warp;
+    if (h >= n_all) return;  // no block-wide barrier follows
+    const float* src = p.qkv + (t * n_all + h) * D;
+    const bool is_v = h >= H + KVH;
+    const float* norm_w = is_v || p.q_norm == nullptr ? nullptr : h < H ? p.q_norm : p.k_norm;
+    // The head, prepared in the lane's registers (kV > 0) or in the warp's shared row; store(dst) writes it.
+    float x[kV > 0 ? kV : 1];
+    if constexpr (kV > 0) {
+      qkv_head_lane<kV>(src, x, norm_w, p.eps, !is_v, cos_t, sin_t, p.interleaved);
+    } else {
+      prepare_qkv_head(src, buf, D, norm_w, p.eps, !is_v, cos_t, sin_t, p.half, p.interleaved);
+    }
+    const auto store = [&](auto* dst) {
+      if constexpr (kV > 0) {
+        store_lane<kV>(dst, x);
+      } else {
+        for (int64_t j = lane; j < D; j += 32) store_kv_value(dst + j, buf[j]);
       }
+    };
+    if (h < H) {
+      store(p.q + (t * H + h) * D);
+    } else {
       const int64_t kh = is_v ? h - H - KVH : h - H;  // KV head index
       float* copy = is_v ? p.v_out : p.k_out;
-      if (copy != nullptr) store_lane<kV>(copy + (t * KVH + kh) * D, x);
+      if (copy != nullptr) store(copy + (t * KVH + kh) * D);
       if (bad_slot) {
         if (lane == 0) report_error(p.errors, kBadSlot, slot);
       } else {
-        store_lane<kV>(static_cast<KvT*>(is_v ? p.v_cache : p.k_cache) + (slot * KVH + kh) * D, x);
+        store(static_cast<KvT*>(is_v ? p.v_cache : p.k_cache) + (slot * KVH + kh) * D);
       }
     }
-    return;
-  } else {
-    for (int64_t i = 0; i < p.heads_per_warp; ++i) {
-      const int64_t h = h0 + i * kWarps + warp;
-      if (h >= n_all) return;  // no block-wide barrier follows
-      const float* src = p.qkv + (t * n_all + h) * D;
-      const bool is_v = h >= H + KVH;
-
-      const float* norm_w = is_v || p.q_norm == nullptr ? nullptr : h < H ? p.q_norm : p.k_norm;
-      prepare_qkv_head(src, buf, D, norm_w, p.eps, !is_v, cos_t, sin_t, p.half, p.interleaved);
-
-      if (h < H) {
-        float* dst = p.q + (t * H + h) * D;
-        for (int64_t j = lane; j < D; j += 32) dst[j] = buf[j];
-      } else {
-        const int64_t kh = is_v ? h - H - KVH : h - H;  // KV head index
-        float* copy = is_v ? p.v_out : p.k_out;
-        if (copy != nullptr) {
-          float* dst = copy + (t * KVH + kh) * D;
-          for (int64_t j = lane; j < D; j += 32) dst[j] = buf[j];
-        }
-        if (bad_slot) {
-          if (lane == 0) report_error(p.errors, kBadSlot, slot);
-        } else {
-          KvT* dst = static_cast<KvT*>(is_v ? p.v_cache : p.k_cache) + (slot * KVH + kh) * D;
-          for (int64_t j = lane; j < D; j += 32) store_kv_value(dst + j, buf[j]);
-        }
-      }
-      __syncwarp();  // the next head overwrites buf
-    }
+    if constexpr (kV == 0) __syncwarp();  // the next head overwrites buf
   }
 }
 
