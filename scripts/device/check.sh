@@ -18,6 +18,8 @@
 # serve:   `ferry serve --device cuda` on the BF16 model under serve_bench (64 and 256 streaming clients), the SM
 #          clock and board power sampled during each run;
 # placement: kv_placement_bench (decode attention with the KV blocks compact or spread over a serving-sized cache);
+# trace:   a CUPTI kernel timeline of graph-replayed decode (Q4_0, Q8_0, BF16; FERRY_TRACE_TYPES): each kernel's
+#          share of the step's critical path (bench/trace/kernel_trace.cpp, scripts/device/trace_summary.py);
 # profile: per-op GPU time tables (FERRY_CUDA_PROFILE=1) of batch-1 decode (BF16, Q4_0) and of a serve run.
 # A summary table is printed last; full logs go under $OUT (tests.log, kernels.log, correctness.log,
 # bench.log, summary.txt).
@@ -246,6 +248,39 @@ if has profile; then
   fi
   rm -f "$OUT/b.log"
   stage_done profile
+fi
+
+if has trace; then
+  # Where a graph-replayed decode step's time goes, kernel by kernel: a CUPTI timeline (libferry_kernel_trace.so
+  # through CUDA_INJECTION64_PATH; bench/trace/kernel_trace.cpp) of `ferry bench -p 0 -n 64`, summarized by
+  # scripts/device/trace_summary.py (each kernel's share of the step's critical path, one layer slot by slot).
+  # The untraced tg64 of the same model is printed beside it (the tracing's own cost).
+  log="$OUT/trace.log"
+  : > "$log"
+  for t in ${FERRY_TRACE_TYPES:-q4_0 q8_0 bf16}; do
+    m="/tmp/llama3-8b-$t.gguf"
+    [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type "$t" -o "$m" -t 16 >> "$log" 2>&1
+    "$C/ferry" bench --device cuda -m "$m" -p 0 -n 64 -r 1 > "$OUT/b.log" 2>&1
+    note "$(grep -E 'tg64|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, untraced] /")"
+    # FERRY_TRACE_AB: an environment assignment traced a second time (e.g. FERRY_CUDA_FUSED_ADD_NORM=1).
+    for ab in "" ${FERRY_TRACE_AB:+ab}; do
+      tag="$t${ab:+-ab}"
+      env ${ab:+${FERRY_TRACE_AB}} CUDA_INJECTION64_PATH="$C/libferry_kernel_trace.so" \
+        FERRY_KERNEL_TRACE="$OUT/trace-$tag.csv" "$C/ferry" bench --device cuda -m "$m" -p 0 -n 64 -r 1 \
+        > "$OUT/b.log" 2>&1
+      label="$t${ab:+, ${FERRY_TRACE_AB}}"
+      note "$(grep -E 'tg64|rror|kernel_trace' "$OUT/b.log" | head -3 | sed "s/^/[$label, traced] /")"
+      { echo "== $label: ferry bench -p 0 -n 64, traced"; cat "$OUT/b.log"; } >> "$log"
+      python3 "$repo/scripts/device/trace_summary.py" "$OUT/trace-$tag.csv" --show 40 > "$OUT/trace-$tag.txt" 2>&1
+      { echo "== $label"; cat "$OUT/trace-$tag.txt"; } >> "$log"
+      sed -n '1p;/^One layer/,/layer total/p' "$OUT/trace-$tag.txt" | sed "s/^/[$label] /" | tee -a "$summary"
+      xz -T4 -6 "$OUT/trace-$tag.csv"  # a call brings back 8 files at most: the tables stay in trace.log only
+      rm -f "$OUT/trace-$tag.txt"
+    done
+    [ "$t" = bf16 ] || rm -f "$m"
+  done
+  rm -f "$OUT/b.log"
+  stage_done trace
 fi
 
 echo "=== summary ==="

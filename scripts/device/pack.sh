@@ -17,7 +17,7 @@ fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_NCCL_ROOT="$nccl" > /dev/null
 cmake --build build -j "$(nproc)" --target ferry test_cuda test_e2e matvec_bench prefill_kernels_bench serve_bench \
   attention_bench gemm_bench allreduce_bench fused_ops_bench sampling_bench fusion_bench skinny_gemm_bench \
-  wgmma_skinny_bench kv_placement_bench sync_bench
+  wgmma_skinny_bench kv_placement_bench sync_bench ferry_kernel_trace
 # nvcc turns a host call of a __device__-only function into a silent exit(1) (it cost two device calls once).
 # List the host functions of the kernel files that call exit(): host stubs of device-only helpers that nothing
 # calls are harmless; a launcher or planner in this list is the bug.
@@ -27,7 +27,7 @@ done | c++filt | sort -u >&2
 rm -rf .carry && mkdir -p .carry
 cp build/ferry build/tests/test_cuda build/tests/test_e2e build/matvec_bench build/prefill_kernels_bench build/serve_bench \
   build/attention_bench build/gemm_bench build/allreduce_bench build/fused_ops_bench build/sampling_bench \
-  build/fusion_bench build/skinny_gemm_bench build/wgmma_skinny_bench build/kv_placement_bench build/sync_bench .carry/
+  build/fusion_bench build/skinny_gemm_bench build/wgmma_skinny_bench build/kv_placement_bench build/sync_bench build/libferry_kernel_trace.so .carry/
 # FERRY_PACK_SKIP: binaries to leave out of this pack (a call carries at most 64 MiB with the repository; each
 # harness linked against ferry_cuda is ~15-20 MiB of it before compression), e.g. "gemm_bench fusion_bench".
 for b in ${FERRY_PACK_SKIP:-}; do rm -f ".carry/$b"; done
@@ -37,6 +37,9 @@ cp -L /lib/x86_64-linux-gnu/libfmt.so.9 /lib/x86_64-linux-gnu/libpcre2-8.so.0 .c
 # cpp-httplib is a compiled library on Debian (the GPU machine has none); its OpenSSL/zlib/brotli dependencies
 # are there (check.sh reports any library still missing).
 cp -L /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 .carry/
+# CUPTI for the kernel-timeline library (check.sh trace): the toolkit's copy (the GPU machine's may sit elsewhere).
+cupti="$(ldd build/libferry_kernel_trace.so | awk '/libcupti/ {print $3}')"
+[ -n "$cupti" ] && cp -L "$cupti" .carry/
 # Compressed: the binaries are ~100 MB, a device call carries at most 64 MiB with the repository (check.sh
 # unpacks this on the machine).
 (cd .carry && tar cf - * | xz -T2 -6 > ../.carry-bins.tar.xz && rm -f ./* && mv ../.carry-bins.tar.xz bins.tar.xz)
