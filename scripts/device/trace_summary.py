@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 def short_name(name):
     """'void ns::f<(T)6, 1, 8, false>(args)' -> 'f<6,1,8,false>' (template arguments kept: they pick the shape)."""
     s = name[5:] if name.startswith("void ") else name
+    s = s.replace("(anonymous namespace)::", "")
     depth, cut = 0, len(s)
     for i, c in enumerate(s):
         if c == "<":
@@ -98,6 +99,7 @@ def main():
     steps = [s for s in steps if [k["name"] for k in s] == names]  # same kernel order as the first one kept
     if not steps:
         sys.exit("trace_summary: the steps do not share one kernel order")
+    gaps = [b[0]["start"] - a[-1]["end"] for a, b in zip(steps, steps[1:])]
     spans, per = [], []
     for s in steps:
         span, rows = analyse(s)
@@ -110,7 +112,10 @@ def main():
     busy_sum = sum(col["dur"])
     print(f"steps: {len(steps)} graph launches of {size} kernels; step span median {span / 1e3:.1f} us "
           f"(min {min(spans) / 1e3:.1f}, max {max(spans) / 1e3:.1f}); kernel durations sum {busy_sum / 1e3:.1f} us; "
-          f"idle (no kernel running) {sum(col['idle']) / 1e3:.1f} us")
+          f"idle (no kernel running) {sum(col['idle']) / 1e3:.1f} us; between steps (last kernel's end to the next "
+          f"step's first start) median {med(gaps) / 1e3:.1f} us")
+    print("(A kernel's duration runs from its launch, which PDL makes early, to its end, so it includes its wait for "
+          "its predecessor; the share is what it adds to the step.)")
     print()
     print("By kernel (medians per step; share = how much of the span the kernel holds on the critical path):")
     print(f"| kernel | grid | calls | dur us each | dur us total | share us total | share % of span |")

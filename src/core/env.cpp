@@ -50,6 +50,7 @@ Env Env::read() {
   e.cuda_fused_add_norm = get("FERRY_CUDA_FUSED_ADD_NORM");
   e.cuda_quant_swiglu = get("FERRY_CUDA_QUANT_SWIGLU");
   e.cuda_decode_ffn = get("FERRY_CUDA_DECODE_FFN");
+  e.cuda_prologue_norm = get("FERRY_CUDA_PROLOGUE_NORM");
   return e;
 }
 

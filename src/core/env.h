@@ -75,6 +75,9 @@ struct Env {
   // FERRY_CUDA_DECODE_FFN: "1" runs a one-token decode layer's tail after the attention as one persistent kernel
   // where it applies (CudaBackendOptions::decode_ffn); "0" or unset: single ops (measured faster, docs/perf-log.md).
   std::optional<std::string> cuda_decode_ffn;
+  // FERRY_CUDA_PROLOGUE_NORM: "0" runs a one-token decode layer's FFN norm as its own launch (comparisons); "1" or
+  // unset: in the gate|up matvec's prologue where it applies (CudaBackendOptions::prologue_norm).
+  std::optional<std::string> cuda_prologue_norm;
   // FERRY_PROMPT_GRAPHS: "1" pads the serving engine's prompt-carrying steps to a few shapes and replays them from
   // step graphs like decode steps (EngineOptions::prompt_graphs; engine/model_runner.h); "0" off; unset: the option.
   std::optional<std::string> prompt_graphs;

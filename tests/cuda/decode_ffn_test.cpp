@@ -1,8 +1,10 @@
 // Backend::attn_out_ffn on CUDA at one token: the decode layer's tail after the attention (wo + residual add +
-// RMSNorm, gate|up + SwiGLU, down + residual add + the next norm) as one persistent kernel (decode_ffn.cuh).
-// Checked, for Q8_0 and Q4_0 at the Llama-3-8B shape (dim 4096, hidden 14336; random weights, inputs and norm
-// weights):
-//  - the kernel applies (decode_ffn_applies);
+// RMSNorm, gate|up + SwiGLU, down + residual add + the next norm) in each of CudaBackend's fused forms: as one
+// persistent kernel (decode_ffn.cuh, CudaBackendOptions::decode_ffn), and as matvec v10 launches with the FFN norm
+// in the gate|up matvec's prologue and the wo output's residual add deferred to the down matvec's epilogue
+// (CudaBackendOptions::prologue_norm, the default). Checked, for Q8_0 and Q4_0 at the Llama-3-8B shape (dim 4096,
+// hidden 14336, and for the prologue norm also dim 2048 / hidden 5632; random weights, inputs and norm weights):
+//  - the form applies (decode_ffn_applies / prologue_norm_applies);
 //  - against the same backend's single ops (Backend::attn_out_ffn's composition: matvec v10, add_rms_norm, matvec
 //    v10's SwiGLU form, ...) on a copy of the residual: the residual and the output the same bits, since every step
 //    repeats those kernels' arithmetic in their order;
@@ -22,7 +24,6 @@
 namespace ferry::test {
 namespace {
 
-constexpr int64_t kDim = 4096, kHidden = 14336;
 constexpr float kEps = 1e-5f;
 
 // (rows, cols) random weight quantized to t, as host bytes.
@@ -34,18 +35,21 @@ std::vector<uint8_t> random_weight(DType t, int64_t rows, int64_t cols, uint32_t
   return w;
 }
 
+enum class FusedForm { PersistentKernel, PrologueNorm };
+
 class CudaDecodeFfn : public CudaOpsTest {
  protected:
-  void SetUp() override {
-    CudaOpsTest::SetUp();
-    if (IsSkipped()) return;
+  // Once per test, before anything is allocated on the backend. decode_ffn is off by default (slower in captured
+  // steps), prologue_norm on; the persistent kernel, when on, takes precedence.
+  void use_form(FusedForm form) {
     CudaBackendOptions options;
-    options.decode_ffn = true;  // off by default (slower in captured steps); this test is about the kernel
+    options.decode_ffn = form == FusedForm::PersistentKernel;
+    options.prologue_norm = form == FusedForm::PrologueNorm;
     gpu_ = std::make_unique<CudaBackend>(options);
   }
 
-  void check(DType t, uint32_t seed) {
-    SCOPED_TRACE(dtype_name(t));
+  void check(DType t, uint32_t seed, FusedForm form, int64_t kDim = 4096, int64_t kHidden = 14336) {
+    SCOPED_TRACE(std::string(dtype_name(t)) + " dim " + std::to_string(kDim));
     std::vector<uint8_t> wo = random_weight(t, kDim, kDim, seed), wgu = random_weight(t, 2 * kHidden, kDim, seed + 1),
                          wd = random_weight(t, kDim, kHidden, seed + 2);
     const Tensor hwo = Tensor::make(t, {kDim, kDim}, wo.data());
@@ -72,7 +76,11 @@ class CudaDecodeFfn : public CudaOpsTest {
       const Backend::AttnOutFfn fused{.out = fused_out, .residual = fused_res, .delta = delta, .attn = gattn, .wo = gwo,
                                       .ffn_norm = gfn, .ffn_in = fused_out, .w_gate_up = gwgu, .gate_up = gate_up,
                                       .act = fused_act, .w_down = gwd, .next_norm = gnn, .eps = kEps};
-      ASSERT_TRUE(gpu_->decode_ffn_applies(fused)) << "the persistent kernel does not take the Llama-3-8B shape";
+      if (form == FusedForm::PersistentKernel) {
+        ASSERT_TRUE(gpu_->decode_ffn_applies(fused)) << "the persistent kernel does not take the Llama-3-8B shape";
+      } else {
+        ASSERT_TRUE(gpu_->prologue_norm_applies(fused)) << "the prologue norm does not take the Llama-3-8B shape";
+      }
       gpu_->attn_out_ffn(fused);
 
       const Tensor plain_out = poisoned({1, kDim}), plain_act = poisoned({1, kHidden});
@@ -112,8 +120,19 @@ class CudaDecodeFfn : public CudaOpsTest {
 };
 
 TEST_F(CudaDecodeFfn, OneKernelEqualsSingleOps) {
-  check(DType::Q4_0, 900);
-  check(DType::Q8_0, 910);
+  if (IsSkipped()) return;
+  use_form(FusedForm::PersistentKernel);
+  check(DType::Q4_0, 900, FusedForm::PersistentKernel);
+  check(DType::Q8_0, 910, FusedForm::PersistentKernel);
+}
+
+TEST_F(CudaDecodeFfn, PrologueNormEqualsSingleOps) {
+  if (IsSkipped()) return;
+  use_form(FusedForm::PrologueNorm);
+  check(DType::Q4_0, 920, FusedForm::PrologueNorm);
+  check(DType::Q8_0, 930, FusedForm::PrologueNorm);
+  // dim 2048: four 512-column segments, so half the consumer warps hold none (they still join the norm's sum)
+  check(DType::Q4_0, 940, FusedForm::PrologueNorm, 2048, 5632);
 }
 
 }  // namespace

@@ -81,6 +81,11 @@ struct CudaBackendOptions {
   // norm) as one persistent kernel (decode_ffn.cuh; same bits); false: the single ops. H200, Llama-3-8B tg128,
   // in-call A/B: 0.89x (Q4_0) and 0.95x (Q8_0) of the single ops in captured steps, so off by default.
   bool decode_ffn = false;
+  // attn_out_ffn at one token where matvec v10 runs all three weights (decode_ffn off): the FFN's RMSNorm is
+  // computed in the gate|up matvec's prologue by every block (MatvecParams::in_norm) and the residual add of the wo
+  // output deferred to the down matvec's epilogue (MatvecParams::residual_add): one launch and one round trip fewer
+  // a layer, the same bits; false: Backend's composition (FERRY_CUDA_PROLOGUE_NORM=0, comparisons).
+  bool prologue_norm = true;
 };
 
 class CudaBackend final : public Backend {
@@ -132,6 +137,7 @@ class CudaBackend final : public Backend {
   // gate_up are left unwritten. Otherwise Backend's composition.
   void attn_out_ffn(const AttnOutFfn& a) override;
   bool decode_ffn_applies(const AttnOutFfn& a) const;
+  bool prologue_norm_applies(const AttnOutFfn& a) const;
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) override;
   void store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
                 const Tensor& slots) override;

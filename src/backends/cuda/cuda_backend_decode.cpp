@@ -8,6 +8,7 @@
 #include "backends/cuda/decode_ffn.cuh"
 #include "backends/cuda/matmul_dispatch.h"
 #include "backends/cuda/matvec.cuh"
+#include "backends/cuda/matvec_v10.cuh"
 #include "backends/cuda/op_profiler.h"
 #include "core/check.h"
 
@@ -73,7 +74,74 @@ bool CudaBackend::decode_ffn_applies(const AttnOutFfn& a) const {
          cuda_ops::decode_ffn_applies(t, a.wo.cols(), a.wo.rows(), a.w_down.cols());
 }
 
+bool CudaBackend::prologue_norm_applies(const AttnOutFfn& a) const {
+  if (!options_.prologue_norm || !options_.quant_swiglu || options_.fused_add_norm || a.attn.rows() != 1)
+    return false;
+  for (const Tensor* t : {&a.attn, &a.residual, &a.delta, &a.act, &a.ffn_norm})
+    if (t->dtype != DType::F32 || reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+  // Where matmul and matmul_swiglu would run version 10 on each weight anyway (its lane math: same bits).
+  for (const Tensor* w : {&a.wo, &a.w_gate_up, &a.w_down})
+    if (choose_matmul(1, *w, Tensor{}).matvec_version != 10) return false;
+  const int64_t dim = a.wo.rows();
+  return a.act.numel() >= a.w_down.cols() &&
+         cuda_ops::matvec_v10_swiglu_applies(a.w_gate_up.dtype, 1, a.w_gate_up.rows(), dim) &&
+         cuda_ops::matvec_v10_in_norm_applies(a.w_gate_up.dtype, dim);
+}
+
 void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
+  if (!decode_ffn_applies(a) && prologue_norm_applies(a)) {
+    // delta = attn . wo^T; act = SwiGLU of w_gate|w_up . (rms_norm(residual + delta) * ffn_norm), the norm in the
+    // matvec's prologue; delta' = act . w_down^T with residual += delta (deferred) row by row before delta' is
+    // stored over it; then out = rms_norm(residual += delta') * next_norm. The same roundings in the same order as
+    // Backend::attn_out_ffn; ffn_in and gate_up are left unwritten.
+    const int64_t dim = a.wo.rows(), hidden = a.w_down.cols();
+    FERRY_ASSERT(a.attn.cols() == a.wo.cols() && a.w_gate_up.rows() == 2 * hidden && a.w_gate_up.cols() == dim &&
+                 a.w_down.rows() == dim && a.residual.numel() == dim && a.delta.numel() == dim &&
+                 a.ffn_norm.numel() == dim);
+    for (const Tensor* t : {&a.attn, &a.residual, &a.delta, &a.act, &a.wo, &a.w_gate_up, &a.w_down, &a.ffn_norm})
+      require_cuda(*t, "attn_out_ffn operand");
+    {
+      const cuda_ops::OpProfiler::Scope prof(
+          profiler_.get(),
+          profiler_ ? fmt::format("attn_out_ffn wo matvec v10 {} {}x{} n=1", std::string(dtype_name(a.wo.dtype)),
+                                  dim, a.wo.cols())
+                    : std::string(),
+          double(a.wo.nbytes()));
+      cuda_ops::matvec(a.wo.dtype, {.w = weight_view(a.wo), .x = a.attn.ptr<float>(), .bias = nullptr,
+                                    .out = a.delta.ptr<float>(), .n_tokens = 1, .version = 10},
+                       stream_);
+    }
+    {
+      const cuda_ops::OpProfiler::Scope prof(
+          profiler_.get(),
+          profiler_ ? fmt::format("attn_out_ffn norm+gate|up matvec v10 {} {}x{} n=1",
+                                  std::string(dtype_name(a.w_gate_up.dtype)), 2 * hidden, dim)
+                    : std::string(),
+          double(a.w_gate_up.nbytes()));
+      cuda_ops::matvec_v10_swiglu(a.w_gate_up.dtype,
+                                  {.w = weight_view(a.w_gate_up), .x = nullptr, .bias = nullptr,
+                                   .out = a.act.ptr<float>(), .n_tokens = 1, .version = 10,
+                                   .in_norm = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>(),
+                                               .weight = a.ffn_norm.ptr<float>(), .eps = a.eps}},
+                                  stream_);
+    }
+    {
+      const cuda_ops::OpProfiler::Scope prof(
+          profiler_.get(),
+          profiler_ ? fmt::format("attn_out_ffn down+add matvec v10 {} {}x{} n=1",
+                                  std::string(dtype_name(a.w_down.dtype)), dim, hidden)
+                    : std::string(),
+          double(a.w_down.nbytes()));
+      const Tensor act = Tensor::make(DType::F32, {1, hidden}, a.act.data, a.act.device);
+      cuda_ops::matvec(a.w_down.dtype,
+                       {.w = weight_view(a.w_down), .x = act.ptr<float>(), .bias = nullptr,
+                        .out = a.delta.ptr<float>(), .n_tokens = 1, .version = 10,
+                        .residual_add = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>()}},
+                       stream_);
+    }
+    add_rms_norm(a.out, a.residual, a.delta, a.next_norm, a.eps);
+    return;
+  }
   if (!decode_ffn_applies(a)) {
     Backend::attn_out_ffn(a);
     return;

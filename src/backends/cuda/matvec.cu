@@ -296,6 +296,9 @@ void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
   FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 5 || p.version == 7 || p.version == 9 || p.version == 10);
+  // The norm prologue and the deferred residual add exist in version 10 only: never a silent fallback without them.
+  FERRY_CUDA_REQUIRE((p.in_norm.residual == nullptr && p.residual_add.residual == nullptr) ||
+                     (p.version == 10 && matvec_v10_applies(wtype, p.n_tokens, p.w.rows, p.w.cols)));
   if (p.add_norm.residual != nullptr) {  // only the kernels below that call add_norm_tail take it
     const MatvecAddNorm& e = p.add_norm;
     FERRY_CUDA_REQUIRE(matvec_add_norm_applies(wtype, p.version, p.n_tokens, p.w.rows, p.w.cols));

@@ -48,6 +48,26 @@ struct MatvecAddNorm {
   unsigned int* counter = nullptr;    // device word, 0 between calls (the last block resets it); one per stream
 };
 
+// The RMSNorm of the layer's residual computed by every block as it loads x (version 10 at one token, where a warp
+// holds one column segment: matvec_v10_in_norm_applies): x = rms_norm(residual + delta) * weight, with norm.cu's
+// add_rms_norm arithmetic and order, so the products equal add_rms_norm + matvec bit for bit. Nothing is written
+// back: the residual add is left to a later kernel (MatvecResidualAdd). Saves the norm's launch and its round
+// trip between two weight streams (CudaBackend::attn_out_ffn).
+struct MatvecInNorm {
+  const float* residual = nullptr;  // (1, n_in) f32; null: off, x is read as given
+  const float* delta = nullptr;     // (1, n_in) f32, added to residual first
+  const float* weight = nullptr;    // (n_in) f32, the norm's weight
+  float eps = 0.0f;
+};
+
+// A residual add deferred to a matvec whose output rows match the residual's (version 10 at one token): before
+// output row r is stored, residual[r] += delta[r] (add_rms_norm's one rounding). delta may alias out: row r's delta
+// is read before row r's output overwrites it, by the same thread.
+struct MatvecResidualAdd {
+  float* residual = nullptr;     // (1, n_out) f32, updated in place; null: off
+  const float* delta = nullptr;  // (1, n_out) f32
+};
+
 struct MatvecParams {
   WeightView w;        // (n_out, n_in) prepared weight (weight_layout.cuh), dtype given separately
   const float* x;      // (n, n_in) f32, rows contiguous, 16-byte aligned
@@ -57,6 +77,8 @@ struct MatvecParams {
   int version = kMatvecDefaultVersion;  // 2, 5, 7, 9, 10 or 11 (see above)
   void* scratch = nullptr;  // versions 5/7/9 on quantized weights (v5's pre-pass): >= matvec_scratch_bytes() device bytes, 16-aligned
   MatvecAddNorm add_norm{};  // versions 9 and 10 only (matvec_add_norm_applies): the fused residual add + RMSNorm
+  MatvecInNorm in_norm{};    // version 10 at one token only (matvec_v10_in_norm_applies): x computed from a norm
+  MatvecResidualAdd residual_add{};  // version 10 at one token only, not with add_norm or SwiGLU
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.

@@ -50,6 +50,24 @@ __device__ __forceinline__ void load_norm_vecs(const float* residual, int64_t di
   }
 }
 
+// load_norm_vecs of residual + delta (add_rms_norm's one rounding, float4 lane by lane), both read through L2.
+__device__ __forceinline__ void load_norm_vecs_sum(const float* residual, const float* delta, int64_t dim,
+                                                   float4 (&v)[kNormMaxVecs]) {
+  const int t = int(threadIdx.x);
+  const float4* r4 = reinterpret_cast<const float4*>(residual);
+  const float4* d4 = reinterpret_cast<const float4*>(delta);
+#pragma unroll
+  for (int i = 0; i < kNormMaxVecs; ++i) {
+    const int64_t j = t + int64_t(i) * kNormThreads;
+    if (j < dim / 4) {
+      const float4 r = __ldcg(r4 + j), d = __ldcg(d4 + j);
+      v[i] = make_float4(r.x + d.x, r.y + d.y, r.z + d.z, r.w + d.w);
+    } else {
+      v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+}
+
 // Every consumer thread calls it (256 of them) with its load_norm_vecs: returns 1 / sqrt(mean(residual^2) + eps),
 // with norm.cu's vector kernel's arithmetic and order. Two calls in one kernel need a consumers_sync between them
 // (one static word per warp).

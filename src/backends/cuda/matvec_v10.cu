@@ -25,7 +25,17 @@ using Launch = void (*)(const MatvecParams&, const v7::StreamPlan&, int64_t, siz
 
 // One launch over `units` output rows (checked by the callers' supports()).
 void launch(DType wtype, const MatvecParams& p, int64_t units, bool swiglu, cudaStream_t stream) {
-  FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  if (p.in_norm.residual != nullptr) {  // x is computed, not read
+    FERRY_CUDA_REQUIRE(matvec_v10_in_norm_applies(wtype, p.w.cols) && p.in_norm.delta != nullptr &&
+                       p.in_norm.weight != nullptr && aligned(p.in_norm.residual) && aligned(p.in_norm.delta) &&
+                       aligned(p.in_norm.weight));
+  } else {
+    FERRY_CUDA_REQUIRE(aligned(p.x));
+  }
+  FERRY_CUDA_REQUIRE(aligned(p.w.data));
+  FERRY_CUDA_REQUIRE(p.residual_add.residual == nullptr ||
+                     (!swiglu && p.residual_add.delta != nullptr && p.add_norm.residual == nullptr));
   FERRY_CUDA_REQUIRE(p.w.scales % 16 == 0);
   const int64_t grid = v7::stream_grid(units, v7::device_sm_count());
   const v7::StreamPlan plan = v10::make_plan(wtype, units, p.w.cols, grid);
@@ -49,6 +59,11 @@ bool matvec_v10_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols) {
 void matvec_v10(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(matvec_v10_applies(wtype, p.n_tokens, p.w.rows, p.w.cols));
   launch(wtype, p, p.w.rows, false, stream);
+}
+
+bool matvec_v10_in_norm_applies(DType wtype, int64_t cols) {
+  return (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K) && cols >= v10::kSegVals &&
+         cols % v10::kSegVals == 0 && v10::segs_per_warp(cols) == 1 && cols <= kAddNormMaxRows;
 }
 
 bool matvec_v10_swiglu_supports(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols, int n_sms,

@@ -56,4 +56,9 @@ bool matvec_v10_swiglu_supports(DType wtype, int n_tokens, int64_t weight_rows, 
 bool matvec_v10_swiglu_applies(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols);
 void matvec_v10_swiglu(DType wtype, const MatvecParams& p, cudaStream_t stream);
 
+// Whether version 10 (plain or SwiGLU) takes MatvecParams::in_norm for `cols` input columns: one column segment a
+// consumer warp (512..4096 columns, a multiple of 512), so each lane's activations sit in registers beside the
+// norm's. MatvecParams::residual_add needs only version 10 itself (not with add_norm, not in the SwiGLU form).
+bool matvec_v10_in_norm_applies(DType wtype, int64_t cols);
+
 }  // namespace ferry::cuda_ops

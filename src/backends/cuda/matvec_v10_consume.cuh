@@ -80,6 +80,19 @@ __device__ __forceinline__ void lane_runs(int seg, int lane, int64_t& c0, int64_
   c1 = c0 + (kQ4 ? 16 : kQ4K ? 32 : 8);  // Q4_0: 16 values further; Q4_K: group B; Q8_0: the next 8
 }
 
+// The lane's four float4s of src in segment seg, in quantize_lane_acts's fetch order (k = 0..3: c0, c0 + 4, c1,
+// c1 + 4 of lane_runs); through L2 (ld.cg) when another kernel may have just written src.
+template <DType W>
+__device__ __forceinline__ void load_lane_run_vecs(const float* src, int seg, int lane, bool through_l2,
+                                                   float4 (&out)[4]) {
+  int64_t c0, c1;
+  lane_runs<W>(seg, lane, c0, c1);
+  const float4* r = reinterpret_cast<const float4*>(src);
+  const int64_t at[4] = {c0 / 4, c0 / 4 + 1, c1 / 4, c1 / 4 + 1};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) out[k] = through_l2 ? __ldcg(r + at[k]) : r[at[k]];
+}
+
 // The lane's activations of its segments (segment j of this warp: seg = 8 j + warp; warp-uniform whether it
 // exists), quantized here. fetch(j, k, col) returns the lane's k-th float4 of segment j, x[col .. col + 4)
 // (k = 0, 1: the run at c0; 2, 3: the run at c1; lane_runs), from wherever x lives (global memory; registers

@@ -58,10 +58,33 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
     return;
   }
 
-  pdl_wait();  // x is written by the previous kernel
+  // MatvecParams::in_norm (one segment a warp: matvec_v10_in_norm_applies): x = rms_norm(residual + delta) * weight
+  // as the lanes load it. The norm's weight is constant, so the lane's values are requested before the wait.
+  const bool in_norm = kSegs == 1 && p.in_norm.residual != nullptr;
+  const bool has_seg = warp < plan.segs_per_row;  // kSegs == 1: this warp's one segment, warp-uniform
+  float4 norm_w[4];
+  if (in_norm && has_seg) load_lane_run_vecs<W>(p.in_norm.weight, warp, lane, false, norm_w);
+
+  pdl_wait();  // x (or the residual and delta) is written by the previous kernels
   LaneAct act[kSegs];
-  quantize_lane_acts<W, kSegs>(act, plan.segs_per_row, warp, lane,
-                               [&](int, int, int64_t c) { return *reinterpret_cast<const float4*>(p.x + c); });
+  if (in_norm) {
+    // The norm's float4s (norm.cu's thread order, for the scale) and the lane's own columns in one round trip.
+    float4 v[v7::kNormMaxVecs], xr[4], xd[4];
+    v7::load_norm_vecs_sum(p.in_norm.residual, p.in_norm.delta, cols, v);
+    if (has_seg) {
+      load_lane_run_vecs<W>(p.in_norm.residual, warp, lane, true, xr);
+      load_lane_run_vecs<W>(p.in_norm.delta, warp, lane, true, xd);
+    }
+    const float scale = v7::consumer_norm_scale(v, cols, p.in_norm.eps);
+    quantize_lane_acts<W, kSegs>(act, plan.segs_per_row, warp, lane, [&](int, int k, int64_t) {
+      const float4 r = xr[k], d = xd[k], w = norm_w[k];  // add_rms_norm's v = residual + delta; y = v * scale * w
+      const float4 x = make_float4(r.x + d.x, r.y + d.y, r.z + d.z, r.w + d.w);
+      return make_float4(x.x * scale * w.x, x.y * scale * w.y, x.z * scale * w.z, x.w * scale * w.w);
+    });
+  } else {
+    quantize_lane_acts<W, kSegs>(act, plan.segs_per_row, warp, lane,
+                                 [&](int, int, int64_t c) { return *reinterpret_cast<const float4*>(p.x + c); });
+  }
   v7::RingCursor cur;
   consume_stages<W, kSegs, kRows, kSwiglu>(ring, cur, br.count, cols, plan.segs_per_row, act, part, part_stride,
                                            plan.max_rows, warp, lane);
@@ -71,8 +94,12 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
     for (int64_t r = threadIdx.x; r < br.count; r += kConsumerWarps * 32)
       p.out[br.first + r] = silu_mul(warps_sum(part, part_stride, r), warps_sum(part, part_stride, plan.max_rows + r));
   } else {
-    for (int64_t r = threadIdx.x; r < br.count; r += kConsumerWarps * 32)
-      v7::store_row(p, br.first + r, warps_sum(part, plan.max_rows, r) + (p.bias ? p.bias[br.first + r] : 0.0f));
+    for (int64_t r = threadIdx.x; r < br.count; r += kConsumerWarps * 32) {
+      const int64_t row = br.first + r;
+      // MatvecParams::residual_add: the deferred add, before out (which delta may alias) is overwritten.
+      if (p.residual_add.residual != nullptr) p.residual_add.residual[row] += p.residual_add.delta[row];
+      v7::store_row(p, row, warps_sum(part, plan.max_rows, r) + (p.bias ? p.bias[row] : 0.0f));
+    }
     v7::add_norm_tail(p.add_norm, p.w.rows);  // MatvecParams::add_norm: the fused residual add + RMSNorm, if asked
   }
 }
