@@ -51,7 +51,6 @@ Env Env::read() {
   e.cuda_quant_swiglu = get("FERRY_CUDA_QUANT_SWIGLU");
   e.cuda_decode_ffn = get("FERRY_CUDA_DECODE_FFN");
   e.cuda_prologue_norm = get("FERRY_CUDA_PROLOGUE_NORM");
-  e.cuda_l2_prefetch_kb = get("FERRY_CUDA_L2_PREFETCH_KB");
   return e;
 }
 

@@ -78,9 +78,6 @@ struct Env {
   // FERRY_CUDA_PROLOGUE_NORM: "0" runs a one-token decode layer's FFN norm as its own launch (comparisons); "1" or
   // unset: in the gate|up matvec's prologue where it applies (CudaBackendOptions::prologue_norm).
   std::optional<std::string> cuda_prologue_norm;
-  // FERRY_CUDA_L2_PREFETCH_KB: KB per block of the gate|up weight that a one-token decode layer's wo matvec requests
-  // into L2 while the attention runs (CudaBackendOptions::l2_prefetch_bytes); 0 off; unset: the option's default.
-  std::optional<std::string> cuda_l2_prefetch_kb;
   // FERRY_PROMPT_GRAPHS: "1" pads the serving engine's prompt-carrying steps to a few shapes and replays them from
   // step graphs like decode steps (EngineOptions::prompt_graphs; engine/model_runner.h); "0" off; unset: the option.
   std::optional<std::string> prompt_graphs;

@@ -75,12 +75,6 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
     cuda.quant_swiglu = env_switch(env.cuda_quant_swiglu, "FERRY_CUDA_QUANT_SWIGLU", true);
     cuda.decode_ffn = env_switch(env.cuda_decode_ffn, "FERRY_CUDA_DECODE_FFN", false);
     cuda.prologue_norm = env_switch(env.cuda_prologue_norm, "FERRY_CUDA_PROLOGUE_NORM", true);
-    if (env.cuda_l2_prefetch_kb) {
-      const std::string& kb = *env.cuda_l2_prefetch_kb;
-      FERRY_CHECK(!kb.empty() && kb.size() <= 5 && kb.find_first_not_of("0123456789") == std::string::npos,
-                  "FERRY_CUDA_L2_PREFETCH_KB must be a number of KB from 0 to 99999, got '{}'", kb);
-      cuda.l2_prefetch_bytes = int64_t(std::stoi(kb)) * 1024;
-    }
     return std::make_unique<CudaBackend>(cuda);  // throws "no CUDA device: ..." without one
   }
   FERRY_CHECK(o.device == "cpu", "device '{}' is not available in this build (ferry runs on: cpu, cuda)", o.device);

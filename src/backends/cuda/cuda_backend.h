@@ -86,9 +86,6 @@ struct CudaBackendOptions {
   // output deferred to the down matvec's epilogue (MatvecParams::residual_add): one launch and one round trip fewer
   // a layer, the same bits; false: Backend's composition (FERRY_CUDA_PROLOGUE_NORM=0, comparisons).
   bool prologue_norm = true;
-  // With prologue_norm: bytes per block of the gate|up weight's head that the wo matvec requests into L2 once its
-  // own copies are issued, while the attention leaves HBM idle (MatvecParams::l2_prefetch); 0: off.
-  int64_t l2_prefetch_bytes = 192 * 1024;
 };
 
 class CudaBackend final : public Backend {

@@ -107,14 +107,8 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
                                   dim, a.wo.cols())
                     : std::string(),
           double(a.wo.nbytes()));
-      cuda_ops::matvec(a.wo.dtype,
-                       {.w = weight_view(a.wo), .x = a.attn.ptr<float>(), .bias = nullptr,
-                        .out = a.delta.ptr<float>(), .n_tokens = 1, .version = 10,
-                        .l2_prefetch = {.w = options_.l2_prefetch_bytes > 0 ? weight_view(a.w_gate_up)
-                                                                             : cuda_ops::WeightView{},
-                                        .run_offset = hidden, .units = hidden,
-                                        .grid = cuda_ops::matvec_v10_grid(hidden),
-                                        .bytes = options_.l2_prefetch_bytes}},
+      cuda_ops::matvec(a.wo.dtype, {.w = weight_view(a.wo), .x = a.attn.ptr<float>(), .bias = nullptr,
+                                    .out = a.delta.ptr<float>(), .n_tokens = 1, .version = 10},
                        stream_);
     }
     {

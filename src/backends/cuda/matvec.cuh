@@ -68,19 +68,6 @@ struct MatvecResidualAdd {
   const float* delta = nullptr;  // (1, n_out) f32
 };
 
-// The head of the NEXT matvec's weight requested into L2 by this one's producer once its own copies are issued
-// (version 10 at one token). For a matvec whose whole weight fits its ring (a decode step's wo: 9.4 MB of Q4_0
-// against 132 x 112 KB of rings) the copies are all issued at the start, and the kernel it waits on (the
-// attention) leaves HBM idle for ~10 us: the next weight's first bytes can come from L2 when its kernel starts.
-// Block b requests the first `bytes` of what block b of the next kernel (of `grid` blocks) streams first.
-struct MatvecL2Prefetch {
-  WeightView w{};          // the next weight, of this matvec's quant type; w.data null: off
-  int64_t run_offset = 0;  // its SwiGLU form: hidden (unit u is rows u and hidden + u); 0: plain (unit u is row u)
-  int64_t units = 0;       // its output units (rows, or hidden in the SwiGLU form)
-  int64_t grid = 0;        // its grid (v7::stream_grid of its units)
-  int64_t bytes = 0;       // per block, at most
-};
-
 struct MatvecParams {
   WeightView w;        // (n_out, n_in) prepared weight (weight_layout.cuh), dtype given separately
   const float* x;      // (n, n_in) f32, rows contiguous, 16-byte aligned
@@ -92,7 +79,6 @@ struct MatvecParams {
   MatvecAddNorm add_norm{};  // versions 9 and 10 only (matvec_add_norm_applies): the fused residual add + RMSNorm
   MatvecInNorm in_norm{};    // version 10 at one token only (matvec_v10_in_norm_applies): x computed from a norm
   MatvecResidualAdd residual_add{};  // version 10 at one token only, not with add_norm or SwiGLU
-  MatvecL2Prefetch l2_prefetch{};    // version 10 at one token only
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.

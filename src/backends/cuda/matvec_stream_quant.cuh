@@ -86,33 +86,6 @@ __device__ __forceinline__ void produce_unit_stages(const WeightView& w, int64_t
   }
 }
 
-// One bulk L2 prefetch (no shared memory, no barrier: the bytes only land in L2), in pieces of at most 64 KB.
-__device__ __forceinline__ void prefetch_l2(const uint8_t* src, int64_t bytes) {
-  for (int64_t at = 0; at < bytes; at += 65536) {
-    const int64_t n = bytes - at < 65536 ? bytes - at : 65536;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src + at)),
-                 "r"(uint32_t(n))
-                 : "memory");
-  }
-}
-
-// Lane 0 of a producer warp (MatvecParams::l2_prefetch): the first units block `b` of the next kernel streams
-// (load_unit_stage's rows: each run's quant rows, then their scale rows), up to e.bytes, requested into L2.
-__device__ __forceinline__ void prefetch_next_units(const MatvecL2Prefetch& e, DType wtype, int64_t b) {
-  if (e.w.data == nullptr || b >= e.grid) return;
-  const BlockRows br = block_rows(e.units, e.grid, b);
-  const int runs = e.run_offset > 0 ? 2 : 1;
-  const SplitRowBytes rb = split_row_bytes(wtype, e.w.cols);
-  const int64_t unit_bytes = runs * (rb.quants + rb.scales);
-  int64_t n = e.bytes / unit_bytes;
-  if (n > br.count) n = br.count;
-  for (int r = 0; r < runs; ++r) {
-    const int64_t row = r * e.run_offset + br.first;
-    prefetch_l2(e.w.data + row * rb.quants, n * rb.quants);
-    if (rb.scales > 0) prefetch_l2(e.w.data + e.w.scales + row * rb.scales, n * rb.scales);
-  }
-}
-
 // A plain matvec's stream (version 7's quantized kernel): rows of w, slot pitch = the stage's bytes.
 __device__ __forceinline__ void produce_quant_stages(const WeightView& w, const StreamPlan& plan, BlockRows br,
                                                      SplitRowBytes rb, uint8_t* ring, uint64_t* full,

@@ -37,11 +37,6 @@ void launch(DType wtype, const MatvecParams& p, int64_t units, bool swiglu, cuda
   FERRY_CUDA_REQUIRE(p.residual_add.residual == nullptr ||
                      (!swiglu && p.residual_add.delta != nullptr && p.add_norm.residual == nullptr));
   FERRY_CUDA_REQUIRE(p.w.scales % 16 == 0);
-  if (p.l2_prefetch.w.data != nullptr) {  // whole 16-byte pieces: the columns rule below and aligned regions
-    const MatvecL2Prefetch& e = p.l2_prefetch;
-    FERRY_CUDA_REQUIRE(e.w.cols % v10::kSegVals == 0 && e.w.scales % 16 == 0 && aligned(e.w.data) && e.units >= 1 &&
-                       e.grid >= 1 && e.bytes >= 0 && e.run_offset >= 0);
-  }
   const int64_t grid = v7::stream_grid(units, v7::device_sm_count());
   const v7::StreamPlan plan = v10::make_plan(wtype, units, p.w.cols, grid);
   const size_t smem = v7::one_block_per_sm(v10::smem_bytes(plan, wtype, p.w.cols, swiglu));
@@ -65,8 +60,6 @@ void matvec_v10(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(matvec_v10_applies(wtype, p.n_tokens, p.w.rows, p.w.cols));
   launch(wtype, p, p.w.rows, false, stream);
 }
-
-int64_t matvec_v10_grid(int64_t units) { return v7::stream_grid(units, v7::device_sm_count()); }
 
 bool matvec_v10_in_norm_applies(DType wtype, int64_t cols) {
   return (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K) && cols >= v10::kSegVals &&

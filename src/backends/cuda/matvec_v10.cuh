@@ -61,8 +61,4 @@ void matvec_v10_swiglu(DType wtype, const MatvecParams& p, cudaStream_t stream);
 // norm's. MatvecParams::residual_add needs only version 10 itself (not with add_norm, not in the SwiGLU form).
 bool matvec_v10_in_norm_applies(DType wtype, int64_t cols);
 
-// The grid version 10 launches for `units` output rows (or SwiGLU units) on the current device
-// (MatvecParams::l2_prefetch names the next kernel's).
-int64_t matvec_v10_grid(int64_t units);
-
 }  // namespace ferry::cuda_ops

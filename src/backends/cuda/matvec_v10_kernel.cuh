@@ -53,14 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel
     if (lane == 0) {
       v7::RingCursor cur = v7::producer_start();
-      // MatvecParams::l2_prefetch: after the stages that fill the ring without waiting (the first plan.stages),
-      // before any that waits for the consumers (so the request is not held up behind the previous kernel).
-      const int64_t fill = int64_t(plan.stages) * (kSwiglu ? kRows / 2 : kRows);  // units in a full ring
-      const BlockRows head{br.first, br.count < fill ? br.count : fill};
-      v7::produce_unit_stages(p.w, kRows, kSwiglu ? 2 : 1, hidden, head, rb, ring, cur);
-      v7::prefetch_next_units(p.l2_prefetch, W, blockIdx.x);
-      v7::produce_unit_stages(p.w, kRows, kSwiglu ? 2 : 1, hidden, {head.first + head.count, br.count - head.count},
-                              rb, ring, cur);
+      v7::produce_unit_stages(p.w, kRows, kSwiglu ? 2 : 1, hidden, br, rb, ring, cur);
     }
     return;
   }
