@@ -34,12 +34,12 @@ struct FusedQkvSmem {
   __align__(16) __nv_bfloat16 kv_bf16[2][D];  // the same rounded to the cache type: what the tile row holds
 };
 
-// Every thread of the block calls it (kThreads threads, kWarps warps). row: the sequence's query row; h0 / n_rows:
-// the block's query heads; covers_last: the block's chunk holds position kv_len - 1; owner: it also writes the
-// cache slot. On return fs is complete and visible to the whole block.
+// The RoPE table of the row's position into fs (every thread of the block calls it; fused_qkv_prepare's first
+// __syncthreads publishes it). It reads only the step's positions and the constant inv_freq, both written before
+// the step began, so decode_mma_block calls it before griddepcontrol.wait: its double sincos is off the path that
+// starts when the q|k|v projection completes.
 template <int D, int kM, int kWarps>
-__device__ inline void fused_qkv_prepare(const AttentionParams& p, int row, int kvh, int h0, int n_rows,
-                                         bool covers_last, bool owner, FusedQkvSmem<D, kM>& fs) {
+__device__ inline void fused_qkv_rope_table(const AttentionParams& p, int row, FusedQkvSmem<D, kM>& fs) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kHalf = D / 2;  // full rotation (the launcher checks rope_half == D / 2)
   const int32_t pos = p.positions[row];
@@ -49,7 +49,17 @@ __device__ inline void fused_qkv_prepare(const AttentionParams& p, int row, int 
     fs.cos_t[k] = float(c);
     fs.sin_t[k] = float(s);
   }
-  __syncthreads();
+}
+
+// Every thread of the block calls it (kThreads threads, kWarps warps), after fused_qkv_rope_table. row: the
+// sequence's query row; h0 / n_rows: the block's query heads; covers_last: the block's chunk holds position
+// kv_len - 1; owner: it also writes the cache slot. On return fs is complete and visible to the whole block.
+template <int D, int kM, int kWarps>
+__device__ inline void fused_qkv_prepare(const AttentionParams& p, int row, int kvh, int h0, int n_rows,
+                                         bool covers_last, bool owner, FusedQkvSmem<D, kM>& fs) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kHalf = D / 2;
+  __syncthreads();  // the RoPE table (fused_qkv_rope_table) is visible to every warp
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n_all = int64_t(p.n_heads) + 2 * p.n_kv_heads;

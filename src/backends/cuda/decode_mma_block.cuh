@@ -193,6 +193,8 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
 #pragma unroll
   for (int it = 0; it < kStages - 1; ++it)
     if (it < n_early) prologue_tile(it);
+  // The fused epilogue's RoPE table: step inputs only (positions), so before the wait too.
+  if constexpr (kFused) fused_qkv_rope_table<D, kM, kWarps>(p, row, *fs);
   if constexpr (kOwnWait) pdl_wait();  // from here on: what the previous kernels wrote (q or qkv, the new K/V)
 #pragma unroll
   for (int it = 0; it < kStages - 1; ++it)

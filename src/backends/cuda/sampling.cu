@@ -142,14 +142,40 @@ __global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
   const SampleRowParams rp = p.rows[row];
   const auto key = [&](int64_t i) { return logit_key(__ldg(lg + i)); };
 
-  // 1. argmax and the number of candidates.
+  // 1. argmax and the number of candidates. Both are exact whatever the order (the max of (key, id) pairs and a
+  // count), so the walk is free to keep many loads in flight: float4s, kUnroll of them requested before any is
+  // used (a walk of one load at a time took ~28 us a row on an H200 at a 128K vocabulary: one L2 round trip per
+  // 4 KB of the row).
   int64_t best = 0;
   double n_valid = 0.0;
-  for (int64_t i = threadIdx.x; i < vocab; i += kT) {
-    const uint32_t k = key(i);
+  const auto consider = [&](uint32_t k, int64_t i) {
     const int64_t v = int64_t(uint64_t(k) << 31 | uint64_t(0x7FFFFFFF - i));
     best = v > best ? v : best;
     n_valid += k != 0 ? 1.0 : 0.0;
+  };
+  if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(lg) % 16 == 0) {
+    constexpr int kUnroll = 8;
+    const float4* lg4 = reinterpret_cast<const float4*>(lg);
+    const int64_t n4 = vocab / 4;
+    for (int64_t j0 = threadIdx.x; j0 < n4; j0 += int64_t(kT) * kUnroll) {
+      float4 f[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t j = j0 + int64_t(u) * kT;
+        if (j < n4) f[u] = __ldg(lg4 + j);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t j = j0 + int64_t(u) * kT;
+        if (j >= n4) break;
+        consider(logit_key(f[u].x), 4 * j);
+        consider(logit_key(f[u].y), 4 * j + 1);
+        consider(logit_key(f[u].z), 4 * j + 2);
+        consider(logit_key(f[u].w), 4 * j + 3);
+      }
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < vocab; i += kT) consider(key(i), i);
   }
   best = block_max(best, s);
   const uint32_t best_key = uint32_t(uint64_t(best) >> 31);
