@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
     BENCH_CUDA_CHECK(cudaMalloc(&rows, kMaxM * sizeof(cuda_ops::SampleRowParams)));
     BENCH_CUDA_CHECK(cudaMalloc(&out, kMaxM * 4));
   }
+  void* parts = nullptr;  // SampleParams::parts: pass 1 split over blocks (the backend's choice)
+  BENCH_CUDA_CHECK(cudaMalloc(&parts, cuda_ops::sample_rows_parts_bytes(kMaxM)));
   struct Setting {
     const char* name;
     float t;
@@ -63,17 +65,21 @@ int main(int argc, char** argv) {
   const Setting settings[] = {{"greedy", 0.0f, 0, 1.0f, 0.0f},
                               {"T0.8_k40_p0.95_minp0.05", 0.8f, 40, 0.95f, 0.05f},
                               {"T1_p0.9", 1.0f, 0, 0.9f, 0.0f}};
-  std::printf("%-26s %4s %9s %8s %7s\n", "setting", "m", "us", "GB/s", "%roof");
+  std::printf("%-26s %4s %9s %8s %7s %14s\n", "setting", "m", "us", "GB/s", "%roof", "us, 1 block p1");
   for (const Setting& st : settings) {
     std::vector<cuda_ops::SampleRowParams> h(kMaxM);
     for (int64_t r = 0; r < kMaxM; ++r) h[size_t(r)] = {st.t, st.k, st.p, st.min_p, uint64_t(r + 1), 100};
     BENCH_CUDA_CHECK(cudaMemcpy(rows, h.data(), h.size() * sizeof(h[0]), cudaMemcpyHostToDevice));
     for (const int64_t m : {1, 4, 16, 64}) {
       const double us = median_us(s, [&] {
+        cuda_ops::sample_rows({.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out, .parts = parts}, s);
+      });
+      const double us_one = median_us(s, [&] {  // pass 1 in the row's one block (SampleParams::parts null)
         cuda_ops::sample_rows({.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out}, s);
       });
       const double bytes = double(m) * kVocab * 4, gbs = bytes / (us * 1e-6) / 1e9;
-      std::printf("%-26s %4lld %9.2f %8.0f %6.1f%%\n", st.name, (long long)m, us, gbs, 100.0 * gbs * 1e9 / kRoofline);
+      std::printf("%-26s %4lld %9.2f %8.0f %6.1f%% %14.2f\n", st.name, (long long)m, us, gbs,
+                  100.0 * gbs * 1e9 / kRoofline, us_one);
       std::fflush(stdout);
       json.add(std::string("sample ") + st.name + " m" + std::to_string(m), 0.0, bytes, us * 1e-6);
     }

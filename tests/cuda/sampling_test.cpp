@@ -212,7 +212,9 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
                               {0.7f, 0, 0.9f, 0.0f},    {1.3f, 0, 1.0f, 0.1f},   {0.5f, 5, 1.0f, 0.0f},
                               {1.0f, 100000, 0.5f, 0.0f}, {2.0f, 1000, 0.99f, 0.01f}, {1e-3f, 0, 0.3f, 0.0f}};
   int mismatches = 0, total = 0;
-  for (const int64_t vocab : {1000, 50000}) {
+  // 50001: pass 1's last slice is not whole float4s (the scalar walk); every row is drawn with pass 1 in one
+  // block and split over kSampleParts blocks (SampleParams::parts).
+  for (const int64_t vocab : {1000, 50000, 50001}) {
     const int64_t m = 24;
     std::vector<float> logits(static_cast<size_t>(m * vocab));
     std::mt19937 rng(static_cast<uint32_t>(vocab));
@@ -228,13 +230,17 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
     ASSERT_EQ(cudaMalloc(&dl, logits.size() * 4), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&dp, size_t(m) * sizeof(cuda_ops::SampleRowParams)), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&dout, size_t(m) * 4), cudaSuccess);
+    void* dparts = nullptr;
+    ASSERT_EQ(cudaMalloc(&dparts, cuda_ops::sample_rows_parts_bytes(m)), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(dl, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    for (const bool split : {false, true})
     for (const Setting st : settings) {
       std::vector<cuda_ops::SampleRowParams> rows(static_cast<size_t>(m));
       for (int64_t r = 0; r < m; ++r)
         rows[size_t(r)] = {st.t, st.k, st.p, st.min_p, uint64_t(r * 7919 + 3), uint64_t(r * 13)};
       ASSERT_EQ(cudaMemcpy(dp, rows.data(), rows.size() * sizeof(rows[0]), cudaMemcpyHostToDevice), cudaSuccess);
-      cuda_ops::sample_rows({.logits = dl, .m = m, .vocab = vocab, .rows = dp, .out = dout}, nullptr);
+      cuda_ops::sample_rows(
+          {.logits = dl, .m = m, .vocab = vocab, .rows = dp, .out = dout, .parts = split ? dparts : nullptr}, nullptr);
       std::vector<int32_t> got(static_cast<size_t>(m));
       ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       for (int64_t r = 0; r < m; ++r) {
@@ -250,7 +256,7 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
         ++total;
         if (got[size_t(r)] != want) {
           ++mismatches;
-          ADD_FAILURE() << "vocab " << vocab << " row " << r << " T " << st.t << " k " << st.k << " p " << st.p
+          ADD_FAILURE() << "vocab " << vocab << (split ? " (pass 1 split)" : "") << " row " << r << " T " << st.t << " k " << st.k << " p " << st.p
                         << " min_p " << st.min_p << ": GPU " << got[size_t(r)] << ", CPU " << want;
         }
       }
@@ -258,6 +264,7 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
     cudaFree(dl);
     cudaFree(dp);
     cudaFree(dout);
+    cudaFree(dparts);
   }
   std::printf("GPU sampling: %d of %d draws differ from the CPU sampler\n", mismatches, total);
 }

@@ -660,9 +660,15 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
   std::memcpy(slot.host.data(), rows.data(), bytes);
   FERRY_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.data(), slot.host.data(), bytes, cudaMemcpyHostToDevice, stream_));
   FERRY_CUDA_CHECK(cudaEventRecord(slot.copied, stream_));
+  // Pass 1 split over blocks (kSampleParts a row) where the grid allows: its scratch grows like sample_rows_.
+  const bool split = m <= 0xFFFF;
+  if (split && sample_parts_.bytes() < cuda_ops::sample_rows_parts_bytes(m)) {
+    sample_parts_ = DeviceBuffer();
+    sample_parts_ = alloc(cuda_ops::sample_rows_parts_bytes(std::max<int64_t>(m, 256)));
+  }
   cuda_ops::sample_rows({.logits = logits.ptr<float>(), .m = m, .vocab = logits.cols(),
                          .rows = static_cast<const cuda_ops::SampleRowParams*>(sample_rows_.data()),
-                         .out = out.ptr<int32_t>()},
+                         .out = out.ptr<int32_t>(), .parts = split ? sample_parts_.data() : nullptr},
                         stream_);
 }
 

@@ -217,6 +217,7 @@ class CudaBackend final : public Backend {
   void launch_attention(cuda_ops::AttentionParams& ap);
   DeviceBuffer attn_scratch_;    // attention_scratch_bytes(): split-KV decode partials
   DeviceBuffer sample_rows_;     // (m) cuda_ops::SampleRowParams for sample()
+  DeviceBuffer sample_parts_;    // (m, kSampleParts) i64 then (m, kSampleParts) f64: sample()'s pass-1 partials
   struct SampleStaging {
     DeviceBuffer host;             // (m) cuda_ops::SampleRowParams, page-locked: the copy's source
     CUevent_st* copied = nullptr;  // recorded after the copy that reads it

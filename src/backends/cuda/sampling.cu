@@ -133,6 +133,61 @@ __device__ uint32_t radix_select(int64_t vocab, double target, In&& in, Key&& ke
   return prefix;
 }
 
+// Pass 1 over ids [lo, hi) of row lg: the max of (key << 31 | ~id) (the largest key, ties -> lowest id) and the
+// count of candidates (keys != 0), both exact whatever the order, so the walk keeps many loads in flight:
+// float4s, kUnroll of them requested before any is used, where [lo, hi) and lg allow.
+__device__ void walk_argmax(const float* lg, int64_t lo, int64_t hi, int64_t& best, double& n_valid) {
+  const auto consider = [&](uint32_t k, int64_t i) {
+    const int64_t v = int64_t(uint64_t(k) << 31 | uint64_t(0x7FFFFFFF - i));
+    best = v > best ? v : best;
+    n_valid += k != 0 ? 1.0 : 0.0;
+  };
+  if (lo % 4 == 0 && hi % 4 == 0 && reinterpret_cast<uintptr_t>(lg) % 16 == 0) {
+    constexpr int kUnroll = 4;
+    const float4* lg4 = reinterpret_cast<const float4*>(lg);
+    const int64_t j_lo = lo / 4, j_hi = hi / 4;
+    for (int64_t j0 = j_lo + threadIdx.x; j0 < j_hi; j0 += int64_t(kT) * kUnroll) {
+      float4 f[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t j = j0 + int64_t(u) * kT;
+        if (j < j_hi) f[u] = __ldg(lg4 + j);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t j = j0 + int64_t(u) * kT;
+        if (j >= j_hi) break;
+        consider(logit_key(f[u].x), 4 * j);
+        consider(logit_key(f[u].y), 4 * j + 1);
+        consider(logit_key(f[u].z), 4 * j + 2);
+        consider(logit_key(f[u].w), 4 * j + 3);
+      }
+    }
+  } else {
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kT) consider(logit_key(__ldg(lg + i)), i);
+  }
+}
+
+// Pass 1 of row blockIdx.y split over kSampleParts blocks (blockIdx.x: slices of whole float4s): partials into
+// p.parts, (m, parts) i64 bests then (m, parts) f64 counts.
+__global__ void __launch_bounds__(kT) argmax_parts_kernel(SampleParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
+  __shared__ SampleSmem s;
+  const int64_t row = blockIdx.y, vocab = p.vocab;
+  const int64_t slice = ((vocab + kSampleParts - 1) / kSampleParts + 3) / 4 * 4;
+  const int64_t lo = min(vocab, int64_t(blockIdx.x) * slice), hi = min(vocab, lo + slice);
+  int64_t best = 0;
+  double n_valid = 0.0;
+  walk_argmax(p.logits + size_t(row) * size_t(vocab), lo, hi, best, n_valid);
+  best = block_max(best, s);
+  n_valid = block_sum(n_valid, s);
+  if (threadIdx.x == 0) {
+    static_cast<int64_t*>(p.parts)[row * kSampleParts + blockIdx.x] = best;
+    reinterpret_cast<double*>(static_cast<int64_t*>(p.parts) + p.m * kSampleParts)[row * kSampleParts + blockIdx.x] = n_valid;
+  }
+}
+
 __global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
   pdl_allow_dependents();
   pdl_wait();
@@ -142,40 +197,19 @@ __global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
   const SampleRowParams rp = p.rows[row];
   const auto key = [&](int64_t i) { return logit_key(__ldg(lg + i)); };
 
-  // 1. argmax and the number of candidates. Both are exact whatever the order (the max of (key, id) pairs and a
-  // count), so the walk is free to keep many loads in flight: float4s, kUnroll of them requested before any is
-  // used (a walk of one load at a time took ~28 us a row on an H200 at a 128K vocabulary: one L2 round trip per
-  // 4 KB of the row).
+  // 1. argmax and the number of candidates (argmax_parts_kernel's partials when p.parts is set).
   int64_t best = 0;
   double n_valid = 0.0;
-  const auto consider = [&](uint32_t k, int64_t i) {
-    const int64_t v = int64_t(uint64_t(k) << 31 | uint64_t(0x7FFFFFFF - i));
-    best = v > best ? v : best;
-    n_valid += k != 0 ? 1.0 : 0.0;
-  };
-  if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(lg) % 16 == 0) {
-    constexpr int kUnroll = 8;
-    const float4* lg4 = reinterpret_cast<const float4*>(lg);
-    const int64_t n4 = vocab / 4;
-    for (int64_t j0 = threadIdx.x; j0 < n4; j0 += int64_t(kT) * kUnroll) {
-      float4 f[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = j0 + int64_t(u) * kT;
-        if (j < n4) f[u] = __ldg(lg4 + j);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = j0 + int64_t(u) * kT;
-        if (j >= n4) break;
-        consider(logit_key(f[u].x), 4 * j);
-        consider(logit_key(f[u].y), 4 * j + 1);
-        consider(logit_key(f[u].z), 4 * j + 2);
-        consider(logit_key(f[u].w), 4 * j + 3);
-      }
+  if (p.parts != nullptr) {
+    const int64_t* part_best = static_cast<const int64_t*>(p.parts) + row * kSampleParts;
+    const double* part_count = reinterpret_cast<const double*>(static_cast<const int64_t*>(p.parts) + p.m * kSampleParts) +
+                               row * kSampleParts;
+    if (threadIdx.x < kSampleParts) {
+      best = part_best[threadIdx.x];
+      n_valid = part_count[threadIdx.x];
     }
   } else {
-    for (int64_t i = threadIdx.x; i < vocab; i += kT) consider(key(i), i);
+    walk_argmax(lg, 0, vocab, best, n_valid);
   }
   best = block_max(best, s);
   const uint32_t best_key = uint32_t(uint64_t(best) >> 31);
@@ -254,6 +288,11 @@ __global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
 void sample_rows(const SampleParams& p, cudaStream_t stream) {
   if (p.m == 0) return;
   FERRY_CUDA_REQUIRE(p.vocab > 0 && p.vocab < 0x7FFFFFFF && p.m <= 0x7FFFFFFF);
+  if (p.parts != nullptr) {
+    FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.parts) % 8 == 0 && p.m <= 0xFFFF);  // rows on grid.y
+    launch_pdl(argmax_parts_kernel, dim3(unsigned(kSampleParts), unsigned(p.m)), dim3(kT), 0, stream, p);
+    FERRY_CUDA_CHECK_LAUNCH(argmax_parts_kernel);
+  }
   launch_pdl(sample_kernel, dim3(unsigned(p.m)), dim3(kT), 0, stream, p);
   FERRY_CUDA_CHECK_LAUNCH(sample_kernel);
 }

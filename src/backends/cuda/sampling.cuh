@@ -25,6 +25,10 @@
 namespace ferry::cuda_ops {
 
 inline constexpr int kSampleThreads = 1024;
+// Pass 1 (argmax and the candidate count) of each row split over this many blocks when SampleParams::parts is
+// set: one block alone walked a 128K-vocabulary row in ~25 us on an H200 (one SM's reads), the whole draw of a
+// greedy batch-1 step.
+inline constexpr int kSampleParts = 32;
 
 // One row's settings (SamplingParams minus the penalties), position = the draw's Philox counter.
 struct SampleRowParams {
@@ -41,9 +45,16 @@ struct SampleParams {
   int64_t m, vocab;              // vocab < 2^31
   const SampleRowParams* rows;   // (m) device
   int32_t* out;                  // (m) i32: the sampled id, -1 when every logit is NaN / -inf
+  // (m, kSampleParts) device scratch for pass 1 split over blocks (sample_rows_parts_bytes), or null: one block a
+  // row does it. The result is the same either way (a max of (key, id) pairs and an exact count).
+  void* parts = nullptr;
 };
 
-// One launch on `stream`, m blocks (no allocation, no host synchronisation: capturable).
+// Bytes SampleParams::parts needs for m rows.
+inline size_t sample_rows_parts_bytes(int64_t m) { return size_t(m) * kSampleParts * (sizeof(int64_t) + sizeof(double)); }
+
+// One launch on `stream`, m blocks (two with SampleParams::parts: m x kSampleParts blocks first); no allocation,
+// no host synchronisation: capturable.
 void sample_rows(const SampleParams& p, cudaStream_t stream);
 
 // ---- shared with the host tests (bit-exact ports of sampling/sampler_math.h and sampling/philox.h) ----------------
