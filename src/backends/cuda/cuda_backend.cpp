@@ -660,8 +660,10 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
   std::memcpy(slot.host.data(), rows.data(), bytes);
   FERRY_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.data(), slot.host.data(), bytes, cudaMemcpyHostToDevice, stream_));
   FERRY_CUDA_CHECK(cudaEventRecord(slot.copied, stream_));
-  // Pass 1 split over blocks (kSampleParts a row) where the grid allows: its scratch grows like sample_rows_.
-  const bool split = m <= 0xFFFF;
+  // Pass 1 split over blocks (kSampleParts a row) for up to 16 rows: its scratch grows like sample_rows_.
+  // sampling_bench, greedy, vocab 128256 (H200): 1 row 25.7 -> 8.3 us, 16 rows 25.7 -> 15.2, but 64 rows 26.3 ->
+  // 50.5 (2,048 blocks of 1,024 threads in waves): from there one block a row is faster.
+  const bool split = m <= 16;
   if (split && sample_parts_.bytes() < cuda_ops::sample_rows_parts_bytes(m)) {
     sample_parts_ = DeviceBuffer();
     sample_parts_ = alloc(cuda_ops::sample_rows_parts_bytes(std::max<int64_t>(m, 256)));
