@@ -43,6 +43,12 @@ summary="$OUT/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 t_start=$SECONDS
 stage_done() { note "[$1 stage: $((SECONDS - t_start)) s since start]"; }
+# The Llama-3-8B-shaped random model of weight type $1, made once per machine with `ferry gen` (its log to $2).
+model_of() {
+  local m="/tmp/llama3-8b-$1.gguf"
+  [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type "$1" -o "$m" -t 16 >> "$2" 2>&1
+  echo "$m"
+}
 gtest_result() { grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$1" | tr '\n' ' '; }
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$summary"
@@ -116,8 +122,7 @@ if has bench; then
   log="$OUT/bench.log"
   : > "$log"
   for t in ${FERRY_BENCH_TYPES:-bf16 q8_0 q4_0}; do
-    m="/tmp/llama3-8b-$t.gguf"
-    [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type "$t" -o "$m" -t 16 >> "$log" 2>&1
+    m="$(model_of "$t" "$log")"
     # BF16 and Q4_0 runs on roofline charts with the kernel harnesses' points when they ran first (Q8_0's
     # chart is left out: a device call brings back at most 8 files).
     plot=()
@@ -215,8 +220,7 @@ if has profile; then
   : > "$log"
   for t in ${FERRY_PROFILE_TYPES:-bf16 q4_0}; do
     [ "$t" = none ] && continue  # FERRY_PROFILE_TYPES=none: only the serve profile
-    m="/tmp/llama3-8b-$t.gguf"
-    [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type "$t" -o "$m" -t 16 >> "$log" 2>&1
+    m="$(model_of "$t" "$log")"
     "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
     note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, graphs] /")"
     FERRY_CUDA_PROFILE=1 "$C/ferry" bench --device cuda -m "$m" -p 0 -n 64 -r 1 > "$OUT/b.log" 2>&1
@@ -258,8 +262,7 @@ if has trace; then
   log="$OUT/trace.log"
   : > "$log"
   for t in ${FERRY_TRACE_TYPES:-q4_0 q8_0 bf16}; do
-    m="/tmp/llama3-8b-$t.gguf"
-    [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type "$t" -o "$m" -t 16 >> "$log" 2>&1
+    m="$(model_of "$t" "$log")"
     "$C/ferry" bench --device cuda -m "$m" -p 0 -n 64 -r 1 > "$OUT/b.log" 2>&1
     note "$(grep -E 'tg64|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, untraced] /")"
     # FERRY_TRACE_AB: an environment assignment traced a second time (e.g. FERRY_CUDA_FUSED_ADD_NORM=1).
