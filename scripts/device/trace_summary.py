@@ -99,7 +99,7 @@ def main():
     steps = [s for s in steps if [k["name"] for k in s] == names]  # same kernel order as the first one kept
     if not steps:
         sys.exit("trace_summary: the steps do not share one kernel order")
-    gaps = [b[0]["start"] - a[-1]["end"] for a, b in zip(steps, steps[1:])]
+    gaps = [b[0]["start"] - max(k["end"] for k in a) for a, b in zip(steps, steps[1:])]
     spans, per = [], []
     for s in steps:
         span, rows = analyse(s)
