@@ -19,7 +19,8 @@
 #          clock and board power sampled during each run;
 # placement: kv_placement_bench (decode attention with the KV blocks compact or spread over a serving-sized cache);
 # trace:   a CUPTI kernel timeline of graph-replayed decode (Q4_0, Q8_0, BF16; FERRY_TRACE_TYPES): each kernel's
-#          share of the step's critical path (bench/trace/kernel_trace.cpp, scripts/device/trace_summary.py);
+#          share of the step's critical path (bench/trace/kernel_trace.cpp, scripts/device/trace_summary.py), and
+#          the phases inside the decode attention and the matvecs (FERRY_CUDA_STAMPS=1);
 # profile: per-op GPU time tables (FERRY_CUDA_PROFILE=1) of batch-1 decode (BF16, Q4_0) and of a serve run.
 # A summary table is printed last; full logs go under $OUT (tests.log, kernels.log, correctness.log,
 # bench.log, summary.txt).
@@ -280,6 +281,11 @@ if has trace; then
       xz -T4 -6 "$OUT/trace-$tag.csv"  # a call brings back 8 files at most: the tables stay in trace.log only
       rm -f "$OUT/trace-$tag.txt"
     done
+    # Inside the kernels: the phase stamps of the last launch of the decode attention and of each matvec v10 shape
+    # (FERRY_CUDA_STAMPS=1, printed at exit; stamp_table.h).
+    FERRY_CUDA_STAMPS=1 "$C/ferry" bench --device cuda -m "$m" -p 0 -n 16 -r 1 > "$OUT/b.log" 2>&1
+    { echo "== $t: phase stamps"; cat "$OUT/b.log"; } >> "$log"
+    sed -n '/^FERRY_CUDA_STAMPS/,$p' "$OUT/b.log" | sed "s/^/[$t] /" | tee -a "$summary"
     [ "$t" = bf16 ] || rm -f "$m"
   done
   rm -f "$OUT/b.log"

@@ -78,6 +78,9 @@ struct Env {
   // FERRY_CUDA_PROLOGUE_NORM: "0" runs a one-token decode layer's FFN norm as its own launch (comparisons); "1" or
   // unset: in the gate|up matvec's prologue where it applies (CudaBackendOptions::prologue_norm).
   std::optional<std::string> cuda_prologue_norm;
+  // FERRY_CUDA_STAMPS: "1" stamps the phases of the decode attention and the matvec v10 kernels and prints the last
+  // launch of each at exit (CudaBackendOptions::phase_stamps; diagnostics); "0" or unset: off.
+  std::optional<std::string> cuda_stamps;
   // FERRY_PROMPT_GRAPHS: "1" pads the serving engine's prompt-carrying steps to a few shapes and replays them from
   // step graphs like decode steps (EngineOptions::prompt_graphs; engine/model_runner.h); "0" off; unset: the option.
   std::optional<std::string> prompt_graphs;

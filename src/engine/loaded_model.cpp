@@ -75,6 +75,7 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
     cuda.quant_swiglu = env_switch(env.cuda_quant_swiglu, "FERRY_CUDA_QUANT_SWIGLU", true);
     cuda.decode_ffn = env_switch(env.cuda_decode_ffn, "FERRY_CUDA_DECODE_FFN", false);
     cuda.prologue_norm = env_switch(env.cuda_prologue_norm, "FERRY_CUDA_PROLOGUE_NORM", true);
+    cuda.phase_stamps = env_switch(env.cuda_stamps, "FERRY_CUDA_STAMPS", false);
     return std::make_unique<CudaBackend>(cuda);  // throws "no CUDA device: ..." without one
   }
   FERRY_CHECK(o.device == "cpu", "device '{}' is not available in this build (ferry runs on: cpu, cuda)", o.device);

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "backends/cuda/device_errors.h"
+#include "backends/cuda/phase_stamps.cuh"
 
 namespace ferry::cuda_ops {
 
@@ -71,6 +72,9 @@ struct AttentionParams {
   __nv_bfloat16* k_cache_out = nullptr;
   __nv_bfloat16* v_cache_out = nullptr;
   uint16_t* out_bf16 = nullptr;  // (n, n_heads, head_dim) bf16 bits instead of out (see the top of the file)
+  // The tensor-core decode kernel: stamps at entry (0), the PDL wait's release (1), the fused q/k/v epilogue done
+  // (2), the main loop done (3), the output written (4).
+  PhaseStamps stamps{};
 };
 
 #ifdef __CUDACC__

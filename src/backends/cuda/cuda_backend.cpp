@@ -27,6 +27,7 @@
 #include "backends/cuda/sampling.cuh"
 #include "backends/cuda/token_feedback.cuh"
 #include "backends/cuda/skinny_gemm.cuh"
+#include "backends/cuda/stamp_table.h"
 #include "backends/cuda/step_graph.h"
 #include "backends/cuda/weight_layout.cuh"
 #include "backends/cuda/weight_repack.h"
@@ -129,6 +130,11 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
     options_.prefill_bf16_weights = true;  // one GEMM for every token count reads bf16 weights
   }
   if (options.profile_ops) profiler_ = std::make_unique<OpProfiler>(stream_);
+  if (options.phase_stamps) {
+    DeviceBuffer words = alloc(size_t(cuda_ops::StampTable::kMaxKinds) * cuda_ops::kStampSlots * 8);
+    FERRY_CUDA_CHECK(cudaMemset(words.data(), 0, words.bytes()));
+    stamps_ = std::make_unique<cuda_ops::StampTable>(std::move(words));
+  }
   add_norm_counter_ = alloc(sizeof(unsigned int));  // zeroed once: each fused call leaves it at 0
   FERRY_CUDA_CHECK(cudaMemset(add_norm_counter_.data(), 0, sizeof(unsigned int)));
   decode_ffn_barrier_ = alloc(sizeof(unsigned long long));  // zeroed once, never reset (grid_barrier.cuh)
@@ -151,6 +157,11 @@ CudaBackend::~CudaBackend() {
     const std::string table = profiler_->report();
     if (!table.empty()) std::fprintf(stderr, "%s", table.c_str());
     profiler_.reset();
+  }
+  if (stamps_) {
+    const std::string table = stamps_->report();
+    if (!table.empty()) std::fprintf(stderr, "%s", table.c_str());
+    stamps_.reset();
   }
   gemm_.reset();
   if (errors_) cudaFreeHost(errors_);
@@ -470,7 +481,8 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
     cuda_ops::matvec(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(),
                                .bias = bias.empty() ? nullptr : bias.ptr<float>(), .out = out.ptr<float>(),
                                .n_tokens = int(n), .version = mv_version,
-                               .scratch = scratch > 0 ? x_bf16_.data() : nullptr},
+                               .scratch = scratch > 0 ? x_bf16_.data() : nullptr,
+                               .stamps = matvec_stamps("matvec", w)},
                      stream_);
   } else {
     matmul_gemm(out, x, w, bias, path);
@@ -606,6 +618,12 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
     sm90_gemm_->run_swiglu(out.ptr<float>(), xb, wb, n, hidden, dim, stream_,
                            options_.batch_invariant ? &fixed : nullptr);
   }
+}
+
+cuda_ops::PhaseStamps CudaBackend::matvec_stamps(const char* what, const Tensor& w) {
+  if (!stamps_) return {};
+  return stamps_->slots(fmt::format("{} {} {}x{}", what, std::string(dtype_name(w.dtype)), w.rows(), w.cols()),
+                        {"waited", "acts", "consumed", "stored"});
 }
 
 void CudaBackend::gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) {

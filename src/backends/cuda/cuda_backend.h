@@ -35,7 +35,9 @@ namespace cuda_ops {
 struct AttentionParams;
 class CublasLtGemm;
 class OpProfiler;
+struct PhaseStamps;
 class Sm90Gemm;
+class StampTable;
 class WgSkinnyGemm;
 struct DeviceErrors;
 }  // namespace cuda_ops
@@ -87,6 +89,9 @@ struct CudaBackendOptions {
   // bits (H200 tg128 in-call: +2% Q8_0, within the noise on Q4_0); false: Backend's composition
   // (FERRY_CUDA_PROLOGUE_NORM=0, comparisons).
   bool prologue_norm = true;
+  // Phase stamps (phase_stamps.cuh) in the decode attention and the matvec v10 kernels, the last launch of each
+  // kernel and shape printed at exit (FERRY_CUDA_STAMPS=1; stamp_table.h). Off: one predicated branch a phase.
+  bool phase_stamps = false;
 };
 
 class CudaBackend final : public Backend {
@@ -226,6 +231,9 @@ class CudaBackend final : public Backend {
   std::array<SampleStaging, kMaxMarksInFlight> sample_staging_;  // sample()'s settings, one slot per step in flight
   size_t sample_staging_next_ = 0;
   std::unique_ptr<cuda_ops::OpProfiler> profiler_;  // options_.profile_ops, else null
+  std::unique_ptr<cuda_ops::StampTable> stamps_;     // options_.phase_stamps, else null
+  // The stamp slots of a matvec v10 launch of `what` on weight w (kind "what type rowsxcols"); {} when off.
+  cuda_ops::PhaseStamps matvec_stamps(const char* what, const Tensor& w);
 };
 
 }  // namespace ferry

@@ -11,6 +11,7 @@
 #include "backends/cuda/decode_mma.cuh"
 #include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/op_profiler.h"
+#include "backends/cuda/stamp_table.h"
 #include "backends/cuda/qkv_epilogue.cuh"
 #include "backends/cuda/rope.cuh"
 #include "core/check.h"
@@ -170,6 +171,9 @@ void CudaBackend::launch_attention(cuda_ops::AttentionParams& ap) {
   }
   ap.scratch = static_cast<float*>(attn_scratch_.data());
   ap.scratch_bytes = attn_scratch_.bytes();
+  if (stamps_ && ap.max_q_len >= 0 && ap.max_q_len <= 1)  // decode-only steps: the tensor-core decode kernel
+    ap.stamps = stamps_->slots(ap.qkv ? "attention decode (fused q/k/v)" : "attention decode",
+                               {"waited", "prepared", "looped", "written"});
   cuda_ops::attention(ap, stream_);
 }
 

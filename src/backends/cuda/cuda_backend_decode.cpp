@@ -10,6 +10,7 @@
 #include "backends/cuda/matvec.cuh"
 #include "backends/cuda/matvec_v10.cuh"
 #include "backends/cuda/op_profiler.h"
+#include "backends/cuda/stamp_table.h"
 #include "core/check.h"
 
 namespace ferry {
@@ -107,8 +108,9 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
                                   dim, a.wo.cols())
                     : std::string(),
           double(a.wo.nbytes()));
-      cuda_ops::matvec(a.wo.dtype, {.w = weight_view(a.wo), .x = a.attn.ptr<float>(), .bias = nullptr,
-                                    .out = a.delta.ptr<float>(), .n_tokens = 1, .version = 10},
+      cuda_ops::matvec(a.wo.dtype,
+                       {.w = weight_view(a.wo), .x = a.attn.ptr<float>(), .bias = nullptr, .out = a.delta.ptr<float>(),
+                        .n_tokens = 1, .version = 10, .stamps = matvec_stamps("attn_out_ffn wo", a.wo)},
                        stream_);
     }
     {
@@ -122,7 +124,8 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
                                   {.w = weight_view(a.w_gate_up), .x = nullptr, .bias = nullptr,
                                    .out = a.act.ptr<float>(), .n_tokens = 1, .version = 10,
                                    .in_norm = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>(),
-                                               .weight = a.ffn_norm.ptr<float>(), .eps = a.eps}},
+                                               .weight = a.ffn_norm.ptr<float>(), .eps = a.eps},
+                                   .stamps = matvec_stamps("attn_out_ffn norm+gate|up", a.w_gate_up)},
                                   stream_);
     }
     {
@@ -136,7 +139,8 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
       cuda_ops::matvec(a.w_down.dtype,
                        {.w = weight_view(a.w_down), .x = act.ptr<float>(), .bias = nullptr,
                         .out = a.delta.ptr<float>(), .n_tokens = 1, .version = 10,
-                        .residual_add = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>()}},
+                        .residual_add = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>()},
+                        .stamps = matvec_stamps("attn_out_ffn down+add", a.w_down)},
                        stream_);
     }
     add_rms_norm(a.out, a.residual, a.delta, a.next_norm, a.eps);

@@ -143,6 +143,7 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
                                                  FusedQkvSmem<D, kM>* fs = nullptr) {
   using Sh = MmaShape<D, kStages>;
   constexpr int kK = D / 16;  // 16-dim k-steps of QK^T, and 16-dim column pairs of PV
+  stamp(p.stamps, 0);
   // After the main loop the ring is free: the warps' accumulators (kWarps, kM, D) f32 reuse it.
   float(*s_acc)[kM][D] = reinterpret_cast<float(*)[kM][D]>(smem_ring);
   static_assert(sizeof(float) * kWarps * kM * D <= Sh::kSmemBytes);
@@ -196,6 +197,7 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
   // The fused epilogue's RoPE table: step inputs only (positions), so before the wait too.
   if constexpr (kFused) fused_qkv_rope_table<D, kM, kWarps>(p, row, *fs);
   if constexpr (kOwnWait) pdl_wait();  // from here on: what the previous kernels wrote (q or qkv, the new K/V)
+  stamp(p.stamps, 1);
 #pragma unroll
   for (int it = 0; it < kStages - 1; ++it)
     if (it >= n_early) prologue_tile(it);
@@ -206,6 +208,7 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
   if constexpr (kFused) {
     fused_qkv_prepare<D, kM, kWarps>(p, row, kvh, kvh * group + r0, n_rows, covers_last, covers_last && rg == 0, *fs);
   }
+  stamp(p.stamps, 2);
 
   // Q as mma A fragments (row = query head r0 + mma row; rows >= n_rows are zero), scaled by scale * log2e,
   // split into bf16 hi + lo: q_hi[k] / q_lo[k] for dims [16k, 16k + 16): a0 = (row g, dims 2t, 2t+1),
@@ -344,6 +347,7 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring before s_acc overwrites it
+  stamp(p.stamps, 3);
 
   // This warp's state to shared memory: l summed over the quad (each lane summed its own positions).
 #pragma unroll
@@ -364,6 +368,7 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
   __syncthreads();
   decode_block_epilogue<D, kM, kWarps, kOnePass>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv, row, group, r0, n_rows}, s_acc,
                                        es);
+  stamp(p.stamps, 4);
 }
 
 }  // namespace ferry::cuda_ops::decode_mma_detail

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/phase_stamps.cuh"
 #include "backends/cuda/weight_layout.cuh"
 
 namespace ferry::cuda_ops {
@@ -79,6 +80,9 @@ struct MatvecParams {
   MatvecAddNorm add_norm{};  // versions 9 and 10 only (matvec_add_norm_applies): the fused residual add + RMSNorm
   MatvecInNorm in_norm{};    // version 10 at one token only (matvec_v10_in_norm_applies): x computed from a norm
   MatvecResidualAdd residual_add{};  // version 10 at one token only, not with add_norm or SwiGLU
+  // Version 10: stamps at entry (0), the PDL wait's release (1), the activations quantized (2), the last stage
+  // consumed (3), the rows stored (4).
+  PhaseStamps stamps{};
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.

@@ -31,6 +31,7 @@ using v7::StreamPlan;
 template <DType W, int kSegs, int kRows, bool kSwiglu = false>
 __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
   pdl_allow_dependents();
+  stamp(p.stamps, 0);
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);  // [stages]: a stage's bytes have landed
   uint64_t* empty = full + v7::kMaxStages;             // [stages]: every consumer warp is done with it
@@ -66,6 +67,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   if (in_norm && has_seg) load_lane_run_vecs<W>(p.in_norm.weight, warp, lane, false, norm_w);
 
   pdl_wait();  // x (or the residual and delta) is written by the previous kernels
+  stamp(p.stamps, 1);
   LaneAct act[kSegs];
   if (in_norm) {
     // The norm's float4s (norm.cu's thread order, for the scale) and the lane's own columns in one round trip.
@@ -85,9 +87,11 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
     quantize_lane_acts<W, kSegs>(act, plan.segs_per_row, warp, lane,
                                  [&](int, int, int64_t c) { return *reinterpret_cast<const float4*>(p.x + c); });
   }
+  stamp(p.stamps, 2);
   v7::RingCursor cur;
   consume_stages<W, kSegs, kRows, kSwiglu>(ring, cur, br.count, cols, plan.segs_per_row, act, part, part_stride,
                                            plan.max_rows, warp, lane);
+  stamp(p.stamps, 3);
   v7::consumers_sync();
 
   if constexpr (kSwiglu) {
@@ -102,6 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
     }
     v7::add_norm_tail(p.add_norm, p.w.rows);  // MatvecParams::add_norm: the fused residual add + RMSNorm, if asked
   }
+  stamp(p.stamps, 4);
 }
 
 template <DType W, int kSegs, int kRows, bool kSwiglu>
