@@ -1,5 +1,6 @@
 // GPU sampling (design: sampling.cuh). One block of kSampleThreads per row; every pass walks the row in
-// tiles of kSampleThreads consecutive ids (coalesced 4-byte reads; the row stays in L2 between passes).
+// tiles of kSampleThreads consecutive ids (coalesced 4-byte reads; the row stays in L2 between passes). Pass 1
+// (argmax, candidate count) may run first over kSampleParts blocks a row (SampleParams::parts).
 #include "backends/cuda/sampling.cuh"
 
 #include "backends/cuda/common.cuh"
