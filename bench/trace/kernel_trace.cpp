@@ -2,6 +2,8 @@
 //
 //   CUDA_INJECTION64_PATH=/path/libferry_kernel_trace.so FERRY_KERNEL_TRACE=trace.csv ferry bench ...
 //
+// "%p" in FERRY_KERNEL_TRACE becomes the process id (one file per rank of a --tp run).
+//
 // The CUDA driver loads the library named by CUDA_INJECTION64_PATH when the program first initializes CUDA and
 // calls its InitializeInjection(). From then on CUPTI records every kernel (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
 // kernels keep running concurrently, PDL overlap included; kernels replayed from a CUDA graph carry the graph's id
@@ -16,6 +18,7 @@
 #include <cupti.h>
 
 #include <cxxabi.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -119,7 +122,10 @@ void write_trace() {
 
 extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   const char* path = std::getenv("FERRY_KERNEL_TRACE");
-  state().path = path && *path ? path : "ferry-kernel-trace.csv";
+  std::string p = path && *path ? path : "ferry-kernel-trace.csv";
+  for (size_t at = p.find("%p"); at != std::string::npos; at = p.find("%p", at))
+    p.replace(at, 2, std::to_string(getpid()));
+  state().path = p;
   report(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
   report(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable(CONCURRENT_KERNEL)");
   std::atexit(write_trace);
