@@ -11,9 +11,9 @@
 #include "backends/cuda/decode_mma.cuh"
 #include "backends/cuda/decode_split.cuh"
 #include "backends/cuda/op_profiler.h"
-#include "backends/cuda/stamp_table.h"
 #include "backends/cuda/qkv_epilogue.cuh"
 #include "backends/cuda/rope.cuh"
+#include "backends/cuda/stamp_table.h"
 #include "core/check.h"
 
 namespace ferry {
