@@ -78,13 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ffn_kernel(DecodeFfnParams
 #pragma unroll
     for (int j = 0; j < kSegsD; ++j) {
       const int seg = j * kConsumerWarps + warp;
-      if (seg >= segs_d) continue;
-      int64_t c0, c1;
-      v10::lane_runs<W>(seg, lane, c0, c1);
-      const float4* r = reinterpret_cast<const float4*>(src);
-      const int64_t at[4] = {c0 / 4, c0 / 4 + 1, c1 / 4, c1 / 4 + 1};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) out[j][k] = through_l2 ? __ldcg(r + at[k]) : r[at[k]];
+      if (seg < segs_d) v10::load_lane_run_vecs<W>(src, seg, lane, through_l2, out[j]);
     }
   };
 

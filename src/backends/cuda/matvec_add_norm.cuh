@@ -39,31 +39,20 @@ inline constexpr int kNormThreads = kConsumerWarps * 32;                      //
 inline constexpr int kNormMaxVecs = int(kAddNormMaxRows / 4 / kNormThreads);  // float4 per thread at the widest: 8
 
 // Every consumer thread loads its float4s of a residual of dim values (a multiple of 4 up to kAddNormMaxRows) for
-// consumer_norm_scale: t, t + 256, ... (zeros past dim / 4), through L2 (ld.cg: other blocks of this grid wrote them).
-__device__ __forceinline__ void load_norm_vecs(const float* residual, int64_t dim, float4 (&v)[kNormMaxVecs]) {
-  const int t = int(threadIdx.x);
-  const float4* r4 = reinterpret_cast<const float4*>(residual);
-#pragma unroll
-  for (int i = 0; i < kNormMaxVecs; ++i) {
-    const int64_t j = t + int64_t(i) * kNormThreads;
-    v[i] = j < dim / 4 ? __ldcg(r4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
-
-// load_norm_vecs of residual + delta (add_rms_norm's one rounding, float4 lane by lane), both read through L2.
-__device__ __forceinline__ void load_norm_vecs_sum(const float* residual, const float* delta, int64_t dim,
-                                                   float4 (&v)[kNormMaxVecs]) {
+// consumer_norm_scale: t, t + 256, ... (zeros past dim / 4), through L2 (ld.cg: other blocks of this grid, or the
+// previous kernel, wrote them). delta (or null): residual + delta, add_rms_norm's one rounding, float4 lane by lane.
+__device__ __forceinline__ void load_norm_vecs(const float* residual, int64_t dim, float4 (&v)[kNormMaxVecs],
+                                               const float* delta = nullptr) {
   const int t = int(threadIdx.x);
   const float4* r4 = reinterpret_cast<const float4*>(residual);
   const float4* d4 = reinterpret_cast<const float4*>(delta);
 #pragma unroll
   for (int i = 0; i < kNormMaxVecs; ++i) {
     const int64_t j = t + int64_t(i) * kNormThreads;
-    if (j < dim / 4) {
-      const float4 r = __ldcg(r4 + j), d = __ldcg(d4 + j);
-      v[i] = make_float4(r.x + d.x, r.y + d.y, r.z + d.z, r.w + d.w);
-    } else {
-      v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    v[i] = j < dim / 4 ? __ldcg(r4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (delta != nullptr && j < dim / 4) {
+      const float4 d = __ldcg(d4 + j);
+      v[i] = make_float4(v[i].x + d.x, v[i].y + d.y, v[i].z + d.z, v[i].w + d.w);
     }
   }
 }

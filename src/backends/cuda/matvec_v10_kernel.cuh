@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   if (in_norm) {
     // The norm's float4s (norm.cu's thread order, for the scale) and the lane's own columns in one round trip.
     float4 v[v7::kNormMaxVecs], xr[4], xd[4];
-    v7::load_norm_vecs_sum(p.in_norm.residual, p.in_norm.delta, cols, v);
+    v7::load_norm_vecs(p.in_norm.residual, cols, v, p.in_norm.delta);
     if (has_seg) {
       load_lane_run_vecs<W>(p.in_norm.residual, warp, lane, true, xr);
       load_lane_run_vecs<W>(p.in_norm.delta, warp, lane, true, xd);
