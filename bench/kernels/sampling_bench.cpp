@@ -54,8 +54,11 @@ int main(int argc, char** argv) {
     BENCH_CUDA_CHECK(cudaMalloc(&rows, kMaxM * sizeof(cuda_ops::SampleRowParams)));
     BENCH_CUDA_CHECK(cudaMalloc(&out, kMaxM * 4));
   }
-  void* parts = nullptr;  // SampleParams::parts: pass 1 split over blocks (the backend's choice)
+  void* parts = nullptr;  // SampleParams::parts: pass 1 split over blocks (the backend's choice up to 16 rows)
   BENCH_CUDA_CHECK(cudaMalloc(&parts, cuda_ops::sample_rows_parts_bytes(kMaxM)));
+  void* topk = nullptr;  // SampleParams::topk: the top-k fast path's scratch (zeroed; every call leaves it so)
+  BENCH_CUDA_CHECK(cudaMalloc(&topk, cuda_ops::sample_rows_topk_bytes(kMaxM)));
+  BENCH_CUDA_CHECK(cudaMemset(topk, 0, cuda_ops::sample_rows_topk_bytes(kMaxM)));
   struct Setting {
     const char* name;
     float t;
@@ -65,7 +68,8 @@ int main(int argc, char** argv) {
   const Setting settings[] = {{"greedy", 0.0f, 0, 1.0f, 0.0f},
                               {"T0.8_k40_p0.95_minp0.05", 0.8f, 40, 0.95f, 0.05f},
                               {"T1_p0.9", 1.0f, 0, 0.9f, 0.0f}};
-  std::printf("%-26s %4s %9s %8s %7s %14s\n", "setting", "m", "us", "GB/s", "%roof", "us, 1 block p1");
+  std::printf("%-26s %4s %9s %8s %7s %14s %12s\n", "setting", "m", "us", "GB/s", "%roof", "us, 1 block p1",
+              "us, top-k");
   for (const Setting& st : settings) {
     std::vector<cuda_ops::SampleRowParams> h(kMaxM);
     for (int64_t r = 0; r < kMaxM; ++r) h[size_t(r)] = {st.t, st.k, st.p, st.min_p, uint64_t(r + 1), 100};
@@ -77,9 +81,13 @@ int main(int argc, char** argv) {
       const double us_one = median_us(s, [&] {  // pass 1 in the row's one block (SampleParams::parts null)
         cuda_ops::sample_rows({.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out}, s);
       });
+      const double us_topk = median_us(s, [&] {  // with the top-k fast path's scratch (rows with top-k take it)
+        cuda_ops::sample_rows(
+            {.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out, .parts = parts, .topk = topk}, s);
+      });
       const double bytes = double(m) * kVocab * 4, gbs = bytes / (us * 1e-6) / 1e9;
-      std::printf("%-26s %4lld %9.2f %8.0f %6.1f%% %14.2f\n", st.name, (long long)m, us, gbs,
-                  100.0 * gbs * 1e9 / kRoofline, us_one);
+      std::printf("%-26s %4lld %9.2f %8.0f %6.1f%% %14.2f %12.2f\n", st.name, (long long)m, us, gbs,
+                  100.0 * gbs * 1e9 / kRoofline, us_one, us_topk);
       std::fflush(stdout);
       json.add(std::string("sample ") + st.name + " m" + std::to_string(m), 0.0, bytes, us * 1e-6);
     }

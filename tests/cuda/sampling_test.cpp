@@ -160,13 +160,83 @@ int32_t algorithm_on_host(const float* lg, int64_t vocab, const cuda_ops::Sample
   return pick;
 }
 
+// The top-k fast path (sampling.cu: gather_topk_kernel and draw_topk) step for step, serially: the coarse
+// histogram's cut, the candidates in rank order, top-k / min-p / top-p as rank prefixes with serial double sums,
+// the draw in id order. -2 where the kernel would not take the path (greedy, settings, too many candidates).
+int32_t topk_algorithm_on_host(const float* lg, int64_t vocab, const cuda_ops::SampleRowParams& rp) {
+  using cuda_ops::logit_key;
+  const auto key = [&](int64_t i) { return logit_key(lg[i]); };
+  uint32_t best_key = 0;
+  double n_valid = 0;
+  std::vector<uint32_t> hist(cuda_ops::kSampleBins, 0u);
+  for (int64_t i = 0; i < vocab; ++i) {
+    best_key = std::max(best_key, key(i));
+    n_valid += key(i) != 0;
+    if (key(i) != 0) ++hist[key(i) >> 20];
+  }
+  if (best_key == 0 || rp.temperature == 0.0f || !cuda_ops::sample_topk_fast(rp, vocab) ||
+      !(double(rp.top_k) < n_valid))
+    return -2;
+  uint32_t bin = 0, count = 0, cum = 0;
+  for (int b = cuda_ops::kSampleBins - 1; b >= 0; --b) {
+    if (cum < uint32_t(rp.top_k) && cum + hist[size_t(b)] >= uint32_t(rp.top_k)) bin = uint32_t(b), count = cum + hist[size_t(b)];
+    cum += hist[size_t(b)];
+  }
+  if (count < uint32_t(rp.top_k) || count > uint32_t(cuda_ops::kSampleCandMax)) return -2;
+  std::vector<uint64_t> cand;  // (~key << 32 | id): ascending = rank order
+  for (int64_t i = 0; i < vocab; ++i)
+    if (key(i) != 0 && (key(i) >> 20) >= bin) cand.push_back(uint64_t(~key(i)) << 32 | uint64_t(i));
+  EXPECT_EQ(cand.size(), size_t(count));
+  std::sort(cand.begin(), cand.end());
+  const float max_logit = cuda_ops::key_logit(best_key);
+  const float inv_t = std::min(1.0f / rp.temperature, 3.402823466e38f);
+  const auto weight = [&](uint32_t k) {
+    return double(cuda_ops::sampler_exp(cuda_ops::mul_rn(cuda_ops::add_rn(cuda_ops::key_logit(k), -max_logit), inv_t)));
+  };
+  const int k = rp.top_k;
+  double total = 0;
+  for (int r = 0; r < k; ++r) total += weight(~uint32_t(cand[size_t(r)] >> 32));
+  int kept = k;
+  if (rp.min_p > 0.0f) {
+    kept = 0;
+    while (kept < k && weight(~uint32_t(cand[size_t(kept)] >> 32)) >= double(rp.min_p)) ++kept;
+  }
+  if (rp.top_p < 1.0f) {
+    const double target = double(rp.top_p) * total;
+    double c = 0;
+    for (int r = 0; r < kept; ++r) {
+      c += weight(~uint32_t(cand[size_t(r)] >> 32));
+      if (c >= target) {
+        kept = r + 1;
+        break;
+      }
+    }
+  }
+  if (kept == 0) return -1;
+  std::vector<uint64_t> byid;  // (id << 32 | key)
+  for (int r = 0; r < kept; ++r) byid.push_back((cand[size_t(r)] & 0xFFFFFFFFu) << 32 | (~(cand[size_t(r)] >> 32) & 0xFFFFFFFFu));
+  std::sort(byid.begin(), byid.end());
+  double mass = 0;
+  for (const uint64_t v : byid) mass += weight(uint32_t(v));
+  const double target = double(cuda_ops::sampler_uniform(rp.seed, rp.position)) * mass;
+  double c = 0;
+  int32_t last = -1;
+  for (const uint64_t v : byid) {
+    const double w = weight(uint32_t(v));
+    c += w;
+    if (w > 0.0) last = int32_t(v >> 32);
+    if (c > target) return int32_t(v >> 32);
+  }
+  return last;
+}
+
 TEST(CudaSamplingPorts, KernelAlgorithmMatchesTheCpuSampler) {
   const cuda_ops::SampleRowParams settings[] = {
       {0.0f, 40, 0.95f, 0.05f, 0, 0}, {1.0f, 0, 1.0f, 0.0f, 0, 0},   {0.8f, 40, 0.95f, 0.05f, 0, 0},
       {0.7f, 0, 0.9f, 0.0f, 0, 0},    {1.3f, 0, 1.0f, 0.1f, 0, 0},   {0.5f, 5, 1.0f, 0.0f, 0, 0},
       {1.0f, 100000, 0.5f, 0.0f, 0, 0}, {2.0f, 1000, 0.99f, 0.01f, 0, 0}, {1e-3f, 0, 0.3f, 0.0f, 0, 0},
-      {1.0f, 1, 1.0f, 0.0f, 0, 0}};
-  int total = 0;
+      {1.0f, 1, 1.0f, 0.0f, 0, 0}, {1.0f, 1024, 1.0f, 0.0f, 0, 0}, {0.9f, 64, 0.8f, 0.02f, 0, 0}};
+  int total = 0, fast = 0;
   for (const int64_t vocab : {17, 1000, 20000}) {
     std::mt19937 rng(static_cast<uint32_t>(vocab));
     std::normal_distribution<float> d(0.0f, 3.0f);
@@ -193,11 +263,19 @@ TEST(CudaSamplingPorts, KernelAlgorithmMatchesTheCpuSampler) {
         ASSERT_EQ(algorithm_on_host(logits.data(), vocab, rp), want)
             << "vocab " << vocab << " rep " << rep << " T " << rp.temperature << " k " << rp.top_k << " p "
             << rp.top_p << " min_p " << rp.min_p;
+        const int32_t via_topk = topk_algorithm_on_host(logits.data(), vocab, rp);
+        if (via_topk != -2) {
+          ASSERT_EQ(via_topk, want) << "top-k path: vocab " << vocab << " rep " << rep << " T " << rp.temperature
+                                    << " k " << rp.top_k << " p " << rp.top_p << " min_p " << rp.min_p;
+          ++fast;
+        }
         ++total;
       }
     }
   }
-  std::printf("kernel algorithm on the host: %d draws, all equal to the CPU sampler's\n", total);
+  std::printf("kernel algorithm on the host: %d draws (%d also by the top-k path), all equal to the CPU sampler's\n",
+              total, fast);
+  EXPECT_GT(fast, total / 4);  // the top-k path was exercised
 }
 
 TEST(CudaSampling, SameTokenAsTheCpuSampler) {
@@ -210,10 +288,14 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
   };
   const Setting settings[] = {{0.0f, 40, 0.95f, 0.05f}, {1.0f, 0, 1.0f, 0.0f},   {0.8f, 40, 0.95f, 0.05f},
                               {0.7f, 0, 0.9f, 0.0f},    {1.3f, 0, 1.0f, 0.1f},   {0.5f, 5, 1.0f, 0.0f},
-                              {1.0f, 100000, 0.5f, 0.0f}, {2.0f, 1000, 0.99f, 0.01f}, {1e-3f, 0, 0.3f, 0.0f}};
+                              {1.0f, 100000, 0.5f, 0.0f}, {2.0f, 1000, 0.99f, 0.01f}, {1e-3f, 0, 0.3f, 0.0f},
+                              // the top-k fast path's edges: its largest k, k = 1, top-p and min-p together
+                              {1.0f, 1024, 1.0f, 0.0f}, {1.0f, 1, 1.0f, 0.0f}, {0.9f, 64, 0.8f, 0.02f}};
   int mismatches = 0, total = 0;
   // 50001: pass 1's last slice is not whole float4s (the scalar walk); every row is drawn with pass 1 in one
-  // block and split over kSampleParts blocks (SampleParams::parts).
+  // block, split over kSampleParts blocks (SampleParams::parts), and with the top-k fast path's scratch as well
+  // (SampleParams::topk: rows with 0 < top_k <= kSampleTopKMax draw among gathered candidates; its scratch is
+  // reused by every later call, so a call that left it dirty spoils the next ones).
   for (const int64_t vocab : {1000, 50000, 50001}) {
     const int64_t m = 24;
     std::vector<float> logits(static_cast<size_t>(m * vocab));
@@ -231,16 +313,20 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
     ASSERT_EQ(cudaMalloc(&dp, size_t(m) * sizeof(cuda_ops::SampleRowParams)), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&dout, size_t(m) * 4), cudaSuccess);
     void* dparts = nullptr;
+    void* dtopk = nullptr;
     ASSERT_EQ(cudaMalloc(&dparts, cuda_ops::sample_rows_parts_bytes(m)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dtopk, cuda_ops::sample_rows_topk_bytes(m)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dtopk, 0, cuda_ops::sample_rows_topk_bytes(m)), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(dl, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    for (const bool split : {false, true})
+    for (const int mode : {0, 1, 2})  // one block; pass 1 split; split + top-k candidates
     for (const Setting st : settings) {
       std::vector<cuda_ops::SampleRowParams> rows(static_cast<size_t>(m));
       for (int64_t r = 0; r < m; ++r)
         rows[size_t(r)] = {st.t, st.k, st.p, st.min_p, uint64_t(r * 7919 + 3), uint64_t(r * 13)};
       ASSERT_EQ(cudaMemcpy(dp, rows.data(), rows.size() * sizeof(rows[0]), cudaMemcpyHostToDevice), cudaSuccess);
-      cuda_ops::sample_rows(
-          {.logits = dl, .m = m, .vocab = vocab, .rows = dp, .out = dout, .parts = split ? dparts : nullptr}, nullptr);
+      cuda_ops::sample_rows({.logits = dl, .m = m, .vocab = vocab, .rows = dp, .out = dout,
+                             .parts = mode >= 1 ? dparts : nullptr, .topk = mode == 2 ? dtopk : nullptr},
+                            nullptr);
       std::vector<int32_t> got(static_cast<size_t>(m));
       ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       for (int64_t r = 0; r < m; ++r) {
@@ -256,7 +342,7 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
         ++total;
         if (got[size_t(r)] != want) {
           ++mismatches;
-          ADD_FAILURE() << "vocab " << vocab << (split ? " (pass 1 split)" : "") << " row " << r << " T " << st.t << " k " << st.k << " p " << st.p
+          ADD_FAILURE() << "vocab " << vocab << " mode " << mode << " row " << r << " T " << st.t << " k " << st.k << " p " << st.p
                         << " min_p " << st.min_p << ": GPU " << got[size_t(r)] << ", CPU " << want;
         }
       }
@@ -265,6 +351,7 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
     cudaFree(dp);
     cudaFree(dout);
     cudaFree(dparts);
+    cudaFree(dtopk);
   }
   std::printf("GPU sampling: %d of %d draws differ from the CPU sampler\n", mismatches, total);
 }

@@ -686,9 +686,19 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
     sample_parts_ = DeviceBuffer();
     sample_parts_ = alloc(cuda_ops::sample_rows_parts_bytes(std::max<int64_t>(m, 256)));
   }
+  // The top-k fast path (SampleParams::topk) when every row is greedy or has 0 < top_k <= kSampleTopKMax: its
+  // scratch is zeroed when allocated and left zeroed by every call.
+  bool topk = split;
+  for (const cuda_ops::SampleRowParams& r : rows) topk = topk && cuda_ops::sample_topk_fast(r, logits.cols());
+  if (topk && sample_topk_.bytes() < cuda_ops::sample_rows_topk_bytes(m)) {
+    sample_topk_ = DeviceBuffer();
+    sample_topk_ = alloc(cuda_ops::sample_rows_topk_bytes(16));
+    FERRY_CUDA_CHECK(cudaMemsetAsync(sample_topk_.data(), 0, sample_topk_.bytes(), stream_));
+  }
   cuda_ops::sample_rows({.logits = logits.ptr<float>(), .m = m, .vocab = logits.cols(),
                          .rows = static_cast<const cuda_ops::SampleRowParams*>(sample_rows_.data()),
-                         .out = out.ptr<int32_t>(), .parts = split ? sample_parts_.data() : nullptr},
+                         .out = out.ptr<int32_t>(), .parts = split ? sample_parts_.data() : nullptr,
+                         .topk = topk ? sample_topk_.data() : nullptr},
                         stream_);
 }
 

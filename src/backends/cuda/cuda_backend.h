@@ -224,6 +224,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer attn_scratch_;    // attention_scratch_bytes(): split-KV decode partials
   DeviceBuffer sample_rows_;     // (m) cuda_ops::SampleRowParams for sample()
   DeviceBuffer sample_parts_;    // (m, kSampleParts) i64 then (m, kSampleParts) f64: sample()'s pass-1 partials
+  DeviceBuffer sample_topk_;     // (16 rows) cuda_ops::sample_rows_topk_bytes: the top-k fast path's scratch
   struct SampleStaging {
     DeviceBuffer host;             // (m) cuda_ops::SampleRowParams, page-locked: the copy's source
     CUevent_st* copied = nullptr;  // recorded after the copy that reads it

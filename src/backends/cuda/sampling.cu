@@ -163,14 +163,85 @@ __device__ uint32_t radix_select(int64_t vocab, double target, In&& in, Key&& ke
   return prefix;
 }
 
+// A row's part of SampleParams::topk (sample_rows_topk_row_bytes): the coarse histogram, the gathered count, the
+// candidates as (~key << 32 | id): ascending order is rank order (largest key first, ties by ascending id).
+struct TopkRow {
+  uint32_t* hist;   // [kSampleBins]
+  uint32_t* count;  // candidates gathered (may pass kSampleCandMax: then only the first kSampleCandMax are kept)
+  uint64_t* cand;   // [kSampleCandMax]
+};
+__device__ TopkRow topk_row(const SampleParams& p, int64_t row) {
+  uint8_t* base = static_cast<uint8_t*>(p.topk) + size_t(row) * sample_rows_topk_row_bytes();
+  uint32_t* hist = reinterpret_cast<uint32_t*>(base);
+  return {hist, hist + kSampleBins, reinterpret_cast<uint64_t*>(base + kSampleBins * 4 + 16)};
+}
+
+// The top-k fast path's threshold (every thread of the block calls it): the highest bin b such that the bins
+// from b up hold at least top_k candidates, and that count. Integer sums: every block that asks gets the same.
+struct TopkCut {
+  uint32_t bin, count;
+};
+__device__ TopkCut topk_cut(const uint32_t* hist, int32_t top_k, SampleSmem& s) {
+  static_assert(kSampleBins == 4 * kT);
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  // Thread t holds bins 4095 - 4t .. 4092 - 4t (the top first), so an inclusive scan in thread order is a sum
+  // from the top bin down.
+  uint32_t h[4], own = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) own += h[j] = __ldcg(hist + kSampleBins - 1 - (4 * t + j));
+  uint32_t incl = own;
+  for (int o = 1; o < 32; o *= 2) {
+    const uint32_t u = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+    if (lane >= o) incl += u;
+  }
+  __syncthreads();
+  if (lane == 31) s.red_u[warp] = incl;
+  if (t == 0) s.digit = 0u, s.found = 0;  // digit: the bin; found: the count (both 0 when never reached)
+  __syncthreads();
+  uint32_t above = incl - own;
+  for (int w = 0; w < warp; ++w) above += s.red_u[w];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t before = above;
+    above += h[j];
+    if (before < uint32_t(top_k) && above >= uint32_t(top_k)) {  // one thread, one bin
+      s.digit = uint32_t(kSampleBins - 1 - (4 * t + j));
+      s.found = int32_t(above);
+    }
+  }
+  __syncthreads();
+  const TopkCut r{s.digit, uint32_t(s.found)};
+  __syncthreads();
+  return r;
+}
+
+// Sorts n (a power of two, <= kSampleCandMax) u64 in shared memory ascending; every thread of the block calls it.
+__device__ void bitonic_sort(uint64_t* v, int n) {
+  for (int k = 2; k <= n; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < n; i += kT) {
+        const int l = i ^ j;
+        if (l > i) {
+          const uint64_t a = v[i], b = v[l];
+          if ((a > b) == ((i & k) == 0)) v[i] = b, v[l] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
 // Pass 1 over ids [lo, hi) of row lg: the max of (key << 31 | ~id) (the largest key, ties -> lowest id) and the
 // count of candidates (keys != 0), both exact whatever the order, so the walk keeps many loads in flight:
-// float4s, kUnroll of them requested before any is used, where [lo, hi) and lg allow.
-__device__ void walk_argmax(const float* lg, int64_t lo, int64_t hi, int64_t& best, double& n_valid) {
+// float4s, kUnroll of them requested before any is used, where [lo, hi) and lg allow. hist (shared, kSampleBins
+// u32, or null): candidates counted by the key's top 12 bits (the top-k fast path's coarse histogram).
+__device__ void walk_argmax(const float* lg, int64_t lo, int64_t hi, int64_t& best, double& n_valid,
+                            uint32_t* hist = nullptr) {
   const auto consider = [&](uint32_t k, int64_t i) {
     const int64_t v = int64_t(uint64_t(k) << 31 | uint64_t(0x7FFFFFFF - i));
     best = v > best ? v : best;
     n_valid += k != 0 ? 1.0 : 0.0;
+    if (hist != nullptr && k != 0) atomicAdd(&hist[k >> 20], 1u);
   };
   if (lo % 4 == 0 && hi % 4 == 0 && reinterpret_cast<uintptr_t>(lg) % 16 == 0) {
     constexpr int kUnroll = 4;
@@ -200,22 +271,136 @@ __device__ void walk_argmax(const float* lg, int64_t lo, int64_t hi, int64_t& be
 
 // Pass 1 of row blockIdx.y split over kSampleParts blocks (blockIdx.x: slices of whole float4s): partials into
 // p.parts, (m, parts) i64 bests then (m, parts) f64 counts.
+// With p.topk, rows that will draw among top-k candidates also add their slice's coarse histogram into the row's
+// (TopkRow::hist).
 __global__ void __launch_bounds__(kT) argmax_parts_kernel(SampleParams p) {
   pdl_allow_dependents();
   pdl_wait();
   __shared__ SampleSmem s;
+  __shared__ uint32_t hist[kSampleBins];
   const int64_t row = blockIdx.y, vocab = p.vocab;
   const int64_t slice = ((vocab + kSampleParts - 1) / kSampleParts + 3) / 4 * 4;
   const int64_t lo = min(vocab, int64_t(blockIdx.x) * slice), hi = min(vocab, lo + slice);
+  const SampleRowParams rp = p.rows[row];
+  const bool with_hist = p.topk != nullptr && rp.temperature != 0.0f && sample_topk_fast(rp, vocab);
+  if (with_hist) {
+    for (int b = threadIdx.x; b < kSampleBins; b += kT) hist[b] = 0u;
+    __syncthreads();
+  }
   int64_t best = 0;
   double n_valid = 0.0;
-  walk_argmax(p.logits + size_t(row) * size_t(vocab), lo, hi, best, n_valid);
-  best = block_max(best, s);
+  walk_argmax(p.logits + size_t(row) * size_t(vocab), lo, hi, best, n_valid, with_hist ? hist : nullptr);
+  best = block_max(best, s);  // (its barriers also order the histogram's adds before the merge below)
   n_valid = block_sum(n_valid, s);
+  if (with_hist) {
+    uint32_t* row_hist = topk_row(p, row).hist;
+    for (int b = threadIdx.x; b < kSampleBins; b += kT)
+      if (hist[b] != 0u) atomicAdd(&row_hist[b], hist[b]);
+  }
   if (threadIdx.x == 0) {
     static_cast<int64_t*>(p.parts)[row * kSampleParts + blockIdx.x] = best;
     reinterpret_cast<double*>(static_cast<int64_t*>(p.parts) + p.m * kSampleParts)[row * kSampleParts + blockIdx.x] = n_valid;
   }
+}
+
+// The top-k fast path's gather (p.topk; grid (kSampleParts, m), the slices of argmax_parts_kernel): every id of
+// the slice whose key's bin is at or above the row's cut goes into the row's candidates (unordered; the row's
+// block sorts them). Rows that do not take the path, or whose candidates would not fit, gather nothing.
+__global__ void __launch_bounds__(kT) gather_topk_kernel(SampleParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
+  __shared__ SampleSmem s;
+  const int64_t row = blockIdx.y, vocab = p.vocab;
+  const SampleRowParams rp = p.rows[row];
+  if (rp.temperature == 0.0f || !sample_topk_fast(rp, vocab)) return;
+  const TopkRow tr = topk_row(p, row);
+  const TopkCut cut = topk_cut(tr.hist, rp.top_k, s);
+  if (cut.count < uint32_t(rp.top_k) || cut.count > uint32_t(kSampleCandMax)) return;
+  const int64_t slice = ((vocab + kSampleParts - 1) / kSampleParts + 3) / 4 * 4;
+  const int64_t lo = min(vocab, int64_t(blockIdx.x) * slice), hi = min(vocab, lo + slice);
+  const float* lg = p.logits + size_t(row) * size_t(vocab);
+  for (int64_t i = lo + threadIdx.x; i < hi; i += kT) {
+    const uint32_t k = logit_key(__ldg(lg + i));
+    if (k == 0u || (k >> 20) < cut.bin) continue;
+    const uint32_t slot = atomicAdd(tr.count, 1u);
+    if (slot < uint32_t(kSampleCandMax)) tr.cand[slot] = uint64_t(~k) << 32 | uint64_t(i);
+  }
+}
+
+// The top-k fast path's draw in the row's block (all threads): the n gathered candidates in rank order, the first
+// top_k of them (top-k), min-p and top-p as rank prefixes (weights fall with rank), the draw in id order. Sums in
+// double, serially in one thread (at most top_k terms). Returns the pick, -1 when nothing is kept.
+// sv: shared u64 [kSampleCandMax + kSampleTopKMax] (the candidates in rank order, then the kept ones by id);
+// wv: shared f64 [kSampleTopKMax].
+__device__ int32_t draw_topk(const SampleRowParams& rp, const TopkRow& tr, uint32_t n, uint32_t best_key,
+                             uint64_t* sv, double* wv, SampleSmem& s) {
+  int np = 1;
+  while (np < int(n)) np <<= 1;
+  for (int i = threadIdx.x; i < np; i += kT) sv[i] = i < int(n) ? __ldcg(tr.cand + i) : ~uint64_t(0);
+  __syncthreads();
+  bitonic_sort(sv, np);  // rank order
+  const float max_logit = key_logit(best_key);
+  const float inv_t = fminf(1.0f / rp.temperature, 3.402823466e38f);
+  const auto weight = [&](uint32_t key) {
+    return double(sampler_exp(mul_rn(add_rn(key_logit(key), -max_logit), inv_t)));
+  };
+  const int k = rp.top_k;
+  for (int r = threadIdx.x; r < k; r += kT) wv[r] = weight(~uint32_t(sv[r] >> 32));
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int r = 0; r < k; ++r) total += wv[r];
+    int kept = k;
+    if (rp.min_p > 0.0f) {
+      kept = 0;
+      while (kept < k && wv[kept] >= double(rp.min_p)) ++kept;
+    }
+    if (rp.top_p < 1.0f) {  // the smallest rank prefix whose mass reaches top_p * total, else all survivors
+      const double target = double(rp.top_p) * total;
+      double cum = 0.0;
+      for (int r = 0; r < kept; ++r) {
+        cum += wv[r];
+        if (cum >= target) {
+          kept = r + 1;
+          break;
+        }
+      }
+    }
+    s.found = kept;
+  }
+  __syncthreads();
+  const int kept = s.found;
+  __syncthreads();
+  if (kept == 0) return -1;
+  // The kept candidates in ascending id order, as (id << 32 | key).
+  uint64_t* byid = sv + kSampleCandMax;  // [kSampleTopKMax]: kept <= top_k
+  np = 1;
+  while (np < kept) np <<= 1;
+  for (int i = threadIdx.x; i < np; i += kT)
+    byid[i] = i < kept ? (sv[i] & 0xFFFFFFFFu) << 32 | (~(sv[i] >> 32) & 0xFFFFFFFFu) : ~uint64_t(0);
+  __syncthreads();
+  bitonic_sort(byid, np);
+  if (threadIdx.x == 0) {
+    double mass = 0.0;
+    for (int i = 0; i < kept; ++i) mass += weight(uint32_t(byid[i]));
+    const double target = double(sampler_uniform(rp.seed, rp.position)) * mass;
+    double cum = 0.0;
+    int32_t pick = -1, last = -1;
+    for (int i = 0; i < kept; ++i) {
+      const double w = weight(uint32_t(byid[i]));
+      cum += w;
+      if (w > 0.0) last = int32_t(byid[i] >> 32);
+      if (cum > target) {
+        pick = int32_t(byid[i] >> 32);
+        break;
+      }
+    }
+    s.found = pick >= 0 ? pick : last;  // u * sum rounded up to the sum: the last kept id with weight > 0
+  }
+  __syncthreads();
+  const int32_t r = s.found;
+  __syncthreads();
+  return r;
 }
 
 __global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
@@ -245,11 +430,34 @@ __global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
   best = block_max(best, s);
   const uint32_t best_key = uint32_t(uint64_t(best) >> 31);
   const int32_t arg = int32_t(0x7FFFFFFF - (best & 0x7FFFFFFF));
-  if (best_key == 0 || rp.temperature == 0.0f) {
+  n_valid = block_sum(n_valid, s);
+  const bool greedy = best_key == 0 || rp.temperature == 0.0f;
+  if (p.topk != nullptr) {
+    // The top-k fast path where the row's candidates were gathered (gather_topk_kernel agrees: the same cut from
+    // the same histogram); the row's scratch is zeroed for the next call either way.
+    const TopkRow tr = topk_row(p, row);
+    int32_t pick = -2;  // -2: not taken
+    if (!greedy && sample_topk_fast(rp, vocab) && double(rp.top_k) < n_valid) {
+      const TopkCut cut = topk_cut(tr.hist, rp.top_k, s);
+      const uint32_t gathered = __ldcg(tr.count);
+      if (cut.count >= uint32_t(rp.top_k) && cut.count <= uint32_t(kSampleCandMax) && gathered == cut.count) {
+        uint64_t* sv = reinterpret_cast<uint64_t*>(warp_hist);
+        pick = draw_topk(rp, tr, gathered, best_key, sv,
+                         reinterpret_cast<double*>(sv + kSampleCandMax + kSampleTopKMax), s);
+      }
+    }
+    __syncthreads();  // every read of the histogram is done
+    for (int b = threadIdx.x; b < kSampleBins; b += kT) tr.hist[b] = 0u;
+    if (threadIdx.x == 0) *tr.count = 0u;
+    if (pick != -2) {
+      if (threadIdx.x == 0) p.out[row] = pick;
+      return;
+    }
+  }
+  if (greedy) {
     if (threadIdx.x == 0) p.out[row] = best_key == 0 ? -1 : arg;
     return;
   }
-  n_valid = block_sum(n_valid, s);
 
   // 2. top-k: keys > tk, plus the first ties (ascending id) up to id tk_cut.
   const bool use_k = rp.top_k > 0 && rp.top_k < vocab && double(rp.top_k) < n_valid;
@@ -325,7 +533,14 @@ void sample_rows(const SampleParams& p, cudaStream_t stream) {
     launch_pdl(argmax_parts_kernel, dim3(unsigned(kSampleParts), unsigned(p.m)), dim3(kT), 0, stream, p);
     FERRY_CUDA_CHECK_LAUNCH(argmax_parts_kernel);
   }
-  constexpr int kHistBytes = kW * 256 * int(sizeof(double));  // radix_select's per-warp histograms: 64 KB
+  if (p.topk != nullptr) {
+    FERRY_CUDA_REQUIRE(p.parts != nullptr && reinterpret_cast<uintptr_t>(p.topk) % 16 == 0);
+    launch_pdl(gather_topk_kernel, dim3(unsigned(kSampleParts), unsigned(p.m)), dim3(kT), 0, stream, p);
+    FERRY_CUDA_CHECK_LAUNCH(gather_topk_kernel);
+  }
+  // radix_select's per-warp histograms (64 KB); the top-k path's candidates reuse them (48 KB)
+  constexpr int kHistBytes = kW * 256 * int(sizeof(double));
+  static_assert(size_t(kSampleCandMax + 2 * kSampleTopKMax) * 8 <= size_t(kHistBytes));
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHistBytes));
   launch_pdl(sample_kernel, dim3(unsigned(p.m)), dim3(kT), size_t(kHistBytes), stream, p);
   FERRY_CUDA_CHECK_LAUNCH(sample_kernel);

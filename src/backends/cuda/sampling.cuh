@@ -48,7 +48,25 @@ struct SampleParams {
   // (m, kSampleParts) device scratch for pass 1 split over blocks (sample_rows_parts_bytes), or null: one block a
   // row does it. The result is the same either way (a max of (key, id) pairs and an exact count).
   void* parts = nullptr;
+  // (m, sample_rows_topk_bytes / m) device scratch for the top-k fast path, or null; needs parts. Zeroed once at
+  // allocation: every call leaves it zeroed again. Rows with 0 < top_k <= kSampleTopKMax gather their candidates
+  // (the ids in the coarse-histogram bins that hold the top_k largest keys, at most kSampleCandMax) with
+  // kSampleParts blocks, and the row's block ranks, cuts and draws among them alone; other rows (and a row whose
+  // candidates do not fit) take the one-block path. The token is the same either way.
+  void* topk = nullptr;
 };
+
+inline constexpr int kSampleTopKMax = 1024;   // the largest top_k the fast path takes
+inline constexpr int kSampleCandMax = 4096;   // candidates a row gathers at most
+inline constexpr int kSampleBins = 4096;      // the coarse histogram: a key's top 12 bits (sign, exponent, 3 bits)
+// Bytes SampleParams::topk needs for m rows: per row the histogram (kSampleBins u32), a counter (16 bytes), the
+// candidates (kSampleCandMax u64).
+FERRY_HD inline size_t sample_rows_topk_row_bytes() { return kSampleBins * 4 + 16 + size_t(kSampleCandMax) * 8; }
+inline size_t sample_rows_topk_bytes(int64_t m) { return size_t(m) * sample_rows_topk_row_bytes(); }
+// Whether a row's settings take the top-k fast path (greedy rows ride along: they only need the argmax).
+FERRY_HD inline bool sample_topk_fast(const SampleRowParams& r, int64_t vocab) {
+  return r.temperature == 0.0f || (r.top_k > 0 && r.top_k <= kSampleTopKMax && r.top_k < vocab);
+}
 
 // Bytes SampleParams::parts needs for m rows.
 inline size_t sample_rows_parts_bytes(int64_t m) { return size_t(m) * kSampleParts * (sizeof(int64_t) + sizeof(double)); }
