@@ -156,6 +156,17 @@ if has bench; then
         note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, $([ $ab = on ] && echo "${FERRY_BENCH_AB}" || echo default)] /")"
       done
     fi
+    # FERRY_BENCH_BASE=1: an in-call A/B of generation across two builds, this one and the base build that
+    # pack.sh packed beside it (FERRY_PACK_BASE: e.g. the previous head's ferry): new, base, new.
+    if [ "${FERRY_BENCH_BASE:-0}" = 1 ] && [ -x "$C/ferry-base" ]; then
+      for ab in new base new; do
+        bin="$C/ferry"
+        [ $ab = base ] && bin="$C/ferry-base"
+        "$bin" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
+        cat "$OUT/b.log" >> "$log"
+        note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, $ab build] /")"
+      done
+    fi
     if [ "$t" = bf16 ] && [ "${FERRY_BENCH_BATCH_INVARIANT:-1}" = 1 ]; then  # the cost of --batch-invariant (one GEMM kernel for every token count)
       "$C/ferry" bench --device cuda -m "$m" -p 512 -n 128 -r 3 --batch-invariant > "$OUT/b.log" 2>&1
       cat "$OUT/b.log" >> "$log"

@@ -31,6 +31,9 @@ cp build/ferry build/tests/test_cuda build/tests/test_e2e build/matvec_bench bui
 # FERRY_PACK_SKIP: binaries to leave out of this pack (a call carries at most 64 MiB with the repository; each
 # harness linked against ferry_cuda is ~15-20 MiB of it before compression), e.g. "gemm_bench fusion_bench".
 for b in ${FERRY_PACK_SKIP:-}; do rm -f ".carry/$b"; done
+# FERRY_PACK_BASE: another ferry binary (e.g. the previous head's) packed as ferry-base, for check.sh bench's
+# in-call A/B across builds (FERRY_BENCH_BASE=1).
+if [ -n "${FERRY_PACK_BASE:-}" ]; then cp "$FERRY_PACK_BASE" .carry/ferry-base; fi
 strip .carry/*
 # Libraries the GPU machine may lack (it has no PCRE2 headers; fmt is there but copy it to be sure).
 cp -L /lib/x86_64-linux-gnu/libfmt.so.9 /lib/x86_64-linux-gnu/libpcre2-8.so.0 .carry/

@@ -54,25 +54,44 @@ __device__ inline void fused_qkv_rope_table(const AttentionParams& p, int row, F
 // Every thread of the block calls it (kThreads threads, kWarps warps), after fused_qkv_rope_table. row: the
 // sequence's query row; h0 / n_rows: the block's query heads; covers_last: the block's chunk holds position
 // kv_len - 1; owner: it also writes the cache slot. On return fs is complete and visible to the whole block.
+// A warp takes items warp, warp + kWarps, ... (query heads, then the key, then the value) and requests every one
+// of its items' rows before the math of the first: one L2 round trip after the wait instead of one per item (the
+// rows were written by the q|k|v projection just before). The launcher requires full rotation (rope_half == D /
+// 2) at D = 64 or 128: the register form of qkv_head.cuh, whose arithmetic this keeps (same bits).
 template <int D, int kM, int kWarps>
 __device__ inline void fused_qkv_prepare(const AttentionParams& p, int row, int kvh, int h0, int n_rows,
                                          bool covers_last, bool owner, FusedQkvSmem<D, kM>& fs) {
   constexpr int kThreads = kWarps * 32;
-  constexpr int kHalf = D / 2;
+  constexpr int kV = D / 32;                            // elements per lane
+  constexpr int kPerWarp = (kM + 2 + kWarps - 1) / kWarps;  // items per warp at most: kM query heads, key, value
+  static_assert(D == 64 || D == 128, "the register form of qkv_head.cuh");
   __syncthreads();  // the RoPE table (fused_qkv_rope_table) is visible to every warp
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n_all = int64_t(p.n_heads) + 2 * p.n_kv_heads;
-  const int n_items = n_rows + (covers_last ? 2 : 0);  // query heads, then the key, then the value
-  for (int i = warp; i < n_items; i += kWarps) {
+  const int n_items = n_rows + (covers_last ? 2 : 0);
+  const auto head_of = [&](int i) -> int64_t {
+    return i < n_rows ? h0 + i : (i == n_rows + 1 ? p.n_heads + p.n_kv_heads + kvh : p.n_heads + kvh);
+  };
+  float x[kPerWarp][kV];
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+    const int i = warp + j * kWarps;
+    if (i < n_items) qkv_head_lane_load<kV>(p.qkv + (int64_t(row) * n_all + head_of(i)) * D, x[j]);
+  }
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+    const int i = warp + j * kWarps;
+    if (i >= n_items) break;  // uniform over the warp
     const bool is_q = i < n_rows, is_v = i == n_rows + 1;
-    const int64_t h = is_q ? h0 + i : (is_v ? p.n_heads + p.n_kv_heads + kvh : p.n_heads + kvh);
-    float* buf = is_q ? fs.q[i] : fs.kv[is_v ? 1 : 0];
-    const float* src = p.qkv + (int64_t(row) * n_all + h) * D;
     const float* norm_w = is_v || p.q_norm == nullptr ? nullptr : is_q ? p.q_norm : p.k_norm;
-    prepare_qkv_head(src, buf, D, norm_w, p.norm_eps, !is_v, fs.cos_t, fs.sin_t, kHalf, p.rope_interleaved);
+    qkv_head_lane_math<kV>(x[j], norm_w, p.norm_eps, !is_v, fs.cos_t, fs.sin_t, p.rope_interleaved);
+    float* buf = is_q ? fs.q[i] : fs.kv[is_v ? 1 : 0];
+#pragma unroll
+    for (int e = 0; e < kV; ++e) buf[kV * lane + e] = x[j][e];
     if (!is_q) {
-      for (int j = lane; j < D; j += 32) fs.kv_bf16[is_v ? 1 : 0][j] = __float2bfloat16_rn(buf[j]);
+#pragma unroll
+      for (int e = 0; e < kV; ++e) fs.kv_bf16[is_v ? 1 : 0][kV * lane + e] = __float2bfloat16_rn(x[j][e]);
     }
   }
   __syncthreads();

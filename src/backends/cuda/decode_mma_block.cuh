@@ -174,33 +174,41 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
   const int n_iters = first < end ? (end - first + stride - 1) / stride : 0;
   // The prologue's tiles 0 .. kStages - 2, in order, one commit group each (empty groups keep the count uniform).
   // With kOwnWait && plan.early_kv, the leading tiles whose 16 positions all lie below kv - 1 go before the wait
-  // (the step's own position, kv - 1, may still be being written by the previous kernel).
+  // (the step's own position, kv - 1, may still be being written by the previous kernel). With kFused too, every
+  // prologue tile goes before the wait: the row of position kv - 1 is not read but zero-filled (issue_tile's end
+  // is kv - 1 for it) and counted valid, since fused_qkv_patch writes the step's key and value there once the
+  // tile has landed. At a short context every K/V row of the step is then requested before the projection ends,
+  // and none after (trace stamps, Q4_0 8B at ~64 positions: the tiles' wait after the q/k/v prepare was ~4.6 us).
   int n_early = 0;
   if constexpr (kOwnWait) {
     if (plan.early_kv) {
 #pragma unroll
       for (int it = 0; it < kStages - 1; ++it)
-        n_early += it == n_early && it < n_iters && first + it * stride + kTile <= kv - 1 ? 1 : 0;
+        n_early += it == n_early && it < n_iters && (kFused || first + it * stride + kTile <= kv - 1) ? 1 : 0;
     }
   }
-  const auto prologue_tile = [&](int it) {
+  const auto prologue_tile = [&](int it, bool early) {
     if (it < n_iters) {
-      const uint32_t v = issue_tile<D, kStages>(p, table, kvh, first + it * stride, end, bs16, bs_pow2, bs_shift,
-                                                ring + it * Sh::kStageBytes);
+      const int p0 = first + it * stride;
+      // The tile holds the step's own position (in this chunk: end == kv); uniform over the warp.
+      const bool skip_last = kFused && early && end == kv && p0 <= kv - 1 && kv - 1 < p0 + kTile;
+      uint32_t v = issue_tile<D, kStages>(p, table, kvh, p0, skip_last ? kv - 1 : end, bs16, bs_pow2, bs_shift,
+                                          ring + it * Sh::kStageBytes);
+      if (skip_last) v |= 1u << (kv - 1 - p0);
       if (lane == 0) s_valid[warp][it] = v;
     }
     cp_async_commit();
   };
 #pragma unroll
   for (int it = 0; it < kStages - 1; ++it)
-    if (it < n_early) prologue_tile(it);
+    if (it < n_early) prologue_tile(it, true);
   // The fused epilogue's RoPE table: step inputs only (positions), so before the wait too.
   if constexpr (kFused) fused_qkv_rope_table<D, kM, kWarps>(p, row, *fs);
   if constexpr (kOwnWait) pdl_wait();  // from here on: what the previous kernels wrote (q or qkv, the new K/V)
   stamp(p.stamps, 1);
 #pragma unroll
   for (int it = 0; it < kStages - 1; ++it)
-    if (it >= n_early) prologue_tile(it);
+    if (it >= n_early) prologue_tile(it, false);
 
   // Fused epilogue: this block's query heads (and, where its chunk holds the step's token, that key and value)
   // from the raw projection, while the first tiles' copies are in flight.

@@ -17,11 +17,11 @@ namespace ferry::cuda_ops {
 // sum of squares is each lane's kV squares in order, then xor shuffles; x * scale * w; a pair whose elements sit in
 // two lanes (NeoX (k, k + half): lanes l and l + 16) is exchanged with one shuffle. Same formulas as the general
 // form below; only the sum of squares adds in another order. Every lane of the warp calls it.
+// Split in two so that a warp with several heads can request all of their loads before the math of the first
+// (decode_fused_qkv.cuh): qkv_head_lane_load, then qkv_head_lane_math; qkv_head_lane is the two in a row.
 template <int kV>
-__device__ inline void qkv_head_lane(const float* src, float (&x)[kV], const float* norm_w, float eps, bool rotate,
-                                     const float* cos_t, const float* sin_t, bool interleaved) {
+__device__ inline void qkv_head_lane_load(const float* src, float (&x)[kV]) {
   static_assert(kV == 2 || kV == 4, "head_dim 64 or 128");
-  constexpr int D = 32 * kV, kHalf = D / 2;
   const int lane = threadIdx.x % 32;
   if constexpr (kV == 4) {
     const float4 v = reinterpret_cast<const float4*>(src)[lane];
@@ -30,6 +30,14 @@ __device__ inline void qkv_head_lane(const float* src, float (&x)[kV], const flo
     const float2 v = reinterpret_cast<const float2*>(src)[lane];
     x[0] = v.x, x[1] = v.y;
   }
+}
+
+template <int kV>
+__device__ inline void qkv_head_lane_math(float (&x)[kV], const float* norm_w, float eps, bool rotate,
+                                          const float* cos_t, const float* sin_t, bool interleaved) {
+  static_assert(kV == 2 || kV == 4, "head_dim 64 or 128");
+  constexpr int D = 32 * kV, kHalf = D / 2;
+  const int lane = threadIdx.x % 32;
   if (norm_w != nullptr) {
     float ss = 0;
 #pragma unroll
@@ -60,6 +68,13 @@ __device__ inline void qkv_head_lane(const float* src, float (&x)[kV], const flo
       x[e] = low ? a * cs - b * sn : a * sn + b * cs;
     }
   }
+}
+
+template <int kV>
+__device__ inline void qkv_head_lane(const float* src, float (&x)[kV], const float* norm_w, float eps, bool rotate,
+                                     const float* cos_t, const float* sin_t, bool interleaved) {
+  qkv_head_lane_load<kV>(src, x);
+  qkv_head_lane_math<kV>(x, norm_w, eps, rotate, cos_t, sin_t, interleaved);
 }
 
 // src: (D) f32 in global memory; buf: (D) f32 in shared memory, this warp's. norm_w: (D) f32 weights, or null for
