@@ -51,6 +51,7 @@ Env Env::read() {
   e.cuda_quant_swiglu = get("FERRY_CUDA_QUANT_SWIGLU");
   e.cuda_decode_ffn = get("FERRY_CUDA_DECODE_FFN");
   e.cuda_prologue_norm = get("FERRY_CUDA_PROLOGUE_NORM");
+  e.cuda_ring_inflight = get("FERRY_CUDA_RING_INFLIGHT");
   e.cuda_stamps = get("FERRY_CUDA_STAMPS");
   return e;
 }

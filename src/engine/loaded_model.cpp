@@ -76,6 +76,13 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
     cuda.decode_ffn = env_switch(env.cuda_decode_ffn, "FERRY_CUDA_DECODE_FFN", false);
     cuda.prologue_norm = env_switch(env.cuda_prologue_norm, "FERRY_CUDA_PROLOGUE_NORM", true);
     cuda.phase_stamps = env_switch(env.cuda_stamps, "FERRY_CUDA_STAMPS", false);
+    if (env.cuda_ring_inflight) {
+      const std::string& v = *env.cuda_ring_inflight;
+      FERRY_CHECK(!v.empty() && v.size() <= 2 && std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
+                      std::stoi(v) <= 16,
+                  "FERRY_CUDA_RING_INFLIGHT must be 0..16, got '{}'", v);
+      cuda.ring_inflight = std::stoi(v);
+    }
     return std::make_unique<CudaBackend>(cuda);  // throws "no CUDA device: ..." without one
   }
   FERRY_CHECK(o.device == "cpu", "device '{}' is not available in this build (ferry runs on: cpu, cuda)", o.device);

@@ -334,6 +334,41 @@ TEST_F(CudaMatvec, Version10Shapes) {
   EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::BF16, 1, 64, 4096));
 }
 
+// MatvecParams::ring_inflight (the producer keeps at most N stages in flight) changes when stages are issued, not
+// what is computed: the same bits as no cap, for every N from 1 up to past the ring's stage count, on shapes with
+// one and four segments a warp and a short last stage.
+TEST_F(CudaMatvec, Version10RingInflightSameBits) {
+  struct Shape {
+    int64_t n_out, n_in;
+  };
+  for (const Shape s : {Shape{6144, 4096}, Shape{4096, 14336}, Shape{1001, 4096}}) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+      const std::vector<float> f = random_floats(size_t(s.n_out * s.n_in), 70 + uint32_t(s.n_out), 0.5f);
+      std::vector<uint8_t> w(size_t(s.n_out) * row_bytes(t, s.n_in));
+      for (int64_t r = 0; r < s.n_out; ++r)
+        quantize_row(t, f.data() + r * s.n_in, w.data() + size_t(r) * row_bytes(t, s.n_in), s.n_in);
+      const Tensor gw = gpu_->prepare_weight(Tensor::make(t, {s.n_out, s.n_in}, w.data()), keep_);
+      const Tensor gx = upload(DType::F32, {1, s.n_in}, random_floats(size_t(s.n_in), 71));
+      const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), s.n_out, s.n_in,
+                                      t == DType::Q4_K ? 0 : cuda_ops::scales_offset(t, s.n_out, s.n_in)};
+      std::vector<float> base;
+      for (const int inflight : {0, 1, 2, 3, 5, 40}) {
+        const Tensor o = poisoned({1, s.n_out});
+        gpu_->synchronize();
+        cuda_ops::matvec(t, {.w = view, .x = gx.ptr<float>(), .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1,
+                             .version = 10, .ring_inflight = inflight},
+                         nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << dtype_name(t) << " inflight " << inflight;
+        if (inflight == 0) {
+          base = download(o);
+        } else {
+          EXPECT_EQ(download(o), base) << dtype_name(t) << " " << s.n_out << "x" << s.n_in << " inflight " << inflight;
+        }
+      }
+    }
+  }
+}
+
 // Version 10 on the Llama-3-8B projections issue 3 names (14336 x 4096 gate/up half, 4096 x 14336 down), every
 // type it takes; run() also checks versions 2/5/7/9 on the same data.
 TEST_F(CudaMatvec, Version10LlamaShapes) {

@@ -89,6 +89,9 @@ struct CudaBackendOptions {
   // bits (H200 tg128 in-call: +2% Q8_0, within the noise on Q4_0); false: Backend's composition
   // (FERRY_CUDA_PROLOGUE_NORM=0, comparisons).
   bool prologue_norm = true;
+  // Version 10 matvecs at one token: at most this many ring stages in flight per block (0: no cap;
+  // FERRY_CUDA_RING_INFLIGHT; MatvecParams::ring_inflight).
+  int ring_inflight = 0;
   // Phase stamps (phase_stamps.cuh) in the decode attention and the matvec v10 kernels, the last launch of each
   // kernel and shape printed at exit (FERRY_CUDA_STAMPS=1; stamp_table.h). Off: one predicated branch a phase.
   bool phase_stamps = false;

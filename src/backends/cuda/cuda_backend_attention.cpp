@@ -173,7 +173,7 @@ void CudaBackend::launch_attention(cuda_ops::AttentionParams& ap) {
   ap.scratch_bytes = attn_scratch_.bytes();
   if (stamps_ && ap.max_q_len >= 0 && ap.max_q_len <= 1)  // decode-only steps: the tensor-core decode kernel
     ap.stamps = stamps_->slots(ap.qkv ? "attention decode (fused q/k/v)" : "attention decode",
-                               {"waited", "prepared", "looped", "written"});
+                               {"waited", "prepared", "looped", "written", "tile0 landed", "tile0 done"});
   cuda_ops::attention(ap, stream_);
 }
 

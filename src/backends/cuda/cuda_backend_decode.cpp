@@ -110,7 +110,8 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
           double(a.wo.nbytes()));
       cuda_ops::matvec(a.wo.dtype,
                        {.w = weight_view(a.wo), .x = a.attn.ptr<float>(), .bias = nullptr, .out = a.delta.ptr<float>(),
-                        .n_tokens = 1, .version = 10, .stamps = matvec_stamps("attn_out_ffn wo", a.wo)},
+                        .n_tokens = 1, .version = 10, .stamps = matvec_stamps("attn_out_ffn wo", a.wo),
+                        .ring_inflight = options_.ring_inflight},
                        stream_);
     }
     {
@@ -125,7 +126,8 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
                                    .out = a.act.ptr<float>(), .n_tokens = 1, .version = 10,
                                    .in_norm = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>(),
                                                .weight = a.ffn_norm.ptr<float>(), .eps = a.eps},
-                                   .stamps = matvec_stamps("attn_out_ffn norm+gate|up", a.w_gate_up)},
+                                   .stamps = matvec_stamps("attn_out_ffn norm+gate|up", a.w_gate_up),
+                                   .ring_inflight = options_.ring_inflight},
                                   stream_);
     }
     {
@@ -140,7 +142,8 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
                        {.w = weight_view(a.w_down), .x = act.ptr<float>(), .bias = nullptr,
                         .out = a.delta.ptr<float>(), .n_tokens = 1, .version = 10,
                         .residual_add = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>()},
-                        .stamps = matvec_stamps("attn_out_ffn down+add", a.w_down)},
+                        .stamps = matvec_stamps("attn_out_ffn down+add", a.w_down),
+                        .ring_inflight = options_.ring_inflight},
                        stream_);
     }
     add_rms_norm(a.out, a.residual, a.delta, a.next_norm, a.eps);

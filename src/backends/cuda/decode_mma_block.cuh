@@ -271,6 +271,7 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // this lane's copies of tile `it` have landed
     __syncwarp();                  // ... and every other lane's
+    if (it == 0) stamp(p.stamps, 5);
     if constexpr (kFused) {
       if (covers_last) {
         unsigned char* slot = ring + (it % kStages) * Sh::kStageBytes;
@@ -352,6 +353,7 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
       mma_bf16_16816(o[2 * j + 1], p_hi, b[2], b[3]);
       mma_bf16_16816(o[2 * j + 1], p_lo, b[2], b[3]);
     }
+    if (it == 0) stamp(p.stamps, 6);
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring before s_acc overwrites it

@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel
     if (lane == 0) {
       v7::RingCursor cur = v7::producer_start();
-      v7::produce_unit_stages(p.w, kRows, kSwiglu ? 2 : 1, hidden, br, rb, ring, cur);
+      v7::produce_unit_stages(p.w, kRows, kSwiglu ? 2 : 1, hidden, br, rb, ring, cur, p.ring_inflight);
     }
     return;
   }
