@@ -691,7 +691,10 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
   for (const cuda_ops::SampleRowParams& r : rows)
     fast = fast || (r.temperature != 0.0f &&
                      (cuda_ops::sample_topk_fast(r, logits.cols()) || cuda_ops::sample_nucleus(r, logits.cols())));
-  if (fast && sample_cand_.bytes() < cuda_ops::sample_rows_cand_bytes(m, logits.cols())) {
+  // (Its rows' layout depends on the vocabulary: a new one re-zeroes it.)
+  if (fast && (sample_cand_.bytes() < cuda_ops::sample_rows_cand_bytes(m, logits.cols()) ||
+               sample_cand_vocab_ != logits.cols())) {
+    sample_cand_vocab_ = logits.cols();
     sample_cand_ = DeviceBuffer();
     sample_cand_ = alloc(cuda_ops::sample_rows_cand_bytes(std::max<int64_t>(m, 64), logits.cols()));
     FERRY_CUDA_CHECK(cudaMemsetAsync(sample_cand_.data(), 0, sample_cand_.bytes(), stream_));

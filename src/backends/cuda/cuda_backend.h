@@ -225,6 +225,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer sample_rows_;     // (m) cuda_ops::SampleRowParams for sample()
   DeviceBuffer sample_parts_;    // (m) cuda_ops::sample_rows_parts_bytes: sample()'s streaming passes' partials
   DeviceBuffer sample_cand_;     // (m) cuda_ops::sample_rows_cand_bytes: the fast paths' scratch (left zeroed)
+  int64_t sample_cand_vocab_ = 0;  // the vocabulary sample_cand_'s rows are laid out for
   struct SampleStaging {
     DeviceBuffer host;             // (m) cuda_ops::SampleRowParams, page-locked: the copy's source
     CUevent_st* copied = nullptr;  // recorded after the copy that reads it
