@@ -1,7 +1,10 @@
-// GPU sampling (backends/cuda/sampling.cuh) at vocab 128256 (Llama 3) for m = 1..64 rows and three settings:
-// greedy, the CLI default (T 0.8, top-k 40, top-p 0.95, min-p 0.05) and dense top-p (T 1, top-p 0.9). Time per
-// call (CUDA events around batches of 20 calls, median of 15 batches), the logits' bytes (m x vocab x 4, read
-// once: the op's minimum), GB/s and the share of the 4.30 TB/s copy roofline. Usage: sampling_bench [--json F].
+// GPU sampling (backends/cuda/sampling.cuh) at vocab 128256 (Llama 3) for m = 1..256 rows and four settings:
+// greedy, the CLI default (T 0.8, top-k 40, top-p 0.95, min-p 0.05), dense top-p (T 1, top-p 0.9: the nucleus
+// path) and min-p alone (T 1, min-p 0.05: the nucleus path without a top-p cut). Time per call (CUDA events around
+// batches of 20 calls, median of 15 batches), the logits' bytes (m x vocab x 4, read once: the op's minimum), GB/s
+// and the share of the 4.30 TB/s copy roofline, for the backend's choice (streaming passes split over blocks, the
+// fast paths' scratch); then the same without the fast paths (split pass 1, the one-block draw), and pass 1 in the
+// row's one block. Usage: sampling_bench [--json F].
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,7 +40,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  constexpr int64_t kVocab = 128256, kMaxM = 64;
+  constexpr int64_t kVocab = 128256, kMaxM = 256;
   ferry::bench::KernelJson json;
   cudaStream_t s;
   BENCH_CUDA_CHECK(cudaStreamCreate(&s));
@@ -54,11 +57,11 @@ int main(int argc, char** argv) {
     BENCH_CUDA_CHECK(cudaMalloc(&rows, kMaxM * sizeof(cuda_ops::SampleRowParams)));
     BENCH_CUDA_CHECK(cudaMalloc(&out, kMaxM * 4));
   }
-  void* parts = nullptr;  // SampleParams::parts: pass 1 split over blocks (the backend's choice up to 16 rows)
+  void* parts = nullptr;  // SampleParams::parts: the streaming passes split over blocks (the backend's choice)
   BENCH_CUDA_CHECK(cudaMalloc(&parts, cuda_ops::sample_rows_parts_bytes(kMaxM)));
-  void* topk = nullptr;  // SampleParams::topk: the top-k fast path's scratch (zeroed; every call leaves it so)
-  BENCH_CUDA_CHECK(cudaMalloc(&topk, cuda_ops::sample_rows_topk_bytes(kMaxM)));
-  BENCH_CUDA_CHECK(cudaMemset(topk, 0, cuda_ops::sample_rows_topk_bytes(kMaxM)));
+  void* cand = nullptr;  // SampleParams::cand: the fast paths' scratch (zeroed; every call leaves it so)
+  BENCH_CUDA_CHECK(cudaMalloc(&cand, cuda_ops::sample_rows_cand_bytes(kMaxM, kVocab)));
+  BENCH_CUDA_CHECK(cudaMemset(cand, 0, cuda_ops::sample_rows_cand_bytes(kMaxM, kVocab)));
   struct Setting {
     const char* name;
     float t;
@@ -67,27 +70,28 @@ int main(int argc, char** argv) {
   };
   const Setting settings[] = {{"greedy", 0.0f, 0, 1.0f, 0.0f},
                               {"T0.8_k40_p0.95_minp0.05", 0.8f, 40, 0.95f, 0.05f},
-                              {"T1_p0.9", 1.0f, 0, 0.9f, 0.0f}};
-  std::printf("%-26s %4s %9s %8s %7s %14s %12s\n", "setting", "m", "us", "GB/s", "%roof", "us, 1 block p1",
-              "us, top-k");
+                              {"T1_p0.9", 1.0f, 0, 0.9f, 0.0f},
+                              {"T1_minp0.05", 1.0f, 0, 1.0f, 0.05f}};
+  std::printf("%-26s %4s %9s %8s %7s %16s %14s\n", "setting", "m", "us", "GB/s", "%roof", "us, no fast path",
+              "us, 1 block p1");
   for (const Setting& st : settings) {
     std::vector<cuda_ops::SampleRowParams> h(kMaxM);
     for (int64_t r = 0; r < kMaxM; ++r) h[size_t(r)] = {st.t, st.k, st.p, st.min_p, uint64_t(r + 1), 100};
     BENCH_CUDA_CHECK(cudaMemcpy(rows, h.data(), h.size() * sizeof(h[0]), cudaMemcpyHostToDevice));
-    for (const int64_t m : {1, 4, 16, 64}) {
-      const double us = median_us(s, [&] {
+    for (const int64_t m : {1, 4, 16, 64, 256}) {
+      const double us = median_us(s, [&] {  // the backend's choice (CudaBackend::sample)
+        cuda_ops::sample_rows(
+            {.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out, .parts = parts, .cand = cand}, s);
+      });
+      const double us_split = median_us(s, [&] {  // split pass 1, every row on the one-block draw
         cuda_ops::sample_rows({.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out, .parts = parts}, s);
       });
       const double us_one = median_us(s, [&] {  // pass 1 in the row's one block (SampleParams::parts null)
         cuda_ops::sample_rows({.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out}, s);
       });
-      const double us_topk = median_us(s, [&] {  // with the top-k fast path's scratch (rows with top-k take it)
-        cuda_ops::sample_rows(
-            {.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out, .parts = parts, .topk = topk}, s);
-      });
       const double bytes = double(m) * kVocab * 4, gbs = bytes / (us * 1e-6) / 1e9;
-      std::printf("%-26s %4lld %9.2f %8.0f %6.1f%% %14.2f %12.2f\n", st.name, (long long)m, us, gbs,
-                  100.0 * gbs * 1e9 / kRoofline, us_one, us_topk);
+      std::printf("%-26s %4lld %9.2f %8.0f %6.1f%% %16.2f %14.2f\n", st.name, (long long)m, us, gbs,
+                  100.0 * gbs * 1e9 / kRoofline, us_split, us_one);
       std::fflush(stdout);
       json.add(std::string("sample ") + st.name + " m" + std::to_string(m), 0.0, bytes, us * 1e-6);
     }

@@ -3,8 +3,9 @@
 // and settings (greedy, temperature only, top-k, top-p, min-p, all together, k >= vocab). Sums run in another
 // order on the GPU, so a different token is possible only when a cumulative sum lies within ~1e-16 of a
 // boundary: the test allows no mismatch at all and reports the count.
-// The CudaSamplingPorts tests check the bit-exact ports (exp_nonpositive, Philox) and the key order on the host
-// (they run without a GPU, in any build with the CUDA backend).
+// The CudaSamplingPorts tests check the bit-exact ports (exp_nonpositive, Philox) and the key order on the host,
+// and replay the kernels' algorithms (the one-block path, the top-k path, the nucleus path) serially against the
+// CPU sampler (they run without a GPU, in any build with the CUDA backend).
 #ifdef FERRY_HAS_CUDA
 
 #include <gtest/gtest.h>
@@ -230,6 +231,154 @@ int32_t topk_algorithm_on_host(const float* lg, int64_t vocab, const cuda_ops::S
   return last;
 }
 
+// The nucleus path (sampling.cu: nucleus_hist_kernel, gather_kernel, draw_nucleus) step for step, serially, with
+// the same decision functions (sampling.cuh): the histogram and its gather cut, the candidates in id order, the
+// bucket walk and the crossing bucket's cut (estimates, or exactly when one lies within its tolerance, or always
+// with exact_only), the draw. -2 where the kernel would not take the path. *ambiguous counts the estimates that
+// were not decisive.
+int32_t nucleus_algorithm_on_host(const float* lg, int64_t vocab, const cuda_ops::SampleRowParams& rp, bool exact_only,
+                                  int* ambiguous) {
+  using namespace cuda_ops;
+  uint32_t best_key = 0;
+  for (int64_t i = 0; i < vocab; ++i) best_key = std::max(best_key, logit_key(lg[i]));
+  if (best_key == 0 || rp.temperature == 0.0f || !sample_nucleus(rp, vocab)) return -2;
+  const float max_logit = key_logit(best_key), inv_t = std::min(1.0f / rp.temperature, 3.402823466e38f);
+  const auto weight_of_key = [&](uint32_t k) { return key_weight(k, max_logit, inv_t); };
+  std::vector<uint64_t> mass32(kSampleBuckets, 0);
+  std::vector<uint32_t> count(kSampleBuckets, 0);
+  double total = 0.0;  // the GPU sums per part, then the parts: another order (rounding)
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float w = weight_of_key(logit_key(lg[i]));
+    total += double(w);
+    if (nucleus_survives(w, rp.min_p)) {
+      ++count[weight_bucket(w)];
+      mass32[weight_bucket(w)] += fixed32(w);
+    }
+  }
+  const NucleusGatherCut ncut = nucleus_gather_cut(mass32.data(), count.data(), total, rp.top_p);
+  if (ncut.count == 0 || ncut.count > uint32_t(kSampleNucleusMax)) return -2;
+  std::vector<uint64_t> cv;  // (~key << 32 | id), id order
+  for (int64_t i = 0; i < vocab; ++i) {
+    const uint32_t k = logit_key(lg[i]);
+    const float w = weight_of_key(k);
+    if (nucleus_survives(w, rp.min_p) && weight_bucket(w) >= ncut.bucket) cv.push_back(uint64_t(~k) << 32 | uint64_t(i));
+  }
+  EXPECT_EQ(cv.size(), size_t(ncut.count));
+  const auto weight = [&](uint64_t c) { return weight_of_key(~uint32_t(c >> 32)); };
+  const int32_t n = int32_t(cv.size());
+  std::vector<uint64_t> bm(kSampleBuckets, 0);
+  for (const uint64_t c : cv) bm[weight_bucket(weight(c))] += fixed40(weight(c));
+  const double target = double(rp.top_p) * total;
+  for (bool exact = exact_only;; exact = true) {
+    NucleusCross cross{NucleusStep::kKeepAll, 0u, 0.0};
+    double tol = 0.0;
+    if (rp.top_p < 1.0f) {
+      if (!exact) {
+        tol = nucleus_cross_tol(n, vocab, total);
+        cross = nucleus_cross_estimate(bm.data(), ncut.bucket, target, tol);
+      } else {
+        std::vector<double> md(kSampleBuckets, 0.0);
+        for (const uint64_t c : cv) md[weight_bucket(weight(c))] += double(weight(c));
+        cross = nucleus_cross_exact(md.data(), ncut.bucket, target);
+      }
+    }
+    if (cross.step == NucleusStep::kAmbiguous) {
+      ++*ambiguous;
+      continue;
+    }
+    if (cross.step == NucleusStep::kMissed) return -2;
+    if (cross.step == NucleusStep::kKeepAll) break;
+    std::vector<uint64_t> rk;  // (~key << 32 | index in cv): ascending = rank order
+    for (int32_t i = 0; i < n; ++i)
+      if (weight_bucket(weight(cv[size_t(i)])) == cross.bucket) rk.push_back((cv[size_t(i)] & 0xFFFFFFFF00000000ull) | uint64_t(i));
+    if (rk.size() > size_t(kSampleCrossMax)) return -2;
+    std::sort(rk.begin(), rk.end());
+    const NucleusKeep keep =
+        nucleus_keep([&](int32_t r) { return weight(rk[size_t(r)]); }, int32_t(rk.size()), target - cross.before, tol);
+    if (keep.ambiguous) {
+      ++*ambiguous;
+      continue;
+    }
+    for (size_t r = size_t(keep.keep); r < rk.size(); ++r) {
+      uint64_t& c = cv[size_t(uint32_t(rk[r]))];
+      c = 0xFFFFFFFF00000000ull | (c & 0xFFFFFFFFull);
+    }
+    for (uint64_t& c : cv)
+      if (weight_bucket(weight(c)) < cross.bucket) c = 0xFFFFFFFF00000000ull | (c & 0xFFFFFFFFull);
+    break;
+  }
+  const float u = sampler_uniform(rp.seed, rp.position);
+  if (!exact_only) {  // the kernel's estimate: fixed40 prefix sums, the one id that clears the tolerance
+    uint64_t kept = 0;
+    for (const uint64_t c : cv) kept += fixed40(weight(c));
+    const double kept_d = double(kept) * 0x1p-40, tgt = double(u) * kept_d, tol = nucleus_draw_tol(n, kept_d);
+    uint64_t e = 0;
+    for (const uint64_t c : cv) {
+      const double lo = double(e) * 0x1p-40;
+      e += fixed40(weight(c));
+      if (lo <= tgt - tol && double(e) * 0x1p-40 > tgt + tol) return int32_t(uint32_t(c));
+    }
+    ++*ambiguous;
+  }
+  return nucleus_draw_exact([&](int32_t i) { return int64_t(uint32_t(cv[size_t(i)])); },
+                            [&](int32_t i) { return weight(cv[size_t(i)]); }, n, vocab, u);
+}
+
+// The nucleus path's replay against the CPU sampler: peaked, ordinary and flat rows (the flat ones' nucleus passes
+// the candidate cap: the path declines them), ties, NaN and +-inf, top-p alone, min-p alone, both; every draw with
+// the estimates and again exactly.
+TEST(CudaSamplingPorts, NucleusAlgorithmMatchesTheCpuSampler) {
+  const cuda_ops::SampleRowParams settings[] = {
+      {1.0f, 0, 0.9f, 0.0f, 0, 0},  {0.7f, 0, 0.5f, 0.05f, 0, 0}, {1.0f, 0, 1.0f, 0.05f, 0, 0},
+      {0.8f, 0, 0.95f, 0.05f, 0, 0}, {1.5f, 0, 0.99f, 0.0f, 0, 0}, {1e-3f, 0, 0.3f, 0.0f, 0, 0},
+      {2.0f, 100000, 0.6f, 0.0f, 0, 0},  // top_k >= vocab: off, as on the CPU
+      {1.0f, 0, 0.2f, 0.3f, 0, 0}};
+  int total = 0, fast = 0, declined = 0, ambiguous = 0;
+  for (const int64_t vocab : {17, 1000, 20000, 50001}) {
+    std::mt19937 rng(static_cast<uint32_t>(vocab) + 7);
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    for (int rep = 0; rep < 8; ++rep) {
+      const float spread[] = {0.02f, 1.0f, 3.0f, 3.0f, 8.0f, 1.0f, 0.5f, 5.0f};
+      std::normal_distribution<float> d(0.0f, spread[rep]);
+      for (float& l : logits) {
+        l = d(rng);
+        if (rep == 3) l = std::round(l * 4.0f) / 4.0f;  // ties
+        if (rep == 5 && rng() % 500 == 0) l += 12.0f;     // peaked: a few ids far above the rest
+        if (rng() % 97 == 0) l = std::numeric_limits<float>::quiet_NaN();
+        if (rng() % 89 == 0) l = -std::numeric_limits<float>::infinity();
+        if (rep == 7 && rng() % 4001 == 0) l = std::numeric_limits<float>::infinity();
+      }
+      for (cuda_ops::SampleRowParams rp : settings) {
+        rp.seed = rng();
+        rp.position = rng() % 500;
+        SamplingParams sp;
+        sp.temperature = rp.temperature;
+        sp.top_k = rp.top_k;
+        sp.top_p = rp.top_p;
+        sp.min_p = rp.min_p;
+        sp.seed = rp.seed;
+        Sampler cpu(sp, int32_t(vocab));
+        const int32_t want = cpu.sample_at({logits.data(), size_t(vocab)}, rp.position);
+        for (const bool exact : {false, true}) {
+          const int32_t got = nucleus_algorithm_on_host(logits.data(), vocab, rp, exact, &ambiguous);
+          if (got == -2) {
+            declined += exact ? 0 : 1;
+            continue;
+          }
+          ASSERT_EQ(got, want) << "nucleus path" << (exact ? " (exact)" : "") << ": vocab " << vocab << " rep "
+                               << rep << " T " << rp.temperature << " p " << rp.top_p << " min_p " << rp.min_p;
+          fast += exact ? 0 : 1;
+        }
+        ++total;
+      }
+    }
+  }
+  std::printf("nucleus path on the host: %d draws, %d by the path (estimates and exactly), %d declined, %d estimates "
+              "not decisive; all equal to the CPU sampler's\n", total, fast, declined, ambiguous);
+  EXPECT_GT(fast, total / 2);
+  EXPECT_GT(declined, 0);  // the flat rows' nucleus passes the cap
+}
+
 TEST(CudaSamplingPorts, KernelAlgorithmMatchesTheCpuSampler) {
   const cuda_ops::SampleRowParams settings[] = {
       {0.0f, 40, 0.95f, 0.05f, 0, 0}, {1.0f, 0, 1.0f, 0.0f, 0, 0},   {0.8f, 40, 0.95f, 0.05f, 0, 0},
@@ -290,19 +439,30 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
                               {0.7f, 0, 0.9f, 0.0f},    {1.3f, 0, 1.0f, 0.1f},   {0.5f, 5, 1.0f, 0.0f},
                               {1.0f, 100000, 0.5f, 0.0f}, {2.0f, 1000, 0.99f, 0.01f}, {1e-3f, 0, 0.3f, 0.0f},
                               // the top-k fast path's edges: its largest k, k = 1, top-p and min-p together
-                              {1.0f, 1024, 1.0f, 0.0f}, {1.0f, 1, 1.0f, 0.0f}, {0.9f, 64, 0.8f, 0.02f}};
+                              {1.0f, 1024, 1.0f, 0.0f}, {1.0f, 1, 1.0f, 0.0f}, {0.9f, 64, 0.8f, 0.02f},
+                              // the nucleus path: top-p alone, min-p alone, both, a wide nucleus (declined on
+                              // flat rows: past the candidate cap)
+                              {1.0f, 0, 0.9f, 0.0f}, {1.0f, 0, 1.0f, 0.05f}, {0.8f, 0, 0.95f, 0.05f},
+                              {1.5f, 0, 0.99f, 0.0f}};
   int mismatches = 0, total = 0;
-  // 50001: pass 1's last slice is not whole float4s (the scalar walk); every row is drawn with pass 1 in one
-  // block, split over kSampleParts blocks (SampleParams::parts), and with the top-k fast path's scratch as well
-  // (SampleParams::topk: rows with 0 < top_k <= kSampleTopKMax draw among gathered candidates; its scratch is
-  // reused by every later call, so a call that left it dirty spoils the next ones).
-  for (const int64_t vocab : {1000, 50000, 50001}) {
-    const int64_t m = 24;
+  // 50001: pass 1's last slice is not whole float4s (the scalar walk); rows spread from flat (sigma 0.05: the
+  // nucleus passes the cap) to peaked (a few ids far above). Every row is drawn four ways: pass 1 in one block;
+  // split (SampleParams::parts); split + the fast paths' scratch (SampleParams::cand: its scratch is reused by every
+  // later call, so a call that left it dirty spoils the next ones); the same with every nucleus decision exact.
+  // m = 200 splits each row into 3 parts (24 rows: 22).
+  const struct {
+    int64_t vocab, m;
+  } shapes[] = {{1000, 24}, {50000, 24}, {50001, 24}, {50000, 200}};
+  for (const auto [vocab, m] : shapes) {
     std::vector<float> logits(static_cast<size_t>(m * vocab));
-    std::mt19937 rng(static_cast<uint32_t>(vocab));
-    std::normal_distribution<float> d(0.0f, 3.0f);
+    std::mt19937 rng(static_cast<uint32_t>(vocab + m));
+    std::normal_distribution<float> d(0.0f, 1.0f);
     for (size_t i = 0; i < logits.size(); ++i) {
-      logits[i] = std::round(d(rng) * 4.0f) / 4.0f;  // quarter steps: many equal logits (ties)
+      const int64_t r = int64_t(i) / vocab;
+      const float sigma[] = {3.0f, 0.05f, 1.0f, 8.0f};
+      logits[i] = d(rng) * sigma[r % 4];
+      if (r % 4 == 0) logits[i] = std::round(logits[i] * 4.0f) / 4.0f;  // quarter steps: many equal logits (ties)
+      if (r % 4 == 2 && rng() % 400 == 0) logits[i] += 12.0f;           // peaked
       if (rng() % 997 == 0) logits[i] = std::numeric_limits<float>::quiet_NaN();
       if (rng() % 991 == 0) logits[i] = -std::numeric_limits<float>::infinity();
     }
@@ -313,19 +473,20 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
     ASSERT_EQ(cudaMalloc(&dp, size_t(m) * sizeof(cuda_ops::SampleRowParams)), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&dout, size_t(m) * 4), cudaSuccess);
     void* dparts = nullptr;
-    void* dtopk = nullptr;
+    void* dcand = nullptr;
     ASSERT_EQ(cudaMalloc(&dparts, cuda_ops::sample_rows_parts_bytes(m)), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&dtopk, cuda_ops::sample_rows_topk_bytes(m)), cudaSuccess);
-    ASSERT_EQ(cudaMemset(dtopk, 0, cuda_ops::sample_rows_topk_bytes(m)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dcand, cuda_ops::sample_rows_cand_bytes(m, vocab)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dcand, 0, cuda_ops::sample_rows_cand_bytes(m, vocab)), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(dl, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    for (const int mode : {0, 1, 2})  // one block; pass 1 split; split + top-k candidates
+    for (const int mode : {0, 1, 2, 3})  // one block; pass 1 split; split + fast paths; the same, exact decisions
     for (const Setting st : settings) {
       std::vector<cuda_ops::SampleRowParams> rows(static_cast<size_t>(m));
       for (int64_t r = 0; r < m; ++r)
         rows[size_t(r)] = {st.t, st.k, st.p, st.min_p, uint64_t(r * 7919 + 3), uint64_t(r * 13)};
       ASSERT_EQ(cudaMemcpy(dp, rows.data(), rows.size() * sizeof(rows[0]), cudaMemcpyHostToDevice), cudaSuccess);
       cuda_ops::sample_rows({.logits = dl, .m = m, .vocab = vocab, .rows = dp, .out = dout,
-                             .parts = mode >= 1 ? dparts : nullptr, .topk = mode == 2 ? dtopk : nullptr},
+                             .parts = mode >= 1 ? dparts : nullptr, .cand = mode >= 2 ? dcand : nullptr,
+                             .exact_only = mode == 3},
                             nullptr);
       std::vector<int32_t> got(static_cast<size_t>(m));
       ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -351,7 +512,7 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
     cudaFree(dp);
     cudaFree(dout);
     cudaFree(dparts);
-    cudaFree(dtopk);
+    cudaFree(dcand);
   }
   std::printf("GPU sampling: %d of %d draws differ from the CPU sampler\n", mismatches, total);
 }
@@ -373,6 +534,9 @@ TEST(CudaSampling, BackendMethod) {
   for (int64_t r = 0; r < m; ++r) {
     params[size_t(r)].seed = uint64_t(r) + 11;
     params[size_t(r)].temperature = r == 0 ? 0.0f : 0.9f;
+    if (r == 2) params[size_t(r)].top_k = 40;    // the top-k path
+    if (r == 3) params[size_t(r)].top_p = 0.9f;  // the nucleus path
+    if (r == 4) params[size_t(r)].min_p = 0.05f;
     positions[size_t(r)] = uint64_t(r) * 3;
   }
   gpu.sample(go, gl, params, positions);

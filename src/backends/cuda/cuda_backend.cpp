@@ -679,27 +679,31 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
   std::memcpy(slot.host.data(), rows.data(), bytes);
   FERRY_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.data(), slot.host.data(), bytes, cudaMemcpyHostToDevice, stream_));
   FERRY_CUDA_CHECK(cudaEventRecord(slot.copied, stream_));
-  // Pass 1 split over blocks (kSampleParts a row) for up to 16 rows: its scratch grows like sample_rows_.
-  // sampling_bench, greedy, vocab 128256 (H200): 1 row 25.7 -> 8.3 us, 16 rows 25.7 -> 15.2, but 64 rows 26.3 ->
-  // 50.5 (2,048 blocks of 1,024 threads in waves): from there one block a row is faster.
-  const bool split = m <= 16;
-  if (split && sample_parts_.bytes() < cuda_ops::sample_rows_parts_bytes(m)) {
+  // The streaming passes split over blocks at every m (sampling_heuristics.h); their scratch grows like
+  // sample_rows_. sampling_bench, greedy, vocab 128256 (H200, session 12, 32 parts of 1,024 threads): 1 row 25.7 ->
+  // 8.3 us, 16 rows 25.7 -> 15.2, 64 rows 26.3 -> 50.5 (waves of huge blocks); the plan now sizes the blocks by m.
+  if (sample_parts_.bytes() < cuda_ops::sample_rows_parts_bytes(m)) {
     sample_parts_ = DeviceBuffer();
     sample_parts_ = alloc(cuda_ops::sample_rows_parts_bytes(std::max<int64_t>(m, 256)));
   }
-  // The top-k fast path (SampleParams::topk) when every row is greedy or has 0 < top_k <= kSampleTopKMax: its
-  // scratch is zeroed when allocated and left zeroed by every call.
-  bool topk = split;
-  for (const cuda_ops::SampleRowParams& r : rows) topk = topk && cuda_ops::sample_topk_fast(r, logits.cols());
-  if (topk && sample_topk_.bytes() < cuda_ops::sample_rows_topk_bytes(m)) {
-    sample_topk_ = DeviceBuffer();
-    sample_topk_ = alloc(cuda_ops::sample_rows_topk_bytes(16));
-    FERRY_CUDA_CHECK(cudaMemsetAsync(sample_topk_.data(), 0, sample_topk_.bytes(), stream_));
+  // The fast paths' scratch (SampleParams::cand) when a row may take one (the top-k path, the nucleus path; other
+  // rows ignore it): zeroed when allocated and left zeroed by every call. ~93 KB a row at a 128K vocabulary.
+  bool fast = false;
+  for (const cuda_ops::SampleRowParams& r : rows)
+    fast = fast || (r.temperature != 0.0f &&
+                     (cuda_ops::sample_topk_fast(r, logits.cols()) || cuda_ops::sample_nucleus(r, logits.cols())));
+  // (Its rows' layout depends on the vocabulary: a new one re-zeroes it.)
+  if (fast && (sample_cand_.bytes() < cuda_ops::sample_rows_cand_bytes(m, logits.cols()) ||
+               sample_cand_vocab_ != logits.cols())) {
+    sample_cand_vocab_ = logits.cols();
+    sample_cand_ = DeviceBuffer();
+    sample_cand_ = alloc(cuda_ops::sample_rows_cand_bytes(std::max<int64_t>(m, 64), logits.cols()));
+    FERRY_CUDA_CHECK(cudaMemsetAsync(sample_cand_.data(), 0, sample_cand_.bytes(), stream_));
   }
   cuda_ops::sample_rows({.logits = logits.ptr<float>(), .m = m, .vocab = logits.cols(),
                          .rows = static_cast<const cuda_ops::SampleRowParams*>(sample_rows_.data()),
-                         .out = out.ptr<int32_t>(), .parts = split ? sample_parts_.data() : nullptr,
-                         .topk = topk ? sample_topk_.data() : nullptr},
+                         .out = out.ptr<int32_t>(), .parts = sample_parts_.data(),
+                         .cand = fast ? sample_cand_.data() : nullptr},
                         stream_);
 }
 

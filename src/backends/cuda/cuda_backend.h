@@ -226,8 +226,9 @@ class CudaBackend final : public Backend {
   void launch_attention(cuda_ops::AttentionParams& ap);
   DeviceBuffer attn_scratch_;    // attention_scratch_bytes(): split-KV decode partials
   DeviceBuffer sample_rows_;     // (m) cuda_ops::SampleRowParams for sample()
-  DeviceBuffer sample_parts_;    // (m, kSampleParts) i64 then (m, kSampleParts) f64: sample()'s pass-1 partials
-  DeviceBuffer sample_topk_;     // (16 rows) cuda_ops::sample_rows_topk_bytes: the top-k fast path's scratch
+  DeviceBuffer sample_parts_;    // (m) cuda_ops::sample_rows_parts_bytes: sample()'s streaming passes' partials
+  DeviceBuffer sample_cand_;     // (m) cuda_ops::sample_rows_cand_bytes: the fast paths' scratch (left zeroed)
+  int64_t sample_cand_vocab_ = 0;  // the vocabulary sample_cand_'s rows are laid out for
   struct SampleStaging {
     DeviceBuffer host;             // (m) cuda_ops::SampleRowParams, page-locked: the copy's source
     CUevent_st* copied = nullptr;  // recorded after the copy that reads it

@@ -1,6 +1,7 @@
-// GPU sampling (design: sampling.cuh). One block of kSampleThreads per row; every pass walks the row in
-// tiles of kSampleThreads consecutive ids (coalesced 4-byte reads; the row stays in L2 between passes). Pass 1
-// (argmax, candidate count) may run first over kSampleParts blocks a row (SampleParams::parts).
+// GPU sampling (design: sampling.cuh). The streaming passes (pass 1, the nucleus histogram, the gather) run over
+// blocks of kSampleSplitThreads, a row split as sampling_heuristics.h plans; the draw runs in one block of
+// kSampleThreads a row, whose one-block path walks the row in tiles of kSampleThreads consecutive ids (coalesced
+// 4-byte reads; the row stays in L2 between passes).
 #include "backends/cuda/sampling.cuh"
 
 #include "backends/cuda/common.cuh"
@@ -22,6 +23,11 @@ struct SampleSmem {
   int32_t found;        // scan_find: the id found, -1 before
   uint32_t digit;       // radix pass: the chosen digit, 256 when none
   double before;        // radix pass: mass (or count) ranked before the current prefix
+  // the nucleus path's decisions (draw_nucleus), broadcast from thread 0
+  double total, target, tol;
+  NucleusCross cross;
+  NucleusKeep keep;
+  uint32_t n_cross;     // members of the crossing bucket
 };
 
 __device__ double block_sum(double v, SampleSmem& s) {
@@ -30,7 +36,7 @@ __device__ double block_sum(double v, SampleSmem& s) {
   if (threadIdx.x % 32 == 0) s.red_d[threadIdx.x / 32] = v;
   __syncthreads();
   double t = 0.0;
-  for (int w = 0; w < kW; ++w) t += s.red_d[w];  // same order in every thread
+  for (int w = 0; w < int(blockDim.x / 32); ++w) t += s.red_d[w];  // same order in every thread
   return t;
 }
 
@@ -44,7 +50,7 @@ __device__ int64_t block_max(int64_t v, SampleSmem& s) {
   if (threadIdx.x % 32 == 0) s.red_l[threadIdx.x / 32] = v;
   __syncthreads();
   int64_t m = s.red_l[0];
-  for (int w = 1; w < kW; ++w) m = s.red_l[w] > m ? s.red_l[w] : m;
+  for (int w = 1; w < int(blockDim.x / 32); ++w) m = s.red_l[w] > m ? s.red_l[w] : m;
   return m;
 }
 
@@ -163,54 +169,141 @@ __device__ uint32_t radix_select(int64_t vocab, double target, In&& in, Key&& ke
   return prefix;
 }
 
-// A row's part of SampleParams::topk (sample_rows_topk_row_bytes): the coarse histogram, the gathered count, the
-// candidates as (~key << 32 | id): ascending order is rank order (largest key first, ties by ascending id).
-struct TopkRow {
-  uint32_t* hist;   // [kSampleBins]
-  uint32_t* count;  // candidates gathered (may pass kSampleCandMax: then only the first kSampleCandMax are kept)
-  uint64_t* cand;   // [kSampleCandMax]
+// A row's part of SampleParams::cand (sample_rows_cand_row_bytes): the top-k histogram, the nucleus histogram, the
+// gathered count, the per-tile table, the candidates as (~key << 32 | id): ascending order is rank order (largest
+// key first, ties by ascending id).
+struct CandRow {
+  uint32_t* hist;      // [kSampleBins] top-k rows: candidates per key >> 20
+  uint64_t* mass;      // [kSampleBuckets] nucleus rows: survivors' fixed32 mass per weight bucket
+  uint32_t* nhist;     // [kSampleBuckets] nucleus rows: survivors per weight bucket
+  uint32_t* count;     // candidates gathered
+  uint2* tiles;        // [sample_cand_tiles(vocab)] per gather tile: (offset of its candidates, their count)
+  uint64_t* cand;      // [kSampleNucleusMax]; a tile's candidates are contiguous and in id order
 };
-__device__ TopkRow topk_row(const SampleParams& p, int64_t row) {
-  uint8_t* base = static_cast<uint8_t*>(p.topk) + size_t(row) * sample_rows_topk_row_bytes();
-  uint32_t* hist = reinterpret_cast<uint32_t*>(base);
-  return {hist, hist + kSampleBins, reinterpret_cast<uint64_t*>(base + kSampleBins * 4 + 16)};
+__device__ CandRow cand_row(const SampleParams& p, int64_t row) {
+  uint8_t* base = static_cast<uint8_t*>(p.cand) + size_t(row) * sample_rows_cand_row_bytes(p.vocab);
+  uint8_t* tiles = base + size_t(kSampleBins) * 4 + size_t(kSampleBuckets) * 12 + 16;
+  return {reinterpret_cast<uint32_t*>(base), reinterpret_cast<uint64_t*>(base + kSampleBins * 4),
+          reinterpret_cast<uint32_t*>(base + kSampleBins * 4 + kSampleBuckets * 8),
+          reinterpret_cast<uint32_t*>(base + kSampleBins * 4 + kSampleBuckets * 12), reinterpret_cast<uint2*>(tiles),
+          reinterpret_cast<uint64_t*>(tiles + (sample_cand_tiles(p.vocab) * 8 + 15) / 16 * 16)};
 }
 
-// The top-k fast path's threshold (every thread of the block calls it): the highest bin b such that the bins
-// from b up hold at least top_k candidates, and that count. Integer sums: every block that asks gets the same.
-struct TopkCut {
-  uint32_t bin, count;
+// A row's part of SampleParams::parts: per part of the split, the max of (key << 31 | ~id), the candidate count
+// and (nucleus rows) the sum of the weights.
+struct PartsRow {
+  int64_t* best;  // [kSamplePartsMax]
+  double* count;  // [kSamplePartsMax]
+  double* total;  // [kSamplePartsMax]
 };
-__device__ TopkCut topk_cut(const uint32_t* hist, int32_t top_k, SampleSmem& s) {
-  static_assert(kSampleBins == 4 * kT);
-  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-  // Thread t holds bins 4095 - 4t .. 4092 - 4t (the top first), so an inclusive scan in thread order is a sum
-  // from the top bin down.
-  uint32_t h[4], own = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) own += h[j] = __ldcg(hist + kSampleBins - 1 - (4 * t + j));
-  uint32_t incl = own;
+__device__ PartsRow parts_row(const SampleParams& p, int64_t row) {
+  int64_t* base = static_cast<int64_t*>(p.parts) + row * kSamplePartsMax * 3;
+  return {base, reinterpret_cast<double*>(base + kSamplePartsMax), reinterpret_cast<double*>(base + 2 * kSamplePartsMax)};
+}
+
+// The row's best (key << 31 | ~id) from its parts (every thread of the block; n_parts <= blockDim.x).
+__device__ int64_t parts_best(const PartsRow& pr, int n_parts, SampleSmem& s) {
+  return block_max(int(threadIdx.x) < n_parts ? __ldcg(pr.best + threadIdx.x) : int64_t(0), s);
+}
+// The row's weight total from its parts, summed in part order (the same double in every block that asks).
+__device__ double parts_total(const PartsRow& pr, int n_parts) {
+  double t = 0.0;
+  for (int i = 0; i < n_parts; ++i) t += __ldcg(pr.total + i);
+  return t;
+}
+
+// Exclusive scan of v over the block (any block size, one value a thread); *sum = the block's total.
+template <class U>
+__device__ U block_excl_scan(U v, U* warp_sums, U* sum) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  U incl = v;
   for (int o = 1; o < 32; o *= 2) {
-    const uint32_t u = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+    const U u = __shfl_up_sync(0xFFFFFFFFu, incl, o);
     if (lane >= o) incl += u;
   }
   __syncthreads();
-  if (lane == 31) s.red_u[warp] = incl;
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  U before = incl - v, t = 0;
+  for (int w = 0; w < nw; ++w) {
+    if (w < warp) before += warp_sums[w];
+    t += warp_sums[w];
+  }
+  *sum = t;
+  return before;
+}
+
+// The top-k path's threshold (every thread of the block calls it): the highest bin b such that the bins from b up
+// hold at least top_k candidates, and that count. Integer sums: every block that asks gets the same.
+struct TopkCut {
+  uint32_t bin, count;
+};
+template <int NT>
+__device__ TopkCut topk_cut(const uint32_t* hist, int32_t top_k, SampleSmem& s) {
+  constexpr int kPer = kSampleBins / NT;
+  const int t = threadIdx.x;
+  // Thread t holds bins 4095 - kPer * t .. down (the top first), so an exclusive scan in thread order is the count
+  // from the top bin down to the thread's first bin.
+  uint32_t h[kPer], own = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) own += h[j] = __ldcg(hist + kSampleBins - 1 - (kPer * t + j));
+  uint32_t total;
+  uint32_t above = block_excl_scan(own, s.red_u, &total);
   if (t == 0) s.digit = 0u, s.found = 0;  // digit: the bin; found: the count (both 0 when never reached)
   __syncthreads();
-  uint32_t above = incl - own;
-  for (int w = 0; w < warp; ++w) above += s.red_u[w];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < kPer; ++j) {
     const uint32_t before = above;
     above += h[j];
     if (before < uint32_t(top_k) && above >= uint32_t(top_k)) {  // one thread, one bin
-      s.digit = uint32_t(kSampleBins - 1 - (4 * t + j));
+      s.digit = uint32_t(kSampleBins - 1 - (kPer * t + j));
       s.found = int32_t(above);
     }
   }
   __syncthreads();
   const TopkCut r{s.digit, uint32_t(s.found)};
+  __syncthreads();
+  return r;
+}
+
+// nucleus_gather_cut (sampling.cuh) with the block: thread t holds buckets 1023 - kPer * t .. down; exclusive scans
+// of the mass and the count give each bucket's sums from the top, and the one bucket where the mass first reaches
+// the threshold says so. Integer sums and the same threshold: every block that asks gets the same, and the host's.
+template <int NT>
+__device__ NucleusGatherCut nucleus_cut_block(const CandRow& cr, double total, float top_p, SampleSmem& s) {
+  constexpr int kPer = kSampleBuckets / NT;
+  static_assert(kPer >= 1 && kSampleBuckets % NT == 0);
+  const int t = threadIdx.x;
+  const double thr = nucleus_gather_threshold(top_p, total);
+  uint64_t mass[kPer], own_m = 0;
+  uint32_t cnt[kPer], own_c = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int b = kSampleBuckets - 1 - (kPer * t + j);
+    mass[j] = b >= 1 ? __ldcg(reinterpret_cast<const unsigned long long*>(cr.mass) + b) : 0ull;
+    cnt[j] = b >= 1 ? __ldcg(cr.nhist + b) : 0u;
+    own_m += mass[j];
+    own_c += cnt[j];
+  }
+  unsigned long long total_m;
+  uint32_t total_c;
+  uint64_t f = block_excl_scan<unsigned long long>(own_m, reinterpret_cast<unsigned long long*>(s.red_l), &total_m);
+  uint32_t c = block_excl_scan(own_c, s.red_u, &total_c);
+  if (t == 0) s.digit = 1u, s.found = int32_t(total_c);  // none reaches: every survivor (bucket 1 up)
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int b = kSampleBuckets - 1 - (kPer * t + j);
+    const bool before = nucleus_reaches(f, thr);
+    f += mass[j];
+    c += cnt[j];
+    if (b >= 1 && !before && nucleus_reaches(f, thr)) {  // one bucket at most
+      s.digit = uint32_t(b);
+      s.found = int32_t(c);
+    }
+  }
+  __syncthreads();
+  const NucleusGatherCut r{s.digit, uint32_t(s.found)};
   __syncthreads();
   return r;
 }
@@ -231,10 +324,11 @@ __device__ void bitonic_sort(uint64_t* v, int n) {
   }
 }
 
-// Pass 1 over ids [lo, hi) of row lg: the max of (key << 31 | ~id) (the largest key, ties -> lowest id) and the
-// count of candidates (keys != 0), both exact whatever the order, so the walk keeps many loads in flight:
-// float4s, kUnroll of them requested before any is used, where [lo, hi) and lg allow. hist (shared, kSampleBins
-// u32, or null): candidates counted by the key's top 12 bits (the top-k fast path's coarse histogram).
+// Pass 1 over ids [lo, hi) of row lg by a block of NT threads: the max of (key << 31 | ~id) (the largest key,
+// ties -> lowest id) and the count of candidates (keys != 0), both exact whatever the order, so the walk keeps
+// many loads in flight: float4s, kUnroll of them requested before any is used, where [lo, hi) and lg allow. hist
+// (shared, kSampleBins u32, or null): candidates counted by the key's top 12 bits (the top-k path's histogram).
+template <int NT>
 __device__ void walk_argmax(const float* lg, int64_t lo, int64_t hi, int64_t& best, double& n_valid,
                             uint32_t* hist = nullptr) {
   const auto consider = [&](uint32_t k, int64_t i) {
@@ -247,16 +341,16 @@ __device__ void walk_argmax(const float* lg, int64_t lo, int64_t hi, int64_t& be
     constexpr int kUnroll = 4;
     const float4* lg4 = reinterpret_cast<const float4*>(lg);
     const int64_t j_lo = lo / 4, j_hi = hi / 4;
-    for (int64_t j0 = j_lo + threadIdx.x; j0 < j_hi; j0 += int64_t(kT) * kUnroll) {
+    for (int64_t j0 = j_lo + threadIdx.x; j0 < j_hi; j0 += int64_t(NT) * kUnroll) {
       float4 f[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = j0 + int64_t(u) * kT;
+        const int64_t j = j0 + int64_t(u) * NT;
         if (j < j_hi) f[u] = __ldg(lg4 + j);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = j0 + int64_t(u) * kT;
+        const int64_t j = j0 + int64_t(u) * NT;
         if (j >= j_hi) break;
         consider(logit_key(f[u].x), 4 * j);
         consider(logit_key(f[u].y), 4 * j + 1);
@@ -265,65 +359,170 @@ __device__ void walk_argmax(const float* lg, int64_t lo, int64_t hi, int64_t& be
       }
     }
   } else {
-    for (int64_t i = lo + threadIdx.x; i < hi; i += kT) consider(logit_key(__ldg(lg + i)), i);
+    for (int64_t i = lo + threadIdx.x; i < hi; i += NT) consider(logit_key(__ldg(lg + i)), i);
   }
 }
 
-// Pass 1 of row blockIdx.y split over kSampleParts blocks (blockIdx.x: slices of whole float4s): partials into
-// p.parts, (m, parts) i64 bests then (m, parts) f64 counts.
-// With p.topk, rows that will draw among top-k candidates also add their slice's coarse histogram into the row's
-// (TopkRow::hist).
-__global__ void __launch_bounds__(kT) argmax_parts_kernel(SampleParams p) {
+// The four logits of ids i .. i + 3 of row lg (ids >= hi read as NaN: never candidates); one float4 load where the
+// row is 16-byte aligned (i is a multiple of 4).
+__device__ float4 load4(const float* lg, int64_t i, int64_t hi, bool aligned) {
+  if (aligned && i + 4 <= hi) return __ldg(reinterpret_cast<const float4*>(lg + i));
+  const float nan = __int_as_float(0x7FC00000);
+  return make_float4(i < hi ? __ldg(lg + i) : nan, i + 1 < hi ? __ldg(lg + i + 1) : nan,
+                     i + 2 < hi ? __ldg(lg + i + 2) : nan, i + 3 < hi ? __ldg(lg + i + 3) : nan);
+}
+
+// Pass 1 of row blockIdx.y split over split.n_parts blocks (blockIdx.x: slices of split.slice ids): partials into
+// parts_row. With p.cand, top-k rows also add their slice's coarse histogram into the row's (CandRow::hist).
+__global__ void __launch_bounds__(kSampleSplitThreads) argmax_parts_kernel(SampleParams p, SampleSplit split) {
   pdl_allow_dependents();
   pdl_wait();
+  constexpr int kNT = kSampleSplitThreads;
   __shared__ SampleSmem s;
   __shared__ uint32_t hist[kSampleBins];
   const int64_t row = blockIdx.y, vocab = p.vocab;
-  const int64_t slice = ((vocab + kSampleParts - 1) / kSampleParts + 3) / 4 * 4;
-  const int64_t lo = min(vocab, int64_t(blockIdx.x) * slice), hi = min(vocab, lo + slice);
+  const int64_t lo = min(vocab, int64_t(blockIdx.x) * split.slice), hi = min(vocab, lo + split.slice);
   const SampleRowParams rp = p.rows[row];
-  const bool with_hist = p.topk != nullptr && rp.temperature != 0.0f && sample_topk_fast(rp, vocab);
+  const bool with_hist = p.cand != nullptr && rp.temperature != 0.0f && sample_topk_fast(rp, vocab);
   if (with_hist) {
-    for (int b = threadIdx.x; b < kSampleBins; b += kT) hist[b] = 0u;
+    for (int b = threadIdx.x; b < kSampleBins; b += kNT) hist[b] = 0u;
     __syncthreads();
   }
   int64_t best = 0;
   double n_valid = 0.0;
-  walk_argmax(p.logits + size_t(row) * size_t(vocab), lo, hi, best, n_valid, with_hist ? hist : nullptr);
+  walk_argmax<kNT>(p.logits + size_t(row) * size_t(vocab), lo, hi, best, n_valid, with_hist ? hist : nullptr);
   best = block_max(best, s);  // (its barriers also order the histogram's adds before the merge below)
   n_valid = block_sum(n_valid, s);
   if (with_hist) {
-    uint32_t* row_hist = topk_row(p, row).hist;
-    for (int b = threadIdx.x; b < kSampleBins; b += kT)
+    uint32_t* row_hist = cand_row(p, row).hist;
+    for (int b = threadIdx.x; b < kSampleBins; b += kNT)
       if (hist[b] != 0u) atomicAdd(&row_hist[b], hist[b]);
   }
   if (threadIdx.x == 0) {
-    static_cast<int64_t*>(p.parts)[row * kSampleParts + blockIdx.x] = best;
-    reinterpret_cast<double*>(static_cast<int64_t*>(p.parts) + p.m * kSampleParts)[row * kSampleParts + blockIdx.x] = n_valid;
+    const PartsRow pr = parts_row(p, row);
+    pr.best[blockIdx.x] = best;
+    pr.count[blockIdx.x] = n_valid;
   }
 }
 
-// The top-k fast path's gather (p.topk; grid (kSampleParts, m), the slices of argmax_parts_kernel): every id of
-// the slice whose key's bin is at or above the row's cut goes into the row's candidates (unordered; the row's
-// block sorts them). Rows that do not take the path, or whose candidates would not fit, gather nothing.
-__global__ void __launch_bounds__(kT) gather_topk_kernel(SampleParams p) {
+// The nucleus rows' histogram (p.cand; grid (n_parts, m), pass 1's slices): every weight of the slice into the
+// part's total (a double, summed in a fixed order: the same every call), and every survivor of min-p into its
+// bucket's count and fixed32 mass (integers: exact in any order), added into the row's (CandRow::mass, nhist).
+__global__ void __launch_bounds__(kSampleSplitThreads) nucleus_hist_kernel(SampleParams p, SampleSplit split) {
   pdl_allow_dependents();
   pdl_wait();
+  constexpr int kNT = kSampleSplitThreads;
+  __shared__ SampleSmem s;
+  __shared__ unsigned long long mass[kSampleBuckets];
+  __shared__ uint32_t cnt[kSampleBuckets];
+  const int64_t row = blockIdx.y, vocab = p.vocab;
+  const SampleRowParams rp = p.rows[row];
+  if (!sample_nucleus(rp, vocab)) return;
+  const PartsRow pr = parts_row(p, row);
+  const uint32_t best_key = uint32_t(uint64_t(parts_best(pr, split.n_parts, s)) >> 31);
+  if (best_key == 0) return;  // every logit NaN / -inf: no draw
+  for (int b = threadIdx.x; b < kSampleBuckets; b += kNT) mass[b] = 0ull, cnt[b] = 0u;
+  __syncthreads();
+  const float max_logit = key_logit(best_key), inv_t = fminf(1.0f / rp.temperature, 3.402823466e38f);
+  const int64_t lo = min(vocab, int64_t(blockIdx.x) * split.slice), hi = min(vocab, lo + split.slice);
+  const float* lg = p.logits + size_t(row) * size_t(vocab);
+  const bool aligned = reinterpret_cast<uintptr_t>(lg) % 16 == 0;
+  double total = 0.0;
+  const auto add = [&](float l) {
+    const float w = key_weight(logit_key(l), max_logit, inv_t);
+    total += double(w);
+    if (nucleus_survives(w, rp.min_p)) {
+      const uint32_t b = weight_bucket(w);
+      atomicAdd(&cnt[b], 1u);
+      const uint64_t fx = fixed32(w);
+      if (fx != 0) atomicAdd(&mass[b], static_cast<unsigned long long>(fx));
+    }
+  };
+  for (int64_t i = lo + 4 * int64_t(threadIdx.x); i < hi; i += 4 * kNT) {  // lo is a multiple of 4
+    const float4 f = load4(lg, i, hi, aligned);
+    add(f.x), add(f.y), add(f.z), add(f.w);  // NaN past hi weighs 0 (and is no survivor)
+  }
+  total = block_sum(total, s);  // (its barriers also order the histogram's adds before the merge below)
+  const CandRow cr = cand_row(p, row);
+  for (int b = threadIdx.x; b < kSampleBuckets; b += kNT) {
+    if (cnt[b] != 0u) atomicAdd(&cr.nhist[b], cnt[b]);
+    if (mass[b] != 0ull) atomicAdd(reinterpret_cast<unsigned long long*>(cr.mass) + b, mass[b]);
+  }
+  if (threadIdx.x == 0) pr.total[blockIdx.x] = total;
+}
+
+// The gather (p.cand; grid (n_parts, m), pass 1's slices) for top-k rows (ids whose key's bin is at or above the
+// row's cut) and nucleus rows (survivors of min-p whose weight's bucket is at or above the row's gather cut), in
+// tiles of kSampleGatherTile ids: each tile's candidates in id order (a block scan), at an offset reserved with
+// one atomic add; the tile's (offset, count) goes into the row's table, so the draw reads them in id order. Rows
+// that take neither path, or whose candidates would not fit, gather nothing (the draw agrees: the same cut from
+// the same histogram).
+__global__ void __launch_bounds__(kSampleSplitThreads) gather_kernel(SampleParams p, SampleSplit split) {
+  pdl_allow_dependents();
+  pdl_wait();
+  constexpr int kNT = kSampleSplitThreads;
+  static_assert(kSampleGatherTile == 4 * kNT);
   __shared__ SampleSmem s;
   const int64_t row = blockIdx.y, vocab = p.vocab;
   const SampleRowParams rp = p.rows[row];
-  if (rp.temperature == 0.0f || !sample_topk_fast(rp, vocab)) return;
-  const TopkRow tr = topk_row(p, row);
-  const TopkCut cut = topk_cut(tr.hist, rp.top_k, s);
-  if (cut.count < uint32_t(rp.top_k) || cut.count > uint32_t(kSampleCandMax)) return;
-  const int64_t slice = ((vocab + kSampleParts - 1) / kSampleParts + 3) / 4 * 4;
-  const int64_t lo = min(vocab, int64_t(blockIdx.x) * slice), hi = min(vocab, lo + slice);
+  const bool topk = rp.temperature != 0.0f && sample_topk_fast(rp, vocab), nucleus = sample_nucleus(rp, vocab);
+  if (!topk && !nucleus) return;
+  const CandRow cr = cand_row(p, row);
+  const PartsRow pr = parts_row(p, row);
+  uint32_t bin = 0;  // top-k: the key bin cut
+  uint32_t cap = kSampleCandMax;
+  float max_logit = 0.0f, inv_t = 0.0f;
+  NucleusGatherCut ncut{0u, 0u};
+  if (topk) {
+    const TopkCut cut = topk_cut<kNT>(cr.hist, rp.top_k, s);
+    if (cut.count < uint32_t(rp.top_k) || cut.count > uint32_t(kSampleCandMax)) return;
+    bin = cut.bin;
+  } else {
+    const uint32_t best_key = uint32_t(uint64_t(parts_best(pr, split.n_parts, s)) >> 31);
+    if (best_key == 0) return;
+    ncut = nucleus_cut_block<kNT>(cr, parts_total(pr, split.n_parts), rp.top_p, s);
+    if (ncut.count == 0u || ncut.count > uint32_t(kSampleNucleusMax)) return;
+    max_logit = key_logit(best_key);
+    inv_t = fminf(1.0f / rp.temperature, 3.402823466e38f);
+    cap = kSampleNucleusMax;
+  }
+  const int64_t lo = min(vocab, int64_t(blockIdx.x) * split.slice), hi = min(vocab, lo + split.slice);
   const float* lg = p.logits + size_t(row) * size_t(vocab);
-  for (int64_t i = lo + threadIdx.x; i < hi; i += kT) {
-    const uint32_t k = logit_key(__ldg(lg + i));
-    if (k == 0u || (k >> 20) < cut.bin) continue;
-    const uint32_t slot = atomicAdd(tr.count, 1u);
-    if (slot < uint32_t(kSampleCandMax)) tr.cand[slot] = uint64_t(~k) << 32 | uint64_t(i);
+  const bool aligned = reinterpret_cast<uintptr_t>(lg) % 16 == 0;
+  for (int64_t t0 = lo; t0 < hi; t0 += kSampleGatherTile) {
+    const int64_t i = t0 + 4 * int64_t(threadIdx.x);
+    const float4 f = load4(lg, i, hi, aligned);
+    const float l[4] = {f.x, f.y, f.z, f.w};
+    uint32_t key[4], mine = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t k = logit_key(l[j]);
+      bool take;
+      if (topk) {
+        take = k != 0u && (k >> 20) >= bin;
+      } else {
+        const float w = key_weight(k, max_logit, inv_t);
+        take = nucleus_survives(w, rp.min_p) && weight_bucket(w) >= ncut.bucket;
+      }
+      key[j] = take ? k : 0u;
+      mine += take ? 1u : 0u;
+    }
+    uint32_t n_tile;
+    uint32_t at = block_excl_scan(mine, s.red_u, &n_tile);
+    if (threadIdx.x == 0) {
+      const uint32_t base = n_tile != 0u ? atomicAdd(cr.count, n_tile) : 0u;
+      cr.tiles[t0 / kSampleGatherTile] = make_uint2(base, n_tile);
+      s.digit = base;
+    }
+    __syncthreads();
+    at += s.digit;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (key[j] == 0u) continue;
+      if (at < cap) cr.cand[at] = uint64_t(~key[j]) << 32 | uint64_t(i + j);
+      ++at;
+    }
+    __syncthreads();  // s.digit and s.red_u are reused by the next tile
   }
 }
 
@@ -332,7 +531,7 @@ __global__ void __launch_bounds__(kT) gather_topk_kernel(SampleParams p) {
 // double, serially in one thread (at most top_k terms). Returns the pick, -1 when nothing is kept.
 // sv: shared u64 [kSampleCandMax + kSampleTopKMax] (the candidates in rank order, then the kept ones by id);
 // wv: shared f64 [kSampleTopKMax].
-__device__ int32_t draw_topk(const SampleRowParams& rp, const TopkRow& tr, uint32_t n, uint32_t best_key,
+__device__ int32_t draw_topk(const SampleRowParams& rp, const CandRow& tr, uint32_t n, uint32_t best_key,
                              uint64_t* sv, double* wv, SampleSmem& s) {
   int np = 1;
   while (np < int(n)) np <<= 1;
@@ -403,11 +602,152 @@ __device__ int32_t draw_topk(const SampleRowParams& rp, const TopkRow& tr, uint3
   return r;
 }
 
-__global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
+// The nucleus path's draw in the row's block (all threads): the row's candidates (the survivors of min-p in the
+// buckets from the gather cut up) in id order, their fixed40 mass per bucket, the CPU's bucket walk (estimates
+// within a tolerance, else exactly in the CPU's order), the crossing bucket ranked (bitonic sort) and cut, the
+// draw. Returns the pick, or -2 when the path is not taken (candidates not gathered, a crossing bucket of more than
+// kSampleCrossMax ids): the one-block path draws then. smem: dynamic shared memory, kNucleusSmemBytes.
+constexpr int kNucleusSmemBytes = (kSampleNucleusMax + kSampleBuckets + kSampleCrossMax) * 8;
+__device__ int32_t draw_nucleus(const SampleParams& p, const SampleRowParams& rp, const CandRow& cr, const PartsRow& pr,
+                                int n_parts, uint32_t best_key, uint8_t* smem, SampleSmem& s) {
+  const int64_t vocab = p.vocab;
+  if (threadIdx.x == 0) s.total = parts_total(pr, n_parts);
+  __syncthreads();
+  const double total = s.total;
+  const NucleusGatherCut ncut = nucleus_cut_block<kT>(cr, total, rp.top_p, s);
+  const uint32_t n = __ldcg(cr.count);
+  const int64_t n_tiles = int64_t(sample_cand_tiles(vocab));
+  if (ncut.count == 0u || ncut.count > uint32_t(kSampleNucleusMax) || n != ncut.count || n_tiles > 2 * kSampleCrossMax)
+    return -2;
+  uint64_t* cv = reinterpret_cast<uint64_t*>(smem);  // [kSampleNucleusMax] (~key << 32 | id), id order
+  unsigned long long* bm = reinterpret_cast<unsigned long long*>(cv + kSampleNucleusMax);  // [kSampleBuckets]
+  uint64_t* rk = reinterpret_cast<uint64_t*>(bm + kSampleBuckets);  // [kSampleCrossMax] (~key << 32 | index in cv)
+  uint32_t* dst = reinterpret_cast<uint32_t*>(rk);  // [n_tiles] where each tile's candidates go in cv (until ranked)
+
+  // 1. The candidates in id order: tiles in order, each tile's in id order.
+  uint32_t base = 0;
+  for (int64_t c0 = 0; c0 < n_tiles; c0 += kT) {
+    const int64_t t = c0 + threadIdx.x;
+    const uint32_t c = t < n_tiles ? __ldcg(&cr.tiles[t].y) : 0u;
+    uint32_t sum;
+    const uint32_t at = block_excl_scan(c, s.red_u, &sum);
+    if (t < n_tiles) dst[t] = base + at;
+    base += sum;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t t = warp; t < n_tiles; t += kW) {
+    const uint2 e = __ldcg(&cr.tiles[t]);
+    for (uint32_t j = lane; j < e.y; j += 32) cv[dst[t] + j] = __ldcg(cr.cand + e.x + j);
+  }
+  for (int b = threadIdx.x; b < kSampleBuckets; b += kT) bm[b] = 0ull;
+  __syncthreads();
+
+  // 2. Their fixed40 mass per bucket (exact integers).
+  const float max_logit = key_logit(best_key), inv_t = fminf(1.0f / rp.temperature, 3.402823466e38f);
+  const auto weight = [&](uint64_t c) { return key_weight(~uint32_t(c >> 32), max_logit, inv_t); };
+  for (uint32_t i = threadIdx.x; i < n; i += kT) {
+    const float w = weight(cv[i]);
+    atomicAdd(&bm[weight_bucket(w)], static_cast<unsigned long long>(fixed40(w)));
+  }
+  __syncthreads();
+
+  // 3. The bucket walk and the crossing bucket's cut: on the estimates, and again exactly (the CPU's sums in its
+  // order) when one of them lies within its tolerance of a cut.
+  const double target = double(rp.top_p) * total;
+  for (bool exact = p.exact_only;; exact = true) {
+    if (threadIdx.x == 0) {
+      if (!(rp.top_p < 1.0f)) {
+        s.cross = {NucleusStep::kKeepAll, 0u, 0.0};
+      } else if (!exact) {
+        s.tol = nucleus_cross_tol(n, vocab, total);
+        s.cross = nucleus_cross_estimate(reinterpret_cast<const uint64_t*>(bm), ncut.bucket, target, s.tol);
+      } else {  // bucket_mass_: sequential sums in id order (bm's words reused as doubles)
+        double* md = reinterpret_cast<double*>(bm);
+        for (int b = 0; b < kSampleBuckets; ++b) md[b] = 0.0;
+        for (uint32_t i = 0; i < n; ++i) {
+          const float w = weight(cv[i]);
+          md[weight_bucket(w)] += double(w);
+        }
+        s.tol = 0.0;
+        s.cross = nucleus_cross_exact(md, ncut.bucket, target);
+      }
+      s.n_cross = 0u;
+    }
+    __syncthreads();
+    const NucleusCross cross = s.cross;
+    if (cross.step == NucleusStep::kAmbiguous) continue;  // (thread 0 alone writes s before the next barrier)
+    if (cross.step == NucleusStep::kMissed) return -2;
+    if (cross.step == NucleusStep::kKeepAll) break;
+    for (uint32_t i = threadIdx.x; i < n; i += kT) {
+      if (weight_bucket(weight(cv[i])) != cross.bucket) continue;
+      const uint32_t slot = atomicAdd(&s.n_cross, 1u);
+      if (slot < uint32_t(kSampleCrossMax)) rk[slot] = (cv[i] & 0xFFFFFFFF00000000ull) | uint64_t(i);
+    }
+    __syncthreads();
+    const uint32_t sc = s.n_cross;
+    if (sc > uint32_t(kSampleCrossMax)) return -2;
+    int np = 1;
+    while (np < int(sc)) np <<= 1;
+    for (int i = int(sc) + threadIdx.x; i < np; i += kT) rk[i] = ~uint64_t(0);
+    __syncthreads();
+    bitonic_sort(rk, np);  // rank order: key descending, then id
+    if (threadIdx.x == 0) {
+      s.keep = nucleus_keep([&](int32_t r) { return weight(rk[r]); }, int32_t(sc), target - cross.before, s.tol);
+    }
+    __syncthreads();
+    const NucleusKeep keep = s.keep;
+    __syncthreads();
+    if (keep.ambiguous) continue;
+    // Dropped: the crossing bucket's members past keep, and every candidate below the crossing bucket (key 0).
+    for (uint32_t r = uint32_t(keep.keep) + threadIdx.x; r < sc; r += kT) {
+      const uint32_t i = uint32_t(rk[r]);
+      cv[i] = 0xFFFFFFFF00000000ull | (cv[i] & 0xFFFFFFFFull);
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n; i += kT)
+      if (weight_bucket(weight(cv[i])) < cross.bucket) cv[i] = 0xFFFFFFFF00000000ull | (cv[i] & 0xFFFFFFFFull);
+    __syncthreads();
+    break;
+  }
+
+  // 4. The draw: fixed40 prefix sums in id order (per thread a contiguous run, then a block scan); the one id whose
+  // estimate interval clears u * kept by the tolerance, else sample_dense's draw exactly (nucleus_draw_exact).
+  const float u = sampler_uniform(rp.seed, rp.position);
+  if (!p.exact_only) {
+    const uint32_t ch = (n + kT - 1) / kT, i0 = min(n, threadIdx.x * ch), i1 = min(n, i0 + ch);
+    unsigned long long own = 0;
+    for (uint32_t i = i0; i < i1; ++i) own += fixed40(weight(cv[i]));
+    unsigned long long kept;
+    unsigned long long e = block_excl_scan<unsigned long long>(own, reinterpret_cast<unsigned long long*>(s.red_l), &kept);
+    if (threadIdx.x == 0) s.found = -1;
+    __syncthreads();
+    const double kept_d = double(kept) * 0x1p-40, tgt = double(u) * kept_d, tol = nucleus_draw_tol(n, kept_d);
+    for (uint32_t i = i0; i < i1; ++i) {
+      const double lo = double(e) * 0x1p-40;
+      e += fixed40(weight(cv[i]));
+      if (lo <= tgt - tol && double(e) * 0x1p-40 > tgt + tol) s.found = int32_t(uint32_t(cv[i]));
+    }
+    __syncthreads();
+    const int32_t pick = s.found;
+    __syncthreads();
+    if (pick >= 0) return pick;
+  }
+  if (threadIdx.x == 0) {
+    s.found = nucleus_draw_exact([&](int32_t i) { return int64_t(uint32_t(cv[i])); },
+                                 [&](int32_t i) { return weight(cv[i]); }, int32_t(n), vocab, u);
+  }
+  __syncthreads();
+  const int32_t pick = s.found;
+  __syncthreads();
+  return pick;
+}
+
+__global__ void __launch_bounds__(kT) sample_kernel(SampleParams p, SampleSplit split) {
   pdl_allow_dependents();
   pdl_wait();
   __shared__ SampleSmem s;
-  extern __shared__ double warp_hist[];  // (kW, 256): radix_select's per-warp histograms
+  extern __shared__ double warp_hist[];  // (kW, 256): radix_select's per-warp histograms; the fast paths' arrays
   const int64_t row = blockIdx.x, vocab = p.vocab;
   const float* lg = p.logits + size_t(row) * size_t(vocab);
   const SampleRowParams rp = p.rows[row];
@@ -417,38 +757,43 @@ __global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
   int64_t best = 0;
   double n_valid = 0.0;
   if (p.parts != nullptr) {
-    const int64_t* part_best = static_cast<const int64_t*>(p.parts) + row * kSampleParts;
-    const double* part_count = reinterpret_cast<const double*>(static_cast<const int64_t*>(p.parts) + p.m * kSampleParts) +
-                               row * kSampleParts;
-    if (threadIdx.x < kSampleParts) {
-      best = part_best[threadIdx.x];
-      n_valid = part_count[threadIdx.x];
+    const PartsRow pr = parts_row(p, row);
+    if (int(threadIdx.x) < split.n_parts) {
+      best = __ldcg(pr.best + threadIdx.x);
+      n_valid = __ldcg(pr.count + threadIdx.x);
     }
   } else {
-    walk_argmax(lg, 0, vocab, best, n_valid);
+    walk_argmax<kT>(lg, 0, vocab, best, n_valid);
   }
   best = block_max(best, s);
   const uint32_t best_key = uint32_t(uint64_t(best) >> 31);
   const int32_t arg = int32_t(0x7FFFFFFF - (best & 0x7FFFFFFF));
   n_valid = block_sum(n_valid, s);
   const bool greedy = best_key == 0 || rp.temperature == 0.0f;
-  if (p.topk != nullptr) {
-    // The top-k fast path where the row's candidates were gathered (gather_topk_kernel agrees: the same cut from
-    // the same histogram); the row's scratch is zeroed for the next call either way.
-    const TopkRow tr = topk_row(p, row);
+  if (p.cand != nullptr && !greedy) {
+    // The fast paths where the row's candidates were gathered (gather_kernel agrees: the same cuts from the same
+    // histograms); what the row's passes wrote into its scratch is zeroed for the next call either way.
+    const CandRow cr = cand_row(p, row);
+    const bool topk = sample_topk_fast(rp, vocab), nucleus = sample_nucleus(rp, vocab);
     int32_t pick = -2;  // -2: not taken
-    if (!greedy && sample_topk_fast(rp, vocab) && double(rp.top_k) < n_valid) {
-      const TopkCut cut = topk_cut(tr.hist, rp.top_k, s);
-      const uint32_t gathered = __ldcg(tr.count);
+    if (topk && double(rp.top_k) < n_valid) {
+      const TopkCut cut = topk_cut<kT>(cr.hist, rp.top_k, s);
+      const uint32_t gathered = __ldcg(cr.count);
       if (cut.count >= uint32_t(rp.top_k) && cut.count <= uint32_t(kSampleCandMax) && gathered == cut.count) {
         uint64_t* sv = reinterpret_cast<uint64_t*>(warp_hist);
-        pick = draw_topk(rp, tr, gathered, best_key, sv,
+        pick = draw_topk(rp, cr, gathered, best_key, sv,
                          reinterpret_cast<double*>(sv + kSampleCandMax + kSampleTopKMax), s);
       }
+    } else if (nucleus) {
+      pick = draw_nucleus(p, rp, cr, parts_row(p, row), split.n_parts, best_key, reinterpret_cast<uint8_t*>(warp_hist), s);
     }
-    __syncthreads();  // every read of the histogram is done
-    for (int b = threadIdx.x; b < kSampleBins; b += kT) tr.hist[b] = 0u;
-    if (threadIdx.x == 0) *tr.count = 0u;
+    __syncthreads();  // every read of the histograms is done
+    if (topk) {
+      for (int b = threadIdx.x; b < kSampleBins; b += kT) cr.hist[b] = 0u;
+    } else if (nucleus) {
+      for (int b = threadIdx.x; b < kSampleBuckets; b += kT) cr.mass[b] = 0ull, cr.nhist[b] = 0u;
+    }
+    if (threadIdx.x == 0 && (topk || nucleus)) *cr.count = 0u;
     if (pick != -2) {
       if (threadIdx.x == 0) p.out[row] = pick;
       return;
@@ -523,26 +868,41 @@ __global__ void __launch_bounds__(kT) sample_kernel(SampleParams p) {
   if (threadIdx.x == 0) p.out[row] = pick;
 }
 
+int sample_sm_count() {
+  int dev = 0, n = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&dev));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
 }  // namespace
 
 void sample_rows(const SampleParams& p, cudaStream_t stream) {
   if (p.m == 0) return;
   FERRY_CUDA_REQUIRE(p.vocab > 0 && p.vocab < 0x7FFFFFFF && p.m <= 0x7FFFFFFF);
+  const SampleSplit split = plan_sample_split(p.m, p.vocab, sample_sm_count());
+  FERRY_CUDA_REQUIRE(split.n_parts >= 1 && split.n_parts <= kSamplePartsMax && split.n_parts <= kT);
+  const dim3 split_grid(unsigned(split.n_parts), unsigned(p.m)), split_block(kSampleSplitThreads);
   if (p.parts != nullptr) {
     FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.parts) % 8 == 0 && p.m <= 0xFFFF);  // rows on grid.y
-    launch_pdl(argmax_parts_kernel, dim3(unsigned(kSampleParts), unsigned(p.m)), dim3(kT), 0, stream, p);
+    launch_pdl(argmax_parts_kernel, split_grid, split_block, 0, stream, p, split);
     FERRY_CUDA_CHECK_LAUNCH(argmax_parts_kernel);
   }
-  if (p.topk != nullptr) {
-    FERRY_CUDA_REQUIRE(p.parts != nullptr && reinterpret_cast<uintptr_t>(p.topk) % 16 == 0);
-    launch_pdl(gather_topk_kernel, dim3(unsigned(kSampleParts), unsigned(p.m)), dim3(kT), 0, stream, p);
-    FERRY_CUDA_CHECK_LAUNCH(gather_topk_kernel);
+  if (p.cand != nullptr) {
+    FERRY_CUDA_REQUIRE(p.parts != nullptr && reinterpret_cast<uintptr_t>(p.cand) % 16 == 0);
+    launch_pdl(nucleus_hist_kernel, split_grid, split_block, 0, stream, p, split);
+    FERRY_CUDA_CHECK_LAUNCH(nucleus_hist_kernel);
+    launch_pdl(gather_kernel, split_grid, split_block, 0, stream, p, split);
+    FERRY_CUDA_CHECK_LAUNCH(gather_kernel);
   }
-  // radix_select's per-warp histograms (64 KB); the top-k path's candidates reuse them (48 KB)
+  // radix_select's per-warp histograms (64 KB); the top-k path's candidates (48 KB) and the nucleus path's arrays
+  // (104 KB) reuse them. Two blocks of 1,024 threads still fit an SM (2 x ~108 KB of 228 KB).
   constexpr int kHistBytes = kW * 256 * int(sizeof(double));
-  static_assert(size_t(kSampleCandMax + 2 * kSampleTopKMax) * 8 <= size_t(kHistBytes));
-  FERRY_CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHistBytes));
-  launch_pdl(sample_kernel, dim3(unsigned(p.m)), dim3(kT), size_t(kHistBytes), stream, p);
+  constexpr int kDrawBytes = kHistBytes > kNucleusSmemBytes ? kHistBytes : kNucleusSmemBytes;
+  static_assert(size_t(kSampleCandMax + 2 * kSampleTopKMax) * 8 <= size_t(kDrawBytes));
+  static_assert(kDrawBytes <= 227 * 1024);
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDrawBytes));
+  launch_pdl(sample_kernel, dim3(unsigned(p.m)), dim3(kT), size_t(kDrawBytes), stream, p, split);
   FERRY_CUDA_CHECK_LAUNCH(sample_kernel);
 }
 
