@@ -78,9 +78,9 @@ struct Env {
   // FERRY_CUDA_PROLOGUE_NORM: "0" runs a one-token decode layer's FFN norm as its own launch (comparisons); "1" or
   // unset: in the gate|up matvec's prologue where it applies (CudaBackendOptions::prologue_norm).
   std::optional<std::string> cuda_prologue_norm;
-  // FERRY_CUDA_RING_INFLIGHT: "0" or unset: a version 10 matvec's producer issues a ring stage whenever a slot is
-  // free (the whole ring at once when the kernel starts); N in 1..16: at most N stages in flight (issued, not yet
-  // landed) per block (CudaBackendOptions::ring_inflight; an experiment on DRAM queue depth).
+  // FERRY_CUDA_RING_INFLIGHT: N in 1..16: a streamed matvec's producer (versions 9 and 10) keeps at most N ring
+  // stages in flight (issued, not yet landed) per block; "0": a stage whenever a slot is free (the whole ring at
+  // once when the kernel starts); unset: CudaBackendOptions::ring_inflight's default (3).
   std::optional<std::string> cuda_ring_inflight;
   // FERRY_CUDA_STAMPS: "1" stamps the phases of the decode attention and the matvec v10 kernels and prints the last
   // launch of each at exit (CudaBackendOptions::phase_stamps; diagnostics); "0" or unset: off.

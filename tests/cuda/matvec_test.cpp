@@ -336,13 +336,14 @@ TEST_F(CudaMatvec, Version10Shapes) {
 
 // MatvecParams::ring_inflight (the producer keeps at most N stages in flight) changes when stages are issued, not
 // what is computed: the same bits as no cap, for every N from 1 up to past the ring's stage count, on shapes with
-// one and four segments a warp and a short last stage.
+// one and four segments a warp and a short last stage; version 10 (Q8_0/Q4_0/Q4_K) and version 9 (BF16).
 TEST_F(CudaMatvec, Version10RingInflightSameBits) {
   struct Shape {
     int64_t n_out, n_in;
   };
   for (const Shape s : {Shape{6144, 4096}, Shape{4096, 14336}, Shape{1001, 4096}}) {
-    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::BF16}) {
+      const int version = t == DType::BF16 ? 9 : 10;
       const std::vector<float> f = random_floats(size_t(s.n_out * s.n_in), 70 + uint32_t(s.n_out), 0.5f);
       std::vector<uint8_t> w(size_t(s.n_out) * row_bytes(t, s.n_in));
       for (int64_t r = 0; r < s.n_out; ++r)
@@ -350,13 +351,13 @@ TEST_F(CudaMatvec, Version10RingInflightSameBits) {
       const Tensor gw = gpu_->prepare_weight(Tensor::make(t, {s.n_out, s.n_in}, w.data()), keep_);
       const Tensor gx = upload(DType::F32, {1, s.n_in}, random_floats(size_t(s.n_in), 71));
       const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), s.n_out, s.n_in,
-                                      t == DType::Q4_K ? 0 : cuda_ops::scales_offset(t, s.n_out, s.n_in)};
+                                      t == DType::Q4_K || t == DType::BF16 ? 0 : cuda_ops::scales_offset(t, s.n_out, s.n_in)};
       std::vector<float> base;
       for (const int inflight : {0, 1, 2, 3, 5, 40}) {
         const Tensor o = poisoned({1, s.n_out});
         gpu_->synchronize();
         cuda_ops::matvec(t, {.w = view, .x = gx.ptr<float>(), .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1,
-                             .version = 10, .ring_inflight = inflight},
+                             .version = version, .ring_inflight = inflight},
                          nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << dtype_name(t) << " inflight " << inflight;
         if (inflight == 0) {

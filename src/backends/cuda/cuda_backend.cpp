@@ -598,7 +598,8 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
       double(w.nbytes()) + double(x.nbytes()) + double(out.nbytes()));
   if (stream) {
     cuda_ops::matvec_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
-                                      .out = out.ptr<float>(), .n_tokens = 1, .version = 9},
+                                      .out = out.ptr<float>(), .n_tokens = 1, .version = 9,
+                                      .ring_inflight = options_.ring_inflight},
                             stream_);
     return;
   }

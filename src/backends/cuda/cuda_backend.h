@@ -89,9 +89,14 @@ struct CudaBackendOptions {
   // bits (H200 tg128 in-call: +2% Q8_0, within the noise on Q4_0); false: Backend's composition
   // (FERRY_CUDA_PROLOGUE_NORM=0, comparisons).
   bool prologue_norm = true;
-  // Version 10 matvecs at one token: at most this many ring stages in flight per block (0: no cap;
-  // FERRY_CUDA_RING_INFLIGHT; MatvecParams::ring_inflight).
-  int ring_inflight = 0;
+  // Streamed matvecs (versions 9 and 10): at most this many ring stages (~15-18 KB each at the Llama-3-8B shapes)
+  // in flight per block; 0: a stage whenever a slot is free (FERRY_CUDA_RING_INFLIGHT; MatvecParams::ring_inflight).
+  // Why 3: with the whole ring (~200 KB a block, ~26 MB over the GPU) requested at a kernel's start, the DRAM queue
+  // holds ~6 us of reads, and every latency-bound load behind it (the next kernel's activations, the attention's
+  // K/V) waits in it. Three stages a block (~6.6 MB over 132 blocks, ~1.5 us at 4.30 TB/s) still cover the DRAM
+  // latency. tg128 in one call (8B shape): Q4_0 459.2 / 460.3 off, 481.1 at 2, 477.8 at 3, 467.3 at 4; Q8_0 357.3 /
+  // 358.8 off, 356.9 at 2, 369.3 at 3, 365.5 at 4 (docs/perf-log.md, session 13).
+  int ring_inflight = 3;
   // Phase stamps (phase_stamps.cuh) in the decode attention and the matvec v10 kernels, the last launch of each
   // kernel and shape printed at exit (FERRY_CUDA_STAMPS=1; stamp_table.h). Off: one predicated branch a phase.
   bool phase_stamps = false;

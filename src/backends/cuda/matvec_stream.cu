@@ -119,11 +119,18 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
 
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel
     if (lane == 0) {
+      // MatvecParams::ring_inflight: stage g only once stage g - N has landed (waiting on its `full` barrier does
+      // not change it; it cannot complete again before this producer refills the slot).
+      const int64_t cap = p.ring_inflight > 0 && p.ring_inflight < plan.stages ? p.ring_inflight : 0;
+      const auto wait_inflight = [&](int64_t g) {
+        if (cap > 0 && g >= cap) sm90::mbar_wait(&full[(g - cap) % plan.stages], uint32_t((g - cap) / plan.stages) & 1u);
+      };
       const T* src = reinterpret_cast<const T*>(p.w.data) + r0 * cols;
       if constexpr (kSwiglu) {
         const T* up = src + hidden * cols;  // w_up's rows of the same units
         for (int64_t g = 0; g < n_stage; ++g) {
           const int s = int(g % plan.stages);
+          wait_inflight(g);
           sm90::mbar_wait(&empty[s], (uint32_t(g / plan.stages) & 1u) ^ 1u);
           const int64_t left = n_rows - g * kPairs;
           const int64_t units = left < kPairs ? left : kPairs;
@@ -136,6 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
       } else {
         for (int64_t g = 0; g < n_stage; ++g) {
           const int s = int(g % plan.stages);
+          wait_inflight(g);
           sm90::mbar_wait(&empty[s], (uint32_t(g / plan.stages) & 1u) ^ 1u);
           const int64_t left = n_rows - g * plan.rows_per_stage;
           const int64_t rows_here = left < plan.rows_per_stage ? left : plan.rows_per_stage;
