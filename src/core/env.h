@@ -78,10 +78,15 @@ struct Env {
   // FERRY_CUDA_PROLOGUE_NORM: "0" runs a one-token decode layer's FFN norm as its own launch (comparisons); "1" or
   // unset: in the gate|up matvec's prologue where it applies (CudaBackendOptions::prologue_norm).
   std::optional<std::string> cuda_prologue_norm;
-  // FERRY_CUDA_RING_INFLIGHT: N in 1..16: a streamed matvec's producer (versions 9 and 10) keeps at most N ring
-  // stages in flight (issued, not yet landed) per block; "0": a stage whenever a slot is free (the whole ring at
-  // once when the kernel starts); unset: CudaBackendOptions::ring_inflight's default (3).
+  // FERRY_CUDA_RING_INFLIGHT / FERRY_CUDA_RING_INFLIGHT_BF16: N in 1..16: a streamed matvec's producer on
+  // quantized weights (version 10) / on BF16 and F16 weights (version 9) keeps at most N ring stages in flight
+  // (issued, not yet landed) per block; "0": a stage whenever a slot is free (the whole ring at once when the
+  // kernel starts); unset: CudaBackendOptions::ring_inflight_quant's default (3) / ring_inflight_bf16's (0).
   std::optional<std::string> cuda_ring_inflight;
+  std::optional<std::string> cuda_ring_inflight_bf16;
+  // FERRY_CUDA_RING_CAP_UNTIL_ACTS: "1": that cap (version 10) holds only until a block's activations are in;
+  // "0" or unset: for the whole stream (CudaBackendOptions::ring_cap_until_acts).
+  std::optional<std::string> cuda_ring_cap_until_acts;
   // FERRY_CUDA_STAMPS: "1" stamps the phases of the decode attention and the matvec v10 kernels and prints the last
   // launch of each at exit (CudaBackendOptions::phase_stamps; diagnostics); "0" or unset: off.
   std::optional<std::string> cuda_stamps;

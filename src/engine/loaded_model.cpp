@@ -76,13 +76,16 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
     cuda.decode_ffn = env_switch(env.cuda_decode_ffn, "FERRY_CUDA_DECODE_FFN", false);
     cuda.prologue_norm = env_switch(env.cuda_prologue_norm, "FERRY_CUDA_PROLOGUE_NORM", true);
     cuda.phase_stamps = env_switch(env.cuda_stamps, "FERRY_CUDA_STAMPS", false);
-    if (env.cuda_ring_inflight) {
-      const std::string& v = *env.cuda_ring_inflight;
+    const auto stages_in_flight = [](const std::string& v, const char* name) {
       FERRY_CHECK(!v.empty() && v.size() <= 2 && std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
                       std::stoi(v) <= 16,
-                  "FERRY_CUDA_RING_INFLIGHT must be 0..16, got '{}'", v);
-      cuda.ring_inflight = std::stoi(v);
-    }
+                  "{} must be 0..16, got '{}'", name, v);
+      return std::stoi(v);
+    };
+    if (env.cuda_ring_inflight) cuda.ring_inflight_quant = stages_in_flight(*env.cuda_ring_inflight, "FERRY_CUDA_RING_INFLIGHT");
+    cuda.ring_cap_until_acts = env_switch(env.cuda_ring_cap_until_acts, "FERRY_CUDA_RING_CAP_UNTIL_ACTS", false);
+    if (env.cuda_ring_inflight_bf16)
+      cuda.ring_inflight_bf16 = stages_in_flight(*env.cuda_ring_inflight_bf16, "FERRY_CUDA_RING_INFLIGHT_BF16");
     return std::make_unique<CudaBackend>(cuda);  // throws "no CUDA device: ..." without one
   }
   FERRY_CHECK(o.device == "cpu", "device '{}' is not available in this build (ferry runs on: cpu, cuda)", o.device);

@@ -89,14 +89,20 @@ struct CudaBackendOptions {
   // bits (H200 tg128 in-call: +2% Q8_0, within the noise on Q4_0); false: Backend's composition
   // (FERRY_CUDA_PROLOGUE_NORM=0, comparisons).
   bool prologue_norm = true;
-  // Streamed matvecs (versions 9 and 10): at most this many ring stages (~15-18 KB each at the Llama-3-8B shapes)
-  // in flight per block; 0: a stage whenever a slot is free (FERRY_CUDA_RING_INFLIGHT; MatvecParams::ring_inflight).
-  // Why 3: with the whole ring (~200 KB a block, ~26 MB over the GPU) requested at a kernel's start, the DRAM queue
-  // holds ~6 us of reads, and every latency-bound load behind it (the next kernel's activations, the attention's
-  // K/V) waits in it. Three stages a block (~6.6 MB over 132 blocks, ~1.5 us at 4.30 TB/s) still cover the DRAM
-  // latency. tg128 in one call (8B shape): Q4_0 459.2 / 460.3 off, 481.1 at 2, 477.8 at 3, 467.3 at 4; Q8_0 357.3 /
-  // 358.8 off, 356.9 at 2, 369.3 at 3, 365.5 at 4 (docs/perf-log.md, session 13).
-  int ring_inflight = 3;
+  // Streamed matvecs: at most this many ring stages (~15-18 KB each at the Llama-3-8B shapes) in flight per block;
+  // 0: a stage whenever a slot is free. MatvecParams::ring_inflight; FERRY_CUDA_RING_INFLIGHT (quantized weights,
+  // version 10) and FERRY_CUDA_RING_INFLIGHT_BF16 (BF16/F16, version 9).
+  // Why 3 for quantized weights: with the whole ring (112 KB a block, ~15 MB over the GPU) requested at a kernel's
+  // start, the DRAM queue holds ~3.5 us of reads, and every latency-bound load behind it (the next kernel's
+  // activations, the attention's K/V) waits in it. Three stages a block (~7 MB over 132 blocks, ~1.6 us at 4.30
+  // TB/s) still cover the DRAM latency. tg128 in one call (8B shape): Q4_0 463.1 / 463.2 off vs 479.4 / 478.4 at 3;
+  // Q8_0 363.5 / 363.4 vs 371.3 / 373.2. BF16 lost at 3 (243.3 / 244.1 off vs 236.5 / 235.9): its matvecs are
+  // pure bandwidth with no latency-bound phase to protect, so no cap there (docs/perf-log.md, session 13).
+  int ring_inflight_quant = 3;
+  int ring_inflight_bf16 = 0;
+  // Version 10: the cap holds only until a block's consumer warps have their activations, then its stream runs
+  // free (MatvecParams::ring_cap_until_acts; FERRY_CUDA_RING_CAP_UNTIL_ACTS=1).
+  bool ring_cap_until_acts = false;
   // Phase stamps (phase_stamps.cuh) in the decode attention and the matvec v10 kernels, the last launch of each
   // kernel and shape printed at exit (FERRY_CUDA_STAMPS=1; stamp_table.h). Off: one predicated branch a phase.
   bool phase_stamps = false;
@@ -152,6 +158,10 @@ class CudaBackend final : public Backend {
   void attn_out_ffn(const AttnOutFfn& a) override;
   bool decode_ffn_applies(const AttnOutFfn& a) const;
   bool prologue_norm_applies(const AttnOutFfn& a) const;
+  // MatvecParams::ring_inflight for a weight of type t (CudaBackendOptions::ring_inflight_quant / _bf16).
+  int ring_inflight(DType t) const {
+    return t == DType::BF16 || t == DType::F16 ? options_.ring_inflight_bf16 : options_.ring_inflight_quant;
+  }
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) override;
   void store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
                 const Tensor& slots) override;
