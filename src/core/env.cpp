@@ -53,7 +53,6 @@ Env Env::read() {
   e.cuda_prologue_norm = get("FERRY_CUDA_PROLOGUE_NORM");
   e.cuda_ring_inflight = get("FERRY_CUDA_RING_INFLIGHT");
   e.cuda_ring_inflight_bf16 = get("FERRY_CUDA_RING_INFLIGHT_BF16");
-  e.cuda_ring_cap_until_acts = get("FERRY_CUDA_RING_CAP_UNTIL_ACTS");
   e.cuda_stamps = get("FERRY_CUDA_STAMPS");
   return e;
 }

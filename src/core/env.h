@@ -84,9 +84,6 @@ struct Env {
   // kernel starts); unset: CudaBackendOptions::ring_inflight_quant's default (3) / ring_inflight_bf16's (0).
   std::optional<std::string> cuda_ring_inflight;
   std::optional<std::string> cuda_ring_inflight_bf16;
-  // FERRY_CUDA_RING_CAP_UNTIL_ACTS: "1": that cap (version 10) holds only until a block's activations are in;
-  // "0" or unset: for the whole stream (CudaBackendOptions::ring_cap_until_acts).
-  std::optional<std::string> cuda_ring_cap_until_acts;
   // FERRY_CUDA_STAMPS: "1" stamps the phases of the decode attention and the matvec v10 kernels and prints the last
   // launch of each at exit (CudaBackendOptions::phase_stamps; diagnostics); "0" or unset: off.
   std::optional<std::string> cuda_stamps;

@@ -83,7 +83,6 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
       return std::stoi(v);
     };
     if (env.cuda_ring_inflight) cuda.ring_inflight_quant = stages_in_flight(*env.cuda_ring_inflight, "FERRY_CUDA_RING_INFLIGHT");
-    cuda.ring_cap_until_acts = env_switch(env.cuda_ring_cap_until_acts, "FERRY_CUDA_RING_CAP_UNTIL_ACTS", false);
     if (env.cuda_ring_inflight_bf16)
       cuda.ring_inflight_bf16 = stages_in_flight(*env.cuda_ring_inflight_bf16, "FERRY_CUDA_RING_INFLIGHT_BF16");
     return std::make_unique<CudaBackend>(cuda);  // throws "no CUDA device: ..." without one

@@ -100,9 +100,6 @@ struct CudaBackendOptions {
   // pure bandwidth with no latency-bound phase to protect, so no cap there (docs/perf-log.md, session 13).
   int ring_inflight_quant = 3;
   int ring_inflight_bf16 = 0;
-  // Version 10: the cap holds only until a block's consumer warps have their activations, then its stream runs
-  // free (MatvecParams::ring_cap_until_acts; FERRY_CUDA_RING_CAP_UNTIL_ACTS=1).
-  bool ring_cap_until_acts = false;
   // Phase stamps (phase_stamps.cuh) in the decode attention and the matvec v10 kernels, the last launch of each
   // kernel and shape printed at exit (FERRY_CUDA_STAMPS=1; stamp_table.h). Off: one predicated branch a phase.
   bool phase_stamps = false;

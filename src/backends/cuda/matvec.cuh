@@ -86,8 +86,6 @@ struct MatvecParams {
   // Versions 9 and 10 (streamed): the producer keeps at most this many ring stages in flight (issued, not yet
   // landed); 0: no cap (a stage whenever a slot is free). Same bits either way.
   int ring_inflight = 0;
-  // Version 10: the cap holds only until every consumer warp has its activations (then the stream runs free).
-  bool ring_cap_until_acts = false;
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.

@@ -73,23 +73,18 @@ __device__ __forceinline__ void load_unit_stage(const WeightView& w, int64_t row
 // (ring.empty); the block's last stage may hold fewer units. Reads only the weight, so it runs before the
 // kernel's pdl_wait. max_inflight in [1, ring.stages): stage g is issued only once stage g - max_inflight has
 // landed (its `full` barrier; waiting on it does not change it), so at most max_inflight stages of this block are
-// queued at the memory system at once; 0: no such cap. cap_until (or null: always): the cap holds only while
-// *cap_until < cap_until_count (the consumer warps count themselves in there once their activations are loaded).
+// queued at the memory system at once; 0: no such cap.
 __device__ __forceinline__ void produce_unit_stages(const WeightView& w, int64_t rows_per_stage, int runs,
                                                     int64_t run_offset, BlockRows br, SplitRowBytes rb,
-                                                    const Ring& ring, RingCursor& cur, int max_inflight = 0,
-                                                    const volatile int* cap_until = nullptr,
-                                                    int cap_until_count = 0) {
+                                                    const Ring& ring, RingCursor& cur, int max_inflight = 0) {
   const int64_t per = rows_per_stage / runs;  // units a stage holds
   const int64_t n_stage = (br.count + per - 1) / per;
   const bool capped = max_inflight > 0 && max_inflight < ring.stages;
   // The consumers' view of stage g - max_inflight: its slot and the parity its `full` barrier completes with (the
   // producer's `empty` parity flipped: both start a slot's first use).
   RingCursor landed{cur.slot, cur.phase ^ 1u};
-  bool capping = capped;
   for (int64_t g = 0; g < n_stage; ++g) {
-    if (capping && cap_until != nullptr && *cap_until >= cap_until_count) capping = false;  // for good
-    if (capping && g >= max_inflight) {
+    if (capped && g >= max_inflight) {
       sm90::mbar_wait(&ring.full[landed.slot], landed.phase);
       landed.advance(ring.stages);
     }

@@ -48,19 +48,13 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   const int64_t hidden = p.w.rows / 2;  // kSwiglu: output units
   const BlockRows br = v7::block_rows(kSwiglu ? hidden : p.w.rows, grid, blockIdx.x);  // kSwiglu: units
 
-  // MatvecParams::ring_cap_until_acts: consumer warps whose activations are in (the producer's cap lifts at all).
-  __shared__ int acts_in;
-  if (threadIdx.x == 0) {
-    v7::init_ring_barriers(full, empty, plan.stages, kConsumerWarps);
-    acts_in = 0;
-  }
+  if (threadIdx.x == 0) v7::init_ring_barriers(full, empty, plan.stages, kConsumerWarps);
   __syncthreads();
 
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel
     if (lane == 0) {
       v7::RingCursor cur = v7::producer_start();
-      v7::produce_unit_stages(p.w, kRows, kSwiglu ? 2 : 1, hidden, br, rb, ring, cur, p.ring_inflight,
-                              p.ring_cap_until_acts ? &acts_in : nullptr, kConsumerWarps);
+      v7::produce_unit_stages(p.w, kRows, kSwiglu ? 2 : 1, hidden, br, rb, ring, cur, p.ring_inflight);
     }
     return;
   }
@@ -101,7 +95,6 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
     }
     quantize_lane_acts<W, kSegs>(act, plan.segs_per_row, warp, lane, [&](int j, int k, int64_t) { return xs[j][k]; });
   }
-  if (p.ring_cap_until_acts && lane == 0) atomicAdd(&acts_in, 1);
   stamp(p.stamps, 2);
   v7::RingCursor cur;
   consume_stages<W, kSegs, kRows, kSwiglu>(ring, cur, br.count, cols, plan.segs_per_row, act, part, part_stride,
