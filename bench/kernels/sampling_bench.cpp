@@ -79,9 +79,13 @@ int main(int argc, char** argv) {
     for (int64_t r = 0; r < kMaxM; ++r) h[size_t(r)] = {st.t, st.k, st.p, st.min_p, uint64_t(r + 1), 100};
     BENCH_CUDA_CHECK(cudaMemcpy(rows, h.data(), h.size() * sizeof(h[0]), cudaMemcpyHostToDevice));
     for (const int64_t m : {1, 4, 16, 64, 256}) {
-      const double us = median_us(s, [&] {  // the backend's choice (CudaBackend::sample)
-        cuda_ops::sample_rows(
-            {.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out, .parts = parts, .cand = cand}, s);
+      // The backend's choice (CudaBackend::sample): the fast paths' scratch and the nucleus pass only where a row
+      // needs them (greedy rows take pass 1 and the draw alone).
+      const cuda_ops::SampleRowsNeed need = cuda_ops::sample_rows_need(h.data(), m, kVocab);
+      const double us = median_us(s, [&] {
+        cuda_ops::sample_rows({.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out, .parts = parts,
+                               .cand = need.cand ? cand : nullptr, .nucleus = need.nucleus},
+                              s);
       });
       const double us_split = median_us(s, [&] {  // split pass 1, every row on the one-block draw
         cuda_ops::sample_rows({.logits = logits, .m = m, .vocab = kVocab, .rows = rows, .out = out, .parts = parts}, s);

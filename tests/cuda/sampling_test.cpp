@@ -478,15 +478,19 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
     ASSERT_EQ(cudaMalloc(&dcand, cuda_ops::sample_rows_cand_bytes(m, vocab)), cudaSuccess);
     ASSERT_EQ(cudaMemset(dcand, 0, cuda_ops::sample_rows_cand_bytes(m, vocab)), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(dl, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    for (const int mode : {0, 1, 2, 3})  // one block; pass 1 split; split + fast paths; the same, exact decisions
+    // One block; pass 1 split; split + the fast paths the rows need (the backend's choice: sample_rows_need); split
+    // + every fast path's launch, exact decisions.
+    for (const int mode : {0, 1, 2, 3})
     for (const Setting st : settings) {
       std::vector<cuda_ops::SampleRowParams> rows(static_cast<size_t>(m));
       for (int64_t r = 0; r < m; ++r)
         rows[size_t(r)] = {st.t, st.k, st.p, st.min_p, uint64_t(r * 7919 + 3), uint64_t(r * 13)};
       ASSERT_EQ(cudaMemcpy(dp, rows.data(), rows.size() * sizeof(rows[0]), cudaMemcpyHostToDevice), cudaSuccess);
+      const cuda_ops::SampleRowsNeed need = cuda_ops::sample_rows_need(rows.data(), m, vocab);
       cuda_ops::sample_rows({.logits = dl, .m = m, .vocab = vocab, .rows = dp, .out = dout,
-                             .parts = mode >= 1 ? dparts : nullptr, .cand = mode >= 2 ? dcand : nullptr,
-                             .exact_only = mode == 3},
+                             .parts = mode >= 1 ? dparts : nullptr,
+                             .cand = mode == 3 || (mode == 2 && need.cand) ? dcand : nullptr,
+                             .exact_only = mode == 3, .nucleus = mode == 2 ? need.nucleus : true},
                             nullptr);
       std::vector<int32_t> got(static_cast<size_t>(m));
       ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);

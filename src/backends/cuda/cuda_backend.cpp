@@ -689,10 +689,8 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
   }
   // The fast paths' scratch (SampleParams::cand) when a row may take one (the top-k path, the nucleus path; other
   // rows ignore it): zeroed when allocated and left zeroed by every call. ~93 KB a row at a 128K vocabulary.
-  bool fast = false;
-  for (const cuda_ops::SampleRowParams& r : rows)
-    fast = fast || (r.temperature != 0.0f &&
-                     (cuda_ops::sample_topk_fast(r, logits.cols()) || cuda_ops::sample_nucleus(r, logits.cols())));
+  const cuda_ops::SampleRowsNeed need = cuda_ops::sample_rows_need(rows.data(), m, logits.cols());
+  const bool fast = need.cand;
   // (Its rows' layout depends on the vocabulary: a new one re-zeroes it.)
   if (fast && (sample_cand_.bytes() < cuda_ops::sample_rows_cand_bytes(m, logits.cols()) ||
                sample_cand_vocab_ != logits.cols())) {
@@ -704,7 +702,7 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
   cuda_ops::sample_rows({.logits = logits.ptr<float>(), .m = m, .vocab = logits.cols(),
                          .rows = static_cast<const cuda_ops::SampleRowParams*>(sample_rows_.data()),
                          .out = out.ptr<int32_t>(), .parts = sample_parts_.data(),
-                         .cand = fast ? sample_cand_.data() : nullptr},
+                         .cand = fast ? sample_cand_.data() : nullptr, .nucleus = need.nucleus},
                         stream_);
 }
 

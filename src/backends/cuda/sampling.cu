@@ -890,8 +890,10 @@ void sample_rows(const SampleParams& p, cudaStream_t stream) {
   }
   if (p.cand != nullptr) {
     FERRY_CUDA_REQUIRE(p.parts != nullptr && reinterpret_cast<uintptr_t>(p.cand) % 16 == 0);
-    launch_pdl(nucleus_hist_kernel, split_grid, split_block, 0, stream, p, split);
-    FERRY_CUDA_CHECK_LAUNCH(nucleus_hist_kernel);
+    if (p.nucleus) {
+      launch_pdl(nucleus_hist_kernel, split_grid, split_block, 0, stream, p, split);
+      FERRY_CUDA_CHECK_LAUNCH(nucleus_hist_kernel);
+    }
     launch_pdl(gather_kernel, split_grid, split_block, 0, stream, p, split);
     FERRY_CUDA_CHECK_LAUNCH(gather_kernel);
   }

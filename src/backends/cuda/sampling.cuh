@@ -58,6 +58,9 @@ struct SampleParams {
   void* cand = nullptr;
   // Tests: every nucleus decision takes the exact serial route, as when an estimate lies within its tolerance.
   bool exact_only = false;
+  // Whether some row may take the nucleus path (sample_rows_need): false skips the nucleus histogram's launch,
+  // which would find nothing to do (a top-k-only batch). Only with cand.
+  bool nucleus = true;
 };
 
 inline constexpr int kSampleTopKMax = 1024;      // the largest top_k the top-k path takes
@@ -89,8 +92,25 @@ FERRY_HD inline bool sample_nucleus(const SampleRowParams& r, int64_t vocab) {
   return r.temperature != 0.0f && !(r.top_k > 0 && r.top_k < vocab) && (r.top_p < 1.0f || r.min_p > 0.0f);
 }
 
-// Four launches on `stream` (one without SampleParams::parts); no allocation, no host synchronisation:
-// capturable.
+// What a batch of rows needs (host, from the rows' settings before they are copied): the fast paths' scratch
+// (SampleParams::cand: some row samples with a top-k or a top-p / min-p cut; greedy rows need only pass 1's argmax)
+// and the nucleus histogram's launch (SampleParams::nucleus). Without either, sample_rows is pass 1 and the draw.
+struct SampleRowsNeed {
+  bool cand = false, nucleus = false;
+};
+inline SampleRowsNeed sample_rows_need(const SampleRowParams* rows, int64_t m, int64_t vocab) {
+  SampleRowsNeed n;
+  for (int64_t i = 0; i < m; ++i) {
+    const bool nucleus = sample_nucleus(rows[i], vocab);
+    n.nucleus = n.nucleus || nucleus;
+    n.cand = n.cand || nucleus || (rows[i].temperature != 0.0f && sample_topk_fast(rows[i], vocab));
+  }
+  return n;
+}
+
+// Up to four launches on `stream` (pass 1, with SampleParams::cand the nucleus histogram (when
+// SampleParams::nucleus) and the gather, the draw; the draw alone without SampleParams::parts); no allocation, no
+// host synchronisation: capturable.
 void sample_rows(const SampleParams& p, cudaStream_t stream);
 
 // ---- shared with the host tests (bit-exact ports of sampling/sampler_math.h and sampling/philox.h) ----------------
