@@ -5,7 +5,7 @@
 #   NCCL itself is the machine's torch-venv copy.
 #   Device call (carry [".carry"]):  bash scripts/device/tp_check.sh [STAGE...]   (default: all)
 #   all = correctness serve mpirun serve70b (in this order, by value; ~8 minutes); the older stages peer,
-#   allreduce, bench and 70b run when named (`everything` runs all eight).
+#   allreduce, bench, 70b and trace run when named (`everything` runs all nine).
 #
 # Models are file-less (`-m random:SHAPE:TYPE[:SEED[:INIT]]`, dist/random_weights.h): each rank generates its own
 # shard in memory (nothing is written to disk; 70B BF16 is 141 GB). Two inits (model/random_model.h):
@@ -34,6 +34,9 @@
 # allreduce:   allreduce_bench (one all-reduce at 8 KiB..512 KiB; one decode step's collectives, 8B and 70B).
 # bench:       `ferry bench -p 0 -n 128` batch-1 generation at --tp 1 and --tp 2 (NCCL and peer all-reduce).
 # 70b:         Llama-3-70B shape BF16 at --tp 2, file-less: tg128 (issue: >= 45 tok/s).
+# trace:       CUPTI kernel timelines (bench/trace, libferry_kernel_trace.so) of 8B BF16 batch-1 generation at --tp 1
+#              and --tp 2 (peer all-reduce), one file per process (FERRY_KERNEL_TRACE's %p), each summarized by
+#              trace_summary.py: a layer slot by slot, so the kernels whose share does not halve at TP=2 show.
 # Every ferry run is bounded (`timeout`); its exit status and wall time are listed, and the runs whose teardown
 # needed the 10 s bound (nccl_communicator.cpp) are named. A stage that would not fit TP_BUDGET (default 540 s)
 # is skipped and says so. The summary table is printed last; logs under $OUT.
@@ -299,6 +302,22 @@ if on 70b && fits 70b 200; then
   s=$(date +%s)
   r=$(FERRY_TP_ALLREDUCE=peer T_RUN=$T_70B bench_tg 2 bench_70b_tp2 --random llama3-70b --type bf16 -r 2 | tr '\n' ' ')
   row "70B bf16 file-less tg128 --tp 2 peer" "$r (wall $(( $(date +%s) - s )) s incl. load and 3 x 128 tokens)"
+fi
+
+if on trace && fits trace 120; then
+  for tp in 1 2; do
+    rm -f "$W"/trace-tp$tp-*.csv
+    run trace_tp$tp "$T_RUN" env FERRY_TP_ALLREDUCE=peer CUDA_INJECTION64_PATH="$C/libferry_kernel_trace.so" \
+      FERRY_KERNEL_TRACE="$W/trace-tp$tp-%p.csv" "$F" bench --device cuda --tp $tp -m "$M8" -p 0 -n 64 -r 1 ||
+      row "trace --tp $tp" "FAILED rc $? ($OUT/trace_tp$tp.log)"
+    row "trace --tp $tp tg64 (traced)" "$(grep -E '\| +tg ?64' "$OUT/trace_tp$tp.log" | head -1 | awk -F'|' '{print $8}' | tr -s ' ')"
+    for f in "$W"/trace-tp$tp-*.csv; do
+      [ -f "$f" ] || continue
+      python3 "$repo/scripts/device/trace_summary.py" "$f" --show 40 > "$OUT/$(basename "$f" .csv).txt" 2>&1
+      sed -n '1p;/^One layer/,/layer total/p' "$OUT/$(basename "$f" .csv).txt" |
+        sed "s/^/[--tp $tp, $(basename "$f" .csv)] /" | tee -a "$summary"
+    done
+  done
 fi
 
 # Every TP run printed its results and then hung in teardown until the 10 s bound (nccl_communicator.cpp) ended
