@@ -177,7 +177,8 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
                         .ffn_norm = a.ffn_norm.ptr<float>(), .w_gate_up = weight_view(a.w_gate_up),
                         .act = a.act.ptr<float>(), .w_down = weight_view(a.w_down),
                         .next_norm = a.next_norm.ptr<float>(), .out = a.out.ptr<float>(), .eps = a.eps,
-                        .barrier = static_cast<unsigned long long*>(decode_ffn_barrier_.data())},
+                        .barrier = static_cast<unsigned long long*>(decode_ffn_barrier_.data()),
+                        .ring_inflight = ring_inflight(a.wo.dtype)},
                        stream_);
 }
 
