@@ -32,6 +32,17 @@ uint32_t bits(float f) {
   return u;
 }
 
+// The CPU sampler's settings for a GPU row's (the seed included; the position is the draw's argument).
+SamplingParams cpu_params(const cuda_ops::SampleRowParams& rp) {
+  SamplingParams sp;
+  sp.temperature = rp.temperature;
+  sp.top_k = rp.top_k;
+  sp.top_p = rp.top_p;
+  sp.min_p = rp.min_p;
+  sp.seed = rp.seed;
+  return sp;
+}
+
 TEST(CudaSamplingPorts, ExpMatchesTheCpuBitForBit) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-100.0f, 0.0f);
@@ -351,13 +362,7 @@ TEST(CudaSamplingPorts, NucleusAlgorithmMatchesTheCpuSampler) {
       for (cuda_ops::SampleRowParams rp : settings) {
         rp.seed = rng();
         rp.position = rng() % 500;
-        SamplingParams sp;
-        sp.temperature = rp.temperature;
-        sp.top_k = rp.top_k;
-        sp.top_p = rp.top_p;
-        sp.min_p = rp.min_p;
-        sp.seed = rp.seed;
-        Sampler cpu(sp, int32_t(vocab));
+        Sampler cpu(cpu_params(rp), int32_t(vocab));
         const int32_t want = cpu.sample_at({logits.data(), size_t(vocab)}, rp.position);
         for (const bool exact : {false, true}) {
           const int32_t got = nucleus_algorithm_on_host(logits.data(), vocab, rp, exact, &ambiguous);
@@ -400,13 +405,7 @@ TEST(CudaSamplingPorts, KernelAlgorithmMatchesTheCpuSampler) {
       for (cuda_ops::SampleRowParams rp : settings) {
         rp.seed = rng();
         rp.position = rng() % 500;
-        SamplingParams sp;
-        sp.temperature = rp.temperature;
-        sp.top_k = rp.top_k;
-        sp.top_p = rp.top_p;
-        sp.min_p = rp.min_p;
-        sp.seed = rp.seed;
-        Sampler cpu(sp, int32_t(vocab));
+        Sampler cpu(cpu_params(rp), int32_t(vocab));
         const std::vector<int32_t> history(static_cast<size_t>(rp.position), 0);
         const int32_t want = cpu.sample({logits.data(), size_t(vocab)}, history);
         ASSERT_EQ(algorithm_on_host(logits.data(), vocab, rp), want)
@@ -495,13 +494,7 @@ TEST(CudaSampling, SameTokenAsTheCpuSampler) {
       std::vector<int32_t> got(static_cast<size_t>(m));
       ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       for (int64_t r = 0; r < m; ++r) {
-        SamplingParams sp;
-        sp.temperature = st.t;
-        sp.top_k = st.k;
-        sp.top_p = st.p;
-        sp.min_p = st.min_p;
-        sp.seed = rows[size_t(r)].seed;
-        Sampler cpu(sp, int32_t(vocab));
+        Sampler cpu(cpu_params(rows[size_t(r)]), int32_t(vocab));
         const std::vector<int32_t> history(size_t(rows[size_t(r)].position), 0);
         const int32_t want = cpu.sample({logits.data() + r * vocab, size_t(vocab)}, history);
         ++total;
