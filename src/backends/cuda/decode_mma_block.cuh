@@ -178,7 +178,8 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
   // prologue tile goes before the wait: the row of position kv - 1 is not read but zero-filled (issue_tile's end
   // is kv - 1 for it) and counted valid, since fused_qkv_patch writes the step's key and value there once the
   // tile has landed. At a short context every K/V row of the step is then requested before the projection ends,
-  // and none after (trace stamps, Q4_0 8B at ~64 positions: the tiles' wait after the q/k/v prepare was ~4.6 us).
+  // and none after. Measured (session 13, in-call): the same tg128; the tiles' wait was not the round trip's
+  // count but its length behind the matvecs' queued weight reads (CudaBackendOptions::ring_inflight_quant).
   int n_early = 0;
   if constexpr (kOwnWait) {
     if (plan.early_kv) {

@@ -85,8 +85,9 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
     });
   } else {
     // Every segment's float4s requested before the first is quantized: one round trip to L2 instead of kSegs
-    // (the quantization's shuffles kept the compiler from hoisting the loads of segment j + 1 above segment j's:
-    // at 4096x14336, kSegs = 4, the acts phase took ~3.6 us after the wait, ~0.8 us at one segment).
+    // (the quantization's shuffles kept the compiler from hoisting the loads of segment j + 1 above segment j's).
+    // Measured (session 13): 4096x14336's acts phase stayed ~3.7 us after the wait, tg128 unchanged: each round
+    // trip waited behind the queued weight reads, which the ring cap (MatvecParams::ring_inflight) shortens.
     float4 xs[kSegs][4];
 #pragma unroll
     for (int j = 0; j < kSegs; ++j) {
