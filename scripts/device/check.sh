@@ -22,6 +22,8 @@
 #          share of the step's critical path (bench/trace/kernel_trace.cpp, scripts/device/trace_summary.py), and
 #          the phases inside the decode attention and the matvecs (FERRY_CUDA_STAMPS=1);
 # profile: per-op GPU time tables (FERRY_CUDA_PROFILE=1) of batch-1 decode (BF16, Q4_0) and of a serve run.
+# ncu:     Nsight Compute on one kernel of batch-1 decode (FERRY_NCU_KERNEL; only when named): duration alone and
+#          the warp-state stall reasons.
 # A summary table is printed last; full logs go under $OUT (tests.log, kernels.log, correctness.log,
 # bench.log, summary.txt).
 set -uo pipefail
@@ -301,6 +303,25 @@ if has trace; then
   done
   rm -f "$OUT/b.log"
   stage_done trace
+fi
+
+# ncu (only when named, not part of `all`): Nsight Compute over a few launches of one kernel in batch-1 decode
+# (FERRY_NCU_KERNEL, a regex, default the decode attention; FERRY_NCU_TYPE, default q4_0): its duration alone (ncu
+# runs each profiled kernel by itself: no neighbour on its SMs, no queued weight reads) against its in-situ share
+# in `trace`, and the warp-state stall reasons (why a phase takes longer than its instructions).
+if [[ ",$what," == *",ncu,"* ]]; then
+  log="$OUT/ncu.log"
+  : > "$log"
+  t="${FERRY_NCU_TYPE:-q4_0}"
+  m="$(model_of "$t" "$log")"
+  ncu_bin="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+  timeout 400 "$ncu_bin" --kernel-name "regex:${FERRY_NCU_KERNEL:-decode_mma_kernel}" --launch-skip 100 \
+    --launch-count 3 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
+    "$C/ferry" bench --device cuda -m "$m" -p 0 -n 8 -r 1 >> "$log" 2>&1
+  note "[ncu $t] exit $? ($(command -v ncu > /dev/null && echo ncu || echo "$ncu_bin"))"
+  grep -E "decode_mma|matvec|Duration|Warp Cycles Per Issued|Issued Warp Per Scheduler|No Eligible|Stall|==ERROR==" \
+    "$log" | head -60 | sed "s/^/[ncu $t] /" | tee -a "$summary"
+  stage_done ncu
 fi
 
 echo "=== summary ==="
