@@ -136,7 +136,7 @@ int32_t algorithm_on_host(const float* lg, int64_t vocab, const cuda_ops::Sample
     return k != 0 && (!use_k || k > tk || (k == tk && i <= tk_cut));
   };
   const float max_logit = cuda_ops::key_logit(best_key);
-  const float inv_t = std::min(1.0f / rp.temperature, 3.402823466e38f);
+  const float inv_t = cuda_ops::sample_inv_temperature(rp);
   const auto weight = [&](int64_t i) {
     return cuda_ops::sampler_exp(cuda_ops::mul_rn(cuda_ops::add_rn(cuda_ops::key_logit(key(i)), -max_logit), inv_t));
   };
@@ -201,7 +201,7 @@ int32_t topk_algorithm_on_host(const float* lg, int64_t vocab, const cuda_ops::S
   EXPECT_EQ(cand.size(), size_t(count));
   std::sort(cand.begin(), cand.end());
   const float max_logit = cuda_ops::key_logit(best_key);
-  const float inv_t = std::min(1.0f / rp.temperature, 3.402823466e38f);
+  const float inv_t = cuda_ops::sample_inv_temperature(rp);
   const auto weight = [&](uint32_t k) {
     return double(cuda_ops::sampler_exp(cuda_ops::mul_rn(cuda_ops::add_rn(cuda_ops::key_logit(k), -max_logit), inv_t)));
   };
@@ -253,7 +253,7 @@ int32_t nucleus_algorithm_on_host(const float* lg, int64_t vocab, const cuda_ops
   uint32_t best_key = 0;
   for (int64_t i = 0; i < vocab; ++i) best_key = std::max(best_key, logit_key(lg[i]));
   if (best_key == 0 || rp.temperature == 0.0f || !sample_nucleus(rp, vocab)) return -2;
-  const float max_logit = key_logit(best_key), inv_t = std::min(1.0f / rp.temperature, 3.402823466e38f);
+  const float max_logit = key_logit(best_key), inv_t = cuda_ops::sample_inv_temperature(rp);
   const auto weight_of_key = [&](uint32_t k) { return key_weight(k, max_logit, inv_t); };
   std::vector<uint64_t> mass32(kSampleBuckets, 0);
   std::vector<uint32_t> count(kSampleBuckets, 0);

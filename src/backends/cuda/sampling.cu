@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(kSampleSplitThreads) nucleus_hist_kernel(Sampl
   if (best_key == 0) return;  // every logit NaN / -inf: no draw
   for (int b = threadIdx.x; b < kSampleBuckets; b += kNT) mass[b] = 0ull, cnt[b] = 0u;
   __syncthreads();
-  const float max_logit = key_logit(best_key), inv_t = fminf(1.0f / rp.temperature, 3.402823466e38f);
+  const float max_logit = key_logit(best_key), inv_t = sample_inv_temperature(rp);
   const int64_t lo = min(vocab, int64_t(blockIdx.x) * split.slice), hi = min(vocab, lo + split.slice);
   const float* lg = p.logits + size_t(row) * size_t(vocab);
   const bool aligned = reinterpret_cast<uintptr_t>(lg) % 16 == 0;
@@ -483,7 +483,7 @@ __global__ void __launch_bounds__(kSampleSplitThreads) gather_kernel(SampleParam
     ncut = nucleus_cut_block<kNT>(cr, parts_total(pr, split.n_parts), rp.top_p, s);
     if (ncut.count == 0u || ncut.count > uint32_t(kSampleNucleusMax)) return;
     max_logit = key_logit(best_key);
-    inv_t = fminf(1.0f / rp.temperature, 3.402823466e38f);
+    inv_t = sample_inv_temperature(rp);
     cap = kSampleNucleusMax;
   }
   const int64_t lo = min(vocab, int64_t(blockIdx.x) * split.slice), hi = min(vocab, lo + split.slice);
@@ -539,7 +539,7 @@ __device__ int32_t draw_topk(const SampleRowParams& rp, const CandRow& tr, uint3
   __syncthreads();
   bitonic_sort(sv, np);  // rank order
   const float max_logit = key_logit(best_key);
-  const float inv_t = fminf(1.0f / rp.temperature, 3.402823466e38f);
+  const float inv_t = sample_inv_temperature(rp);
   const auto weight = [&](uint32_t key) {
     return double(sampler_exp(mul_rn(add_rn(key_logit(key), -max_logit), inv_t)));
   };
@@ -644,7 +644,7 @@ __device__ int32_t draw_nucleus(const SampleParams& p, const SampleRowParams& rp
   __syncthreads();
 
   // 2. Their fixed40 mass per bucket (exact integers).
-  const float max_logit = key_logit(best_key), inv_t = fminf(1.0f / rp.temperature, 3.402823466e38f);
+  const float max_logit = key_logit(best_key), inv_t = sample_inv_temperature(rp);
   const auto weight = [&](uint64_t c) { return key_weight(~uint32_t(c >> 32), max_logit, inv_t); };
   for (uint32_t i = threadIdx.x; i < n; i += kT) {
     const float w = weight(cv[i]);
@@ -822,7 +822,7 @@ __global__ void __launch_bounds__(kT) sample_kernel(SampleParams p, SampleSplit 
 
   // 3. weights, their total over the top-k set, min-p.
   const float max_logit = key_logit(best_key);
-  const float inv_t = fminf(1.0f / rp.temperature, 3.402823466e38f);
+  const float inv_t = sample_inv_temperature(rp);
   const auto weight = [&](int64_t i) {
     return sampler_exp(mul_rn(add_rn(key_logit(key(i)), -max_logit), inv_t));
   };

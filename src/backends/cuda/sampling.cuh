@@ -114,6 +114,11 @@ inline SampleRowsNeed sample_rows_need(const SampleRowParams* rows, int64_t m, i
 void sample_rows(const SampleParams& p, cudaStream_t stream);
 
 // ---- shared with the host tests (bit-exact ports of sampling/sampler_math.h and sampling/philox.h) ----------------
+// 1 / temperature for a sampled row (temperature > 0), clamped to the largest finite float: the weights' scale.
+FERRY_HD inline float sample_inv_temperature(const SampleRowParams& r) {
+  const float inv = 1.0f / r.temperature;
+  return inv < 3.402823466e38f ? inv : 3.402823466e38f;
+}
 FERRY_HD inline uint32_t f2u(float f) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(f);
