@@ -15,9 +15,13 @@ if [ ! -f "$nccl/include/nccl.h" ]; then
 fi
 [ -e "$nccl/lib/libnccl.so" ] || ln -sf libnccl.so.2 "$nccl/lib/libnccl.so"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_NCCL_ROOT="$nccl" > /dev/null
-cmake --build build -j "$(nproc)" --target ferry test_cuda test_e2e matvec_bench prefill_kernels_bench serve_bench \
-  attention_bench gemm_bench allreduce_bench fused_ops_bench sampling_bench fusion_bench skinny_gemm_bench \
-  wgmma_skinny_bench kv_placement_bench sync_bench ferry_kernel_trace
+# FERRY_PACK_ONLY: the targets to build and pack (default: all of them below; a fresh 2-core build of every harness
+# takes a while), e.g. "ferry test_cuda test_e2e sampling_bench ferry_kernel_trace".
+targets="${FERRY_PACK_ONLY:-ferry test_cuda test_e2e matvec_bench prefill_kernels_bench serve_bench attention_bench \
+  gemm_bench allreduce_bench fused_ops_bench sampling_bench fusion_bench skinny_gemm_bench wgmma_skinny_bench \
+  kv_placement_bench sync_bench ferry_kernel_trace}"
+# shellcheck disable=SC2086
+cmake --build build -j "$(nproc)" --target $targets
 # nvcc turns a host call of a __device__-only function into a silent exit(1) (it cost two device calls once).
 # List the host functions of the kernel files that call exit(): host stubs of device-only helpers that nothing
 # calls are harmless; a launcher or planner in this list is the bug.
@@ -25,9 +29,13 @@ for o in build/CMakeFiles/ferry_cuda.dir/src/backends/cuda/*.cu.o; do
   objdump -dr "$o" | awk -v f="$(basename "$o")" '/^[0-9a-f]+ <.*>:$/ {fn=$2} /PLT32\texit/ {print "pack.sh: host exit() call in " f ": " fn}'
 done | c++filt | sort -u >&2
 rm -rf .carry && mkdir -p .carry
-cp build/ferry build/tests/test_cuda build/tests/test_e2e build/matvec_bench build/prefill_kernels_bench build/serve_bench \
-  build/attention_bench build/gemm_bench build/allreduce_bench build/fused_ops_bench build/sampling_bench \
-  build/fusion_bench build/skinny_gemm_bench build/wgmma_skinny_bench build/kv_placement_bench build/sync_bench build/libferry_kernel_trace.so .carry/
+for t in $targets; do
+  case "$t" in
+    test_cuda | test_e2e) cp "build/tests/$t" .carry/ ;;
+    ferry_kernel_trace) cp build/libferry_kernel_trace.so .carry/ ;;
+    *) cp "build/$t" .carry/ ;;
+  esac
+done
 # FERRY_PACK_SKIP: binaries to leave out of this pack (a call carries at most 64 MiB with the repository; each
 # harness linked against ferry_cuda is ~15-20 MiB of it before compression), e.g. "gemm_bench fusion_bench".
 for b in ${FERRY_PACK_SKIP:-}; do rm -f ".carry/$b"; done

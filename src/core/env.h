@@ -84,6 +84,9 @@ struct Env {
   // kernel starts); unset: CudaBackendOptions::ring_inflight_quant's default (3) / ring_inflight_bf16's (0).
   std::optional<std::string> cuda_ring_inflight;
   std::optional<std::string> cuda_ring_inflight_bf16;
+  // FERRY_CUDA_WEIGHTS_EVICT_FIRST=0/1: the streamed matvecs' weight copies with an L2 evict_first policy;
+  // unset: CudaBackendOptions::weights_evict_first's default.
+  std::optional<std::string> cuda_weights_evict_first;
   // FERRY_CUDA_STAMPS: "1" stamps the phases of the decode attention and the matvec v10 kernels and prints the last
   // launch of each at exit (CudaBackendOptions::phase_stamps; diagnostics); "0" or unset: off.
   std::optional<std::string> cuda_stamps;

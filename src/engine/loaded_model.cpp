@@ -76,6 +76,7 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
     cuda.decode_ffn = env_switch(env.cuda_decode_ffn, "FERRY_CUDA_DECODE_FFN", false);
     cuda.prologue_norm = env_switch(env.cuda_prologue_norm, "FERRY_CUDA_PROLOGUE_NORM", true);
     cuda.phase_stamps = env_switch(env.cuda_stamps, "FERRY_CUDA_STAMPS", false);
+    cuda.weights_evict_first = env_switch(env.cuda_weights_evict_first, "FERRY_CUDA_WEIGHTS_EVICT_FIRST", true);
     const auto stages_in_flight = [](const std::string& v, const char* name) {
       FERRY_CHECK(!v.empty() && v.size() <= 2 && std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
                       std::stoi(v) <= 16,

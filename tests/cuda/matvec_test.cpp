@@ -334,10 +334,11 @@ TEST_F(CudaMatvec, Version10Shapes) {
   EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::BF16, 1, 64, 4096));
 }
 
-// MatvecParams::ring_inflight (the producer keeps at most N stages in flight) changes when stages are issued, not
-// what is computed: the same bits as no cap, for every N from 1 up to past the ring's stage count, on shapes with
-// one and four segments a warp and a short last stage; version 10 (Q8_0/Q4_0/Q4_K) and version 9 (BF16).
-TEST_F(CudaMatvec, Version10RingInflightSameBits) {
+// MatvecParams::stream (the producer keeps at most N stages in flight; its copies with an L2 evict_first policy)
+// changes when stages are issued and which L2 lines go first, not what is computed: the same bits as no cap and no
+// policy, for every N from 1 up to past the ring's stage count, with and without the policy, on shapes with one and
+// four segments a warp and a short last stage; version 10 (Q8_0/Q4_0/Q4_K) and version 9 (BF16).
+TEST_F(CudaMatvec, Version10WeightStreamSameBits) {
   struct Shape {
     int64_t n_out, n_in;
   };
@@ -353,17 +354,22 @@ TEST_F(CudaMatvec, Version10RingInflightSameBits) {
       const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), s.n_out, s.n_in,
                                       t == DType::Q4_K || t == DType::BF16 ? 0 : cuda_ops::scales_offset(t, s.n_out, s.n_in)};
       std::vector<float> base;
-      for (const int inflight : {0, 1, 2, 3, 5, 40}) {
-        const Tensor o = poisoned({1, s.n_out});
-        gpu_->synchronize();
-        cuda_ops::matvec(t, {.w = view, .x = gx.ptr<float>(), .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1,
-                             .version = version, .ring_inflight = inflight},
-                         nullptr);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << dtype_name(t) << " inflight " << inflight;
-        if (inflight == 0) {
-          base = download(o);
-        } else {
-          EXPECT_EQ(download(o), base) << dtype_name(t) << " " << s.n_out << "x" << s.n_in << " inflight " << inflight;
+      for (const bool evict_first : {false, true}) {
+        for (const int inflight : {0, 1, 2, 3, 5, 40}) {
+          const Tensor o = poisoned({1, s.n_out});
+          gpu_->synchronize();
+          cuda_ops::matvec(t, {.w = view, .x = gx.ptr<float>(), .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1,
+                               .version = version, .stream = {.ring_inflight = inflight, .evict_first = evict_first}},
+                           nullptr);
+          const std::string what = std::string(dtype_name(t)) + " " + std::to_string(s.n_out) + "x" +
+                                   std::to_string(s.n_in) + " inflight " + std::to_string(inflight) +
+                                   (evict_first ? " evict_first" : "");
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+          if (inflight == 0 && !evict_first) {
+            base = download(o);
+          } else {
+            EXPECT_EQ(download(o), base) << what;
+          }
         }
       }
     }

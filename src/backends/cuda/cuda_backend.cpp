@@ -482,7 +482,7 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
                                .bias = bias.empty() ? nullptr : bias.ptr<float>(), .out = out.ptr<float>(),
                                .n_tokens = int(n), .version = mv_version,
                                .scratch = scratch > 0 ? x_bf16_.data() : nullptr,
-                               .stamps = matvec_stamps("matvec", w), .ring_inflight = ring_inflight(w.dtype)},
+                               .stamps = matvec_stamps("matvec", w), .stream = weight_stream(w.dtype)},
                      stream_);
   } else {
     matmul_gemm(out, x, w, bias, path);
@@ -599,14 +599,14 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
   if (stream) {
     cuda_ops::matvec_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
                                       .out = out.ptr<float>(), .n_tokens = 1, .version = 9,
-                                      .ring_inflight = ring_inflight(w.dtype)},
+                                      .stream = weight_stream(w.dtype)},
                             stream_);
     return;
   }
   if (quant_stream) {
     cuda_ops::matvec_v10_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
                                           .out = out.ptr<float>(), .n_tokens = 1, .version = 10,
-                                          .ring_inflight = ring_inflight(w.dtype)},
+                                          .stream = weight_stream(w.dtype)},
                                 stream_);
     return;
   }
@@ -620,6 +620,12 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
     sm90_gemm_->run_swiglu(out.ptr<float>(), xb, wb, n, hidden, dim, stream_,
                            options_.batch_invariant ? &fixed : nullptr);
   }
+}
+
+cuda_ops::WeightStream CudaBackend::weight_stream(DType t) const {
+  const bool bf16 = t == DType::BF16 || t == DType::F16;
+  return {.ring_inflight = bf16 ? options_.ring_inflight_bf16 : options_.ring_inflight_quant,
+          .evict_first = options_.weights_evict_first};
 }
 
 cuda_ops::PhaseStamps CudaBackend::matvec_stamps(const char* what, const Tensor& w) {

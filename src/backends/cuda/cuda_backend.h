@@ -39,6 +39,7 @@ struct PhaseStamps;
 class Sm90Gemm;
 class StampTable;
 class WgSkinnyGemm;
+struct WeightStream;
 struct DeviceErrors;
 }  // namespace cuda_ops
 
@@ -100,6 +101,10 @@ struct CudaBackendOptions {
   // pure bandwidth with no latency-bound phase to protect, so no cap there (docs/perf-log.md, session 13).
   int ring_inflight_quant = 3;
   int ring_inflight_bf16 = 0;
+  // Streamed matvecs' weight copies carry an L2 evict_first policy (WeightStream::evict_first;
+  // FERRY_CUDA_WEIGHTS_EVICT_FIRST): a decode step streams every weight once, so without it the KV cache, the
+  // activations and the kernels' code are evicted from the 60 MB L2 by each layer's weights.
+  bool weights_evict_first = true;
   // Phase stamps (phase_stamps.cuh) in the decode attention and the matvec v10 kernels, the last launch of each
   // kernel and shape printed at exit (FERRY_CUDA_STAMPS=1; stamp_table.h). Off: one predicated branch a phase.
   bool phase_stamps = false;
@@ -155,10 +160,9 @@ class CudaBackend final : public Backend {
   void attn_out_ffn(const AttnOutFfn& a) override;
   bool decode_ffn_applies(const AttnOutFfn& a) const;
   bool prologue_norm_applies(const AttnOutFfn& a) const;
-  // MatvecParams::ring_inflight for a weight of type t (CudaBackendOptions::ring_inflight_quant / _bf16).
-  int ring_inflight(DType t) const {
-    return t == DType::BF16 || t == DType::F16 ? options_.ring_inflight_bf16 : options_.ring_inflight_quant;
-  }
+  // MatvecParams::stream for a weight of type t (CudaBackendOptions::ring_inflight_quant / _bf16,
+  // weights_evict_first).
+  cuda_ops::WeightStream weight_stream(DType t) const;
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) override;
   void store_kv(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
                 const Tensor& slots) override;

@@ -53,9 +53,9 @@ struct DecodeFfnParams {
   float* out;                   // (1, dim) f32 = rms_norm(residual) * next_norm
   float eps;
   unsigned long long* barrier;  // device u64, zeroed once and never reset: each barrier adds the grid to it
-  // The producer's cap on ring stages in flight, per weight (MatvecParams::ring_inflight); 0: none. Session 11's
-  // grid barriers waited on the block whose stages landed last, with ~15-26 MB of copies queued at once.
-  int ring_inflight = 0;
+  // How the producer issues each weight's copies (MatvecParams::stream). Session 11's grid barriers waited on the
+  // block whose stages landed last, with ~15-26 MB of copies queued at once: ring_inflight caps that.
+  WeightStream stream{};
 };
 
 // Whether the kernel takes these weights (one type for all three, Q8_0 or Q4_0; a compiled shape; the shared

@@ -49,11 +49,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ffn_kernel(DecodeFfnParams
   if (warp == kConsumerWarps) {  // producer: the three weights back to back, never waiting for activations
     if (lane == 0) {
       v7::RingCursor cur = v7::producer_start();
-      v7::produce_unit_stages(p.wo, kRowsD, 1, 0, rows, v7::split_row_bytes(W, dim), ring, cur, p.ring_inflight);
-      v7::produce_unit_stages(p.w_gate_up, kRowsD, 2, hidden, units, v7::split_row_bytes(W, dim), ring, cur,
-                              p.ring_inflight);
-      v7::produce_unit_stages(p.w_down, kRowsH, 1, 0, rows, v7::split_row_bytes(W, hidden), ring, cur,
-                              p.ring_inflight);
+      v7::produce_unit_stages(p.wo, kRowsD, 1, 0, rows, v7::split_row_bytes(W, dim), ring, cur, p.stream);
+      v7::produce_unit_stages(p.w_gate_up, kRowsD, 2, hidden, units, v7::split_row_bytes(W, dim), ring, cur, p.stream);
+      v7::produce_unit_stages(p.w_down, kRowsH, 1, 0, rows, v7::split_row_bytes(W, hidden), ring, cur, p.stream);
     }
     return;
   }

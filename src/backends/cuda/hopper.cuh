@@ -47,6 +47,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 
 // ---- TMA ----
 
+// An L2 policy that lets every line it touches go first: for weights, each byte of which is read once per call.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+
 // A 2-D tile of the tensor `tmap` (a CUtensorMap in param/const/global memory) at element coordinates
 // (c0 = innermost, c1) into shared memory at dst; completes `bar`'s transaction count. Out-of-range
 // elements arrive as zeros (and still count as bytes).

@@ -83,9 +83,7 @@ struct MatvecParams {
   // Version 10: stamps at entry (0), the PDL wait's release (1), the activations quantized (2), the last stage
   // consumed (3), the rows stored (4).
   PhaseStamps stamps{};
-  // Versions 9 and 10 (streamed): the producer keeps at most this many ring stages in flight (issued, not yet
-  // landed); 0: no cap (a stage whenever a slot is free). Same bits either way.
-  int ring_inflight = 0;
+  WeightStream stream{};  // versions 9 and 10 (streamed): how the producer issues the weight's copies
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.

@@ -21,6 +21,8 @@ namespace {
 using v7::block_rows;
 using v7::BlockRows;
 using v7::bulk_load;
+using v7::copy_policy;
+using v7::CopyPolicy;
 using v7::init_ring_barriers;
 using v7::kBarrierBytes;
 using v7::kConsumerWarps;
@@ -119,9 +121,10 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
 
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel
     if (lane == 0) {
-      // MatvecParams::ring_inflight: stage g only once stage g - N has landed (waiting on its `full` barrier does
+      // WeightStream::ring_inflight: stage g only once stage g - N has landed (waiting on its `full` barrier does
       // not change it; it cannot complete again before this producer refills the slot).
-      const int64_t cap = p.ring_inflight > 0 && p.ring_inflight < plan.stages ? p.ring_inflight : 0;
+      const int64_t cap = p.stream.ring_inflight > 0 && p.stream.ring_inflight < plan.stages ? p.stream.ring_inflight : 0;
+      const CopyPolicy pol = copy_policy(p.stream);
       const auto wait_inflight = [&](int64_t g) {
         if (cap > 0 && g >= cap) sm90::mbar_wait(&full[(g - cap) % plan.stages], uint32_t((g - cap) / plan.stages) & 1u);
       };
@@ -137,8 +140,8 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
           const uint32_t bytes = uint32_t(units * cols * int64_t(sizeof(T)));
           T* slot = ring + size_t(s) * size_t(stage_vals);
           sm90::mbar_arrive_expect_tx(&full[s], 2 * bytes);
-          bulk_load(slot, src + g * kPairs * cols, bytes, &full[s]);
-          bulk_load(slot + kPairs * cols, up + g * kPairs * cols, bytes, &full[s]);
+          bulk_load(slot, src + g * kPairs * cols, bytes, &full[s], pol);
+          bulk_load(slot + kPairs * cols, up + g * kPairs * cols, bytes, &full[s], pol);
         }
       } else {
         for (int64_t g = 0; g < n_stage; ++g) {
@@ -149,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
           const int64_t rows_here = left < plan.rows_per_stage ? left : plan.rows_per_stage;
           const uint32_t bytes = uint32_t(rows_here * cols * int64_t(sizeof(T)));
           sm90::mbar_arrive_expect_tx(&full[s], bytes);
-          bulk_load(ring + size_t(s) * size_t(stage_vals), src + g * stage_vals, bytes, &full[s]);
+          bulk_load(ring + size_t(s) * size_t(stage_vals), src + g * stage_vals, bytes, &full[s], pol);
         }
       }
     }

@@ -68,13 +68,32 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* full, uint64_t* emp
   sm90::fence_barrier_init();
 }
 
-// One 1-D bulk copy global -> shared completing `bar`'s transaction count (bytes % 16 == 0, both 16-aligned).
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          sm90::smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(sm90::smem_addr(bar))
-      : "memory");
+// The L2 policy of a producer's weight copies (WeightStream::evict_first), made once per producer.
+struct CopyPolicy {
+  bool hint = false;    // false: plain copies (the L2's default policy)
+  uint64_t policy = 0;  // from createpolicy, when hint
+};
+__device__ __forceinline__ CopyPolicy copy_policy(const WeightStream& ws) {
+  return ws.evict_first ? CopyPolicy{true, sm90::l2_evict_first_policy()} : CopyPolicy{};
+}
+
+// One 1-D bulk copy global -> shared completing `bar`'s transaction count (bytes % 16 == 0, both 16-aligned), under
+// `pol`'s L2 policy.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                          CopyPolicy pol = {}) {
+  if (pol.hint) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+            sm90::smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(sm90::smem_addr(bar)), "l"(pol.policy)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+            sm90::smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(sm90::smem_addr(bar))
+        : "memory");
+  }
 }
 
 // Consumers only (the producer warp has returned): named barrier 1 over the 8 consumer warps.

@@ -56,30 +56,32 @@ struct Ring {
 // has no scale region). A stage may hold fewer units (same offsets).
 __device__ __forceinline__ void load_unit_stage(const WeightView& w, int64_t rows_per_stage, int runs,
                                                 int64_t run_offset, int64_t first, int64_t units, SplitRowBytes rb,
-                                                uint8_t* dst, uint64_t* bar) {
+                                                uint8_t* dst, uint64_t* bar, CopyPolicy pol) {
   const int64_t per = rows_per_stage / runs;
   const int64_t stage_q = rows_per_stage * rb.quants;  // a slot's quant bytes; its scales follow
   const uint32_t qbytes = uint32_t(units * rb.quants), sbytes = uint32_t(units * rb.scales);
   sm90::mbar_arrive_expect_tx(bar, uint32_t(runs) * (qbytes + sbytes));
   for (int r = 0; r < runs; ++r) {
     const int64_t row = r * run_offset + first;  // the run's first weight row in this stage
-    bulk_load(dst + r * per * rb.quants, w.data + row * rb.quants, qbytes, bar);
-    if (sbytes > 0) bulk_load(dst + stage_q + r * per * rb.scales, w.data + w.scales + row * rb.scales, sbytes, bar);
+    bulk_load(dst + r * per * rb.quants, w.data + row * rb.quants, qbytes, bar, pol);
+    if (sbytes > 0) bulk_load(dst + stage_q + r * per * rb.scales, w.data + w.scales + row * rb.scales, sbytes, bar, pol);
   }
 }
 
 // Lane 0 of the producer warp: streams the block's output units [br.first, br.first + br.count) of w into the
 // ring (load_unit_stage's units and layout), one stage per slot once every consumer warp has released it
 // (ring.empty); the block's last stage may hold fewer units. Reads only the weight, so it runs before the
-// kernel's pdl_wait. max_inflight in [1, ring.stages): stage g is issued only once stage g - max_inflight has
-// landed (its `full` barrier; waiting on it does not change it), so at most max_inflight stages of this block are
-// queued at the memory system at once; 0: no such cap.
+// kernel's pdl_wait. ws.ring_inflight = N in [1, ring.stages): stage g is issued only once stage g - N has landed
+// (its `full` barrier; waiting on it does not change it), so at most N stages of this block are queued at the memory
+// system at once; 0: no such cap. ws.evict_first: the copies carry the L2 evict_first policy.
 __device__ __forceinline__ void produce_unit_stages(const WeightView& w, int64_t rows_per_stage, int runs,
                                                     int64_t run_offset, BlockRows br, SplitRowBytes rb,
-                                                    const Ring& ring, RingCursor& cur, int max_inflight = 0) {
+                                                    const Ring& ring, RingCursor& cur, const WeightStream& ws = {}) {
   const int64_t per = rows_per_stage / runs;  // units a stage holds
   const int64_t n_stage = (br.count + per - 1) / per;
+  const int max_inflight = ws.ring_inflight;
   const bool capped = max_inflight > 0 && max_inflight < ring.stages;
+  const CopyPolicy pol = copy_policy(ws);
   // The consumers' view of stage g - max_inflight: its slot and the parity its `full` barrier completes with (the
   // producer's `empty` parity flipped: both start a slot's first use).
   RingCursor landed{cur.slot, cur.phase ^ 1u};
@@ -91,7 +93,7 @@ __device__ __forceinline__ void produce_unit_stages(const WeightView& w, int64_t
     sm90::mbar_wait(&ring.empty[cur.slot], cur.phase);
     const int64_t left = br.count - g * per;
     load_unit_stage(w, rows_per_stage, runs, run_offset, br.first + g * per, left < per ? left : per, rb,
-                    ring.base + size_t(cur.slot) * size_t(ring.slot_pitch), &ring.full[cur.slot]);
+                    ring.base + size_t(cur.slot) * size_t(ring.slot_pitch), &ring.full[cur.slot], pol);
     cur.advance(ring.stages);
   }
 }

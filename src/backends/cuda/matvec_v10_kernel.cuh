@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   if (warp == kConsumerWarps) {  // producer: weights only, so it never waits for the previous kernel
     if (lane == 0) {
       v7::RingCursor cur = v7::producer_start();
-      v7::produce_unit_stages(p.w, kRows, kSwiglu ? 2 : 1, hidden, br, rb, ring, cur, p.ring_inflight);
+      v7::produce_unit_stages(p.w, kRows, kSwiglu ? 2 : 1, hidden, br, rb, ring, cur, p.stream);
     }
     return;
   }
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
     // Every segment's float4s requested before the first is quantized: one round trip to L2 instead of kSegs
     // (the quantization's shuffles kept the compiler from hoisting the loads of segment j + 1 above segment j's).
     // Measured (session 13): 4096x14336's acts phase stayed ~3.7 us after the wait, tg128 unchanged: each round
-    // trip waited behind the queued weight reads, which the ring cap (MatvecParams::ring_inflight) shortens.
+    // trip waited behind the queued weight reads, which the ring cap (WeightStream::ring_inflight) shortens.
     float4 xs[kSegs][4];
 #pragma unroll
     for (int j = 0; j < kSegs; ++j) {

@@ -56,12 +56,21 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
 template <bool kAdd, bool kBf16, int kGroup, int kV>
 __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(RmsNormParams p) {
   pdl_allow_dependents();
-  pdl_wait();
   constexpr int kRowsPerBlock = kThreads / kGroup;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kGroup;
   const int lane = threadIdx.x % kGroup;
   const int64_t vecs = p.cols / 4;
   const bool live = row < p.rows;  // a partial last block: dead warps still join the block reduction
+  // The norm's weight is constant: requested before the wait, so its round trip (from DRAM after a layer's weights
+  // went through L2) overlaps the previous kernel's tail instead of following the block reduction.
+  const float4* w = reinterpret_cast<const float4*>(p.weight);
+  float4 g[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int64_t j = lane + int64_t(i) * kGroup;
+    g[i] = live && j < vecs ? w[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  pdl_wait();
   const size_t base = size_t(live ? row : 0) * size_t(vecs);
   const float4* src = reinterpret_cast<const float4*>(kAdd ? p.residual : p.x) + base;
   float4 v[kV];
@@ -96,13 +105,12 @@ __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(RmsNormParams p)
     total = warp_sum(ss);
   }
   const float scale = 1.0f / sqrtf(total / float(p.cols) + p.eps);
-  const float4* w = reinterpret_cast<const float4*>(p.weight);
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
     const int64_t j = lane + int64_t(i) * kGroup;
     if (!live || j >= vecs) continue;
-    const float4 g = w[j];
-    const float4 y = make_float4(v[i].x * scale * g.x, v[i].y * scale * g.y, v[i].z * scale * g.z, v[i].w * scale * g.w);
+    const float4 y = make_float4(v[i].x * scale * g[i].x, v[i].y * scale * g[i].y, v[i].z * scale * g[i].z,
+                                 v[i].w * scale * g[i].w);
     if constexpr (kBf16) {
       reinterpret_cast<uint2*>(p.out_bf16)[base + j] = make_uint2(bf16x2_bits(y.x, y.y), bf16x2_bits(y.z, y.w));
     } else {

@@ -4,6 +4,7 @@
 #include <cooperative_groups.h>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/hopper.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/skinny_gemm.cuh"
 
@@ -45,13 +46,6 @@ struct SkinnyKernelArgs {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// L2 policy for the weights: each byte is read once, so let it go first (x and the outputs stay).
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
 }
 
 // 16 bytes global -> shared; src_bytes 0 writes zeros (src is then not read but must be a valid address).
@@ -98,7 +92,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1) skinny_gemm_
   const int kb = int(blockIdx.x) * a.k_per_split;
   const int ke = int(min(int64_t(a.k), int64_t(kb) + a.k_per_split));
   const int nk = (ke - kb + kSkinnyStageK - 1) / kSkinnyStageK;  // stages of this split
-  const uint64_t policy = evict_first_policy();
+  const uint64_t policy = sm90::l2_evict_first_policy();  // x and the outputs stay
   const uint32_t smem0 = smem_u32(smem);
 
   // Weight rows row0.. of stage s (k from kb + 64 s) into ring slot `slot`; rows past the end and k past ke

@@ -82,6 +82,17 @@ struct WeightView {
   size_t scales;        // byte offset of the scales region (split layouts only)
 };
 
+// How a streamed matvec's producer (versions 9 and 10, decode_ffn) issues the weight's bulk copies. Same bits
+// either way.
+struct WeightStream {
+  // At most this many ring stages in flight (issued, not yet landed); 0: no cap (a stage whenever a slot is free).
+  int ring_inflight = 0;
+  // The copies carry an L2 evict_first policy: each weight byte is read once a step, so its lines go before the
+  // lines that latency-bound loads read again (the KV cache, activations, norm weights, kernel code). Without it a
+  // decode step streams the whole model (4.6-16 GB) through the 60 MB L2 and every such load goes to DRAM.
+  bool evict_first = false;
+};
+
 // The decoders below compile for the device (nvcc) and for the host (any compiler), so the host-only test
 // tests/cuda/weight_layout_test.cpp checks the layouts against dequantize_row on machines without a GPU.
 #ifndef __CUDACC__

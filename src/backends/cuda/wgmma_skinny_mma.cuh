@@ -9,13 +9,6 @@
 
 namespace ferry::cuda_ops::sm90 {
 
-// An L2 policy that lets every line it touches go first: for weights, each byte of which is read once per call.
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-
 // tma_load_2d (hopper.cuh) with an L2 cache policy (`policy` from createpolicy) for the lines it reads.
 __device__ __forceinline__ void tma_load_2d_hint(void* dst, const void* tmap, uint64_t* bar, int32_t c0, int32_t c1,
                                                  uint64_t policy) {
