@@ -315,10 +315,22 @@ if [[ ",$what," == *",ncu,"* ]]; then
   t="${FERRY_NCU_TYPE:-q4_0}"
   m="$(model_of "$t" "$log")"
   ncu_bin="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
-  timeout 400 "$ncu_bin" --kernel-name "regex:${FERRY_NCU_KERNEL:-decode_mma_kernel}" --launch-skip 100 \
-    --launch-count 3 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
+  # The regex matches the demangled name with its template arguments, e.g. 'matvec_v10_kernel<.*3, 4, 2, false>'.
+  # FERRY_NCU_SOURCE=1: also the warp-stall samples per SASS instruction (ncu-sass-*.csv: the source page of the
+  # report; scripts/device/ncu_sass_top.py lists the instructions that hold the most samples).
+  src=(); [ "${FERRY_NCU_SOURCE:-0}" = 1 ] && src=(--section SourceCounters --import-source no -o "$OUT/ncu-rep")
+  timeout 400 "$ncu_bin" --kernel-name-base demangled --kernel-name "regex:${FERRY_NCU_KERNEL:-decode_mma_kernel}" \
+    --launch-skip "${FERRY_NCU_SKIP:-100}" --launch-count "${FERRY_NCU_COUNT:-3}" --section SpeedOfLight \
+    --section WarpStateStats --section SchedulerStats --section LaunchStats "${src[@]}" \
     "$C/ferry" bench --device cuda -m "$m" -p 0 -n 8 -r 1 >> "$log" 2>&1
   note "[ncu $t] exit $? ($(command -v ncu > /dev/null && echo ncu || echo "$ncu_bin"))"
+  if [ -f "$OUT/ncu-rep.ncu-rep" ]; then
+    "$ncu_bin" --import "$OUT/ncu-rep.ncu-rep" > "$log.details" 2>&1; cat "$log.details" >> "$log"; rm -f "$log.details"
+    "$ncu_bin" --import "$OUT/ncu-rep.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-sass.csv" 2>> "$log"
+    python3 "$repo/scripts/device/ncu_sass_top.py" "$OUT/ncu-sass.csv" 2>&1 | head -80 | tee -a "$log" | sed "s/^/[ncu sass] /" | tee -a "$summary"
+    xz -T4 -6 "$OUT/ncu-sass.csv"
+    rm -f "$OUT/ncu-rep.ncu-rep"
+  fi
   grep -E "decode_mma|matvec|Duration|Warp Cycles Per Issued|Issued Warp Per Scheduler|No Eligible|Stall|==ERROR==" \
     "$log" | head -60 | sed "s/^/[ncu $t] /" | tee -a "$summary"
   stage_done ncu

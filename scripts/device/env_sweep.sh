@@ -6,7 +6,10 @@
 # Values run in the order given (repeat one to see the run-to-run spread); "-" leaves the variable unset.
 set -uo pipefail
 C=/tmp/ferry-bin
-[ -x "$C/ferry" ] || { echo "env_sweep.sh: no binaries in $C (run check.sh first)"; exit 1; }
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+# A fresh machine: unpack pack.sh's binaries as check.sh does.
+[ -x "$C/ferry" ] || [ ! -f "$repo/.carry/bins.tar.xz" ] || { mkdir -p "$C" && tar xJf "$repo/.carry/bins.tar.xz" -C "$C"; }
+[ -x "$C/ferry" ] || { echo "env_sweep.sh: no binaries in $C and no .carry/bins.tar.xz"; exit 1; }
 export LD_LIBRARY_PATH="$C:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 var="${FERRY_SWEEP_VAR:?set FERRY_SWEEP_VAR}"
 for t in ${FERRY_SWEEP_TYPES:-q4_0 q8_0}; do

@@ -54,6 +54,7 @@ Env Env::read() {
   e.cuda_ring_inflight = get("FERRY_CUDA_RING_INFLIGHT");
   e.cuda_ring_inflight_bf16 = get("FERRY_CUDA_RING_INFLIGHT_BF16");
   e.cuda_weights_evict_first = get("FERRY_CUDA_WEIGHTS_EVICT_FIRST");
+  e.cuda_act_levels = get("FERRY_CUDA_ACT_LEVELS");
   e.cuda_stamps = get("FERRY_CUDA_STAMPS");
   return e;
 }

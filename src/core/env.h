@@ -87,6 +87,9 @@ struct Env {
   // FERRY_CUDA_WEIGHTS_EVICT_FIRST=0/1: the streamed matvecs' weight copies with an L2 evict_first policy;
   // unset: CudaBackendOptions::weights_evict_first's default.
   std::optional<std::string> cuda_weights_evict_first;
+  // FERRY_CUDA_ACT_LEVELS=1|2: int8 levels of the one-token Q8_0/Q4_0 matvecs' activations
+  // (CudaBackendOptions::one_level_acts).
+  std::optional<std::string> cuda_act_levels;
   // FERRY_CUDA_STAMPS: "1" stamps the phases of the decode attention and the matvec v10 kernels and prints the last
   // launch of each at exit (CudaBackendOptions::phase_stamps; diagnostics); "0" or unset: off.
   std::optional<std::string> cuda_stamps;

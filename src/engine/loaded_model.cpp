@@ -77,6 +77,11 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
     cuda.prologue_norm = env_switch(env.cuda_prologue_norm, "FERRY_CUDA_PROLOGUE_NORM", true);
     cuda.phase_stamps = env_switch(env.cuda_stamps, "FERRY_CUDA_STAMPS", false);
     cuda.weights_evict_first = env_switch(env.cuda_weights_evict_first, "FERRY_CUDA_WEIGHTS_EVICT_FIRST", true);
+    if (env.cuda_act_levels) {
+      FERRY_CHECK(*env.cuda_act_levels == "1" || *env.cuda_act_levels == "2", "FERRY_CUDA_ACT_LEVELS must be 1 or 2, got '{}'",
+                  *env.cuda_act_levels);
+      cuda.one_level_acts = *env.cuda_act_levels == "1";
+    }
     const auto stages_in_flight = [](const std::string& v, const char* name) {
       FERRY_CHECK(!v.empty() && v.size() <= 2 && std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
                       std::stoi(v) <= 16,

@@ -82,7 +82,12 @@ class CudaOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    gpu_ = std::make_unique<CudaBackend>();
+    // The op tests hold every path to fp32-level bounds (1e-4 for the int8 matvecs), so their backend keeps two
+    // int8 levels of activations; the one-level default (CudaBackendOptions::one_level_acts) has its own tests
+    // (matvec_test's kOneLevelTol, decode_ffn_test's PrologueNormOneLevel*, the v10 emulation).
+    CudaBackendOptions options;
+    options.one_level_acts = false;
+    gpu_ = std::make_unique<CudaBackend>(options);
   }
 
   // A device tensor holding `bytes` of `data` (or uninitialised when data is null).

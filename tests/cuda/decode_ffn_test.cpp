@@ -9,7 +9,9 @@
 //    v10's SwiGLU form, ...) on a copy of the residual: the residual and the output the same bits, since every step
 //    repeats those kernels' arithmetic in their order;
 //  - against the CPU reference backend (dequantize, fp32 dots): residual within 1e-4 and output within 1e-3
-//    relative L2 (the int8 activations of three matvecs, ~2e-5 each, through the norms and the SwiGLU);
+//    relative L2 (the int8 activations of three matvecs, ~2e-5 each, through the norms and the SwiGLU), with
+//    two-level activations (CudaBackendOptions::one_level_acts off: the persistent kernel has only those); the
+//    prologue norm with one level too, against the CPU at 5e-2 / 2e-2 / 5e-2 (three one-level matvecs, ~1e-2 each);
 //  - three calls in a row, each on the previous call's residual: the grid barrier's counter carries over launches.
 // Outputs are NaN-poisoned first.
 #ifdef FERRY_HAS_CUDA
@@ -41,12 +43,15 @@ class CudaDecodeFfn : public CudaOpsTest {
  protected:
   // Once per test, before anything is allocated on the backend. decode_ffn is off by default (slower in captured
   // steps), prologue_norm on; the persistent kernel, when on, takes precedence.
-  void use_form(FusedForm form) {
+  void use_form(FusedForm form, bool one_level = false) {
     CudaBackendOptions options;
     options.decode_ffn = form == FusedForm::PersistentKernel;
     options.prologue_norm = form == FusedForm::PrologueNorm;
+    options.one_level_acts = one_level;
+    one_level_ = one_level;
     gpu_ = std::make_unique<CudaBackend>(options);
   }
+  bool one_level_ = false;  // CudaBackendOptions::one_level_acts of this test's backend
 
   void check(DType t, uint32_t seed, FusedForm form, int64_t kDim = 4096, int64_t kHidden = 14336) {
     SCOPED_TRACE(std::string(dtype_name(t)) + " dim " + std::to_string(kDim));
@@ -111,9 +116,9 @@ class CudaDecodeFfn : public CudaOpsTest {
         std::printf("  %-5s vs CPU reference: act rel L2 %.2e, residual %.2e, out %.2e\n",
                     std::string(dtype_name(t)).c_str(), rel_l2(act, ref_act), rel_l2(got_res, ref_res),
                     rel_l2(got_out, ref_out));
-        EXPECT_LE(rel_l2(act, ref_act), 1e-3);
-        EXPECT_LE(rel_l2(got_res, ref_res), 1e-4);
-        EXPECT_LE(rel_l2(got_out, ref_out), 1e-3);
+        EXPECT_LE(rel_l2(act, ref_act), one_level_ ? 5e-2 : 1e-3);
+        EXPECT_LE(rel_l2(got_res, ref_res), one_level_ ? 2e-2 : 1e-4);  // one level measured 7.4e-3 (H200)
+        EXPECT_LE(rel_l2(got_out, ref_out), one_level_ ? 5e-2 : 1e-3);
       }
     }
   }
@@ -133,6 +138,13 @@ TEST_F(CudaDecodeFfn, PrologueNormEqualsSingleOps) {
   check(DType::Q8_0, 930, FusedForm::PrologueNorm);
   // dim 2048: four 512-column segments, so half the consumer warps hold none (they still join the norm's sum)
   check(DType::Q4_0, 940, FusedForm::PrologueNorm, 2048, 5632);
+}
+
+TEST_F(CudaDecodeFfn, PrologueNormOneLevelEqualsSingleOps) {
+  if (IsSkipped()) return;
+  use_form(FusedForm::PrologueNorm, true);
+  check(DType::Q4_0, 950, FusedForm::PrologueNorm);
+  check(DType::Q8_0, 960, FusedForm::PrologueNorm);
 }
 
 }  // namespace

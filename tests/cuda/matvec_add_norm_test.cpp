@@ -54,6 +54,7 @@ class CudaMatvecAddNorm : public CudaOpsTest {
     // The unfused path on a second backend, on its own copies (same device, same prepared layout).
     CudaBackendOptions plain_options;
     plain_options.fused_add_norm = false;
+    plain_options.one_level_acts = false;  // as the fixture's backend (cuda_test_util.h)
     CudaBackend plain(plain_options);
     std::vector<DeviceBuffer> plain_keep;
     const Tensor pw = plain.prepare_weight(hw, plain_keep);

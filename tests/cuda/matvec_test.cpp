@@ -29,6 +29,10 @@ namespace ferry::test {
 namespace {
 
 constexpr double kTol = 1e-4;
+// Version 10's one-level activations (MatvecParams::one_level_acts; the backend's default at one Q8_0/Q4_0 token,
+// off in these tests' backend: cuda_test_util.h):
+// ~0.5% per value, more on rows whose sum cancels (the host emulation's worst case, 2 x 16384: 1.35e-2).
+constexpr double kOneLevelTol = 3e-2;
 
 class CudaMatvec : public CudaOpsTest {
  protected:
@@ -83,6 +87,17 @@ class CudaMatvec : public CudaOpsTest {
       EXPECT_LE(err, kTol) << dtype_name(type) << " version " << version << " n=" << n << " " << n_out << "x" << n_in
                           << " x_scale " << x_scale << " outlier " << outlier;
       worst = std::max(worst, err);
+    }
+    // Version 10 with one-level activations, where it applies (Q8_0/Q4_0 at one token).
+    if (n == 1 && (type == DType::Q8_0 || type == DType::Q4_0) && cuda_ops::matvec_v10_applies(type, 1, n_out, n_in)) {
+      const Tensor o = poisoned({n, n_out});
+      gpu_->synchronize();
+      cuda_ops::matvec(type, {.w = view, .x = gx.ptr<float>(), .bias = bias ? gb.ptr<float>() : nullptr,
+                              .out = o.ptr<float>(), .n_tokens = 1, .version = 10, .one_level_acts = true},
+                       nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_LE(rel_l2(download(o), ref), kOneLevelTol)
+          << dtype_name(type) << " version 10 one level " << n_out << "x" << n_in << " x_scale " << x_scale;
     }
     return worst;
   }

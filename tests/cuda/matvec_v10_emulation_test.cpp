@@ -4,7 +4,8 @@
 // max |x| (its own and its partner lane's), exact dp4a sums, one fp32 FMA per (row, segment) with the fp16
 // scale. Checked against the CPU reference (dequantize, fp32 dot): relative L2 <= 1e-4 (the matvec tests'
 // bound), and against the reference fed the activations the lanes quantized (<= 1e-5: only the summation order
-// differs; this also checks that every column is read once, at the right place). What it cannot check: the
+// differs; this also checks that every column is read once, at the right place). The one-level form
+// (MatvecParams::one_level_acts) the same way, at 3e-2 against the f32 reference. What it cannot check: the
 // ring, the barriers, the shuffles (reduce_rows), PDL; test_cuda's CudaMatvec tests do on a GPU.
 #ifdef FERRY_HAS_CUDA
 
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -38,9 +40,9 @@ struct Emulated {
   std::vector<float> xq;   // (cols): the activations as the lanes quantized them, dx2 (256 q1 + q2)
 };
 
-// quants: [rows, nb x 32|16], scales: [rows, nb] fp16 (split_blocks); x: (cols).
+// quants: [rows, nb x 32|16], scales: [rows, nb] fp16 (split_blocks); x: (cols). one: one int8 level.
 Emulated emulate(DType t, const std::vector<uint8_t>& quants, const std::vector<uint8_t>& scales, int64_t rows,
-                 int64_t cols, const std::vector<float>& x) {
+                 int64_t cols, const std::vector<float>& x, bool one) {
   const bool q4 = t == DType::Q4_0;
   const int64_t segs = cols / kSegVals, nb = cols / kQBlock, qrow = nb * (q4 ? 16 : 32);
   const int lane_bytes = q4 ? 8 : 16;
@@ -59,11 +61,12 @@ Emulated emulate(DType t, const std::vector<uint8_t>& quants, const std::vector<
     for (int lane = 0; lane < 32; ++lane) {
       const float m = std::max(amax[lane], amax[lane ^ 1]);
       LaneAct& a = act[size_t(seg * 32 + lane)];
-      a = q4 ? quantize_lane<true>(xv[lane], m) : quantize_lane<false>(xv[lane], m);
-      const float dx2 = q4 ? a.scale * 16.0f : a.scale;
+      a = one ? (q4 ? quantize_lane<true, true>(xv[lane], m) : quantize_lane<false, true>(xv[lane], m))
+              : (q4 ? quantize_lane<true>(xv[lane], m) : quantize_lane<false>(xv[lane], m));
+      const float dv = q4 ? a.scale * 16.0f : a.scale;  // the value of v = 1
       for (int i = 0; i < kLaneVals; ++i) {
         const int q1 = int8_t(a.hi[i / 4] >> (8 * (i % 4))), q2 = int8_t(a.lo[i / 4] >> (8 * (i % 4)));
-        e.xq[size_t(lane_col(t, seg, lane, i))] = float(double(dx2) * double(256 * q1 + q2));
+        e.xq[size_t(lane_col(t, seg, lane, i))] = float(double(dv) * double(one ? q1 : 256 * q1 + q2));
       }
     }
   }
@@ -83,11 +86,11 @@ Emulated emulate(DType t, const std::vector<uint8_t>& quants, const std::vector<
           if (q4) {
             uint32_t q[2];
             std::memcpy(q, qp, 8);
-            si = dot_q4_lane(q, a);
+            si = one ? dot_q4_lane<true>(q, a) : dot_q4_lane(q, a);
           } else {
             uint32_t q[4];
             std::memcpy(q, qp, 16);
-            si = dot_q8_lane(q, a);
+            si = one ? dot_q8_lane<true>(q, a) : dot_q8_lane(q, a);
           }
           acc = std::fma(half_bits_to_float(d) * a.scale, float(si), acc);
         }
@@ -112,41 +115,49 @@ TEST(CudaMatvecV10Emulation, LanesMatchTheReference) {
                         {11, 4096, 1.0f, 0.0f}, {5, 7168, 1.0f, 0.0f},    {3, 14336, 1.0f, 0.0f},
                         {2, 16384, 1.0f, 0.0f}, {40, 2048, 1e6f, 0.0f},   {40, 2048, 1e-7f, 0.0f},
                         {40, 2048, 1.0f, 1000.0f}, {40, 4096, 1.0f, 1000.0f}};
-  double worst = 0, worst_q = 0;
+  double worst[2] = {0, 0}, worst_q[2] = {0, 0};
   for (const Case c : cases) {
     for (const DType t : {DType::Q8_0, DType::Q4_0}) {
-      const uint32_t seed = uint32_t(c.rows * 131 + c.cols);
-      const std::vector<float> f = test::random_floats(size_t(c.rows * c.cols), seed, 0.5f);
-      std::vector<uint8_t> gguf(size_t(c.rows) * row_bytes(t, c.cols));
-      for (int64_t r = 0; r < c.rows; ++r)
-        quantize_row(t, f.data() + r * c.cols, gguf.data() + size_t(r) * row_bytes(t, c.cols), c.cols);
-      // A per-column offset (a non-zero mean per block) exercises Q4_0's offset-8 term.
-      std::vector<float> x = test::random_floats(size_t(c.cols), seed + 1);
-      for (size_t i = 0; i < x.size(); ++i) {
-        x[i] = (x[i] + 0.3f * float(i % 7) - 0.9f) * c.x_scale;
-        if (c.outlier > 0.0f && i % 97 == 3) x[i] *= c.outlier;
+      for (const bool one : {false, true}) {
+        const uint32_t seed = uint32_t(c.rows * 131 + c.cols);
+        const std::vector<float> f = test::random_floats(size_t(c.rows * c.cols), seed, 0.5f);
+        std::vector<uint8_t> gguf(size_t(c.rows) * row_bytes(t, c.cols));
+        for (int64_t r = 0; r < c.rows; ++r)
+          quantize_row(t, f.data() + r * c.cols, gguf.data() + size_t(r) * row_bytes(t, c.cols), c.cols);
+        // A per-column offset (a non-zero mean per block) exercises Q4_0's offset-8 term.
+        std::vector<float> x = test::random_floats(size_t(c.cols), seed + 1);
+        for (size_t i = 0; i < x.size(); ++i) {
+          x[i] = (x[i] + 0.3f * float(i % 7) - 0.9f) * c.x_scale;
+          if (c.outlier > 0.0f && i % 97 == 3) x[i] *= c.outlier;
+        }
+        std::vector<uint8_t> quants, scales;
+        split_blocks(t, gguf.data(), c.rows, c.cols, quants, scales);
+        const Emulated e = emulate(t, quants, scales, c.rows, c.cols, x, one);
+        const Tensor hw = Tensor::make(t, {c.rows, c.cols}, gguf.data());
+        std::vector<float> ref(size_t(c.rows)), ref_q(size_t(c.rows));
+        cpu.matmul(Tensor::make(DType::F32, {1, c.rows}, ref.data()), Tensor::make(DType::F32, {1, c.cols}, x.data()),
+                   hw, Tensor{});
+        std::vector<float> xq = e.xq;
+        ASSERT_TRUE(std::none_of(xq.begin(), xq.end(), [](float v) { return std::isnan(v); }))
+            << "a column no lane owns: " << dtype_name(t) << " " << c.cols;
+        cpu.matmul(Tensor::make(DType::F32, {1, c.rows}, ref_q.data()),
+                   Tensor::make(DType::F32, {1, c.cols}, xq.data()), hw, Tensor{});
+        const double err = test::rel_l2(e.out, ref), err_q = test::rel_l2(e.out, ref_q);
+        const std::string what = std::string(dtype_name(t)) + " " + std::to_string(c.rows) + "x" +
+                                 std::to_string(c.cols) + " x_scale " + std::to_string(c.x_scale) +
+                                 (one ? " one level" : " two levels");
+        // One level: ~0.5% per value; the rows' sums cancel (random signs), so their relative error is larger
+        // (1.35e-2 at the 2 x 16384 case).
+        EXPECT_LE(err, one ? 3e-2 : 1e-4) << what;
+        EXPECT_LE(err_q, 1e-5) << what;
+        worst[one] = std::max(worst[one], err);
+        worst_q[one] = std::max(worst_q[one], err_q);
       }
-      std::vector<uint8_t> quants, scales;
-      split_blocks(t, gguf.data(), c.rows, c.cols, quants, scales);
-      const Emulated e = emulate(t, quants, scales, c.rows, c.cols, x);
-      const Tensor hw = Tensor::make(t, {c.rows, c.cols}, gguf.data());
-      std::vector<float> ref(size_t(c.rows)), ref_q(size_t(c.rows));
-      cpu.matmul(Tensor::make(DType::F32, {1, c.rows}, ref.data()), Tensor::make(DType::F32, {1, c.cols}, x.data()),
-                 hw, Tensor{});
-      std::vector<float> xq = e.xq;
-      ASSERT_TRUE(std::none_of(xq.begin(), xq.end(), [](float v) { return std::isnan(v); }))
-          << "a column no lane owns: " << dtype_name(t) << " " << c.cols;
-      cpu.matmul(Tensor::make(DType::F32, {1, c.rows}, ref_q.data()), Tensor::make(DType::F32, {1, c.cols}, xq.data()),
-                 hw, Tensor{});
-      const double err = test::rel_l2(e.out, ref), err_q = test::rel_l2(e.out, ref_q);
-      EXPECT_LE(err, 1e-4) << dtype_name(t) << " " << c.rows << "x" << c.cols << " x_scale " << c.x_scale;
-      EXPECT_LE(err_q, 1e-5) << dtype_name(t) << " " << c.rows << "x" << c.cols << " x_scale " << c.x_scale;
-      worst = std::max(worst, err);
-      worst_q = std::max(worst_q, err_q);
     }
   }
-  std::printf("v10 emulation: worst relative L2 %.2e vs the f32 reference, %.2e vs the same-quantization one\n",
-              worst, worst_q);
+  for (const bool one : {false, true})
+    std::printf("v10 emulation, %s: worst relative L2 %.2e vs the f32 reference, %.2e vs the same-quantization one\n",
+                one ? "one level" : "two levels", worst[one], worst_q[one]);
 }
 
 // A block whose values are all zero (or below kTinyBlock) quantizes to zero words and a zero scale; a lane whose

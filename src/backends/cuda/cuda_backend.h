@@ -81,8 +81,10 @@ struct CudaBackendOptions {
   // matmul then swiglu_fused.
   bool quant_swiglu = true;
   // attn_out_ffn at one token on Q8_0/Q4_0 runs the layer's tail (wo, add + norm, gate|up + SwiGLU, down, add +
-  // norm) as one persistent kernel (decode_ffn.cuh; same bits); false: the single ops. H200, Llama-3-8B tg128,
-  // in-call A/B: 0.89x (Q4_0) and 0.95x (Q8_0) of the single ops in captured steps, so off by default.
+  // norm) as one persistent kernel (decode_ffn.cuh; the single ops' bits with two-level activations: it has no
+  // one-level form, one_level_acts does not apply to it); false: the single ops. H200, Llama-3-8B tg128, in-call
+  // A/B: 0.89x (Q4_0) and 0.95x (Q8_0) of the single ops in captured steps (session 11); with the ring cap and the
+  // evict-first weights 0.95x / 0.98x (session 14), so off by default.
   bool decode_ffn = false;
   // attn_out_ffn at one token where matvec v10 runs all three weights (decode_ffn off): the FFN's RMSNorm is
   // computed in the gate|up matvec's prologue by every block (MatvecParams::in_norm) and the residual add of the wo
@@ -105,6 +107,10 @@ struct CudaBackendOptions {
   // FERRY_CUDA_WEIGHTS_EVICT_FIRST): a decode step streams every weight once, so without it the KV cache, the
   // activations and the kernels' code are evicted from the 60 MB L2 by each layer's weights.
   bool weights_evict_first = true;
+  // One-token Q8_0/Q4_0 matvecs (version 10) quantize their activations to one int8 level per 32 values, as
+  // llama.cpp's q8_1 and the CPU fast path do (MatvecParams::one_level_acts); false: two levels (~2e-5 relative,
+  // the matvec tests' 1e-4 bound). FERRY_CUDA_ACT_LEVELS=1|2.
+  bool one_level_acts = true;
   // Phase stamps (phase_stamps.cuh) in the decode attention and the matvec v10 kernels, the last launch of each
   // kernel and shape printed at exit (FERRY_CUDA_STAMPS=1; stamp_table.h). Off: one predicated branch a phase.
   bool phase_stamps = false;

@@ -111,7 +111,7 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
       cuda_ops::matvec(a.wo.dtype,
                        {.w = weight_view(a.wo), .x = a.attn.ptr<float>(), .bias = nullptr, .out = a.delta.ptr<float>(),
                         .n_tokens = 1, .version = 10, .stamps = matvec_stamps("attn_out_ffn wo", a.wo),
-                        .stream = weight_stream(a.wo.dtype)},
+                        .stream = weight_stream(a.wo.dtype), .one_level_acts = options_.one_level_acts},
                        stream_);
     }
     {
@@ -127,7 +127,7 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
                                    .in_norm = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>(),
                                                .weight = a.ffn_norm.ptr<float>(), .eps = a.eps},
                                    .stamps = matvec_stamps("attn_out_ffn norm+gate|up", a.w_gate_up),
-                                   .stream = weight_stream(a.w_gate_up.dtype)},
+                                   .stream = weight_stream(a.w_gate_up.dtype), .one_level_acts = options_.one_level_acts},
                                   stream_);
     }
     {
@@ -143,7 +143,7 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
                         .out = a.delta.ptr<float>(), .n_tokens = 1, .version = 10,
                         .residual_add = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>()},
                         .stamps = matvec_stamps("attn_out_ffn down+add", a.w_down),
-                        .stream = weight_stream(a.w_down.dtype)},
+                        .stream = weight_stream(a.w_down.dtype), .one_level_acts = options_.one_level_acts},
                        stream_);
     }
     add_rms_norm(a.out, a.residual, a.delta, a.next_norm, a.eps);

@@ -84,6 +84,10 @@ struct MatvecParams {
   // consumed (3), the rows stored (4).
   PhaseStamps stamps{};
   WeightStream stream{};  // versions 9 and 10 (streamed): how the producer issues the weight's copies
+  // Version 10 on Q8_0/Q4_0: the activations quantized to one int8 level per 32 values (x ~=
+  // max|x| / 127 q, llama.cpp's q8_1 and the CPU fast path's precision: ~5e-3 relative) instead of two (~2e-5):
+  // half the dp4a, a lighter prologue. Ignored elsewhere.
+  bool one_level_acts = false;
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.

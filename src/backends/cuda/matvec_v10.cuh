@@ -9,7 +9,9 @@
 //  - Activations: no pre-pass launch. After the PDL wait each consumer lane reads the 16 f32 activations it
 //    owns per segment and quantizes them itself to version 5's two int8 levels per 32-value block (the block's
 //    max |x| from the partner lane by one shuffle): x ~= dx2 (256 q1 + q2), relative error ~2e-5
-//    (matvec_v10_math.cuh). They stay in registers for the whole kernel: 10 registers per segment.
+//    (matvec_v10_math.cuh). They stay in registers for the whole kernel: 10 registers per segment. With
+//    MatvecParams::one_level_acts (Q8_0/Q4_0; the backend's default) one level, x ~= dx q1 (llama.cpp's q8_1
+//    precision): half the dp4a per weight byte, for a consumer that is otherwise issue-bound at Q4_0.
 //  - Consumers: 8 warps; a "segment" = 512 columns of a row (Q8_0: 16 quant bytes a lane, one LDS.128; Q4_0: 8
 //    bytes, one LDS.64), warp w owns segments w, w + 8, ... (kSegs = ceil(cols / 4096) of them). Per stage all
 //    kRows x kSegs quant loads and fp16 scale loads are issued first, the slot is released (mbarrier arrive),

@@ -97,7 +97,8 @@ __device__ __forceinline__ void load_lane_run_vecs(const float* src, int seg, in
 // exists), quantized here. fetch(j, k, col) returns the lane's k-th float4 of segment j, x[col .. col + 4)
 // (k = 0, 1: the run at c0; 2, 3: the run at c1; lane_runs), from wherever x lives (global memory; registers
 // loaded earlier; a norm applied on the fly).
-template <DType W, int kSegs, class Fetch>
+// kOne: one int8 level (quantize_lane's kOne; Q8_0/Q4_0 only).
+template <DType W, int kSegs, bool kOne = false, class Fetch>
 __device__ __forceinline__ void quantize_lane_acts(LaneAct (&act)[kSegs], int segs_per_row, int warp, int lane,
                                                    Fetch&& fetch) {
   constexpr bool kQ4 = W == DType::Q4_0;
@@ -133,7 +134,7 @@ __device__ __forceinline__ void quantize_lane_acts(LaneAct (&act)[kSegs], int se
 #pragma unroll
       for (int i = 0; i < kLaneVals; ++i) amax = fmaxf(amax, fabsf(xv[i]));
       amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));  // the partner lane holds the block's other half
-      act[j] = quantize_lane<kQ4>(xv, amax);
+      act[j] = quantize_lane<kQ4, kOne>(xv, amax);
     }
   }
 }
@@ -142,8 +143,8 @@ __device__ __forceinline__ void quantize_lane_acts(LaneAct (&act)[kSegs], int se
 // released (empty_bar), then the dot products and the rows' sums over the warp's lanes (reduce_rows). Returns row
 // lane / (32 / kRows)'s sum of the warp's segments. Rows past the stage's last (in a block's last stage) load
 // whatever the slot holds: their sums stay in their own row and the caller never stores them. Segments past the
-// row's last (warp-uniform) load nothing: zero quants, zero scale.
-template <DType W, int kSegs, int kRows>
+// row's last (warp-uniform) load nothing: zero quants, zero scale. kOne: act holds one level (quantize_lane_acts).
+template <DType W, int kSegs, int kRows, bool kOne = false>
 __device__ __forceinline__ float stage_row_sum(const uint8_t* slot, uint64_t* empty_bar, int64_t cols, int segs_per_row,
                                                const LaneAct (&act)[kSegs], int warp, int lane) {
   constexpr bool kQ4 = W == DType::Q4_0;
@@ -201,9 +202,9 @@ __device__ __forceinline__ float stage_row_sum(const uint8_t* slot, uint64_t* em
       } else {
         int si;
         if constexpr (kQ4) {
-          si = dot_q4_lane(q[r][j].q, act[j]);
+          si = dot_q4_lane<kOne>(q[r][j].q, act[j]);
         } else {
-          si = dot_q8_lane(q[r][j].q, act[j]);
+          si = dot_q8_lane<kOne>(q[r][j].q, act[j]);
         }
         acc = fmaf(__half2float(__ushort_as_half(d[r][j])) * act[j].scale, float(si), acc);
       }
@@ -216,8 +217,8 @@ __device__ __forceinline__ float stage_row_sum(const uint8_t* slot, uint64_t* em
 // One weight's stages for the consumer warps: `count` output units of `cols` columns (kSwiglu: units of two rows,
 // gate then up; else rows), kPairs = kRows / 2 (kSwiglu) or kRows units a stage, read from ring slots starting at
 // `cur` (advanced past them). Writes the warp's partial of unit u to part[warp * part_stride + u] (kSwiglu: gate's
-// at + u, up's at + part_rows + u) and nothing past count.
-template <DType W, int kSegs, int kRows, bool kSwiglu>
+// at + u, up's at + part_rows + u) and nothing past count. kOne: as stage_row_sum.
+template <DType W, int kSegs, int kRows, bool kSwiglu, bool kOne = false>
 __device__ __forceinline__ void consume_stages(const v7::Ring& ring, v7::RingCursor& cur, int64_t count, int64_t cols,
                                                int segs_per_row, const LaneAct (&act)[kSegs], float* part,
                                                int64_t part_stride, int64_t part_rows, int warp, int lane) {
@@ -229,7 +230,7 @@ __device__ __forceinline__ void consume_stages(const v7::Ring& ring, v7::RingCur
     sm90::mbar_wait(&ring.full[s], cur.phase);
     const int64_t left = count - g * kPairs;
     const int rows_here = left < kPairs ? int(left) : kPairs;  // kSwiglu: units (row pairs) of this stage
-    const float t = stage_row_sum<W, kSegs, kRows>(ring.base + size_t(s) * size_t(ring.slot_pitch), &ring.empty[s],
+    const float t = stage_row_sum<W, kSegs, kRows, kOne>(ring.base + size_t(s) * size_t(ring.slot_pitch), &ring.empty[s],
                                                    cols, segs_per_row, act, warp, lane);
     const int row = lane / (32 / kRows);  // kSwiglu: gate (row < kPairs) or up of unit g kPairs + row % kPairs
     if (lane % (32 / kRows) == 0 && row % kPairs < rows_here)

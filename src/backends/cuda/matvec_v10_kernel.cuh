@@ -28,7 +28,8 @@ using v7::StreamPlan;
 // a stage holds kRows / 2 units' gate rows then their up rows (v7::produce_unit_stages with two runs), so both dot
 // products of a unit land in the block and the SwiGLU is applied where it writes: no (1, 2 hidden) intermediate, no
 // swiglu_fused launch. Partials: (warps, 2, max_rows), gate then up.
-template <DType W, int kSegs, int kRows, bool kSwiglu = false>
+// kOne (MatvecParams::one_level_acts; Q8_0/Q4_0): the activations as one int8 level (matvec_v10_math.cuh).
+template <DType W, int kSegs, int kRows, bool kSwiglu = false, bool kOne = false>
 __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
   pdl_allow_dependents();
   stamp(p.stamps, 0);
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
       load_lane_run_vecs<W>(p.in_norm.delta, warp, lane, true, xd);
     }
     const float scale = v7::consumer_norm_scale(v, cols, p.in_norm.eps);
-    quantize_lane_acts<W, kSegs>(act, plan.segs_per_row, warp, lane, [&](int, int k, int64_t) {
+    quantize_lane_acts<W, kSegs, kOne>(act, plan.segs_per_row, warp, lane, [&](int, int k, int64_t) {
       const float4 r = xr[k], d = xd[k], w = norm_w[k];  // add_rms_norm's v = residual + delta; y = v * scale * w
       const float4 x = make_float4(r.x + d.x, r.y + d.y, r.z + d.z, r.w + d.w);
       return make_float4(x.x * scale * w.x, x.y * scale * w.y, x.z * scale * w.z, x.w * scale * w.w);
@@ -94,11 +95,12 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
       const int seg = j * kConsumerWarps + warp;
       if (seg < plan.segs_per_row) load_lane_run_vecs<W>(p.x, seg, lane, false, xs[j]);
     }
-    quantize_lane_acts<W, kSegs>(act, plan.segs_per_row, warp, lane, [&](int j, int k, int64_t) { return xs[j][k]; });
+    quantize_lane_acts<W, kSegs, kOne>(act, plan.segs_per_row, warp, lane,
+                                       [&](int j, int k, int64_t) { return xs[j][k]; });
   }
   stamp(p.stamps, 2);
   v7::RingCursor cur;
-  consume_stages<W, kSegs, kRows, kSwiglu>(ring, cur, br.count, cols, plan.segs_per_row, act, part, part_stride,
+  consume_stages<W, kSegs, kRows, kSwiglu, kOne>(ring, cur, br.count, cols, plan.segs_per_row, act, part, part_stride,
                                            plan.max_rows, warp, lane);
   stamp(p.stamps, 3);
   v7::consumers_sync();
@@ -118,10 +120,10 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   stamp(p.stamps, 4);
 }
 
-template <DType W, int kSegs, int kRows, bool kSwiglu>
+template <DType W, int kSegs, int kRows, bool kSwiglu, bool kOne>
 void launch_instance(const MatvecParams& p, const StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream) {
   if constexpr (kSwiglu ? swiglu_instance_used(W, kSegs, kRows) : instance_used(W, kSegs, kRows)) {
-    const auto kernel = matvec_v10_kernel<W, kSegs, kRows, kSwiglu>;
+    const auto kernel = matvec_v10_kernel<W, kSegs, kRows, kSwiglu, kOne>;
     FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     launch_pdl(kernel, dim3(unsigned(grid)), dim3(kThreads), smem, stream, p, plan, grid);
     FERRY_CUDA_CHECK_LAUNCH(matvec_v10_kernel);
@@ -130,26 +132,35 @@ void launch_instance(const MatvecParams& p, const StreamPlan& plan, int64_t grid
   }
 }
 
-template <DType W, int kSegs, bool kSwiglu>
+template <DType W, int kSegs, bool kSwiglu, bool kOne>
 void launch_rows(const MatvecParams& p, const StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream) {
   switch (plan.rows_per_stage) {
-    case 1: launch_instance<W, kSegs, 1, kSwiglu>(p, plan, grid, smem, stream); break;
-    case 2: launch_instance<W, kSegs, 2, kSwiglu>(p, plan, grid, smem, stream); break;
-    case 4: launch_instance<W, kSegs, 4, kSwiglu>(p, plan, grid, smem, stream); break;
-    case 8: launch_instance<W, kSegs, 8, kSwiglu>(p, plan, grid, smem, stream); break;
+    case 1: launch_instance<W, kSegs, 1, kSwiglu, kOne>(p, plan, grid, smem, stream); break;
+    case 2: launch_instance<W, kSegs, 2, kSwiglu, kOne>(p, plan, grid, smem, stream); break;
+    case 4: launch_instance<W, kSegs, 4, kSwiglu, kOne>(p, plan, grid, smem, stream); break;
+    case 8: launch_instance<W, kSegs, 8, kSwiglu, kOne>(p, plan, grid, smem, stream); break;
     default: FERRY_CUDA_REQUIRE(!"matvec v10: rows per stage must be 1, 2, 4 or 8");
   }
 }
 
-template <DType W, bool kSwiglu = false>
-void launch_type(const MatvecParams& p, const StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream) {
+template <DType W, bool kSwiglu, bool kOne>
+void launch_levels(const MatvecParams& p, const StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream) {
   switch (segs_per_warp(p.w.cols)) {
-    case 1: launch_rows<W, 1, kSwiglu>(p, plan, grid, smem, stream); break;
-    case 2: launch_rows<W, 2, kSwiglu>(p, plan, grid, smem, stream); break;
-    case 3: launch_rows<W, 3, kSwiglu>(p, plan, grid, smem, stream); break;
-    case 4: launch_rows<W, 4, kSwiglu>(p, plan, grid, smem, stream); break;
+    case 1: launch_rows<W, 1, kSwiglu, kOne>(p, plan, grid, smem, stream); break;
+    case 2: launch_rows<W, 2, kSwiglu, kOne>(p, plan, grid, smem, stream); break;
+    case 3: launch_rows<W, 3, kSwiglu, kOne>(p, plan, grid, smem, stream); break;
+    case 4: launch_rows<W, 4, kSwiglu, kOne>(p, plan, grid, smem, stream); break;
     default: FERRY_CUDA_REQUIRE(!"matvec v10: 512..16384 columns");
   }
+}
+
+// MatvecParams::one_level_acts picks the instances (Q8_0/Q4_0; Q4_K keeps two levels: matvec_v10_applies).
+template <DType W, bool kSwiglu = false>
+void launch_type(const MatvecParams& p, const StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream) {
+  if constexpr (W != DType::Q4_K) {
+    if (p.one_level_acts) return launch_levels<W, kSwiglu, true>(p, plan, grid, smem, stream);
+  }
+  launch_levels<W, kSwiglu, false>(p, plan, grid, smem, stream);
 }
 
 }  // namespace ferry::cuda_ops::v10

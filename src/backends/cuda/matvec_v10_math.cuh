@@ -11,6 +11,8 @@
 // Activations: version 5's two int8 levels per 32-value block (matvec_v5.cuh), made by each lane for its own 16
 // values (the block's max |x| from the partner lane by one shuffle): x ~= dx2 v, v = 256 q1 + q2, dx2 = max|x| /
 // 127 / 256 (relative error ~2e-5, inside the matvec tests' 1e-4). Every integer sum below is exact in int32.
+// kOne (Q8_0/Q4_0, MatvecParams::one_level_acts): one level, x ~= dx q1 with dx = max|x| / 127 (llama.cpp's q8_1
+// activations, the CPU fast path's Q8_0 ones: ~0.5% relative per value): half the dp4a and no second level.
 #pragma once
 
 #include <cmath>
@@ -99,8 +101,8 @@ FERRY_HD inline int dp4a_us(uint32_t a, uint32_t b, int c) {
 // the fp32 magic number 1.5 x 2^23 (round to nearest even, as rint): fma(x, 127 / amax, M) holds round(x dx^-1)
 // in its low mantissa bits, so the int8 byte is the low byte of its bit pattern (M's low 8 bits are zero) and
 // no float -> int conversion runs. q1 needs no clamp (|x| <= amax); q2 = round(r 256 / dx) is clamped to +-127
-// as version 5 does. kQ4: also the lane's -128 Σ v and the scale / 16.
-template <bool kQ4>
+// as version 5 does. kQ4: also the lane's -128 Σ v and the scale / 16. kOne: q1 alone (lo stays 0), v = q1, scale dx.
+template <bool kQ4, bool kOne = false>
 FERRY_HD inline LaneAct quantize_lane(const float (&x)[kLaneVals], float amax) {
   constexpr float kMagic = 12582912.0f;  // 1.5 x 2^23
   LaneAct a{};
@@ -111,35 +113,44 @@ FERRY_HD inline LaneAct quantize_lane(const float (&x)[kLaneVals], float amax) {
 FERRY_UNROLL
   for (int i = 0; i < kLaneVals; ++i) {
     const float t1 = fma_f(x[i], inv, kMagic);
-    const float q1 = t1 - kMagic;
-    const float r = fma_f(-dx, q1, x[i]);
-    float t2 = fma_f(r, inv2, kMagic);
-    t2 = t2 < kMagic - 127.0f ? kMagic - 127.0f : (t2 > kMagic + 127.0f ? kMagic + 127.0f : t2);
     b1[i] = float_bits(t1);
-    b2[i] = float_bits(t2);
+    if constexpr (!kOne) {
+      const float q1 = t1 - kMagic;
+      const float r = fma_f(-dx, q1, x[i]);
+      float t2 = fma_f(r, inv2, kMagic);
+      t2 = t2 < kMagic - 127.0f ? kMagic - 127.0f : (t2 > kMagic + 127.0f ? kMagic + 127.0f : t2);
+      b2[i] = float_bits(t2);
+    }
   }
 FERRY_UNROLL
   for (int w = 0; w < 4; ++w) {
     a.hi[w] = pack_low_bytes(b1[4 * w], b1[4 * w + 1], b1[4 * w + 2], b1[4 * w + 3]);
-    a.lo[w] = pack_low_bytes(b2[4 * w], b2[4 * w + 1], b2[4 * w + 2], b2[4 * w + 3]);
+    if constexpr (!kOne) a.lo[w] = pack_low_bytes(b2[4 * w], b2[4 * w + 1], b2[4 * w + 2], b2[4 * w + 3]);
   }
-  const float dx2 = live ? dx * (1.0f / 256.0f) : 0.0f;
-  a.scale = kQ4 ? dx2 * (1.0f / 16.0f) : dx2;
-  if constexpr (kQ4) {  // Σ v = 256 Σ q1 + Σ q2, by dp4a against ones
+  const float dv = live ? (kOne ? dx : dx * (1.0f / 256.0f)) : 0.0f;  // the value of v = 1
+  a.scale = kQ4 ? dv * (1.0f / 16.0f) : dv;
+  if constexpr (kQ4) {  // Σ v = 256 Σ q1 + Σ q2 (kOne: Σ q1), by dp4a against ones
     constexpr uint32_t kOnes = 0x01010101u;
     int s1 = 0, s2 = 0;
 FERRY_UNROLL
     for (int w = 0; w < 4; ++w) {
       s1 = dp4a_ss(a.hi[w], kOnes, s1);
-      s2 = dp4a_ss(a.lo[w], kOnes, s2);
+      if constexpr (!kOne) s2 = dp4a_ss(a.lo[w], kOnes, s2);
     }
-    a.offset = -128 * (256 * s1 + s2);
+    a.offset = -128 * (kOne ? s1 : 256 * s1 + s2);
   }
   return a;
 }
 
 // Q8_0: Σ q v over the lane's 16 values (q: its 16 quant bytes as 4 words), exact.
+template <bool kOne = false>
 FERRY_HD inline int dot_q8_lane(const uint32_t (&q)[4], const LaneAct& a) {
+  if constexpr (kOne) {
+    int h0 = dp4a_ss(q[0], a.hi[0], 0), h1 = dp4a_ss(q[1], a.hi[1], 0);
+    h0 = dp4a_ss(q[2], a.hi[2], h0);
+    h1 = dp4a_ss(q[3], a.hi[3], h1);
+    return h0 + h1;
+  }
   int h0 = dp4a_ss(q[0], a.hi[0], 0), h1 = dp4a_ss(q[1], a.hi[1], 0);
   int l0 = dp4a_ss(q[0], a.lo[0], 0), l1 = dp4a_ss(q[1], a.lo[1], 0);
   h0 = dp4a_ss(q[2], a.hi[2], h0);
@@ -152,9 +163,15 @@ FERRY_HD inline int dot_q8_lane(const uint32_t (&q)[4], const LaneAct& a) {
 // Q4_0: 16 Σ (q - 8) v over the lane's 16 values (q: its 8 quant bytes as 2 words), exact. The low nibbles are
 // masked in place (0..15); the high ones are masked in place too, as unsigned bytes 16 q (dp4a unsigned x
 // signed), so no shift runs: 16 Σ_lo q v + Σ_hi (16 q) v - 128 Σ v.
+template <bool kOne = false>
 FERRY_HD inline int dot_q4_lane(const uint32_t (&q)[2], const LaneAct& a) {
   const uint32_t n0 = q[0] & 0x0F0F0F0Fu, n1 = q[1] & 0x0F0F0F0Fu;
   const uint32_t m0 = q[0] & 0xF0F0F0F0u, m1 = q[1] & 0xF0F0F0F0u;
+  if constexpr (kOne) {  // v = q1: two chains of two
+    const int lh = dp4a_ss(n1, a.hi[1], dp4a_ss(n0, a.hi[0], 0));
+    const int hh = dp4a_us(m1, a.hi[3], dp4a_us(m0, a.hi[2], a.offset));
+    return 16 * lh + hh;
+  }
   int lh = dp4a_ss(n0, a.hi[0], 0), hh = dp4a_us(m0, a.hi[2], 0);
   int ll = dp4a_ss(n0, a.lo[0], 0), hl = dp4a_us(m0, a.lo[2], a.offset);
   lh = dp4a_ss(n1, a.hi[1], lh);
