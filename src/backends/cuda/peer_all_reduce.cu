@@ -73,9 +73,15 @@ __device__ __forceinline__ void signal_and_wait(const PeerPtrs& p, int rank, int
   __syncthreads();
 }
 
-// The last block to finish advances the call counter (every block has read it by then).
+// The last block to finish advances the call counter (every block has read it by then). One block (a batch-1
+// decode step's row): it is the last, so no arrival count (an atomic's L2 round trip before the grid completes);
+// the next call reads the counter only after its PDL wait, i.e. after this grid completed.
 __device__ __forceinline__ void end_call(uint32_t* counter, uint32_t* done, uint32_t gen) {
   __shared__ bool last_s;
+  if (gridDim.x == 1) {
+    if (threadIdx.x == 0) *counter = gen;
+    return;
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -128,7 +134,8 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(T* __restrict
 // delta into slot [set][rank] of every peer, flags it, waits for every peer's row b, sums in rank order (the
 // same bits as peer_all_reduce_kernel on every rank), then residual += sum and out = residual * rsqrt(mean of
 // squares + eps) * weight, fp32; delta is left holding the sum (as after all_reduce_sum). kV float4 per thread:
-// cols <= kThreads * 4 * kV.
+// cols <= kThreads * 4 * kV. The weight (constant) is requested before the PDL wait, the residual with delta right
+// after it: their round trips overlap the wait and the peers' flags instead of following them.
 //   delta, residual, out: [rows, cols] f32 row-major (16-byte aligned, cols % 4 == 0); weight: [cols] f32.
 template <int kV>
 __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* __restrict__ delta, float4* residual,
@@ -137,17 +144,24 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
                                                                         uint32_t* counter, uint32_t* done, int rank,
                                                                         int world, int64_t max_units) {
   cuda_ops::pdl_allow_dependents();
-  cuda_ops::pdl_wait();
   const int b = int(blockIdx.x);
-  const uint32_t gen = begin_call(counter);
-  const int set = int(gen & 1u);
   const int64_t lo = int64_t(b) * vecs;
-  float4 d[kV];
+  float4 g[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int64_t j = threadIdx.x + int64_t(i) * kThreads;
+    g[i] = j < vecs ? weight[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  cuda_ops::pdl_wait();
+  float4 d[kV], res[kV];
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
     const int64_t j = threadIdx.x + int64_t(i) * kThreads;
     d[i] = j < vecs ? delta[lo + j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    res[i] = j < vecs ? residual[lo + j] : make_float4(0.f, 0.f, 0.f, 0.f);
   }
+  const uint32_t gen = begin_call(counter);
+  const int set = int(gen & 1u);
   for (int q = 0; q < world; ++q) {
     if (q == rank) continue;
     float4* slot = reinterpret_cast<float4*>(p.data[q]) + (int64_t(set) * world + rank) * max_units + lo;
@@ -171,8 +185,7 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
     float4 acc = rank == 0 ? d[i] : __ldcg(mine + j);
     for (int r = 1; r < world; ++r) acc = add(acc, r == rank ? d[i] : __ldcg(mine + int64_t(r) * max_units + j));
     delta[lo + j] = acc;
-    const float4 res = residual[lo + j];
-    v[i] = add(res, acc);
+    v[i] = add(res[i], acc);
     residual[lo + j] = v[i];
     ss = fmaf(v[i].x, v[i].x, ss);
     ss = fmaf(v[i].y, v[i].y, ss);
@@ -184,8 +197,8 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
   for (int i = 0; i < kV; ++i) {
     const int64_t j = threadIdx.x + int64_t(i) * kThreads;
     if (j >= vecs) continue;
-    const float4 g = weight[j];
-    out[lo + j] = make_float4(v[i].x * scale * g.x, v[i].y * scale * g.y, v[i].z * scale * g.z, v[i].w * scale * g.w);
+    out[lo + j] = make_float4(v[i].x * scale * g[i].x, v[i].y * scale * g[i].y, v[i].z * scale * g[i].z,
+                              v[i].w * scale * g[i].w);
   }
   end_call(counter, done, gen);
 }
