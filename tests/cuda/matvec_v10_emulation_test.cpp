@@ -22,6 +22,7 @@
 #include "backends/cuda/weight_repack.h"
 #include "fixtures/numeric.h"
 #include "formats/quant.h"
+#include "v10_emulation_inputs.h"
 
 namespace ferry::cuda_ops::v10 {
 namespace {
@@ -105,31 +106,13 @@ Emulated emulate(DType t, const std::vector<uint8_t>& quants, const std::vector<
 
 TEST(CudaMatvecV10Emulation, LanesMatchTheReference) {
   CpuBackend cpu{CpuBackendOptions{.kernels = CpuKernels::Reference, .n_threads = 0, .simd = SimdLevel::Scalar}};
-  struct Case {
-    int64_t rows, cols;
-    float x_scale, outlier;
-  };
-  // 512..16384 columns (1 to 4 segments a warp, warps without a segment at 512..3584 columns, uneven ones at
-  // 7168 and 14336), activations far from 1 and with outlier columns 1000x the rest.
-  const Case cases[] = {{9, 512, 1.0f, 0.0f},   {13, 2048, 1.0f, 0.0f},   {7, 3072, 1.0f, 0.0f},
-                        {11, 4096, 1.0f, 0.0f}, {5, 7168, 1.0f, 0.0f},    {3, 14336, 1.0f, 0.0f},
-                        {2, 16384, 1.0f, 0.0f}, {40, 2048, 1e6f, 0.0f},   {40, 2048, 1e-7f, 0.0f},
-                        {40, 2048, 1.0f, 1000.0f}, {40, 4096, 1.0f, 1000.0f}};
   double worst[2] = {0, 0}, worst_q[2] = {0, 0};
-  for (const Case c : cases) {
+  for (const EmulationCase c : kEmulationCases) {
     for (const DType t : {DType::Q8_0, DType::Q4_0}) {
       for (const bool one : {false, true}) {
-        const uint32_t seed = uint32_t(c.rows * 131 + c.cols);
-        const std::vector<float> f = test::random_floats(size_t(c.rows * c.cols), seed, 0.5f);
-        std::vector<uint8_t> gguf(size_t(c.rows) * row_bytes(t, c.cols));
-        for (int64_t r = 0; r < c.rows; ++r)
-          quantize_row(t, f.data() + r * c.cols, gguf.data() + size_t(r) * row_bytes(t, c.cols), c.cols);
-        // A per-column offset (a non-zero mean per block) exercises Q4_0's offset-8 term.
-        std::vector<float> x = test::random_floats(size_t(c.cols), seed + 1);
-        for (size_t i = 0; i < x.size(); ++i) {
-          x[i] = (x[i] + 0.3f * float(i % 7) - 0.9f) * c.x_scale;
-          if (c.outlier > 0.0f && i % 97 == 3) x[i] *= c.outlier;
-        }
+        EmulationInputs in = emulation_inputs(t, c);
+        std::vector<uint8_t>& gguf = in.gguf;
+        std::vector<float>& x = in.x;
         std::vector<uint8_t> quants, scales;
         split_blocks(t, gguf.data(), c.rows, c.cols, quants, scales);
         const Emulated e = emulate(t, quants, scales, c.rows, c.cols, x, one);

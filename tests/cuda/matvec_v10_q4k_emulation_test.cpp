@@ -22,6 +22,7 @@
 #include "backends/cuda/matvec_v10_math.cuh"
 #include "fixtures/numeric.h"
 #include "formats/quant.h"
+#include "v10_emulation_inputs.h"
 
 namespace ferry::cuda_ops::v10 {
 namespace {
@@ -94,27 +95,12 @@ Emulated emulate(const std::vector<uint8_t>& w, int64_t rows, int64_t cols, cons
 
 TEST(CudaMatvecV10Q4KEmulation, LanesMatchTheReference) {
   CpuBackend cpu{CpuBackendOptions{.kernels = CpuKernels::Reference, .n_threads = 0, .simd = SimdLevel::Scalar}};
-  struct Case {
-    int64_t rows, cols;
-    float x_scale, outlier;
-  };
-  const Case cases[] = {{9, 512, 1.0f, 0.0f},  {13, 2048, 1.0f, 0.0f}, {7, 3072, 1.0f, 0.0f},
-                        {11, 4096, 1.0f, 0.0f}, {5, 7168, 1.0f, 0.0f},  {3, 14336, 1.0f, 0.0f},
-                        {2, 16384, 1.0f, 0.0f}, {40, 2048, 1e6f, 0.0f}, {40, 2048, 1e-7f, 0.0f},
-                        {40, 2048, 1.0f, 1000.0f}, {40, 4096, 1.0f, 1000.0f}};
   const DType t = DType::Q4_K;
   double worst = 0, worst_q = 0;
-  for (const Case c : cases) {
-    const uint32_t seed = uint32_t(c.rows * 131 + c.cols);
-    const std::vector<float> f = test::random_floats(size_t(c.rows * c.cols), seed, 0.5f);
-    std::vector<uint8_t> gguf(size_t(c.rows) * row_bytes(t, c.cols));
-    for (int64_t r = 0; r < c.rows; ++r)
-      quantize_row(t, f.data() + r * c.cols, gguf.data() + size_t(r) * row_bytes(t, c.cols), c.cols);
-    std::vector<float> x = test::random_floats(size_t(c.cols), seed + 1);
-    for (size_t i = 0; i < x.size(); ++i) {  // a per-column offset exercises the min term
-      x[i] = (x[i] + 0.3f * float(i % 7) - 0.9f) * c.x_scale;
-      if (c.outlier > 0.0f && i % 97 == 3) x[i] *= c.outlier;
-    }
+  for (const EmulationCase c : kEmulationCases) {
+    EmulationInputs in = emulation_inputs(t, c);
+    std::vector<uint8_t>& gguf = in.gguf;
+    std::vector<float>& x = in.x;
     const Emulated e = emulate(gguf, c.rows, c.cols, x);
     const Tensor hw = Tensor::make(t, {c.rows, c.cols}, gguf.data());
     std::vector<float> ref(size_t(c.rows)), ref_q(size_t(c.rows));
