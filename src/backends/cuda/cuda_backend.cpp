@@ -482,7 +482,8 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
                                .bias = bias.empty() ? nullptr : bias.ptr<float>(), .out = out.ptr<float>(),
                                .n_tokens = int(n), .version = mv_version,
                                .scratch = scratch > 0 ? x_bf16_.data() : nullptr,
-                               .stamps = matvec_stamps("matvec", w), .stream = weight_stream(w.dtype), .one_level_acts = options_.one_level_acts},
+                               .stamps = matvec_stamps("matvec", w), .stream = weight_stream(w.dtype),
+                               .one_level_acts = options_.one_level_acts},
                      stream_);
   } else {
     matmul_gemm(out, x, w, bias, path);
@@ -599,14 +600,15 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
   if (stream) {
     cuda_ops::matvec_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
                                       .out = out.ptr<float>(), .n_tokens = 1, .version = 9,
-                                      .stream = weight_stream(w.dtype), .one_level_acts = options_.one_level_acts},
+                                      .stream = weight_stream(w.dtype)},
                             stream_);
     return;
   }
   if (quant_stream) {
     cuda_ops::matvec_v10_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
                                           .out = out.ptr<float>(), .n_tokens = 1, .version = 10,
-                                          .stream = weight_stream(w.dtype), .one_level_acts = options_.one_level_acts},
+                                          .stream = weight_stream(w.dtype),
+                                          .one_level_acts = options_.one_level_acts},
                                 stream_);
     return;
   }

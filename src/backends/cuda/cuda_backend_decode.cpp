@@ -127,7 +127,8 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
                                    .in_norm = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>(),
                                                .weight = a.ffn_norm.ptr<float>(), .eps = a.eps},
                                    .stamps = matvec_stamps("attn_out_ffn norm+gate|up", a.w_gate_up),
-                                   .stream = weight_stream(a.w_gate_up.dtype), .one_level_acts = options_.one_level_acts},
+                                   .stream = weight_stream(a.w_gate_up.dtype),
+                                   .one_level_acts = options_.one_level_acts},
                                   stream_);
     }
     {

@@ -27,7 +27,8 @@ inline constexpr int kMatvecMaxTokens = 16; // the backend uses this kernel for 
 //     as matvec_stream.cuh says), else version 7, else 5. Measured on the H200: 97-105% of 4.30 TB/s from 14336
 //     rows or columns, 85% at 6144x4096, 79% at 4096x4096 (the rule's default for BF16/F16 at one token).
 //  10: Q8_0/Q4_0 (and Q4_K: GGUF super-blocks streamed as stored) at one token (matvec_v10.cuh): version 9's stream and stage-batched consumer with dp4a against
-//     int8 activations each lane quantizes itself (version 5's two levels, no pre-pass launch); columns a multiple
+//     int8 activations each lane quantizes itself (version 5's two levels, or one with one_level_acts; no pre-pass
+//     launch); columns a multiple
 //     of 512 up to 16384; version 5 wherever it does not apply. Measured 1.1-1.5x v5 on every shape (H200); the
 //     rule runs it for Q4_0 at one token (matmul_dispatch.h).
 // Versions 6 (v5 with an L2 bulk prefetch of each warp's next item), 8 (v7 with a 192 KB ring) and 11 (v10 with 16

@@ -123,7 +123,8 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
     if (lane == 0) {
       // WeightStream::ring_inflight: stage g only once stage g - N has landed (waiting on its `full` barrier does
       // not change it; it cannot complete again before this producer refills the slot).
-      const int64_t cap = p.stream.ring_inflight > 0 && p.stream.ring_inflight < plan.stages ? p.stream.ring_inflight : 0;
+      const int64_t inflight = p.stream.ring_inflight;
+      const int64_t cap = inflight > 0 && inflight < plan.stages ? inflight : 0;
       const CopyPolicy pol = copy_policy(p.stream);
       const auto wait_inflight = [&](int64_t g) {
         if (cap > 0 && g >= cap) sm90::mbar_wait(&full[(g - cap) % plan.stages], uint32_t((g - cap) / plan.stages) & 1u);

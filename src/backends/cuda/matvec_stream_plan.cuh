@@ -83,8 +83,8 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
                                           CopyPolicy pol = {}) {
   if (pol.hint) {
     asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
-            sm90::smem_addr(dst)),
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
+        ::"r"(sm90::smem_addr(dst)),
         "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(sm90::smem_addr(bar)), "l"(pol.policy)
         : "memory");
   } else {

@@ -64,7 +64,8 @@ __device__ __forceinline__ void load_unit_stage(const WeightView& w, int64_t row
   for (int r = 0; r < runs; ++r) {
     const int64_t row = r * run_offset + first;  // the run's first weight row in this stage
     bulk_load(dst + r * per * rb.quants, w.data + row * rb.quants, qbytes, bar, pol);
-    if (sbytes > 0) bulk_load(dst + stage_q + r * per * rb.scales, w.data + w.scales + row * rb.scales, sbytes, bar, pol);
+    if (sbytes > 0)
+      bulk_load(dst + stage_q + r * per * rb.scales, w.data + w.scales + row * rb.scales, sbytes, bar, pol);
   }
 }
 

@@ -230,8 +230,8 @@ __device__ __forceinline__ void consume_stages(const v7::Ring& ring, v7::RingCur
     sm90::mbar_wait(&ring.full[s], cur.phase);
     const int64_t left = count - g * kPairs;
     const int rows_here = left < kPairs ? int(left) : kPairs;  // kSwiglu: units (row pairs) of this stage
-    const float t = stage_row_sum<W, kSegs, kRows, kOne>(ring.base + size_t(s) * size_t(ring.slot_pitch), &ring.empty[s],
-                                                   cols, segs_per_row, act, warp, lane);
+    const float t = stage_row_sum<W, kSegs, kRows, kOne>(ring.base + size_t(s) * size_t(ring.slot_pitch),
+                                                         &ring.empty[s], cols, segs_per_row, act, warp, lane);
     const int row = lane / (32 / kRows);  // kSwiglu: gate (row < kPairs) or up of unit g kPairs + row % kPairs
     if (lane % (32 / kRows) == 0 && row % kPairs < rows_here)
       part[int64_t(warp) * part_stride + (row / kPairs) * part_rows + g * kPairs + row % kPairs] = t;

@@ -100,8 +100,8 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   }
   stamp(p.stamps, 2);
   v7::RingCursor cur;
-  consume_stages<W, kSegs, kRows, kSwiglu, kOne>(ring, cur, br.count, cols, plan.segs_per_row, act, part, part_stride,
-                                           plan.max_rows, warp, lane);
+  consume_stages<W, kSegs, kRows, kSwiglu, kOne>(ring, cur, br.count, cols, plan.segs_per_row, act, part,
+                                                 part_stride, plan.max_rows, warp, lane);
   stamp(p.stamps, 3);
   v7::consumers_sync();
 
