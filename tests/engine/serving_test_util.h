@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ferry/serving.h"
+#include "fixtures/sanitizer.h"
 #include "fixtures/test_paths.h"
 #include "model/random_model.h"
 
@@ -61,8 +62,13 @@ struct Collected {
   }
 };
 
+// A request's deadline: a hang fails in a minute. Under AddressSanitizer the default model's requests run many
+// times slower (a busy batch of them took over 60 s on a 2-core machine without AVX-512, two tests at once), so
+// there the deadline is ten minutes (ctest's per-test timeout is 15).
+inline constexpr std::chrono::seconds kCollectLimit{kAddressSanitizer ? 600 : 60};
+
 // Waits for every update of h (fails the test after `limit` without the final one).
-inline Collected collect(RequestHandle& h, std::chrono::seconds limit = std::chrono::seconds(60)) {
+inline Collected collect(RequestHandle& h, std::chrono::seconds limit = kCollectLimit) {
   Collected c;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   RequestUpdate u;

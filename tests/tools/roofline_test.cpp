@@ -14,6 +14,7 @@
 #include "engine/cpu_ceilings.h"
 #include "engine/roofline.h"
 #include "engine/roofline_svg.h"
+#include "fixtures/sanitizer.h"
 #include "fixtures/test_paths.h"
 
 namespace ferry {
@@ -160,8 +161,12 @@ TEST(Roofline, MeasuredCpuCeilingsArePlausible) {
   const CpuCeilingsReport r = measure_cpu_ceilings(2, detect_simd());
   EXPECT_EQ(r.threads, 2);
   // Any machine that runs the suite reads more than 0.5 GB/s and less than 10 TB/s, and does between
-  // 1 GFLOP/s and 100 TFLOP/s of f32 FMA on 2 threads.
-  EXPECT_GT(r.ceilings.bytes_per_s, 5e8);
+  // 1 GFLOP/s and 100 TFLOP/s of f32 FMA on 2 threads. Under AddressSanitizer every load of the read loop is
+  // checked: what it measures is the instrumentation (0.38 GB/s on a 2-core machine), so only the release run
+  // holds the lower bound.
+  if (!test::kAddressSanitizer) {
+    EXPECT_GT(r.ceilings.bytes_per_s, 5e8);
+  }
   EXPECT_LT(r.ceilings.bytes_per_s, 1e13);
   EXPECT_GT(r.ceilings.flops_per_s, 1e9);
   EXPECT_LT(r.ceilings.flops_per_s, 1e14);
