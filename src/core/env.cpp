@@ -42,6 +42,7 @@ Env Env::read() {
   e.cuda_skinny = get("FERRY_CUDA_SKINNY");
   e.cuda_matvec = get("FERRY_CUDA_MATVEC");
   e.cuda_sampling = get("FERRY_CUDA_SAMPLING");
+  e.pipelined_decode = get("FERRY_PIPELINED_DECODE");
   e.cuda_profile = get("FERRY_CUDA_PROFILE");
   e.cuda_fused_qkv = get("FERRY_CUDA_FUSED_QKV");
   e.prompt_graphs = get("FERRY_PROMPT_GRAPHS");

@@ -19,6 +19,10 @@ struct Engine::Impl {
   std::unique_ptr<BlockPool> pool;
   std::unique_ptr<Session> session;
   bool device_sampling = false;  // FERRY_CUDA_SAMPLING (default on): draw on the backend when it can
+  // FERRY_PIPELINED_DECODE (default on, with device sampling): generate() launches step t + 1 on the token step t
+  // draws on the device before the host has read it (Session::launch_decode), so the host's work between steps
+  // (reading the token back, detokenizing, the next launch) overlaps the GPU's.
+  bool pipelined = false;
 };
 
 Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
@@ -31,6 +35,9 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   impl_->session = std::make_unique<Session>(*m.model, *impl_->pool, m.context);
   impl_->device_sampling =
       env_switch(Env::read().cuda_sampling, "FERRY_CUDA_SAMPLING", true) && m.model->supports_device_sampling();
+  impl_->pipelined =
+      impl_->device_sampling && env_switch(Env::read().pipelined_decode, "FERRY_PIPELINED_DECODE", true);
+  if (impl_->pipelined) m.model->set_token_feedback(true);
 }
 
 Engine::~Engine() = default;
@@ -83,27 +90,57 @@ GenerateResult Engine::generate(std::span<const int32_t> prompt, const SamplingP
   const auto t1 = Clock::now();
   r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
 
-  for (int i = 0; i < max_tokens; ++i) {
-    const int32_t tok = on_device ? drawn(next) : sampler.sample(logits, m.session->history());
+  // Generated token i: false where generation stops at it (end of generation, or the callback says so).
+  const auto emit = [&](int32_t tok) {
     if (stop_at_eog && tokenizer.is_eog(tok)) {
       r.finish = FinishReason::Stop;
-      break;
+      return false;
     }
     r.tokens.push_back(tok);
     const std::string piece = detok.push(tok);
     r.text += piece;
     if (on_token && !on_token(piece, tok)) {
       r.finish = FinishReason::Stop;
-      break;
+      return false;
     }
-    // The last token is not run: nothing would sample from its logits. The next generate() call computes
-    // it as part of its prompt (set_history keeps the common prefix).
-    if (i + 1 == max_tokens || m.session->n_tokens() >= m.session->max_context()) break;
-    const int32_t one[1] = {tok};
-    if (on_device) {
-      next = m.session->append_sampled(one, params);
-    } else {
-      logits = m.session->append(one);
+    return true;
+  };
+  // Whether the step on token i runs, i.e. token i + 1 is wanted. The last token is not run: nothing would sample
+  // from its logits. The next generate() call computes it as part of its prompt (set_history keeps the common
+  // prefix).
+  const auto runs_step = [&](int i) { return i + 1 < max_tokens && m.session->n_tokens() < m.session->max_context(); };
+
+  if (on_device && m.pipelined) {
+    // Step i + 1 is launched on step i's draw before the host reads that draw: the same steps as the loop below
+    // (runs_step of the same history), and a stop drops the step launched on the stopping token.
+    int32_t tok = drawn(next);  // token i
+    bool in_flight = runs_step(0);
+    try {
+      if (in_flight) m.session->launch_decode(tok, params);
+      for (int i = 0; i < max_tokens && emit(tok) && in_flight; ++i) {
+        const bool launch = runs_step(i + 1);
+        if (launch) m.session->launch_decode(Session::kDrawnByPrevious, params);
+        tok = drawn(m.session->collect_decode());
+        in_flight = launch;
+      }
+      m.session->drop_decode();
+    } catch (...) {
+      try {
+        m.session->drop_decode();
+      } catch (...) {  // the step's own error is the one to report
+      }
+      throw;
+    }
+  } else {
+    for (int i = 0; i < max_tokens; ++i) {
+      const int32_t tok = on_device ? drawn(next) : sampler.sample(logits, m.session->history());
+      if (!emit(tok) || !runs_step(i)) break;
+      const int32_t one[1] = {tok};
+      if (on_device) {
+        next = m.session->append_sampled(one, params);
+      } else {
+        logits = m.session->append(one);
+      }
     }
   }
   const std::string rest = detok.flush();

@@ -12,6 +12,7 @@ Session::Session(LlamaModel& model, BlockPool& pool, int32_t max_context)
 Session::~Session() { table_.release_all(pool_); }
 
 void Session::reset() {
+  drop_decode();
   table_.release_all(pool_);
   history_.clear();
 }
@@ -60,10 +61,73 @@ void Session::append_all_logits(std::span<const int32_t> tokens, std::vector<flo
   run(tokens, true, logits);
 }
 
+void Session::fill_batch(std::span<const int32_t> tokens, int32_t pos0, bool all_logits, bool last_logits) {
+  const int32_t bs = model_.kv_shape().block_size;
+  const int32_t n = int32_t(tokens.size());
+  Batch& b = batch_;
+  b.tokens.assign(tokens.begin(), tokens.end());
+  b.positions.resize(size_t(n));
+  b.slots.resize(size_t(n));
+  for (int32_t i = 0; i < n; ++i) {
+    b.positions[size_t(i)] = pos0 + i;
+    b.slots[size_t(i)] = table_.slot(pos0 + i, bs);
+  }
+  b.q_start = {0};
+  b.q_len = {n};
+  b.kv_len = {pos0 + n};
+  b.max_blocks_per_seq = int32_t(table_.blocks.size());
+  b.block_tables = table_.blocks;
+  b.logit_rows.clear();
+  if (all_logits) {
+    for (int32_t i = 0; i < n; ++i) b.logit_rows.push_back(i);
+  } else if (last_logits) {
+    b.logit_rows.push_back(n - 1);
+  }
+}
+
+void Session::launch_decode(int32_t token, const SamplingParams& params) {
+  const ModelConfig& c = model_.config();
+  FERRY_CHECK(model_.token_feedback(), "launch_decode needs the model's token feedback on");
+  FERRY_CHECK(token >= 0 ? token < c.vocab_size : token == kDrawnByPrevious && !inflight_.empty(),
+              "launch_decode: token {} is neither a vocabulary id (of {}) nor the draw of a step in flight", token,
+              c.vocab_size);
+  const int32_t pos0 = int32_t(history_.size());
+  FERRY_CHECK(pos0 + 1 <= max_context_, "no room for another token: the context of {} tokens is full", max_context_);
+  const int32_t bs = model_.kv_shape().block_size;
+  FERRY_CHECK(table_.reserve(pool_, pos0 + 1, bs), "KV cache full: {} tokens need {} blocks, {} free", pos0 + 1,
+              blocks_for_tokens(pos0 + 1, bs) - int32_t(table_.blocks.size()), pool_.n_free());
+  const int32_t one[1] = {token};
+  fill_batch(one, pos0, false, true);
+  device_row_ = RowSampling{.mode = RowMode::Device, .params = params, .position = uint64_t(pos0 + 1)};
+  model_.launch_sampled(batch_, std::span(&device_row_, 1));
+  history_.push_back(token);  // kDrawnByPrevious until collect_decode learns it
+  table_.n_tokens = int32_t(history_.size());
+  inflight_.push_back(int32_t(history_.size()));  // where the token this step draws goes, once a step consumes it
+}
+
+int32_t Session::collect_decode() {
+  FERRY_CHECK(!inflight_.empty(), "collect_decode: no decode step in flight");
+  model_.collect_sampled(sampled_);
+  const int32_t drawn = sampled_.tokens[0];
+  const size_t at = size_t(inflight_.front());
+  inflight_.pop_front();
+  // The step launched after it may have consumed this draw as its input already.
+  if (at < history_.size() && history_[at] == kDrawnByPrevious) history_[at] = drawn;
+  return drawn;
+}
+
+void Session::drop_decode() {
+  if (inflight_.empty()) return;
+  const int32_t keep = inflight_.front() - 1;  // the history before the oldest step in flight appended its input
+  while (!inflight_.empty()) collect_decode();
+  truncate(keep);
+}
+
 int32_t Session::run(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits,
                      const SamplingParams* device) {
   FERRY_ASSERT(device == nullptr || !all_logits);
   FERRY_CHECK(!tokens.empty(), "nothing to run: no tokens");
+  FERRY_CHECK(inflight_.empty(), "{} decode steps are in flight: collect or drop them first", inflight_.size());
   const ModelConfig& c = model_.config();
   const int64_t total = int64_t(history_.size()) + int64_t(tokens.size());
   FERRY_CHECK(total <= max_context_, "{} tokens do not fit the context of {} tokens ({} already in it)", tokens.size(),
@@ -80,26 +144,9 @@ int32_t Session::run(std::span<const int32_t> tokens, bool all_logits, std::vect
   for (size_t start = 0; start < tokens.size(); start += size_t(chunk)) {
     const int32_t n = int32_t(std::min(tokens.size() - start, size_t(chunk)));
     const int32_t pos0 = int32_t(history_.size());
-    Batch& b = batch_;
-    b.tokens.assign(tokens.begin() + ptrdiff_t(start), tokens.begin() + ptrdiff_t(start) + n);
-    b.positions.resize(size_t(n));
-    b.slots.resize(size_t(n));
-    for (int32_t i = 0; i < n; ++i) {
-      b.positions[size_t(i)] = pos0 + i;
-      b.slots[size_t(i)] = table_.slot(pos0 + i, bs);
-    }
-    b.q_start = {0};
-    b.q_len = {n};
-    b.kv_len = {pos0 + n};
-    b.max_blocks_per_seq = int32_t(table_.blocks.size());
-    b.block_tables = table_.blocks;
-    b.logit_rows.clear();
     const bool last_chunk = start + size_t(n) == tokens.size();
-    if (all_logits) {
-      for (int32_t i = 0; i < n; ++i) b.logit_rows.push_back(i);
-    } else if (last_chunk) {
-      b.logit_rows.push_back(n - 1);
-    }
+    fill_batch(tokens.subspan(start, size_t(n)), pos0, all_logits, last_chunk);
+    const Batch& b = batch_;
     int32_t drawn = -1;
     if (device != nullptr && last_chunk) {
       device_row_ = RowSampling{.mode = RowMode::Device, .params = *device, .position = uint64_t(pos0 + n)};

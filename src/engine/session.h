@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <vector>
 
@@ -36,6 +37,20 @@ class Session {
   // Appends tokens and returns the logits of every one of them: (tokens.size(), vocab_size), row-major.
   void append_all_logits(std::span<const int32_t> tokens, std::vector<float>& logits);
 
+  // Pipelined decoding (model.token_feedback() on, device sampling): launch_decode appends one token and enqueues
+  // its step without waiting; the step draws the next token on the device (as append_sampled would). token: a
+  // vocabulary id, or kDrawnByPrevious: the token the step launched just before draws, which the device puts in
+  // place before this step's embedding, so the host launches step t + 1 before it knows step t's token (at most
+  // LlamaModel::kMaxInFlight steps in flight). collect_decode waits for the oldest step in flight and returns its
+  // token (and writes it into the history where the next step took it as kDrawnByPrevious). drop_decode collects
+  // every step in flight and forgets the tokens they appended (a stop decided on the host after the next step was
+  // launched); their K/V rows stay written and are overwritten later. The other calls need no step in flight.
+  static constexpr int32_t kDrawnByPrevious = -1;  // LlamaModel's placeholder of the previous step's logit row 0
+  void launch_decode(int32_t token, const SamplingParams& params);
+  int32_t collect_decode();
+  void drop_decode();
+  int decode_steps_in_flight() const { return int(inflight_.size()); }
+
   void reset();  // forget the history and give the blocks back
   const std::vector<int32_t>& history() const { return history_; }
   int32_t n_tokens() const { return int32_t(history_.size()); }
@@ -46,6 +61,9 @@ class Session {
   // device: draw the last row on the device with these params (logits untouched; returns the id), else -1.
   int32_t run(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits,
               const SamplingParams* device = nullptr);
+  // batch_ = one step of `tokens` at positions pos0, pos0 + 1, ...: logits of every row (all_logits), of the last
+  // one (last_logits) or of none.
+  void fill_batch(std::span<const int32_t> tokens, int32_t pos0, bool all_logits, bool last_logits);
   void truncate(int32_t n_keep);
   size_t common_prefix_to_keep(std::span<const int32_t> tokens) const;
 
@@ -59,6 +77,8 @@ class Session {
   Batch batch_;
   RowSampling device_row_;  // run with device sampling: the one logit row's settings
   SampledStep sampled_;     // its result
+  // Decode steps in flight (launch_decode), oldest first: the history index each one's drawn token takes.
+  std::deque<int32_t> inflight_;
 };
 
 }  // namespace ferry
