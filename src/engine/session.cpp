@@ -61,6 +61,12 @@ void Session::append_all_logits(std::span<const int32_t> tokens, std::vector<flo
   run(tokens, true, logits);
 }
 
+void Session::reserve_kv(int32_t total) {
+  const int32_t bs = model_.kv_shape().block_size;
+  FERRY_CHECK(table_.reserve(pool_, total, bs), "KV cache full: {} tokens need {} blocks, {} free", total,
+              blocks_for_tokens(total, bs) - int32_t(table_.blocks.size()), pool_.n_free());
+}
+
 void Session::fill_batch(std::span<const int32_t> tokens, int32_t pos0, bool all_logits, bool last_logits) {
   const int32_t bs = model_.kv_shape().block_size;
   const int32_t n = int32_t(tokens.size());
@@ -93,9 +99,7 @@ void Session::launch_decode(int32_t token, const SamplingParams& params) {
               c.vocab_size);
   const int32_t pos0 = int32_t(history_.size());
   FERRY_CHECK(pos0 + 1 <= max_context_, "no room for another token: the context of {} tokens is full", max_context_);
-  const int32_t bs = model_.kv_shape().block_size;
-  FERRY_CHECK(table_.reserve(pool_, pos0 + 1, bs), "KV cache full: {} tokens need {} blocks, {} free", pos0 + 1,
-              blocks_for_tokens(pos0 + 1, bs) - int32_t(table_.blocks.size()), pool_.n_free());
+  reserve_kv(pos0 + 1);
   const int32_t one[1] = {token};
   fill_batch(one, pos0, false, true);
   device_row_ = RowSampling{.mode = RowMode::Device, .params = params, .position = uint64_t(pos0 + 1)};
@@ -134,9 +138,7 @@ int32_t Session::run(std::span<const int32_t> tokens, bool all_logits, std::vect
               max_context_, history_.size());
   for (int32_t t : tokens)
     FERRY_CHECK(t >= 0 && t < c.vocab_size, "token id {} out of range (vocabulary of {})", t, c.vocab_size);
-  const int32_t bs = model_.kv_shape().block_size;
-  FERRY_CHECK(table_.reserve(pool_, int32_t(total), bs), "KV cache full: {} tokens need {} blocks, {} free", total,
-              blocks_for_tokens(int32_t(total), bs) - int32_t(table_.blocks.size()), pool_.n_free());
+  reserve_kv(int32_t(total));
 
   const size_t V = size_t(c.vocab_size);
   if (all_logits) logits.resize(tokens.size() * V);

@@ -61,6 +61,8 @@ class Session {
   // device: draw the last row on the device with these params (logits untouched; returns the id), else -1.
   int32_t run(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits,
               const SamplingParams* device = nullptr);
+  // Blocks for `total` tokens in the table (throws "KV cache full" when the pool has too few).
+  void reserve_kv(int32_t total);
   // batch_ = one step of `tokens` at positions pos0, pos0 + 1, ...: logits of every row (all_logits), of the last
   // one (last_logits) or of none.
   void fill_batch(std::span<const int32_t> tokens, int32_t pos0, bool all_logits, bool last_logits);
