@@ -3,7 +3,8 @@
 // peer all-reduce through plain peer pointers). Every measurement is a CUDA graph per GPU (as ferry's decode
 // step is) of `calls` collectives, replayed; time = wall time of the replays / replays, i.e. the slowest GPU.
 //
-//  1. per size (8 KiB .. 512 KiB f32): one all-reduce's time, NCCL and peer (graph of 65 calls, / 65)
+//  1. per size (8 KiB .. 512 KiB f32): one all-reduce's time, NCCL and peer under each PeerProtocol (lamport,
+//     flags) (graph of 65 calls, / 65)
 //  2. one decode step at batch `--tokens`: 2 * layers + 1 all-reduces of tokens x dim f32 (after the
 //     embedding, wo, w_down) + the vocab-parallel logits all-gather (NCCL), with NCCL or with peer all-reduces
 //
@@ -73,10 +74,11 @@ struct Gpus {
   std::vector<ncclComm_t> comms;
   std::vector<cudaStream_t> streams;
   std::vector<float*> x, logits;                        // per GPU: [max_elems] f32; [vocab part * n] f32
-  std::vector<std::unique_ptr<ferry::PeerAllReduce>> peer;
+  std::vector<std::unique_ptr<ferry::PeerAllReduce>> peer, peer_flags;  // per GPU: kLamport, kFlags
 };
 
-enum class Kind { Nccl, Peer };
+enum class Kind { Nccl, Peer, PeerFlags };
+const char* kind_name(Kind k) { return k == Kind::Nccl ? "NCCL" : k == Kind::Peer ? "peer (lamport)" : "peer (flags)"; }
 
 // Enqueues `calls` all-reduces of x[0 .. elems) on GPU i (NCCL calls of all GPUs inside one group by the caller).
 void enqueue(Gpus& g, int i, Kind kind, size_t elems, int calls) {
@@ -85,7 +87,7 @@ void enqueue(Gpus& g, int i, Kind kind, size_t elems, int calls) {
       CHECK_NCCL(ncclAllReduce(g.x[size_t(i)], g.x[size_t(i)], elems, ncclFloat32, ncclSum, g.comms[size_t(i)],
                                g.streams[size_t(i)]));
     } else {
-      g.peer[size_t(i)]->run(g.x[size_t(i)], elems, g.streams[size_t(i)]);
+      (kind == Kind::Peer ? g.peer : g.peer_flags)[size_t(i)]->run(g.x[size_t(i)], elems, g.streams[size_t(i)]);
     }
   }
 }
@@ -217,15 +219,18 @@ int main(int argc, char** argv) {
   if (peer_ok) {
     stage("peer all-reduce setup");
     try {
-      for (int i = 0; i < g.n; ++i) {
-        CHECK_CUDA(cudaSetDevice(i));
-        g.peer.push_back(std::make_unique<ferry::PeerAllReduce>(i, g.n));
-      }
-      std::vector<ferry::PeerAllReduce*> all;
-      for (auto& p : g.peer) all.push_back(p.get());
-      for (int i = 0; i < g.n; ++i) {
-        CHECK_CUDA(cudaSetDevice(i));
-        g.peer[size_t(i)]->connect_local(all);
+      for (auto [group, protocol] : {std::pair{&g.peer, ferry::PeerProtocol::kLamport},
+                                     std::pair{&g.peer_flags, ferry::PeerProtocol::kFlags}}) {
+        for (int i = 0; i < g.n; ++i) {
+          CHECK_CUDA(cudaSetDevice(i));
+          group->push_back(std::make_unique<ferry::PeerAllReduce>(i, g.n, ferry::PeerAllReduce::kMaxBytes, protocol));
+        }
+        std::vector<ferry::PeerAllReduce*> all;
+        for (auto& p : *group) all.push_back(p.get());
+        for (int i = 0; i < g.n; ++i) {
+          CHECK_CUDA(cudaSetDevice(i));
+          (*group)[size_t(i)]->connect_local(all);
+        }
       }
     } catch (const std::exception& e) {
       std::printf("allreduce_bench: FAILED: peer all-reduce setup: %s\n", e.what());
@@ -233,16 +238,18 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("allreduce_bench: %d GPUs; per call = graph of %d calls / %d\n", g.n, calls, calls);
-  std::printf("%-10s %12s %12s\n", "bytes", "nccl us", "peer us");
+  std::printf("%-10s %12s %14s %12s\n", "bytes", "nccl us", "lamport us", "flags us");
   for (size_t bytes = 8 << 10; bytes <= ferry::PeerAllReduce::kMaxBytes; bytes *= 2) {
     const size_t elems = bytes / 4;
-    const double nccl = time_graph(g, [&](int i) { enqueue(g, i, Kind::Nccl, elems, calls); }, iters) / calls;
-    const double peer =
-        peer_ok ? time_graph(g, [&](int i) { enqueue(g, i, Kind::Peer, elems, calls); }, iters) / calls : -1;
-    std::printf("%-10zu %12.2f %12.2f\n", bytes, nccl, peer);
+    const auto per_call = [&](Kind kind) {
+      if (kind != Kind::Nccl && !peer_ok) return -1.0;
+      return time_graph(g, [&](int i) { enqueue(g, i, kind, elems, calls); }, iters) / calls;
+    };
+    const double nccl = per_call(Kind::Nccl), lamport = per_call(Kind::Peer), flags = per_call(Kind::PeerFlags);
+    std::printf("%-10zu %12.2f %14.2f %12.2f\n", bytes, nccl, lamport, flags);
   }
-  for (Kind kind : {Kind::Nccl, Kind::Peer}) {
-    if (kind == Kind::Peer && (!peer_ok || !g.peer[0]->fits(hidden))) continue;
+  for (Kind kind : {Kind::Nccl, Kind::Peer, Kind::PeerFlags}) {
+    if (kind != Kind::Nccl && (!peer_ok || !g.peer[0]->fits(hidden))) continue;
     const double us = time_graph(
         g,
         [&](int i) {
@@ -253,10 +260,11 @@ int main(int argc, char** argv) {
         iters);
     std::printf("allreduce_bench: %d GPUs, %d layers, dim %d, %d token(s): %d %s all-reduces of %zu B + NCCL "
                 "all-gather of %zu B per rank: %.1f us per step\n",
-                g.n, layers, dim, tokens, calls, kind == Kind::Nccl ? "NCCL" : "peer", hidden * 4, part * 4, us);
+                g.n, layers, dim, tokens, calls, kind_name(kind), hidden * 4, part * 4, us);
   }
   stage("teardown");
   g.peer.clear();
+  g.peer_flags.clear();
   for (int i = 0; i < g.n; ++i) ncclCommDestroy(g.comms[size_t(i)]);
   std::printf("allreduce_bench: done\n");
   return 0;

@@ -5,7 +5,7 @@
 #   NCCL itself is the machine's torch-venv copy.
 #   Device call (carry [".carry"]):  bash scripts/device/tp_check.sh [STAGE...]   (default: all)
 #   all = correctness serve mpirun serve70b (in this order, by value; ~8 minutes); the older stages peer,
-#   allreduce, bench, 70b and trace run when named (`everything` runs all nine).
+#   allreduce, bench, 70b, protocol and trace run when named (`everything` runs all ten).
 #
 # Models are file-less (`-m random:SHAPE:TYPE[:SEED[:INIT]]`, dist/random_weights.h): each rank generates its own
 # shard in memory (nothing is written to disk; 70B BF16 is 141 GB). Two inits (model/random_model.h):
@@ -34,6 +34,9 @@
 # allreduce:   allreduce_bench (one all-reduce at 8 KiB..512 KiB; one decode step's collectives, 8B and 70B).
 # bench:       `ferry bench -p 0 -n 128` batch-1 generation at --tp 1 and --tp 2 (NCCL and peer all-reduce).
 # 70b:         Llama-3-70B shape BF16 at --tp 2, file-less: tg128 (issue: >= 45 tok/s).
+# protocol:    the peer all-reduce's protocols in one call (FERRY_TP_PEER_PROTOCOL lamport / flags / lamport /
+#              flags, 8B BF16 tg128 at --tp 2), TP=1 on each GPU alone (is one of them slower?), then one run of
+#              each protocol with FERRY_CUDA_STAMPS=1: every rank's per-call phase medians (peer_all_reduce.h).
 # trace:       CUPTI kernel timelines (bench/trace, libferry_kernel_trace.so) of 8B BF16 batch-1 generation at --tp 1
 #              and --tp 2 (peer all-reduce), one file per process (FERRY_KERNEL_TRACE's %p), each summarized by
 #              trace_summary.py: a layer slot by slot, so the kernels whose share does not halve at TP=2 show.
@@ -302,6 +305,22 @@ if on 70b && fits 70b 200; then
   s=$(date +%s)
   r=$(FERRY_TP_ALLREDUCE=peer T_RUN=$T_70B bench_tg 2 bench_70b_tp2 --random llama3-70b --type bf16 -r 2 | tr '\n' ' ')
   row "70B bf16 file-less tg128 --tp 2 peer" "$r (wall $(( $(date +%s) - s )) s incl. load and 3 x 128 tokens)"
+fi
+
+if on protocol && fits protocol 240; then
+  row "8B bf16 tg128 --tp 1, GPU 0" "$(bench_tg 1 proto_tp1_gpu0 -m "$M8" -r 3 | tr '\n' ' ')"
+  row "8B bf16 tg128 --tp 1, GPU 1" "$(CUDA_VISIBLE_DEVICES=1 bench_tg 1 proto_tp1_gpu1 -m "$M8" -r 3 | tr '\n' ' ')"
+  i=0
+  for p in lamport flags lamport flags; do
+    i=$((i + 1))
+    row "8B bf16 tg128 --tp 2 peer, $p" \
+      "$(FERRY_TP_ALLREDUCE=peer FERRY_TP_PEER_PROTOCOL=$p bench_tg 2 "proto_${p}_$i" -m "$M8" -r 3 | tr '\n' ' ')"
+  done
+  for p in lamport flags; do
+    FERRY_CUDA_STAMPS=1 FERRY_TP_ALLREDUCE=peer FERRY_TP_PEER_PROTOCOL=$p bench_tg 2 "proto_stamps_$p" -m "$M8" -r 1 \
+      > /dev/null
+    grep -E "^peer all-reduce rank" "$OUT/proto_stamps_$p.log" | while read -r l; do row "phases ($p)" "$l"; done
+  done
 fi
 
 if on trace && fits trace 120; then

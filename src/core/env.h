@@ -29,6 +29,9 @@ struct Env {
   // all-reduce, backends/cuda/peer_all_reduce.h; an error when the GPUs cannot reach each other's memory),
   // "nccl" (NCCL for every size), "auto" or unset (peer when every rank can set it up, else NCCL).
   std::optional<std::string> tp_allreduce;
+  // FERRY_TP_PEER_PROTOCOL: how the peer all-reduce knows a peer's values have landed: "lamport" (default; the
+  // values themselves, written over a -0.0 sentinel) or "flags" (a system-scope fence and a flag per block).
+  std::optional<std::string> tp_peer_protocol;
   // Set by mpirun (Open MPI: OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK}; MPICH/Intel: PMI_RANK, PMI_SIZE,
   // MPI_LOCALRANKID): `mpirun -np N ferry ...` runs one rank per process.
   std::optional<std::string> mpi_rank, mpi_size, mpi_local_rank;

@@ -75,11 +75,21 @@ void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, Nccl
                 PeerAllReduce::kMaxWorld, link.world());
     return;
   }
+  // FERRY_TP_PEER_PROTOCOL, rank 0's on every rank (all must use the same one).
+  std::string protocol = env.tp_peer_protocol.value_or("lamport");
+  FERRY_CHECK(protocol == "lamport" || protocol == "flags", "FERRY_TP_PEER_PROTOCOL='{}': use lamport or flags",
+              protocol);
+  std::vector<uint8_t> pb(protocol.begin(), protocol.end());
+  link.broadcast(pb);
+  protocol.assign(pb.begin(), pb.end());
   std::shared_ptr<PeerAllReduce> peer;
   std::string error;
   std::vector<uint8_t> handle;
   try {
-    peer = std::make_shared<PeerAllReduce>(link.rank(), link.world());
+    peer = std::make_shared<PeerAllReduce>(link.rank(), link.world(), PeerAllReduce::kMaxBytes,
+                                           protocol == "flags" ? PeerProtocol::kFlags : PeerProtocol::kLamport);
+    // FERRY_CUDA_STAMPS: each call's phases too (a report on stderr at exit).
+    if (env_switch(env.cuda_stamps, "FERRY_CUDA_STAMPS", false)) peer->record_phases();
     handle = peer->ipc_handle();
   } catch (const std::exception& e) {
     error = e.what();

@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <iterator>
 
 #include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/common.cuh"
@@ -15,6 +17,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 128;  // <= the H200's 132 SMs: every block of a call can be resident at once
+constexpr uint32_t kSentinel = 0x80000000u;  // -0.0f: a kLamport slot value no peer has written yet
 
 // Every rank's buffer as mapped on this device. data[r]: [2][world][max_elems] f32; flags[r]:
 // [2][world][kMaxBlocks] u32 (flag [set][q][b] is written by rank q's block b).
@@ -41,8 +44,71 @@ __device__ __forceinline__ float add(float a, float b) { return a + b; }
 template <>
 __device__ __forceinline__ float4 add(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 
-// Rank r's value of element group i: this rank's own from x, a peer's from slot r of this rank's buffer
-// (mine: [world][max_units] T of this call's set), read past L1 (__ldcg).
+// kLamport's value canonicalization: -0.0 + 0.0 = +0.0 (round to nearest); every other value, NaN included,
+// is unchanged. Applied to what a rank pushes and to its own term of the sum alike (same bits on every rank).
+__device__ __forceinline__ float canon(float v) { return v + 0.0f; }
+__device__ __forceinline__ float4 canon(float4 v) { return make_float4(v.x + 0.f, v.y + 0.f, v.z + 0.f, v.w + 0.f); }
+
+__device__ __forceinline__ bool empty(float v) { return __float_as_uint(v) == kSentinel; }
+__device__ __forceinline__ bool empty(float4 v) { return empty(v.x) || empty(v.y) || empty(v.z) || empty(v.w); }
+
+// Stores to a peer's slot and polls of this rank's own slots: volatile (system-scope relaxed; never cached in L1).
+__device__ __forceinline__ void st_volatile(float* p, float v) {
+  asm volatile("st.volatile.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ void st_volatile(float4* p, float4 v) {
+  asm volatile("st.volatile.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ float ld_volatile(const float* p) {
+  float v;
+  asm volatile("ld.volatile.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ float4 ld_volatile(const float4* p) {
+  float4 v;
+  asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p)
+               : "memory");
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ T sentinel();
+template <>
+__device__ __forceinline__ float sentinel() { return __uint_as_float(kSentinel); }
+template <>
+__device__ __forceinline__ float4 sentinel() {
+  const float z = __uint_as_float(kSentinel);
+  return make_float4(z, z, z, z);
+}
+
+// kLamport: a peer's value of this call from this rank's own slot, once every lane of it has landed; the slot is
+// given the sentinel back (the same thread's later store: after its load).
+template <typename T>
+__device__ __forceinline__ T take(T* slot) {
+  T v = ld_volatile(slot);
+  while (empty(v)) v = ld_volatile(slot);
+  *slot = sentinel<T>();
+  return v;
+}
+
+// The phase log (PeerAllReduce::record_phases): thread 0 of block 0 keeps the global timer at each phase point
+// in a register and writes them at the end, at row gen % kPhaseCalls (slot 7: kind).
+enum Phase { kEntry, kReleased, kInputs, kPushed, kArrived, kDone, kPhases };
+struct PhaseClock {
+  unsigned long long t[kPhases];
+  __device__ __forceinline__ void mark(const unsigned long long* log, Phase ph) {
+    if (log != nullptr && blockIdx.x == 0 && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t[ph]));
+  }
+  __device__ __forceinline__ void write(unsigned long long* log, uint32_t gen, unsigned long long kind) const {
+    if (log == nullptr || blockIdx.x != 0 || threadIdx.x != 0) return;
+    unsigned long long* row = log + size_t(gen % PeerAllReduce::kPhaseCalls) * 8;
+    for (int i = 0; i < kPhases; ++i) row[i] = t[i];
+    row[7] = kind;
+  }
+};
+
+// Rank r's value of element group i under kFlags: this rank's own from x, a peer's from slot r of this rank's
+// buffer (mine: [world][max_units] T of this call's set), read past L1 (__ldcg).
 template <typename T>
 __device__ __forceinline__ T r_value(int r, int rank, const T* x, const T* mine, int64_t max_units, int64_t i) {
   return r == rank ? x[i] : __ldcg(mine + int64_t(r) * max_units + i);
@@ -57,8 +123,8 @@ __device__ __forceinline__ uint32_t begin_call(const uint32_t* counter) {
   return gen_s;
 }
 
-// After the block's pushes into slot [set][rank] of every peer: thread q flags chunk b as landed in peer q's
-// buffer, then waits for peer q's chunk b of this call in this rank's buffer.
+// kFlags, after the block's pushes into slot [set][rank] of every peer: thread q flags chunk b as landed in peer
+// q's buffer, then waits for peer q's chunk b of this call in this rank's buffer.
 __device__ __forceinline__ void signal_and_wait(const PeerPtrs& p, int rank, int world, int b, uint32_t gen) {
   const int set = int(gen & 1u);
   __syncthreads();  // the block's stores happen before thread q's fence and flag
@@ -96,53 +162,82 @@ __device__ __forceinline__ void end_call(uint32_t* counter, uint32_t* done, uint
 
 // x: [units] of T (float4 when n % 4 == 0 and x is 16-byte aligned, else float), this rank's input and output.
 // p: every rank's buffer; counter/done: this rank's call counter and blocks-finished count (device memory).
-// max_units: slot size in T. Grid: blocks over units (<= kMaxBlocks), kThreads threads.
-template <typename T>
+// max_units: slot size in T. log: the phase log or null. Grid: blocks over units (<= kMaxBlocks), kThreads threads.
+template <PeerProtocol kP, typename T>
 __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(T* __restrict__ x, int64_t units, const __grid_constant__ PeerPtrs p,
                                                                    uint32_t* counter, uint32_t* done, int rank,
-                                                                   int world, int64_t max_units) {
+                                                                   int world, int64_t max_units,
+                                                                   unsigned long long* log) {
   // Launched with PDL: the next kernel (the norm, then the matvec whose producer streams weights) is placed
   // while this one waits on its peers. Everything, the call counter included, is read after pdl_wait().
+  PhaseClock clk;
+  clk.mark(log, kEntry);
   cuda_ops::pdl_allow_dependents();
   cuda_ops::pdl_wait();
+  clk.mark(log, kReleased);
   const int b = int(blockIdx.x);
   const uint32_t gen = begin_call(counter);
+  clk.mark(log, kInputs);
   const int set = int(gen & 1u);
   const int64_t per_block = (units + gridDim.x - 1) / gridDim.x;
   const int64_t lo = int64_t(b) * per_block;
   const int64_t hi = lo + per_block < units ? lo + per_block : units;
+  T* mine = reinterpret_cast<T*>(p.data[rank]) + int64_t(set) * world * max_units;
 
   // Push this block's chunk into slot [set][rank] of every peer.
   for (int q = 0; q < world; ++q) {
     if (q == rank) continue;
     T* slot = reinterpret_cast<T*>(p.data[q]) + (int64_t(set) * world + rank) * max_units;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) slot[i] = x[i];
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
+      if constexpr (kP == PeerProtocol::kLamport) {
+        st_volatile(slot + i, canon(x[i]));
+      } else {
+        slot[i] = x[i];
+      }
+    }
   }
-  signal_and_wait(p, rank, world, b, gen);
-  // Sum in rank order (the same bits on every rank); peers' values from this rank's own buffer, past L1.
-  const T* mine = reinterpret_cast<const T*>(p.data[rank]) + int64_t(set) * world * max_units;
-  for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
-    T acc = r_value(0, rank, x, mine, max_units, i);
-    for (int r = 1; r < world; ++r) acc = add(acc, r_value(r, rank, x, mine, max_units, i));
-    x[i] = acc;
+  clk.mark(log, kPushed);
+  if constexpr (kP == PeerProtocol::kLamport) {
+    // Sum in rank order (the same bits on every rank), each peer's value as it lands.
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
+      const T own = canon(x[i]);
+      T acc = rank == 0 ? own : take(mine + i);
+      for (int r = 1; r < world; ++r) acc = add(acc, r == rank ? own : take(mine + int64_t(r) * max_units + i));
+      x[i] = acc;
+    }
+    clk.mark(log, kArrived);
+  } else {
+    signal_and_wait(p, rank, world, b, gen);
+    clk.mark(log, kArrived);
+    // Sum in rank order (the same bits on every rank); peers' values from this rank's own buffer, past L1.
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
+      T acc = r_value(0, rank, x, mine, max_units, i);
+      for (int r = 1; r < world; ++r) acc = add(acc, r_value(r, rank, x, mine, max_units, i));
+      x[i] = acc;
+    }
   }
+  clk.mark(log, kDone);
   end_call(counter, done, gen);
+  clk.write(log, gen, 1);
 }
 
 // The all-reduce of delta fused with the residual add and RMSNorm that follow it (one launch instead of two, no
 // round trip of the sum through a second kernel). Block b owns row b (rows <= kMaxBlocks): it pushes the row's
-// delta into slot [set][rank] of every peer, flags it, waits for every peer's row b, sums in rank order (the
-// same bits as peer_all_reduce_kernel on every rank), then residual += sum and out = residual * rsqrt(mean of
-// squares + eps) * weight, fp32; delta is left holding the sum (as after all_reduce_sum). kV float4 per thread:
+// delta into slot [set][rank] of every peer, waits for every peer's row b, sums in rank order (the same bits as
+// peer_all_reduce_kernel on every rank), then residual += sum and out = residual * rsqrt(mean of squares + eps) *
+// weight, fp32; delta is left holding the sum (as after all_reduce_sum). kV float4 per thread:
 // cols <= kThreads * 4 * kV. The weight (constant) is requested before the PDL wait, the residual with delta right
-// after it: their round trips overlap the wait and the peers' flags instead of following them.
+// after it: their round trips overlap the wait and the peers' values instead of following them.
 //   delta, residual, out: [rows, cols] f32 row-major (16-byte aligned, cols % 4 == 0); weight: [cols] f32.
-template <int kV>
+template <PeerProtocol kP, int kV>
 __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* __restrict__ delta, float4* residual,
                                                                         float4* out, const float4* weight, int64_t vecs,
                                                                         float eps, const __grid_constant__ PeerPtrs p,
                                                                         uint32_t* counter, uint32_t* done, int rank,
-                                                                        int world, int64_t max_units) {
+                                                                        int world, int64_t max_units,
+                                                                        unsigned long long* log) {
+  PhaseClock clk;
+  clk.mark(log, kEntry);
   cuda_ops::pdl_allow_dependents();
   const int b = int(blockIdx.x);
   const int64_t lo = int64_t(b) * vecs;
@@ -153,14 +248,17 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
     g[i] = j < vecs ? weight[j] : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   cuda_ops::pdl_wait();
+  clk.mark(log, kReleased);
   float4 d[kV], res[kV];
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
     const int64_t j = threadIdx.x + int64_t(i) * kThreads;
     d[i] = j < vecs ? delta[lo + j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    if constexpr (kP == PeerProtocol::kLamport) d[i] = canon(d[i]);
     res[i] = j < vecs ? residual[lo + j] : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   const uint32_t gen = begin_call(counter);
+  clk.mark(log, kInputs);
   const int set = int(gen & 1u);
   for (int q = 0; q < world; ++q) {
     if (q == rank) continue;
@@ -168,11 +266,23 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
 #pragma unroll
     for (int i = 0; i < kV; ++i) {
       const int64_t j = threadIdx.x + int64_t(i) * kThreads;
-      if (j < vecs) slot[j] = d[i];
+      if (j >= vecs) continue;
+      if constexpr (kP == PeerProtocol::kLamport) {
+        st_volatile(slot + j, d[i]);
+      } else {
+        slot[j] = d[i];
+      }
     }
   }
-  signal_and_wait(p, rank, world, b, gen);
-  const float4* mine = reinterpret_cast<const float4*>(p.data[rank]) + int64_t(set) * world * max_units + lo;
+  clk.mark(log, kPushed);
+  if constexpr (kP == PeerProtocol::kFlags) signal_and_wait(p, rank, world, b, gen);
+  float4* mine = reinterpret_cast<float4*>(p.data[rank]) + int64_t(set) * world * max_units + lo;
+  // Rank r's term of element group j: this rank's own delta, or the peer's from this rank's buffer.
+  const auto term = [&](int r, int i, int64_t j) {
+    if (r == rank) return d[i];
+    if constexpr (kP == PeerProtocol::kLamport) return take(mine + int64_t(r) * max_units + j);
+    return __ldcg(mine + int64_t(r) * max_units + j);
+  };
   float ss = 0.0f;
   float4 v[kV];
 #pragma unroll
@@ -182,8 +292,8 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
       v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
       continue;
     }
-    float4 acc = rank == 0 ? d[i] : __ldcg(mine + j);
-    for (int r = 1; r < world; ++r) acc = add(acc, r == rank ? d[i] : __ldcg(mine + int64_t(r) * max_units + j));
+    float4 acc = term(0, i, j);
+    for (int r = 1; r < world; ++r) acc = add(acc, term(r, i, j));
     delta[lo + j] = acc;
     v[i] = add(res[i], acc);
     residual[lo + j] = v[i];
@@ -192,6 +302,7 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
     ss = fmaf(v[i].z, v[i].z, ss);
     ss = fmaf(v[i].w, v[i].w, ss);
   }
+  clk.mark(log, kArrived);
   const float scale = 1.0f / sqrtf(cuda_ops::block_sum<kThreads>(ss) / float(vecs * 4) + eps);
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
@@ -200,7 +311,14 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
     out[lo + j] = make_float4(v[i].x * scale * g[i].x, v[i].y * scale * g[i].y, v[i].z * scale * g[i].z,
                               v[i].w * scale * g[i].w);
   }
+  clk.mark(log, kDone);
   end_call(counter, done, gen);
+  clk.write(log, gen, 2);
+}
+
+// Fills n words with v (the kLamport data's sentinel at construction).
+__global__ void fill_words_kernel(uint32_t* p, size_t n, uint32_t v) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
 }
 
 size_t data_bytes(int world, size_t max_elems) { return 2 * size_t(world) * max_elems * sizeof(float); }
@@ -214,14 +332,19 @@ uint32_t* flags_of(void* buffer, int world, size_t max_elems) {
 
 }  // namespace
 
-PeerAllReduce::PeerAllReduce(int rank, int world, size_t max_bytes)
-    : rank_(rank), world_(world), max_elems_((max_bytes / 16) * 4) {
+PeerAllReduce::PeerAllReduce(int rank, int world, size_t max_bytes, PeerProtocol protocol)
+    : rank_(rank), world_(world), protocol_(protocol), max_elems_((max_bytes / 16) * 4) {
   FERRY_CUDA_REQUIRE(world >= 2 && world <= kMaxWorld && rank >= 0 && rank < world && max_elems_ > 0);
   FERRY_CUDA_CHECK(cudaGetDevice(&device_));
   const size_t bytes = buffer_bytes(world, max_elems_);
   FERRY_CUDA_CHECK(cudaMalloc(&buffer_, bytes));
-  // Flags, counter and done count start at zero (the first call's gen is 1); the data needs no zeroing.
+  // Flags, counter and done count start at zero (the first call's gen is 1). kLamport: every data slot holds
+  // the sentinel; kFlags: the data needs no initial value.
   FERRY_CUDA_CHECK(cudaMemset(flags_of(buffer_, world, max_elems_), 0, (flag_count(world) + 2) * sizeof(uint32_t)));
+  if (protocol_ == PeerProtocol::kLamport) {
+    fill_words_kernel<<<256, 256>>>(static_cast<uint32_t*>(buffer_), data_bytes(world, max_elems_) / 4, kSentinel);
+    FERRY_CUDA_CHECK_LAUNCH(fill_words_kernel);
+  }
   FERRY_CUDA_CHECK(cudaDeviceSynchronize());
   peers_.assign(size_t(world), nullptr);
   peers_[size_t(rank)] = buffer_;
@@ -231,9 +354,61 @@ PeerAllReduce::~PeerAllReduce() {
   int prev = 0;
   cudaGetDevice(&prev);
   cudaSetDevice(device_);
+  if (phases_ != nullptr) {
+    const std::string report = phase_report();
+    std::fputs(report.c_str(), stderr);
+    cudaFree(phases_);
+  }
   for (void* p : opened_) cudaIpcCloseMemHandle(p);
   cudaFree(buffer_);
   cudaSetDevice(prev);
+}
+
+void PeerAllReduce::record_phases() {
+  if (phases_ != nullptr) return;
+  const size_t bytes = size_t(kPhaseCalls) * 8 * sizeof(unsigned long long);
+  FERRY_CUDA_CHECK(cudaMalloc(&phases_, bytes));
+  FERRY_CUDA_CHECK(cudaMemset(phases_, 0, bytes));
+  FERRY_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+std::string PeerAllReduce::phase_report() const {
+  if (phases_ == nullptr) return {};
+  // (host code of a .cu file: nvcc does not take fmt's compile-time format strings, so snprintf)
+  const auto append = [](std::string& out, const char* format, auto... args) {
+    char line[160];
+    std::snprintf(line, sizeof(line), format, args...);
+    out += line;
+  };
+  std::string out;
+  std::vector<unsigned long long> t(size_t(kPhaseCalls) * 8);
+  if (cudaDeviceSynchronize() != cudaSuccess ||
+      cudaMemcpy(t.data(), phases_, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    append(out, "peer all-reduce rank %d: could not read the phase log back\n", rank_);
+    return out;
+  }
+  static constexpr const char* kNames[] = {"released", "inputs", "pushed", "arrived", "done"};
+  for (unsigned long long kind : {1ull, 2ull}) {
+    std::vector<std::vector<double>> d(std::size(kNames));  // per phase: us after the phase before it
+    std::vector<double> total;                               // us from the wait's release to done
+    for (int c = 0; c < kPhaseCalls; ++c) {
+      const unsigned long long* row = t.data() + size_t(c) * 8;
+      if (row[7] != kind) continue;
+      for (size_t k = 0; k < std::size(kNames); ++k) d[k].push_back(double(row[k + 1] - row[k]) / 1e3);
+      total.push_back(double(row[kDone] - row[kReleased]) / 1e3);
+    }
+    if (total.empty()) continue;
+    const auto quantile = [](std::vector<double> v, double q) {
+      std::sort(v.begin(), v.end());
+      return v[size_t(q * double(v.size() - 1))];
+    };
+    append(out, "peer all-reduce rank %d (%s, %s) over %zu calls, us, median [p90]:", rank_,
+           protocol_ == PeerProtocol::kLamport ? "lamport" : "flags", kind == 1 ? "plain" : "+norm", total.size());
+    for (size_t k = 0; k < std::size(kNames); ++k)
+      append(out, " %s %.2f [%.2f]", kNames[k], quantile(d[k], 0.5), quantile(d[k], 0.9));
+    append(out, "; released->done %.2f [%.2f]\n", quantile(total, 0.5), quantile(total, 0.9));
+  }
+  return out;
 }
 
 std::vector<uint8_t> PeerAllReduce::ipc_handle() const {
@@ -306,16 +481,21 @@ void PeerAllReduce::run_add_rms_norm(float* delta, float* residual, float* out, 
   const PeerPtrs p = peer_ptrs(peers_, world_, max_elems_);
   uint32_t* counter = flags_of(buffer_, world_, max_elems_) + flag_count(world_);
   const int64_t vecs = cols / 4, max_units = int64_t(max_elems_ / 4);
-  const auto go = [&]<int kV>() {
-    cuda_ops::launch_pdl(peer_all_reduce_norm_kernel<kV>, dim3(unsigned(rows)), dim3(kThreads), 0, stream,
+  auto* log = static_cast<unsigned long long*>(phases_);
+  const auto go = [&]<PeerProtocol kP, int kV>() {
+    cuda_ops::launch_pdl(peer_all_reduce_norm_kernel<kP, kV>, dim3(unsigned(rows)), dim3(kThreads), 0, stream,
                          reinterpret_cast<float4*>(delta), reinterpret_cast<float4*>(residual),
                          reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(weight), vecs, eps, p, counter,
-                         counter + 1, rank_, world_, max_units);
+                         counter + 1, rank_, world_, max_units, log);
   };
-  if (vecs <= kThreads) go.template operator()<1>();
-  else if (vecs <= 2 * kThreads) go.template operator()<2>();
-  else if (vecs <= 4 * kThreads) go.template operator()<4>();
-  else go.template operator()<8>();
+  const auto by_width = [&]<PeerProtocol kP>() {
+    if (vecs <= kThreads) go.template operator()<kP, 1>();
+    else if (vecs <= 2 * kThreads) go.template operator()<kP, 2>();
+    else if (vecs <= 4 * kThreads) go.template operator()<kP, 4>();
+    else go.template operator()<kP, 8>();
+  };
+  if (protocol_ == PeerProtocol::kLamport) by_width.template operator()<PeerProtocol::kLamport>();
+  else by_width.template operator()<PeerProtocol::kFlags>();
   FERRY_CUDA_CHECK_LAUNCH(peer_all_reduce_norm_kernel);
 }
 
@@ -327,13 +507,18 @@ void PeerAllReduce::run(float* x, size_t n, CUstream_st* stream) {
   const int64_t units = vec ? int64_t(n / 4) : int64_t(n);
   const int64_t max_units = vec ? int64_t(max_elems_ / 4) : int64_t(max_elems_);
   const int blocks = int(std::min<int64_t>(kMaxBlocks, (units + kThreads - 1) / kThreads));
-  if (vec) {
-    cuda_ops::launch_pdl(peer_all_reduce_kernel<float4>, dim3(unsigned(blocks)), dim3(kThreads), 0, stream,
-                         reinterpret_cast<float4*>(x), units, p, counter, counter + 1, rank_, world_, max_units);
-  } else {
-    cuda_ops::launch_pdl(peer_all_reduce_kernel<float>, dim3(unsigned(blocks)), dim3(kThreads), 0, stream, x, units, p,
-                         counter, counter + 1, rank_, world_, max_units);
-  }
+  auto* log = static_cast<unsigned long long*>(phases_);
+  const auto go = [&]<PeerProtocol kP>() {
+    if (vec) {
+      cuda_ops::launch_pdl(peer_all_reduce_kernel<kP, float4>, dim3(unsigned(blocks)), dim3(kThreads), 0, stream,
+                           reinterpret_cast<float4*>(x), units, p, counter, counter + 1, rank_, world_, max_units, log);
+    } else {
+      cuda_ops::launch_pdl(peer_all_reduce_kernel<kP, float>, dim3(unsigned(blocks)), dim3(kThreads), 0, stream, x,
+                           units, p, counter, counter + 1, rank_, world_, max_units, log);
+    }
+  };
+  if (protocol_ == PeerProtocol::kLamport) go.template operator()<PeerProtocol::kLamport>();
+  else go.template operator()<PeerProtocol::kFlags>();
   FERRY_CUDA_CHECK_LAUNCH(peer_all_reduce_kernel);
 }
 

@@ -1,16 +1,23 @@
 // One-shot all-reduce over peer memory for small f32 messages (a decode step's hidden states: up to
 // kMaxBytes), the custom all-reduce of vLLM / TensorRT-LLM written for ferry. One kernel per call, no host
-// involvement, capturable in a CUDA graph:
+// involvement, capturable in a CUDA graph. Each block b of every rank pushes its chunk of x into slot
+// [set][rank] of every peer's buffer (NVLink stores), waits until every peer's chunk b of this call is in its
+// own buffer, and sums the slots in rank order 0..world-1 (its own values from x): the same bits on every rank.
+// How a rank knows a peer's chunk has landed (PeerProtocol):
 //
-//   each block b of every rank pushes its chunk of x into slot [set][rank] of every peer's buffer (NVLink
-//   stores), fences (system scope) and sets flag [set][rank][b] = gen in every peer's buffer (st.release.sys);
-//   it then waits until flag [set][q][b] == gen in its own buffer for every peer q (ld.acquire.sys) and sums
-//   the slots in rank order 0..world-1 (its own values from x) into x: the same bits on every rank.
+//   kLamport (default): the values themselves. Every slot holds -0.0f (the sentinel) until a peer writes it;
+//   pushed values are canonicalized (x + 0.0f turns -0.0 into +0.0, nothing else changes), so a value that is
+//   not the sentinel has landed. The reader polls its slot until no value is the sentinel, then writes the
+//   sentinel back (its own memory) for the call two later. One NVLink crossing on the critical path.
+//   kFlags: the block fences at system scope (its stores acknowledged) and sets flag [set][rank][b] = gen in
+//   every peer's buffer (st.release.sys); the reader waits for the flag (ld.acquire.sys), then reads the slot:
+//   a fence round trip, a flag crossing and a read after the data's crossing.
 //
-// gen is a call counter kept in device memory (the last block of a call to finish increments it), so a
-// replayed graph sees a new value every call and nothing is ever reset. Two buffer sets (set = gen & 1)
-// alternate: a rank can run at most one call ahead of a peer (it needs the peer's flags of the call before),
-// so it never overwrites a slot the peer still reads.
+// gen is a call counter kept in device memory (the last block of a call to finish advances it), so a replayed
+// graph sees a new value every call. Two buffer sets (set = gen & 1) alternate: a rank can run at most one call
+// ahead of a peer (it needs the peer's values of the call before), so it never overwrites a slot the peer still
+// reads; under kLamport a slot is cleared by its reader before the reader's next call pushes anything, so it
+// holds the sentinel again before any peer can write it two calls later.
 //
 // No timeout in the kernel: a dead or stuck peer leaves the kernel spinning, and the communicator's watchdog
 // (dist/nccl_communicator: the link sees the death, or the step outlives FERRY_TP_TIMEOUT) prints why and exits
@@ -22,24 +29,29 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 struct CUstream_st;
 
 namespace ferry {
 
+enum class PeerProtocol { kLamport, kFlags };
+
 class PeerAllReduce {
  public:
   static constexpr size_t kMaxBytes = size_t(512) << 10;  // 32 tokens x 4096 f32
   static constexpr int kMaxWorld = 8;
 
-  // Allocates and zeroes this rank's buffer on the current device (synchronously).
-  PeerAllReduce(int rank, int world, size_t max_bytes = kMaxBytes);
+  // Allocates and initializes this rank's buffer on the current device (synchronously). Every rank of a group
+  // must use the same protocol.
+  PeerAllReduce(int rank, int world, size_t max_bytes = kMaxBytes, PeerProtocol protocol = PeerProtocol::kLamport);
   ~PeerAllReduce();
   PeerAllReduce(const PeerAllReduce&) = delete;
   PeerAllReduce& operator=(const PeerAllReduce&) = delete;
 
   int rank() const { return rank_; }
+  PeerProtocol protocol() const { return protocol_; }
   int world() const { return world_; }
   // True when a message of n f32 values goes through this all-reduce (else the caller uses NCCL).
   bool fits(size_t n) const { return n > 0 && n <= max_elems_; }
@@ -65,11 +77,21 @@ class PeerAllReduce {
   void run_add_rms_norm(float* delta, float* residual, float* out, const float* weight, int64_t rows, int64_t cols,
                         float eps, CUstream_st* stream);
 
+  // Diagnostics (FERRY_CUDA_STAMPS): block 0 of every later call writes the global timer at its phase points
+  // (entry, the PDL wait released, inputs and call counter read, pushed, every peer's values in, done) into a
+  // ring of the last kPhaseCalls calls; phase_report() gives each phase's median over them (synchronizes).
+  static constexpr int kPhaseCalls = 1024;
+  void record_phases();
+  std::string phase_report() const;
+
  private:
   int rank_, world_, device_ = 0;
+  PeerProtocol protocol_;
+  void* phases_ = nullptr;            // [kPhaseCalls][8] u64 global-timer ns (slot 7: which kernel), or null
   size_t max_elems_;                  // f32 values per slot
-  void* buffer_ = nullptr;            // this rank's: data [2][world][max_elems] f32, flags [2][world][kMaxBlocks]
-                                      // u32, call counter u32, blocks-done u32
+  void* buffer_ = nullptr;            // this rank's: data [2][world][max_elems] f32 (kLamport: the sentinel where
+                                      // no value waits), flags [2][world][kMaxBlocks] u32 (kFlags), call counter
+                                      // u32, blocks-done u32
   std::vector<void*> peers_;          // [world] every rank's buffer as seen from this device (own: buffer_)
   std::vector<void*> opened_;         // ipc-opened pointers to close
   bool connected_ = false;
