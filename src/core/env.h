@@ -60,7 +60,7 @@ struct Env {
   // device sampler); "1" or unset: on the device where the backend can (ServingOptions.device_sampling).
   std::optional<std::string> cuda_sampling;
   // FERRY_PIPELINED_DECODE=0/1: Engine::generate launches each decode step before the host reads the previous
-  // step's token (device sampling only); default off until measured.
+  // step's token (device sampling only); default on.
   std::optional<std::string> pipelined_decode;
   // FERRY_CUDA_PROFILE: "1" times every CUDA op with events (step graphs off) and prints a per-op table of
   // GPU time and bandwidth to stderr when the backend is destroyed (see backends/cuda/op_profiler.h).
