@@ -53,6 +53,7 @@ Env Env::read() {
   e.cuda_quant_swiglu = get("FERRY_CUDA_QUANT_SWIGLU");
   e.cuda_decode_ffn = get("FERRY_CUDA_DECODE_FFN");
   e.cuda_prologue_norm = get("FERRY_CUDA_PROLOGUE_NORM");
+  e.cuda_qkv_norm = get("FERRY_CUDA_QKV_NORM");
   e.cuda_ring_inflight = get("FERRY_CUDA_RING_INFLIGHT");
   e.cuda_ring_inflight_bf16 = get("FERRY_CUDA_RING_INFLIGHT_BF16");
   e.cuda_weights_evict_first = get("FERRY_CUDA_WEIGHTS_EVICT_FIRST");

@@ -84,6 +84,9 @@ struct Env {
   // FERRY_CUDA_PROLOGUE_NORM: "0" runs a one-token decode layer's FFN norm as its own launch (comparisons); "1" or
   // unset: in the gate|up matvec's prologue where it applies (CudaBackendOptions::prologue_norm).
   std::optional<std::string> cuda_prologue_norm;
+  // FERRY_CUDA_QKV_NORM: "0" runs a one-token decode layer's attention norm as its own launch (comparisons); "1" or
+  // unset: in the q|k|v matvec's prologue where it applies (CudaBackendOptions::qkv_norm).
+  std::optional<std::string> cuda_qkv_norm;
   // FERRY_CUDA_RING_INFLIGHT / FERRY_CUDA_RING_INFLIGHT_BF16: N in 1..16: a streamed matvec's producer on
   // quantized weights (version 10) / on BF16 and F16 weights (version 9) keeps at most N ring stages in flight
   // (issued, not yet landed) per block; "0": a stage whenever a slot is free (the whole ring at once when the

@@ -75,6 +75,7 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
     cuda.quant_swiglu = env_switch(env.cuda_quant_swiglu, "FERRY_CUDA_QUANT_SWIGLU", true);
     cuda.decode_ffn = env_switch(env.cuda_decode_ffn, "FERRY_CUDA_DECODE_FFN", false);
     cuda.prologue_norm = env_switch(env.cuda_prologue_norm, "FERRY_CUDA_PROLOGUE_NORM", true);
+    cuda.qkv_norm = env_switch(env.cuda_qkv_norm, "FERRY_CUDA_QKV_NORM", true);
     cuda.phase_stamps = env_switch(env.cuda_stamps, "FERRY_CUDA_STAMPS", false);
     cuda.weights_evict_first = env_switch(env.cuda_weights_evict_first, "FERRY_CUDA_WEIGHTS_EVICT_FIRST", true);
     if (env.cuda_act_levels) {

@@ -146,6 +146,21 @@ class Backend {
     matmul(delta, x, w, Tensor{});
     add_rms_norm(out, residual, delta, norm_weight, eps);
   }
+  // A layer's input norm and projection, as one op: normed = rms_norm(x) * norm_weight; out = normed · wᵀ + bias
+  // (x: (n, dim) f32; normed: (n, dim) scratch in matmul_input_dtype(n); out, w, bias as in matmul). A backend
+  // whose norm_in_matmul(n, w) is true computes the norm inside the projection and may leave normed unwritten.
+  virtual void rms_norm_matmul(const Tensor& out, const Tensor& normed, const Tensor& x, const Tensor& norm_weight,
+                               float eps, const Tensor& w, const Tensor& bias) {
+    rms_norm(normed, x, norm_weight, eps);
+    matmul(out, normed, w, bias);
+  }
+  // Whether rms_norm_matmul at n tokens on w computes its norm inside the projection (no launch, no round trip of
+  // the normed row through memory): then a layer's tail may leave the next layer's norm to it (AttnOutFfn's
+  // next_norm empty; Communicator::norm_in_matmul).
+  virtual bool norm_in_matmul(int64_t n_tokens, const Tensor& w) const {
+    (void)n_tokens, (void)w;
+    return false;
+  }
   // A decode layer's tail after the attention, as one op (Backend::attn_out_ffn). Shapes as in the ops it composes.
   struct AttnOutFfn {
     Tensor out;        // (n, dim): the next layer's attention input, rms_norm(residual) * next_norm (f32 or
@@ -160,17 +175,23 @@ class Backend {
     Tensor gate_up;    // (n, 2 hidden) f32 scratch
     Tensor act;        // (n, hidden): silu(gate) * up (matmul_swiglu's output dtype)
     Tensor w_down;     // (dim, hidden)
-    Tensor next_norm;  // (dim) f32
+    Tensor next_norm;  // (dim) f32, or empty: out is left unwritten (the next layer's rms_norm_matmul computes the
+                       // norm from the residual, which is complete either way)
     float eps = 0;
   };
   // matmul_add_rms_norm(ffn_in, residual, delta, attn, wo, ffn_norm); matmul_swiglu(act, gate_up, ffn_in,
   // w_gate_up); matmul_add_rms_norm(out, residual, delta, act, w_down, next_norm). A backend may run the whole as
   // one launch (CUDA at one token on Q8_0/Q4_0: cuda_ops::decode_ffn, the same bits); delta, gate_up and act may
-  // then be left unwritten.
+  // then be left unwritten. Without next_norm the composition's last step norms into the ffn_in scratch instead
+  // (its only way to add the down projection into the residual; the values are not used).
   virtual void attn_out_ffn(const AttnOutFfn& a) {
     matmul_add_rms_norm(a.ffn_in, a.residual, a.delta, a.attn, a.wo, a.ffn_norm, a.eps);
     matmul_swiglu(a.act, a.gate_up, a.ffn_in, a.w_gate_up);
-    matmul_add_rms_norm(a.out, a.residual, a.delta, a.act, a.w_down, a.next_norm, a.eps);
+    if (a.next_norm.empty()) {
+      matmul_add_rms_norm(a.ffn_in, a.residual, a.delta, a.act, a.w_down, a.ffn_norm, a.eps);
+    } else {
+      matmul_add_rms_norm(a.out, a.residual, a.delta, a.act, a.w_down, a.next_norm, a.eps);
+    }
   }
   // out: (n, n_out) f32 = x (n, n_in) f32 (or matmul_input_dtype(n)) · w (n_out, n_in)ᵀ [+ bias (n_out) f32, or empty]
   virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) = 0;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/tensor.h"
 #include "ops/backend.h"
 
@@ -53,10 +54,18 @@ class Communicator {
   // A decode layer's tail after the attention (Backend::AttnOutFfn): the row-parallel o-projection and its
   // reduction + add + norm, the column-parallel gate|up with SwiGLU, the row-parallel down projection and its
   // reduction + add + the next layer's norm. The identity communicator hands the whole to backend.attn_out_ffn.
+  // next_norm may be empty only where norm_in_matmul said so.
   virtual void attn_out_ffn(Backend& backend, const Backend::AttnOutFfn& a) {
+    FERRY_CHECK(!a.next_norm.empty(), "attn_out_ffn: a reducing communicator keeps the next norm with its reduction");
     matmul_all_reduce_add_rms_norm(backend, a.ffn_in, a.residual, a.delta, a.attn, a.wo, a.ffn_norm, a.eps);
     backend.matmul_swiglu(a.act, a.gate_up, a.ffn_in, a.w_gate_up);
     matmul_all_reduce_add_rms_norm(backend, a.out, a.residual, a.delta, a.act, a.w_down, a.next_norm, a.eps);
+  }
+  // Whether a layer's tail may leave the next layer's input norm to that layer's rms_norm_matmul
+  // (Backend::norm_in_matmul). Not where a reduction precedes the norm: it stays fused with the reduction.
+  virtual bool norm_in_matmul(const Backend& backend, int64_t n_tokens, const Tensor& w) const {
+    (void)backend, (void)n_tokens, (void)w;
+    return false;
   }
   // buf: contiguous f32 tensor of world * part elements in backend memory; rank r has filled elements
   // [r * part, (r + 1) * part); afterwards every rank holds every part.
@@ -84,6 +93,9 @@ class IdentityCommunicator final : public Communicator {
     backend.matmul_add_rms_norm(out, residual, delta, x, w, weight, eps);
   }
   void attn_out_ffn(Backend& backend, const Backend::AttnOutFfn& a) override { backend.attn_out_ffn(a); }
+  bool norm_in_matmul(const Backend& backend, int64_t n_tokens, const Tensor& w) const override {
+    return backend.norm_in_matmul(n_tokens, w);
+  }
   void all_gather_inplace(const Tensor&) override {}
   void broadcast(std::vector<uint8_t>&) override {}
   void barrier() override {}

@@ -12,7 +12,9 @@
 //    relative L2 (the int8 activations of three matvecs, ~2e-5 each, through the norms and the SwiGLU), with
 //    two-level activations (CudaBackendOptions::one_level_acts off: the persistent kernel has only those); the
 //    prologue norm with one level too, against the CPU at 5e-2 / 2e-2 / 5e-2 (three one-level matvecs, ~1e-2 each);
-//  - three calls in a row, each on the previous call's residual: the grid barrier's counter carries over launches.
+//  - three calls in a row, each on the previous call's residual: the grid barrier's counter carries over launches;
+//  - the next layer's attention norm in its q|k|v matvec (NextNormInQkvEqualsSingleOps): the same bits as the
+//    add_rms_norm launch and the plain matvec.
 // Outputs are NaN-poisoned first.
 #ifdef FERRY_HAS_CUDA
 
@@ -145,6 +147,59 @@ TEST_F(CudaDecodeFfn, PrologueNormOneLevelEqualsSingleOps) {
   use_form(FusedForm::PrologueNorm, true);
   check(DType::Q4_0, 950, FusedForm::PrologueNorm);
   check(DType::Q8_0, 960, FusedForm::PrologueNorm);
+}
+
+// The layer boundary with the next layer's attention norm in its q|k|v matvec (CudaBackendOptions::qkv_norm):
+// attn_out_ffn without next_norm (the down matvec adds its rows into the residual), then rms_norm_matmul on a fused
+// q|k|v weight (6144 x 4096, with a bias, as Qwen2's) against attn_out_ffn with next_norm (add_rms_norm's launch)
+// then matmul on its output. Same backend (one-level activations, the default), three calls in a row, each on the
+// previous call's residual: the residual and the q|k|v output the same bits.
+TEST_F(CudaDecodeFfn, NextNormInQkvEqualsSingleOps) {
+  if (IsSkipped()) return;
+  use_form(FusedForm::PrologueNorm, true);
+  for (const DType t : {DType::Q4_0, DType::Q8_0}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const int64_t kDim = 4096, kHidden = 14336, kQkv = 6144;
+    const uint32_t seed = t == DType::Q4_0 ? 970 : 980;
+    std::vector<uint8_t> wo = random_weight(t, kDim, kDim, seed), wgu = random_weight(t, 2 * kHidden, kDim, seed + 1),
+                         wd = random_weight(t, kDim, kHidden, seed + 2), wqkv = random_weight(t, kQkv, kDim, seed + 3);
+    const Tensor gwo = gpu_->prepare_weight(Tensor::make(t, {kDim, kDim}, wo.data()), keep_);
+    const Tensor gwgu = gpu_->prepare_weight(Tensor::make(t, {2 * kHidden, kDim}, wgu.data()), keep_);
+    const Tensor gwd = gpu_->prepare_weight(Tensor::make(t, {kDim, kHidden}, wd.data()), keep_);
+    const Tensor gwqkv = gpu_->prepare_weight(Tensor::make(t, {kQkv, kDim}, wqkv.data()), keep_);
+    ASSERT_TRUE(gpu_->norm_in_matmul(1, gwqkv)) << "the q|k|v norm prologue does not take the Llama-3-8B shape";
+    std::vector<float> ffn_norm = random_floats(size_t(kDim), seed + 4), attn_norm = random_floats(size_t(kDim), seed + 5);
+    for (float& v : ffn_norm) v += 1.0f;
+    for (float& v : attn_norm) v += 1.0f;
+    const Tensor gfn = upload(DType::F32, {kDim}, ffn_norm), gan = upload(DType::F32, {kDim}, attn_norm);
+    const Tensor bias = upload(DType::F32, {kQkv}, random_floats(size_t(kQkv), seed + 6));
+    const std::vector<float> res = random_floats(size_t(kDim), seed + 7, 2.0f);
+    const Tensor fused_res = upload(DType::F32, {1, kDim}, res), plain_res = upload(DType::F32, {1, kDim}, res);
+    const Tensor delta = poisoned({1, kDim}), gate_up = poisoned({1, 2 * kHidden}), act = poisoned({1, kHidden});
+    for (int call = 0; call < 3; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      const Tensor gattn = upload(DType::F32, {1, kDim}, random_floats(size_t(kDim), seed + 10 + uint32_t(call)));
+      const Tensor fused_xb = poisoned({1, kDim}), plain_xb = poisoned({1, kDim});
+      const Tensor fused_qkv = poisoned({1, kQkv}), plain_qkv = poisoned({1, kQkv});
+      Backend::AttnOutFfn a{.out = fused_xb, .residual = fused_res, .delta = delta, .attn = gattn, .wo = gwo,
+                            .ffn_norm = gfn, .ffn_in = fused_xb, .w_gate_up = gwgu, .gate_up = gate_up, .act = act,
+                            .w_down = gwd, .next_norm = Tensor{}, .eps = kEps};
+      ASSERT_TRUE(gpu_->prologue_norm_applies(a));
+      gpu_->attn_out_ffn(a);
+      gpu_->rms_norm_matmul(fused_qkv, fused_xb, fused_res, gan, kEps, gwqkv, bias);
+
+      a.out = plain_xb, a.ffn_in = plain_xb, a.residual = plain_res, a.next_norm = gan;
+      gpu_->attn_out_ffn(a);  // the add_rms_norm launch writes the norm
+      gpu_->matmul(plain_qkv, plain_xb, gwqkv, bias);
+
+      const std::vector<float> got_res = download(fused_res), want_res = download(plain_res);
+      const std::vector<float> got = download(fused_qkv), want = download(plain_qkv);
+      EXPECT_EQ(std::memcmp(got_res.data(), want_res.data(), got_res.size() * 4), 0)
+          << "residual bits differ; rel L2 " << rel_l2(got_res, want_res);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+          << "q|k|v bits differ; rel L2 " << rel_l2(got, want);
+    }
+  }
 }
 
 }  // namespace

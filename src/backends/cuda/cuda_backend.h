@@ -92,6 +92,11 @@ struct CudaBackendOptions {
   // bits (H200 tg128 in-call: +2% Q8_0, within the noise on Q4_0); false: Backend's composition
   // (FERRY_CUDA_PROLOGUE_NORM=0, comparisons).
   bool prologue_norm = true;
+  // With prologue_norm: the layer's attention norm too, in the q|k|v matvec's prologue (rms_norm_matmul,
+  // norm_in_matmul): the previous layer's down matvec adds its output into the residual row by row
+  // (MatvecResidualAdd::add_out) and the add_rms_norm launch between the layers goes; the same bits.
+  // FERRY_CUDA_QKV_NORM=0: that launch stays.
+  bool qkv_norm = true;
   // Streamed matvecs: at most this many ring stages (~15-18 KB each at the Llama-3-8B shapes) in flight per block;
   // 0: a stage whenever a slot is free. MatvecParams::ring_inflight; FERRY_CUDA_RING_INFLIGHT (quantized weights,
   // version 10) and FERRY_CUDA_RING_INFLIGHT_BF16 (BF16/F16, version 9).
@@ -161,6 +166,11 @@ class CudaBackend final : public Backend {
                            const Tensor& w, const Tensor& norm_weight, float eps) override;
   // Whether matmul_add_rms_norm runs as one launch for n tokens through the prepared weight w (f32 activations).
   bool add_norm_fused(int64_t n, const Tensor& w) const;
+  // At one token where matmul runs matvec v10 on w: the norm in the matvec's prologue (MatvecParams::in_norm),
+  // normed left unwritten (CudaBackendOptions::qkv_norm). Otherwise Backend's composition.
+  void rms_norm_matmul(const Tensor& out, const Tensor& normed, const Tensor& x, const Tensor& norm_weight, float eps,
+                       const Tensor& w, const Tensor& bias) override;
+  bool norm_in_matmul(int64_t n_tokens, const Tensor& w) const override;
   // At one token on Q8_0/Q4_0 with the shapes decode_ffn.cuh compiles: one launch (decode_ffn_applies); delta and
   // gate_up are left unwritten. Otherwise Backend's composition.
   void attn_out_ffn(const AttnOutFfn& a) override;

@@ -62,8 +62,47 @@ void CudaBackend::matmul_add_rms_norm(const Tensor& out, const Tensor& residual,
                    stream_);
 }
 
+bool CudaBackend::norm_in_matmul(int64_t n_tokens, const Tensor& w) const {
+  if (n_tokens != 1 || !options_.qkv_norm || !options_.prologue_norm) return false;
+  // Where matmul would run version 10 on w anyway (its lane math: same bits as rms_norm then matmul).
+  const MatmulChoice choice = choose_matmul(1, w, Tensor{});
+  return choice.path == cuda_ops::MatmulPath::Matvec && choice.matvec_version == 10 &&
+         cuda_ops::matvec_v10_in_norm_applies(w.dtype, w.cols());
+}
+
+void CudaBackend::rms_norm_matmul(const Tensor& out, const Tensor& normed, const Tensor& x, const Tensor& norm_weight,
+                                  float eps, const Tensor& w, const Tensor& bias) {
+  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; };
+  if (!norm_in_matmul(x.rows(), w) || x.dtype != DType::F32 || !aligned(x) || norm_weight.dtype != DType::F32 ||
+      !aligned(norm_weight) || out.dtype != DType::F32 || (!bias.empty() && bias.dtype != DType::F32)) {
+    Backend::rms_norm_matmul(out, normed, x, norm_weight, eps, w, bias);
+    return;
+  }
+  require_cuda(out, "rms_norm_matmul output");
+  require_cuda(x, "rms_norm_matmul input");
+  require_cuda(w, "rms_norm_matmul weight");
+  require_cuda(norm_weight, "rms_norm_matmul norm weight");
+  if (!bias.empty()) require_cuda(bias, "rms_norm_matmul bias");
+  FERRY_ASSERT(x.rows() == 1 && x.cols() == w.cols() && norm_weight.numel() == w.cols() && out.numel() == w.rows() &&
+               (bias.empty() || bias.numel() == w.rows()));
+  const cuda_ops::OpProfiler::Scope prof(
+      profiler_.get(),
+      profiler_ ? fmt::format("norm+matmul matvec v10 {} {}x{} n=1", dtype_name(w.dtype), w.rows(), w.cols())
+                : std::string(),
+      double(w.nbytes()));
+  cuda_ops::matvec(w.dtype,
+                   {.w = weight_view(w), .x = nullptr, .bias = bias.empty() ? nullptr : bias.ptr<float>(),
+                    .out = out.ptr<float>(), .n_tokens = 1, .version = 10,
+                    .in_norm = {.residual = x.ptr<float>(), .delta = nullptr, .weight = norm_weight.ptr<float>(),
+                                .eps = eps},
+                    .stamps = matvec_stamps("norm+matmul", w), .stream = weight_stream(w.dtype),
+                    .one_level_acts = options_.one_level_acts},
+                   stream_);
+}
+
 bool CudaBackend::decode_ffn_applies(const AttnOutFfn& a) const {
-  if (!options_.decode_ffn || a.attn.rows() != 1 || a.attn.dtype != DType::F32 || a.out.dtype != DType::F32)
+  if (!options_.decode_ffn || a.attn.rows() != 1 || a.attn.dtype != DType::F32 || a.out.dtype != DType::F32 ||
+      a.next_norm.empty())
     return false;
   const DType t = a.wo.dtype;
   if (a.w_gate_up.dtype != t || a.w_down.dtype != t || (t != DType::Q8_0 && t != DType::Q4_0)) return false;
@@ -93,8 +132,9 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
   if (!decode_ffn_applies(a) && prologue_norm_applies(a)) {
     // delta = attn . wo^T; act = SwiGLU of w_gate|w_up . (rms_norm(residual + delta) * ffn_norm), the norm in the
     // matvec's prologue; delta' = act . w_down^T with residual += delta (deferred) row by row before delta' is
-    // stored over it; then out = rms_norm(residual += delta') * next_norm. The same roundings in the same order as
-    // Backend::attn_out_ffn; ffn_in and gate_up are left unwritten.
+    // stored over it; then out = rms_norm(residual += delta') * next_norm, or without next_norm residual += delta'
+    // in the same rows (MatvecResidualAdd::add_out) and out unwritten (the next rms_norm_matmul norms). The same
+    // roundings in the same order as Backend::attn_out_ffn; ffn_in and gate_up are left unwritten.
     const int64_t dim = a.wo.rows(), hidden = a.w_down.cols();
     FERRY_ASSERT(a.attn.cols() == a.wo.cols() && a.w_gate_up.rows() == 2 * hidden && a.w_gate_up.cols() == dim &&
                  a.w_down.rows() == dim && a.residual.numel() == dim && a.delta.numel() == dim &&
@@ -142,12 +182,13 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
       cuda_ops::matvec(a.w_down.dtype,
                        {.w = weight_view(a.w_down), .x = act.ptr<float>(), .bias = nullptr,
                         .out = a.delta.ptr<float>(), .n_tokens = 1, .version = 10,
-                        .residual_add = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>()},
+                        .residual_add = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>(),
+                                         .add_out = a.next_norm.empty()},
                         .stamps = matvec_stamps("attn_out_ffn down+add", a.w_down),
                         .stream = weight_stream(a.w_down.dtype), .one_level_acts = options_.one_level_acts},
                        stream_);
     }
-    add_rms_norm(a.out, a.residual, a.delta, a.next_norm, a.eps);
+    if (!a.next_norm.empty()) add_rms_norm(a.out, a.residual, a.delta, a.next_norm, a.eps);
     return;
   }
   if (!decode_ffn_applies(a)) {

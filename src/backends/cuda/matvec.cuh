@@ -57,7 +57,7 @@ struct MatvecAddNorm {
 // streams (CudaBackend::attn_out_ffn; H200 tg128 in-call: +2% Q8_0, within the noise on Q4_0).
 struct MatvecInNorm {
   const float* residual = nullptr;  // (1, n_in) f32; null: off, x is read as given
-  const float* delta = nullptr;     // (1, n_in) f32, added to residual first
+  const float* delta = nullptr;     // (1, n_in) f32, added to residual first; null: the residual alone
   const float* weight = nullptr;    // (n_in) f32, the norm's weight
   float eps = 0.0f;
 };
@@ -68,6 +68,7 @@ struct MatvecInNorm {
 struct MatvecResidualAdd {
   float* residual = nullptr;     // (1, n_out) f32, updated in place; null: off
   const float* delta = nullptr;  // (1, n_out) f32
+  bool add_out = false;          // then the row's output too: residual[r] = (residual[r] + delta[r]) + out[r]
 };
 
 struct MatvecParams {

@@ -27,9 +27,8 @@ using Launch = void (*)(const MatvecParams&, const v7::StreamPlan&, int64_t, siz
 void launch(DType wtype, const MatvecParams& p, int64_t units, bool swiglu, cudaStream_t stream) {
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   if (p.in_norm.residual != nullptr) {  // x is computed, not read
-    FERRY_CUDA_REQUIRE(matvec_v10_in_norm_applies(wtype, p.w.cols) && p.in_norm.delta != nullptr &&
-                       p.in_norm.weight != nullptr && aligned(p.in_norm.residual) && aligned(p.in_norm.delta) &&
-                       aligned(p.in_norm.weight));
+    FERRY_CUDA_REQUIRE(matvec_v10_in_norm_applies(wtype, p.w.cols) && p.in_norm.weight != nullptr &&
+                       aligned(p.in_norm.residual) && aligned(p.in_norm.delta) && aligned(p.in_norm.weight));
   } else {
     FERRY_CUDA_REQUIRE(aligned(p.x));
   }

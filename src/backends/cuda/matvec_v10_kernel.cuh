@@ -61,8 +61,10 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   }
 
   // MatvecParams::in_norm (one segment a warp: matvec_v10_in_norm_applies): x = rms_norm(residual + delta) * weight
-  // as the lanes load it. The norm's weight is constant, so the lane's values are requested before the wait.
+  // (or rms_norm(residual) * weight without delta) as the lanes load it. The norm's weight is constant, so the
+  // lane's values are requested before the wait.
   const bool in_norm = kSegs == 1 && p.in_norm.residual != nullptr;
+  const bool in_delta = p.in_norm.delta != nullptr;
   const bool has_seg = warp < plan.segs_per_row;  // kSegs == 1: this warp's one segment, warp-uniform
   float4 norm_w[4];
   if (in_norm && has_seg) load_lane_run_vecs<W>(p.in_norm.weight, warp, lane, false, norm_w);
@@ -72,16 +74,16 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   LaneAct act[kSegs];
   if (in_norm) {
     // The norm's float4s (norm.cu's thread order, for the scale) and the lane's own columns in one round trip.
-    float4 v[v7::kNormMaxVecs], xr[4], xd[4];
+    float4 v[v7::kNormMaxVecs], xr[4], xd[4] = {};
     v7::load_norm_vecs(p.in_norm.residual, cols, v, p.in_norm.delta);
     if (has_seg) {
       load_lane_run_vecs<W>(p.in_norm.residual, warp, lane, true, xr);
-      load_lane_run_vecs<W>(p.in_norm.delta, warp, lane, true, xd);
+      if (in_delta) load_lane_run_vecs<W>(p.in_norm.delta, warp, lane, true, xd);
     }
     const float scale = v7::consumer_norm_scale(v, cols, p.in_norm.eps);
     quantize_lane_acts<W, kSegs, kOne>(act, plan.segs_per_row, warp, lane, [&](int, int k, int64_t) {
       const float4 r = xr[k], d = xd[k], w = norm_w[k];  // add_rms_norm's v = residual + delta; y = v * scale * w
-      const float4 x = make_float4(r.x + d.x, r.y + d.y, r.z + d.z, r.w + d.w);
+      const float4 x = in_delta ? make_float4(r.x + d.x, r.y + d.y, r.z + d.z, r.w + d.w) : r;
       return make_float4(x.x * scale * w.x, x.y * scale * w.y, x.z * scale * w.z, x.w * scale * w.w);
     });
   } else {
@@ -111,9 +113,14 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_v10_kernel(MatvecParams p,
   } else {
     for (int64_t r = threadIdx.x; r < br.count; r += kConsumerWarps * 32) {
       const int64_t row = br.first + r;
-      // MatvecParams::residual_add: the deferred add, before out (which delta may alias) is overwritten.
-      if (p.residual_add.residual != nullptr) p.residual_add.residual[row] += p.residual_add.delta[row];
-      v7::store_row(p, row, warps_sum(part, plan.max_rows, r) + (p.bias ? p.bias[row] : 0.0f));
+      const float y = warps_sum(part, plan.max_rows, r) + (p.bias ? p.bias[row] : 0.0f);
+      // MatvecParams::residual_add: the deferred add (and with add_out this row's output), before out (which delta
+      // may alias) is overwritten. The roundings of add_rms_norm's residual += delta, once or twice in that order.
+      if (p.residual_add.residual != nullptr) {
+        const float res = p.residual_add.residual[row] + p.residual_add.delta[row];
+        p.residual_add.residual[row] = p.residual_add.add_out ? res + y : res;
+      }
+      v7::store_row(p, row, y);
     }
     v7::add_norm_tail(p.add_norm, p.w.rows);  // MatvecParams::add_norm: the fused residual add + RMSNorm, if asked
   }
