@@ -5,7 +5,7 @@
 #   NCCL itself is the machine's torch-venv copy.
 #   Device call (carry [".carry"]):  bash scripts/device/tp_check.sh [STAGE...]   (default: all)
 #   all = correctness serve mpirun serve70b (in this order, by value; ~8 minutes); the older stages peer,
-#   allreduce, bench, 70b, protocol and trace run when named (`everything` runs all ten).
+#   allreduce, bench, 70b, protocol, push and trace run when named (`everything` runs all eleven).
 #
 # Models are file-less (`-m random:SHAPE:TYPE[:SEED[:INIT]]`, dist/random_weights.h): each rank generates its own
 # shard in memory (nothing is written to disk; 70B BF16 is 141 GB). Two inits (model/random_model.h):
@@ -37,6 +37,8 @@
 # protocol:    the peer all-reduce's protocols in one call (FERRY_TP_PEER_PROTOCOL lamport / flags / lamport /
 #              flags, 8B BF16 tg128 at --tp 2), TP=1 on each GPU alone (is one of them slower?), then one run of
 #              each protocol with FERRY_CUDA_STAMPS=1: every rank's per-call phase medians (peer_all_reduce.h).
+# push:        the row-parallel matvecs pushing their rows to the peers from their epilogue (FERRY_TP_MATVEC_PUSH 1 /
+#              0 / 1 / 0, 8B BF16 tg128 at --tp 2, lamport), then one run with FERRY_CUDA_STAMPS=1 (phase medians).
 # trace:       CUPTI kernel timelines (bench/trace, libferry_kernel_trace.so) of 8B BF16 batch-1 generation at --tp 1
 #              and --tp 2 (peer all-reduce), one file per process (FERRY_KERNEL_TRACE's %p), each summarized by
 #              trace_summary.py: a layer slot by slot, so the kernels whose share does not halve at TP=2 show.
@@ -321,6 +323,17 @@ if on protocol && fits protocol 240; then
       > /dev/null
     grep -E "^peer all-reduce rank" "$OUT/proto_stamps_$p.log" | while read -r l; do row "phases ($p)" "$l"; done
   done
+fi
+
+if on push && fits push 120; then
+  i=0
+  for v in 1 0 1 0; do
+    i=$((i + 1))
+    row "8B bf16 tg128 --tp 2 peer, FERRY_TP_MATVEC_PUSH=$v" \
+      "$(FERRY_TP_ALLREDUCE=peer FERRY_TP_MATVEC_PUSH=$v bench_tg 2 "push_${v}_$i" -m "$M8" -r 3 | tr '\n' ' ')"
+  done
+  FERRY_CUDA_STAMPS=1 FERRY_TP_ALLREDUCE=peer FERRY_TP_MATVEC_PUSH=1 bench_tg 2 push_stamps -m "$M8" -r 1 > /dev/null
+  grep -E "^peer all-reduce rank" "$OUT/push_stamps.log" | while read -r l; do row "phases (push)" "$l"; done
 fi
 
 if on trace && fits trace 120; then

@@ -28,6 +28,7 @@ Env Env::read() {
   e.tp_timeout = get("FERRY_TP_TIMEOUT");
   e.tp_allreduce = get("FERRY_TP_ALLREDUCE");
   e.tp_peer_protocol = get("FERRY_TP_PEER_PROTOCOL");
+  e.tp_matvec_push = get("FERRY_TP_MATVEC_PUSH");
   e.mpi_rank = get("OMPI_COMM_WORLD_RANK");
   if (!e.mpi_rank) e.mpi_rank = get("PMI_RANK");
   e.mpi_size = get("OMPI_COMM_WORLD_SIZE");

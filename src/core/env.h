@@ -32,6 +32,9 @@ struct Env {
   // FERRY_TP_PEER_PROTOCOL: how the peer all-reduce knows a peer's values have landed: "lamport" (default; the
   // values themselves, written over a -0.0 sentinel) or "flags" (a system-scope fence and a flag per block).
   std::optional<std::string> tp_peer_protocol;
+  // FERRY_TP_MATVEC_PUSH: "0" makes the peer all-reduce push a row-parallel projection's output itself; "1" or
+  // unset: the projection's matvec pushes its rows from its epilogue where it can (lamport protocol only).
+  std::optional<std::string> tp_matvec_push;
   // Set by mpirun (Open MPI: OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK}; MPICH/Intel: PMI_RANK, PMI_SIZE,
   // MPI_LOCALRANKID): `mpirun -np N ferry ...` runs one rank per process.
   std::optional<std::string> mpi_rank, mpi_size, mpi_local_rank;

@@ -96,6 +96,15 @@ void NcclCommunicator::all_reduce_add_rms_norm(Backend& backend, const Tensor& o
   backend.add_rms_norm(out, residual, delta, weight, eps);
 }
 
+void NcclCommunicator::matmul_all_reduce_add_rms_norm(Backend& backend, const Tensor& out, const Tensor& residual,
+                                                      const Tensor& delta, const Tensor& x, const Tensor& w,
+                                                      const Tensor& weight, float eps) {
+  FERRY_CHECK(!failed_, "{}", failure_);
+  if (small_matmul_norm_ && small_matmul_norm_(backend, out, residual, delta, x, w, weight, eps)) return;
+  backend.matmul(delta, x, w, Tensor{});
+  all_reduce_add_rms_norm(backend, out, residual, delta, weight, eps);
+}
+
 void NcclCommunicator::all_gather_inplace(const Tensor& buf) {
   FERRY_ASSERT(buf.dtype == DType::F32 && buf.device == Device::Cuda && buf.numel() % world() == 0);
   FERRY_CHECK(!failed_, "{}", failure_);

@@ -47,6 +47,8 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum(const Tensor& x) override;
   void all_reduce_add_rms_norm(Backend& backend, const Tensor& out, const Tensor& residual, const Tensor& delta,
                                const Tensor& weight, float eps) override;
+  void matmul_all_reduce_add_rms_norm(Backend& backend, const Tensor& out, const Tensor& residual, const Tensor& delta,
+                                      const Tensor& x, const Tensor& w, const Tensor& weight, float eps) override;
   void all_gather_inplace(const Tensor& buf) override;
   void broadcast(std::vector<uint8_t>& bytes) override;
   void barrier() override;
@@ -63,6 +65,13 @@ class NcclCommunicator final : public Communicator {
   using SmallAllReduceNorm = std::function<bool(float* delta, float* residual, float* out, const float* weight,
                                                 int64_t rows, int64_t cols, float eps, CUstream_st* stream)>;
   void set_small_all_reduce_norm(SmallAllReduceNorm small) { small_norm_ = std::move(small); }
+  // And for matmul_all_reduce_add_rms_norm as a whole: `matmul_norm(backend, out, residual, delta, x, w, weight,
+  // eps)` runs the projection and the fused all-reduce + add + norm when it takes the shapes (returns true; the
+  // projection may push its rows to the peers itself), else the projection and all_reduce_add_rms_norm run.
+  using SmallMatmulAllReduceNorm =
+      std::function<bool(Backend& backend, const Tensor& out, const Tensor& residual, const Tensor& delta,
+                         const Tensor& x, const Tensor& w, const Tensor& weight, float eps)>;
+  void set_small_matmul_all_reduce_norm(SmallMatmulAllReduceNorm small) { small_matmul_norm_ = std::move(small); }
 
  private:
   [[noreturn]] void die(const std::string& why) noexcept;  // the watchdog's and the link's way out
@@ -74,6 +83,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm* comm_ = nullptr;
   SmallAllReduce small_;
   SmallAllReduceNorm small_norm_;
+  SmallMatmulAllReduceNorm small_matmul_norm_;
   std::atomic<bool> stop_{false}, failed_{false};
   std::atomic<int64_t> step_started_ns_{0};  // steady-clock ns when the current step began; 0: idle
   std::mutex fail_mu_;

@@ -123,6 +123,27 @@ void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, Nccl
     peer->run_add_rms_norm(delta, residual, out, weight, rows, cols, eps, stream);
     return true;
   });
+  // FERRY_TP_MATVEC_PUSH (default on, kLamport only): a one-token row-parallel projection on a streamed matvec
+  // pushes its output rows into the peers' slots from its epilogue, and the all-reduce only polls. Every rank
+  // decides alike: the same protocol (broadcast above), the same setting (rank 0's, below), the same shapes.
+  std::string push = env_switch(env.tp_matvec_push, "FERRY_TP_MATVEC_PUSH", true) ? "1" : "0";
+  std::vector<uint8_t> pb2(push.begin(), push.end());
+  link.broadcast(pb2);
+  if (peer->protocol() != PeerProtocol::kLamport || pb2 != std::vector<uint8_t>{'1'}) return;
+  comm.set_small_matmul_all_reduce_norm([peer](Backend& backend, const Tensor& out, const Tensor& residual,
+                                               const Tensor& delta, const Tensor& x, const Tensor& w,
+                                               const Tensor& weight, float eps) {
+    auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+    const auto f32 = [](const Tensor& t) { return t.dtype == DType::F32; };
+    if (cuda == nullptr || !f32(out) || !f32(residual) || !f32(delta) || !f32(x) || !f32(weight) ||
+        !peer->fits_add_rms_norm(delta.rows(), delta.cols()) || !cuda->matmul_pushes(x.rows(), w))
+      return false;
+    cuda->matmul_peer_push(delta, x, w, peer->push_target());
+    peer->run_add_rms_norm(static_cast<float*>(delta.data), static_cast<float*>(residual.data),
+                           static_cast<float*>(out.data), static_cast<const float*>(weight.data), delta.rows(),
+                           delta.cols(), eps, cuda->stream(), /*pushed=*/true);
+    return true;
+  });
 }
 #endif
 

@@ -16,8 +16,10 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/peer_all_reduce.h"
 #include "fixtures/numeric.h"
+#include "formats/quant.h"
 
 namespace ferry {
 namespace {
@@ -296,6 +298,109 @@ TEST(PeerAllReduce, FusedAddRmsNormMatchesHost) {
     EXPECT_FALSE(g.ranks[0]->fits_add_rms_norm(129, 1024));  // more rows than blocks
     EXPECT_FALSE(g.ranks[0]->fits_add_rms_norm(1, 4097));    // not float4 rows
   }
+}
+
+// A row-parallel projection that pushes its own rows (CudaBackend::matmul_peer_push, MatvecParams::peer_push:
+// the epilogues of matvec versions 9 and 10), then run_add_rms_norm(pushed = true), against matmul then
+// run_add_rms_norm(pushed = false) on the same inputs: delta, residual and out the same bits on every rank. One
+// CudaBackend per GPU; BF16 (version 9) 4096 x 2048 and Q8_0 (version 10) 4096 x 4096 shards; the two paths
+// alternate over 3 calls each, so pushed and self-pushed calls share the call counter and the buffer sets.
+TEST(PeerAllReduce, MatvecPushEqualsSelfPush) {
+  const int world = gpu_count();
+  if (world < 2) GTEST_SKIP() << "needs 2 GPUs, found " << world;
+  const int n = std::min(world, PeerAllReduce::kMaxWorld);
+  std::vector<std::unique_ptr<CudaBackend>> gpu;
+  std::vector<std::unique_ptr<PeerAllReduce>> peer;
+  std::vector<std::vector<DeviceBuffer>> keep(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    CK(cudaSetDevice(r));
+    CudaBackendOptions o;
+    o.device_index = r;
+    gpu.push_back(std::make_unique<CudaBackend>(o));
+    peer.push_back(std::make_unique<PeerAllReduce>(r, n));
+  }
+  std::vector<PeerAllReduce*> all;
+  for (auto& p : peer) all.push_back(p.get());
+  for (int r = 0; r < n; ++r) {
+    CK(cudaSetDevice(r));
+    peer[size_t(r)]->connect_local(all);
+  }
+  const auto upload = [&](int r, DType t, std::initializer_list<int64_t> dims, const void* data) -> Tensor {
+    EXPECT_EQ(cudaSetDevice(r), cudaSuccess);
+    const Tensor shape = Tensor::make(t, dims, nullptr);
+    keep[size_t(r)].push_back(gpu[size_t(r)]->alloc(size_t(shape.nbytes())));
+    const Tensor d = Tensor::make(t, dims, keep[size_t(r)].back().data(), Device::Cuda);
+    if (data != nullptr) gpu[size_t(r)]->copy_to_device(d, data, size_t(d.nbytes()));
+    return d;
+  };
+  const int64_t dim = 4096;
+  uint32_t seed = 300;
+  for (const auto& [t, cols] : {std::pair{DType::BF16, int64_t(2048)}, std::pair{DType::Q8_0, int64_t(4096)}}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    std::vector<Tensor> w(static_cast<size_t>(n)), x(static_cast<size_t>(n)), norm(static_cast<size_t>(n)), res_a(static_cast<size_t>(n)), res_b(static_cast<size_t>(n));
+    std::vector<Tensor> delta_a(static_cast<size_t>(n)), delta_b(static_cast<size_t>(n)), out_a(static_cast<size_t>(n)), out_b(static_cast<size_t>(n));
+    const std::vector<float> residual = test::random_floats(size_t(dim), seed++, 2.0f);
+    const std::vector<float> norm_w = test::random_floats(size_t(dim), seed++);
+    for (int r = 0; r < n; ++r) {
+      const std::vector<float> f = test::random_floats(size_t(dim * cols), seed++, 0.02f);
+      std::vector<uint8_t> bytes(size_t(dim) * row_bytes(t, cols));
+      for (int64_t i = 0; i < dim; ++i)
+        quantize_row(t, f.data() + i * cols, bytes.data() + size_t(i) * row_bytes(t, cols), cols);
+      CK(cudaSetDevice(r));
+      w[size_t(r)] = gpu[size_t(r)]->prepare_weight(Tensor::make(t, {dim, cols}, bytes.data()), keep[size_t(r)]);
+      ASSERT_TRUE(gpu[size_t(r)]->matmul_pushes(1, w[size_t(r)])) << "no streamed matvec for " << dim << "x" << cols;
+      x[size_t(r)] = upload(r, DType::F32, {1, cols}, nullptr);
+      norm[size_t(r)] = upload(r, DType::F32, {dim}, norm_w.data());
+      res_a[size_t(r)] = upload(r, DType::F32, {1, dim}, residual.data());
+      res_b[size_t(r)] = upload(r, DType::F32, {1, dim}, residual.data());
+      for (auto* v : {&delta_a, &delta_b, &out_a, &out_b}) (*v)[size_t(r)] = upload(r, DType::F32, {1, dim}, nullptr);
+    }
+    for (int call = 0; call < 3; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      for (int r = 0; r < n; ++r) {
+        const std::vector<float> xv = test::random_floats(size_t(cols), seed + uint32_t(100 * call + r));
+        CK(cudaSetDevice(r));
+        gpu[size_t(r)]->copy_to_device(x[size_t(r)], xv.data(), xv.size() * 4);
+      }
+      for (const bool pushed : {true, false}) {
+        for (int r = 0; r < n; ++r) {
+          CK(cudaSetDevice(r));
+          CudaBackend& b = *gpu[size_t(r)];
+          const Tensor& delta = (pushed ? delta_a : delta_b)[size_t(r)];
+          const Tensor& res = (pushed ? res_a : res_b)[size_t(r)];
+          const Tensor& out = (pushed ? out_a : out_b)[size_t(r)];
+          if (pushed) {
+            b.matmul_peer_push(delta, x[size_t(r)], w[size_t(r)], peer[size_t(r)]->push_target());
+          } else {
+            b.matmul(delta, x[size_t(r)], w[size_t(r)], Tensor{});
+          }
+          peer[size_t(r)]->run_add_rms_norm(delta.ptr<float>(), res.ptr<float>(), out.ptr<float>(),
+                                            norm[size_t(r)].ptr<float>(), 1, dim, 1e-5f, b.stream(), pushed);
+        }
+      }
+      for (int r = 0; r < n; ++r) {
+        CK(cudaSetDevice(r));
+        gpu[size_t(r)]->synchronize();
+        const auto get = [&](const Tensor& d) {
+          std::vector<float> v(size_t(d.numel()));
+          gpu[size_t(r)]->copy_to_host(v.data(), d, v.size() * 4);
+          return v;
+        };
+        for (const auto& [a, b, what] : {std::tuple{&delta_a, &delta_b, "delta"}, std::tuple{&res_a, &res_b, "residual"},
+                                         std::tuple{&out_a, &out_b, "out"}}) {
+          const std::vector<float> ga = get((*a)[size_t(r)]), gb = get((*b)[size_t(r)]);
+          EXPECT_EQ(std::memcmp(ga.data(), gb.data(), ga.size() * 4), 0)
+              << what << " on rank " << r << ": rel L2 " << test::rel_l2(ga, gb);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    CK(cudaSetDevice(r));
+    peer[size_t(r)].reset();
+    gpu[size_t(r)].reset();
+  }
+  CK(cudaSetDevice(0));
 }
 
 }  // namespace

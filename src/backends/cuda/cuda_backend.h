@@ -23,6 +23,7 @@
 #include <string>
 
 #include "backends/cuda/matmul_dispatch.h"
+#include "backends/cuda/peer_all_reduce.h"
 #include "ferry/sampling.h"
 #include "ops/backend.h"
 
@@ -171,6 +172,11 @@ class CudaBackend final : public Backend {
   void rms_norm_matmul(const Tensor& out, const Tensor& normed, const Tensor& x, const Tensor& norm_weight, float eps,
                        const Tensor& w, const Tensor& bias) override;
   bool norm_in_matmul(int64_t n_tokens, const Tensor& w) const override;
+  // Tensor parallelism's row-parallel projections before a peer all-reduce (engine/tp_setup): whether matmul at n
+  // tokens on w runs a streamed matvec (versions 9, 10) whose epilogue can push its rows to the peers, and that
+  // matmul with the push (MatvecParams::peer_push; out (1, w.rows()) f32, x (1, w.cols()) f32).
+  bool matmul_pushes(int64_t n_tokens, const Tensor& w) const;
+  void matmul_peer_push(const Tensor& out, const Tensor& x, const Tensor& w, const PeerAllReduce::PushTarget& target);
   // At one token on Q8_0/Q4_0 with the shapes decode_ffn.cuh compiles: one launch (decode_ffn_applies); delta and
   // gate_up are left unwritten. Otherwise Backend's composition.
   void attn_out_ffn(const AttnOutFfn& a) override;

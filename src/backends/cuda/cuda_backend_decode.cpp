@@ -100,6 +100,47 @@ void CudaBackend::rms_norm_matmul(const Tensor& out, const Tensor& normed, const
                    stream_);
 }
 
+bool CudaBackend::matmul_pushes(int64_t n_tokens, const Tensor& w) const {
+  if (n_tokens != 1) return false;
+  // The kernels whose epilogue stores through v7::store_row: version 10 (quantized) and version 9 on 16-bit weights
+  // (version 9 on quantized weights is matvec_stream_quant's kernel, which does not push).
+  const MatmulChoice choice = choose_matmul(1, w, Tensor{});
+  const bool wide = w.dtype == DType::BF16 || w.dtype == DType::F16;
+  return choice.path == cuda_ops::MatmulPath::Matvec &&
+         (choice.matvec_version == 10 || (choice.matvec_version == 9 && wide)) &&
+         w.rows() <= int64_t(PeerAllReduce::kMaxBytes / 4);
+}
+
+void CudaBackend::matmul_peer_push(const Tensor& out, const Tensor& x, const Tensor& w,
+                                   const PeerAllReduce::PushTarget& target) {
+  FERRY_CHECK(matmul_pushes(x.rows(), w), "matmul_peer_push: matmul at {} tokens on {} {}x{} runs no streamed matvec",
+              x.rows(), dtype_name(w.dtype), w.rows(), w.cols());
+  require_cuda(out, "matmul_peer_push output");
+  require_cuda(x, "matmul_peer_push input");
+  require_cuda(w, "matmul_peer_push weight");
+  FERRY_ASSERT(x.dtype == DType::F32 && out.dtype == DType::F32 && x.rows() == 1 && x.cols() == w.cols() &&
+               out.numel() == w.rows() && target.counter != nullptr);
+  const int version = choose_matmul(1, w, Tensor{}).matvec_version;
+  const cuda_ops::OpProfiler::Scope prof(
+      profiler_.get(),
+      profiler_ ? fmt::format("matmul+peer push matvec v{} {} {}x{} n=1", version, dtype_name(w.dtype), w.rows(),
+                              w.cols())
+                : std::string(),
+      double(w.nbytes()));
+  cuda_ops::MatvecPeerPush push{.set_stride = target.set_stride, .counter = target.counter};
+  static_assert(cuda_ops::MatvecPeerPush::kMaxRanks == PeerAllReduce::kMaxWorld);
+  for (int q = 0; q < PeerAllReduce::kMaxWorld; ++q) push.slot[q] = target.slot[q];
+  // As matmul(): a quantized weight's version 9 reads its activations from version 5's pre-pass scratch.
+  const size_t scratch = cuda_ops::matvec_scratch_bytes(w.dtype, version, 1, w.cols());
+  if (scratch > 0) ensure(x_bf16_, scratch);
+  cuda_ops::matvec(w.dtype,
+                   {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr, .out = out.ptr<float>(), .n_tokens = 1,
+                    .version = version, .scratch = scratch > 0 ? x_bf16_.data() : nullptr,
+                    .stamps = matvec_stamps("matvec+push", w), .stream = weight_stream(w.dtype),
+                    .one_level_acts = options_.one_level_acts, .peer_push = push},
+                   stream_);
+}
+
 bool CudaBackend::decode_ffn_applies(const AttnOutFfn& a) const {
   if (!options_.decode_ffn || a.attn.rows() != 1 || a.attn.dtype != DType::F32 || a.out.dtype != DType::F32 ||
       a.next_norm.empty())

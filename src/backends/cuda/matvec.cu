@@ -296,6 +296,13 @@ void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0);
   FERRY_CUDA_REQUIRE(p.version == 2 || p.version == 5 || p.version == 7 || p.version == 9 || p.version == 10);
+  // The peer push exists in the kernels that store through v7::store_row: never a silent fallback without it (a
+  // peer would wait for values that never come).
+  const bool quant_w = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1 || wtype == DType::Q4_K;
+  FERRY_CUDA_REQUIRE(p.peer_push.counter == nullptr ||
+                     (p.n_tokens == 1 && p.add_norm.residual == nullptr &&
+                      ((p.version == 10 && matvec_v10_applies(wtype, 1, p.w.rows, p.w.cols)) ||
+                       (p.version == 9 && !quant_w && matvec_stream_applies(wtype, 1, p.w.rows, p.w.cols, true)))));
   // The norm prologue and the deferred residual add exist in version 10 only: never a silent fallback without them.
   FERRY_CUDA_REQUIRE((p.in_norm.residual == nullptr && p.residual_add.residual == nullptr) ||
                      (p.version == 10 && matvec_v10_applies(wtype, p.n_tokens, p.w.rows, p.w.cols)));

@@ -71,6 +71,19 @@ struct MatvecResidualAdd {
   bool add_out = false;          // then the row's output too: residual[r] = (residual[r] + delta[r]) + out[r]
 };
 
+// The output rows pushed into the peers' slots of the one-shot all-reduce that follows the projection
+// (peer_all_reduce.h, kLamport), each as it is stored: row r's value, canonicalized (+ 0.0f), to slot[q] + set *
+// set_stride + r for every peer q, where set = (*counter + 1) & 1 (the call's buffer set: the counter holds the
+// last completed call's generation, read after the PDL wait). The all-reduce then only polls (run_add_rms_norm's
+// `pushed`), so the values cross NVLink while the projection's last blocks and the kernel boundary run. Versions 9
+// and 10 at one token, not with SwiGLU.
+struct MatvecPeerPush {
+  static constexpr int kMaxRanks = 8;
+  float* slot[kMaxRanks] = {};        // per rank q: q's slot of this rank (set 0) as mapped here; null: this rank
+  int64_t set_stride = 0;             // floats from set 0 to set 1
+  const uint32_t* counter = nullptr;  // the all-reduce's call counter; null: off
+};
+
 struct MatvecParams {
   WeightView w;        // (n_out, n_in) prepared weight (weight_layout.cuh), dtype given separately
   const float* x;      // (n, n_in) f32, rows contiguous, 16-byte aligned
@@ -90,6 +103,7 @@ struct MatvecParams {
   // max|x| / 127 q, llama.cpp's q8_1 and the CPU fast path's precision: ~5e-3 relative) instead of two (~2e-5):
   // half the dp4a, a lighter prologue. Ignored elsewhere.
   bool one_level_acts = false;
+  MatvecPeerPush peer_push{};  // versions 9 and 10 at one token: the output rows also pushed to the peers
 };
 
 // Device scratch bytes MatvecParams::scratch needs for (weight type, version, n tokens, n_in); 0 when none.

@@ -24,10 +24,22 @@
 namespace ferry::cuda_ops::v7 {
 
 // Output row `row` of the matvec, y (the warps' partials added, + bias): written to out and, with the epilogue on,
-// added into the residual (residual + y, the one rounding add_rms_norm's residual + delta makes).
+// added into the residual (residual + y, the one rounding add_rms_norm's residual + delta makes); with
+// MatvecParams::peer_push also stored (volatile, system scope) into every peer's all-reduce slot.
 __device__ __forceinline__ void store_row(const MatvecParams& p, int64_t row, float y) {
   p.out[row] = y;
   if (p.add_norm.residual != nullptr) p.add_norm.residual[row] += y;
+  if (p.peer_push.counter != nullptr) {
+    const int64_t set = int64_t((__ldcg(p.peer_push.counter) + 1u) & 1u);
+    const float c = y + 0.0f;  // -0.0 is the slots' "not landed" sentinel
+#pragma unroll
+    for (int q = 0; q < MatvecPeerPush::kMaxRanks; ++q) {
+      float* slot = p.peer_push.slot[q];
+      if (slot != nullptr)
+        asm volatile("st.volatile.global.f32 [%0], %1;" ::"l"(slot + set * p.peer_push.set_stride + row), "f"(c)
+                     : "memory");
+    }
+  }
 }
 
 __device__ __forceinline__ uint32_t add_norm_bf16x2(float lo, float hi) {

@@ -229,12 +229,13 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(T* __restrict
 // cols <= kThreads * 4 * kV. The weight (constant) is requested before the PDL wait, the residual with delta right
 // after it: their round trips overlap the wait and the peers' values instead of following them.
 //   delta, residual, out: [rows, cols] f32 row-major (16-byte aligned, cols % 4 == 0); weight: [cols] f32.
+// pushed (kLamport): the previous kernel stored delta into the peers' slots already (MatvecParams::peer_push).
 template <PeerProtocol kP, int kV>
 __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* __restrict__ delta, float4* residual,
                                                                         float4* out, const float4* weight, int64_t vecs,
                                                                         float eps, const __grid_constant__ PeerPtrs p,
                                                                         uint32_t* counter, uint32_t* done, int rank,
-                                                                        int world, int64_t max_units,
+                                                                        int world, int64_t max_units, bool pushed,
                                                                         unsigned long long* log) {
   PhaseClock clk;
   clk.mark(log, kEntry);
@@ -260,7 +261,7 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
   const uint32_t gen = begin_call(counter);
   clk.mark(log, kInputs);
   const int set = int(gen & 1u);
-  for (int q = 0; q < world; ++q) {
+  for (int q = 0; q < world && !pushed; ++q) {
     if (q == rank) continue;
     float4* slot = reinterpret_cast<float4*>(p.data[q]) + (int64_t(set) * world + rank) * max_units + lo;
 #pragma unroll
@@ -277,25 +278,60 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
   clk.mark(log, kPushed);
   if constexpr (kP == PeerProtocol::kFlags) signal_and_wait(p, rank, world, b, gen);
   float4* mine = reinterpret_cast<float4*>(p.data[rank]) + int64_t(set) * world * max_units + lo;
-  // Rank r's term of element group j: this rank's own delta, or the peer's from this rank's buffer.
-  const auto term = [&](int r, int i, int64_t j) {
-    if (r == rank) return d[i];
-    if constexpr (kP == PeerProtocol::kLamport) return take(mine + int64_t(r) * max_units + j);
-    return __ldcg(mine + int64_t(r) * max_units + j);
-  };
+  // The sum in rank order, one rank's kV terms at a time. A peer's terms are requested together (kLamport: polled
+  // together until none is the sentinel, then given it back), so a peer costs one L2 round trip, not kV in a row
+  // (polling them one by one held ~3.7 us of a call in a decode step: session 15's phase log).
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 acc[kV];
+  for (int r = 0; r < world; ++r) {
+    float4 t[kV];
+    float4* src = mine + int64_t(r) * max_units;
+    if (r == rank) {
+#pragma unroll
+      for (int i = 0; i < kV; ++i) t[i] = d[i];
+    } else if constexpr (kP == PeerProtocol::kLamport) {
+#pragma unroll
+      for (int i = 0; i < kV; ++i) {
+        const int64_t j = threadIdx.x + int64_t(i) * kThreads;
+        t[i] = j < vecs ? ld_volatile(src + j) : zero;
+      }
+      for (bool landed = false; !landed;) {
+        landed = true;
+#pragma unroll
+        for (int i = 0; i < kV; ++i) {
+          const int64_t j = threadIdx.x + int64_t(i) * kThreads;
+          if (j < vecs && empty(t[i])) {
+            t[i] = ld_volatile(src + j);
+            landed = false;
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kV; ++i) {
+        const int64_t j = threadIdx.x + int64_t(i) * kThreads;
+        if (j < vecs) src[j] = sentinel<float4>();  // after this thread's loads of it: for the call two later
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kV; ++i) {
+        const int64_t j = threadIdx.x + int64_t(i) * kThreads;
+        t[i] = j < vecs ? __ldcg(src + j) : zero;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kV; ++i) acc[i] = r == 0 ? t[i] : add(acc[i], t[i]);
+  }
   float ss = 0.0f;
   float4 v[kV];
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
     const int64_t j = threadIdx.x + int64_t(i) * kThreads;
     if (j >= vecs) {
-      v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      v[i] = zero;
       continue;
     }
-    float4 acc = term(0, i, j);
-    for (int r = 1; r < world; ++r) acc = add(acc, term(r, i, j));
-    delta[lo + j] = acc;
-    v[i] = add(res[i], acc);
+    delta[lo + j] = acc[i];
+    v[i] = add(res[i], acc[i]);
     residual[lo + j] = v[i];
     ss = fmaf(v[i].x, v[i].x, ss);
     ss = fmaf(v[i].y, v[i].y, ss);
@@ -473,9 +509,19 @@ bool PeerAllReduce::fits_add_rms_norm(int64_t rows, int64_t cols) const {
          fits(size_t(rows * cols));
 }
 
+PeerAllReduce::PushTarget PeerAllReduce::push_target() const {
+  FERRY_CUDA_REQUIRE(connected_ && protocol_ == PeerProtocol::kLamport);
+  PushTarget t;
+  for (int q = 0; q < world_; ++q)
+    if (q != rank_) t.slot[q] = static_cast<float*>(peers_[size_t(q)]) + size_t(rank_) * max_elems_;
+  t.set_stride = int64_t(world_) * int64_t(max_elems_);
+  t.counter = flags_of(buffer_, world_, max_elems_) + flag_count(world_);
+  return t;
+}
+
 void PeerAllReduce::run_add_rms_norm(float* delta, float* residual, float* out, const float* weight, int64_t rows,
-                                     int64_t cols, float eps, CUstream_st* stream) {
-  FERRY_CUDA_REQUIRE(connected_ && fits_add_rms_norm(rows, cols));
+                                     int64_t cols, float eps, CUstream_st* stream, bool pushed) {
+  FERRY_CUDA_REQUIRE(connected_ && fits_add_rms_norm(rows, cols) && (!pushed || protocol_ == PeerProtocol::kLamport));
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   FERRY_CUDA_REQUIRE(aligned(delta) && aligned(residual) && aligned(out) && aligned(weight));
   const PeerPtrs p = peer_ptrs(peers_, world_, max_elems_);
@@ -486,7 +532,7 @@ void PeerAllReduce::run_add_rms_norm(float* delta, float* residual, float* out, 
     cuda_ops::launch_pdl(peer_all_reduce_norm_kernel<kP, kV>, dim3(unsigned(rows)), dim3(kThreads), 0, stream,
                          reinterpret_cast<float4*>(delta), reinterpret_cast<float4*>(residual),
                          reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(weight), vecs, eps, p, counter,
-                         counter + 1, rank_, world_, max_units, log);
+                         counter + 1, rank_, world_, max_units, pushed, log);
   };
   const auto by_width = [&]<PeerProtocol kP>() {
     if (vecs <= kThreads) go.template operator()<kP, 1>();

@@ -72,10 +72,22 @@ class PeerAllReduce {
   //   delta += the other ranks' delta (rank order); residual += delta; out = residual / rms(residual) * weight.
   // delta, residual, out: [rows, cols] f32 row-major; weight: [cols] f32; all 16-byte aligned, in this rank's
   // device memory. Same call-sequence rule as run() (the two share the call counter).
+  // pushed (kLamport only): the kernel that wrote delta also stored it into the peers' slots of this call
+  // (push_target(), MatvecParams::peer_push), so this call only polls for the peers' values.
   static constexpr int64_t kNormMaxCols = 8192;
   bool fits_add_rms_norm(int64_t rows, int64_t cols) const;
   void run_add_rms_norm(float* delta, float* residual, float* out, const float* weight, int64_t rows, int64_t cols,
-                        float eps, CUstream_st* stream);
+                        float eps, CUstream_st* stream, bool pushed = false);
+
+  // Where a kernel pushes this rank's values of the next call itself (kLamport): per rank q, q's slot of this rank
+  // in set 0 as mapped on this device (null for this rank), the floats between the two sets, and this rank's
+  // call counter (the next call's set is (*counter + 1) & 1 once the previous call has completed).
+  struct PushTarget {
+    float* slot[kMaxWorld] = {};
+    int64_t set_stride = 0;
+    const uint32_t* counter = nullptr;
+  };
+  PushTarget push_target() const;
 
   // Diagnostics (FERRY_CUDA_STAMPS): block 0 of every later call writes the global timer at its phase points
   // (entry, the PDL wait released, inputs and call counter read, pushed, every peer's values in, done) into a
