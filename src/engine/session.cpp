@@ -9,7 +9,15 @@ namespace ferry {
 Session::Session(LlamaModel& model, BlockPool& pool, int32_t max_context)
     : model_(model), pool_(pool), max_context_(max_context) {}
 
-Session::~Session() { table_.release_all(pool_); }
+Session::~Session() {
+  // A decode step still in flight writes its K/V row into this table's blocks: collect it before the blocks go back
+  // to the pool (generate() drops its steps itself; only a failure inside that drop leaves one here).
+  try {
+    while (!inflight_.empty()) collect_decode();
+  } catch (...) {  // a destructor does not throw: the failed step's error was the one reported
+  }
+  table_.release_all(pool_);
+}
 
 void Session::reset() {
   drop_decode();
