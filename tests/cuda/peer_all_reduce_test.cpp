@@ -55,7 +55,9 @@ int gpu_count() {
   return n;
 }
 
-void make_group(Group& g, int world, PeerProtocol protocol) {
+// Every visible GPU (up to kMaxWorld) as one group under `protocol`.
+void make_group(Group& g, PeerProtocol protocol) {
+  const int world = std::min(gpu_count(), PeerAllReduce::kMaxWorld);
   g.world = world;
   g.cap = PeerAllReduce::kMaxBytes / 4;
   g.room = 4 * g.cap + 4;
@@ -116,13 +118,20 @@ std::vector<std::vector<float>> inputs(int world, size_t n, uint32_t seed) {
   return in;
 }
 
+// Every rank's all-reduce of n values at x[r] + offset, enqueued on its stream.
+void run_all(Group& g, size_t n, size_t offset = 0) {
+  for (int r = 0; r < g.world; ++r) {
+    CK(cudaSetDevice(r));
+    g.ranks[size_t(r)]->run(g.x[size_t(r)] + offset, n, g.streams[size_t(r)]);
+  }
+}
+
 TEST(PeerAllReduce, EagerSizesMatchHostSumOnEveryRank) {
-  const int world = gpu_count();
-  if (world < 2) GTEST_SKIP() << "needs 2 GPUs, found " << world;
+  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpu_count();
   for (const PeerProtocol protocol : kProtocols) {
     SCOPED_TRACE(name(protocol));
     Group g;
-    make_group(g, std::min(world, PeerAllReduce::kMaxWorld), protocol);
+    make_group(g, protocol);
     std::vector<size_t> sizes;
     for (size_t t = 1; t <= 32; ++t) sizes.push_back(t * 4096);
     for (size_t n : {size_t(1), size_t(3), size_t(5), size_t(257), size_t(4097), size_t(12345), size_t(65537)})
@@ -133,10 +142,7 @@ TEST(PeerAllReduce, EagerSizesMatchHostSumOnEveryRank) {
         ASSERT_TRUE(g.ranks[0]->fits(n));
         const auto in = inputs(g.world, n, seed++);
         upload(g, in, offset);
-        for (int r = 0; r < g.world; ++r) {
-          CK(cudaSetDevice(r));
-          g.ranks[size_t(r)]->run(g.x[size_t(r)] + offset, n, g.streams[size_t(r)]);
-        }
+        run_all(g, n, offset);
         expect_all_equal(g, host_sum(in, protocol), offset, "eager");
         if (HasFatalFailure()) return;
       }
@@ -149,12 +155,11 @@ TEST(PeerAllReduce, EagerSizesMatchHostSumOnEveryRank) {
 // Signed zeros and infinities among the values: kLamport's sentinel is -0.0, so a pushed -0.0 must not be taken
 // for "not landed yet" (it would hang) and must sum as +0.0; every other value passes unchanged.
 TEST(PeerAllReduce, SignedZerosAndSpecialValuesArrive) {
-  const int world = gpu_count();
-  if (world < 2) GTEST_SKIP() << "needs 2 GPUs, found " << world;
+  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpu_count();
   for (const PeerProtocol protocol : kProtocols) {
     SCOPED_TRACE(name(protocol));
     Group g;
-    make_group(g, std::min(world, PeerAllReduce::kMaxWorld), protocol);
+    make_group(g, protocol);
     for (size_t n : {size_t(4096), size_t(4099)}) {  // float4 path and scalar path
       auto in = inputs(g.world, n, 900u + uint32_t(n));
       for (int r = 0; r < g.world; ++r)
@@ -164,10 +169,7 @@ TEST(PeerAllReduce, SignedZerosAndSpecialValuesArrive) {
       in[1][6] = -INFINITY;
       for (int r = 0; r < g.world; ++r) in[size_t(r)][n - 1] = -0.0f;  // every rank: -0.0 (+0.0 under kLamport)
       upload(g, in, 0);
-      for (int r = 0; r < g.world; ++r) {
-        CK(cudaSetDevice(r));
-        g.ranks[size_t(r)]->run(g.x[size_t(r)], n, g.streams[size_t(r)]);
-      }
+      run_all(g, n);
       expect_all_equal(g, host_sum(in, protocol), 0, "special values");
       if (HasFatalFailure()) return;
     }
@@ -178,12 +180,11 @@ TEST(PeerAllReduce, SignedZerosAndSpecialValuesArrive) {
 // address) captured once per rank, replayed 100 times with new inputs each time, eager calls in between
 // (the call counter lives on the device, so the graph must keep working after them).
 TEST(PeerAllReduce, CapturedGraphReplaysWithChangingInputs) {
-  const int world = gpu_count();
-  if (world < 2) GTEST_SKIP() << "needs 2 GPUs, found " << world;
+  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpu_count();
   for (const PeerProtocol protocol : kProtocols) {
     SCOPED_TRACE(name(protocol));
     Group g;
-    make_group(g, std::min(world, PeerAllReduce::kMaxWorld), protocol);
+    make_group(g, protocol);
     struct Part {
       size_t offset, n;
     };
@@ -215,10 +216,7 @@ TEST(PeerAllReduce, CapturedGraphReplaysWithChangingInputs) {
       if (it % 10 == 3) {  // an eager call of another size between replays
         const auto e = inputs(g.world, 4096 * 2 + 4, 5000u + uint32_t(it));
         upload(g, e, 0);
-        for (int r = 0; r < g.world; ++r) {
-          CK(cudaSetDevice(r));
-          g.ranks[size_t(r)]->run(g.x[size_t(r)], e[0].size(), g.streams[size_t(r)]);
-        }
+        run_all(g, e[0].size());
         expect_all_equal(g, host_sum(e, protocol), 0, "eager between replays");
         if (HasFatalFailure()) return;
       }
@@ -235,12 +233,11 @@ TEST(PeerAllReduce, CapturedGraphReplaysWithChangingInputs) {
 // (the device's sum of squares runs in another order than the host's double one); out is the same bits on every
 // rank. Plain run() calls in between share the call counter.
 TEST(PeerAllReduce, FusedAddRmsNormMatchesHost) {
-  const int world = gpu_count();
-  if (world < 2) GTEST_SKIP() << "needs 2 GPUs, found " << world;
+  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpu_count();
   for (const PeerProtocol protocol : kProtocols) {
     SCOPED_TRACE(name(protocol));
     Group g;
-    make_group(g, std::min(world, PeerAllReduce::kMaxWorld), protocol);
+    make_group(g, protocol);
     struct Shape {
       int64_t rows, cols;
     };
@@ -287,10 +284,7 @@ TEST(PeerAllReduce, FusedAddRmsNormMatchesHost) {
       // A plain all-reduce after it (same counter).
       const auto e = inputs(g.world, 4096, seed++);
       upload(g, e, 0);
-      for (int r = 0; r < g.world; ++r) {
-        CK(cudaSetDevice(r));
-        g.ranks[size_t(r)]->run(g.x[size_t(r)], e[0].size(), g.streams[size_t(r)]);
-      }
+      run_all(g, e[0].size());
       expect_all_equal(g, host_sum(e, protocol), 0, "plain after fused");
       if (HasFatalFailure()) return;
     }
