@@ -34,19 +34,20 @@ constexpr int kDecodeSteps = 8;
 
 std::string fixture(const std::string& name) { return test::source_dir() + "/tests/fixtures/models/" + name; }
 
-std::unique_ptr<Backend> make_backend(bool fused, CpuKernels kernels) {
+std::unique_ptr<Backend> make_backend(bool fused, CpuKernels kernels, bool norm_in_matmul = false) {
   CpuBackendOptions o;
   o.kernels = kernels;
   o.n_threads = 1;
   o.simd = detect_simd();
-  if (fused) return std::make_unique<test::FusingCpuBackend>(o);
+  if (fused) return std::make_unique<test::FusingCpuBackend>(o, norm_in_matmul);
   return std::make_unique<CpuBackend>(o);
 }
 
-RankModel make_rank(const ModelFile& f, int rank, int world, Communicator* comm, bool fused, CpuKernels kernels) {
+RankModel make_rank(const ModelFile& f, int rank, int world, Communicator* comm, bool fused, CpuKernels kernels,
+                    bool norm_in_matmul = false) {
   const ShardPlan plan = make_shard_plan(f.config, rank, world);
   RankModel rm;
-  rm.backend = make_backend(fused, kernels);
+  rm.backend = make_backend(fused, kernels, norm_in_matmul);
   ModelWeights w = load_sharded_weights(plan, *f.weights, f.gguf_names, *rm.backend);
   rm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *rm.backend, KvCacheShape{kBlocks, kBlock}, 64,
                                           ParallelContext{comm, plan.vocab});
@@ -132,6 +133,29 @@ INSTANTIATE_TEST_SUITE_P(Models, FusedProjections,
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });
+
+// Each layer's attention norm inside its q|k|v projection (Backend::norm_in_matmul, CUDA's path at one token): a
+// CPU backend that claims it at every step makes the model start every layer with rms_norm_matmul and end every
+// layer but the last without next_norm (the residual complete, xb left to the next layer). Same logits as the fused
+// path (rel L2 <= 1e-6: the same ops on the same values), and the counters show that path ran at every step.
+TEST(FusedProjections, NormInProjectionMatchesFused) {
+  for (const char* name : {"tiny-llama", "tiny-qwen2", "tiny-qwen3"}) {
+    SCOPED_TRACE(name);
+    const ModelFile f = open_model(fixture(name));
+    RankModel ref = make_rank(f, 0, 1, nullptr, true, CpuKernels::Fast);
+    const RunResult want = run_model(*ref.model, f.config.vocab_size);
+    RankModel got = make_rank(f, 0, 1, nullptr, true, CpuKernels::Fast, /*norm_in_matmul=*/true);
+    const RunResult have = run_model(*got.model, f.config.vocab_size);
+    ASSERT_EQ(have.logits.size(), want.logits.size());
+    EXPECT_LE(test::rel_l2(have.logits, want.logits), 1e-6);
+    EXPECT_EQ(have.greedy, want.greedy);
+    const auto* backend = dynamic_cast<const test::FusingCpuBackend*>(got.backend.get());
+    ASSERT_NE(backend, nullptr);
+    const int steps = 1 + kDecodeSteps, layers = f.config.n_layers;
+    EXPECT_EQ(backend->norm_matmuls, layers * steps);
+    EXPECT_EQ(backend->tails_without_norm, (layers - 1) * steps);
+  }
+}
 
 // The fused load keeps one wqkv / w_gate_up per layer (and bqkv where the file has biases), not the separate
 // tensors; `named` lists the file's tensors as the unfused load does.
