@@ -38,7 +38,7 @@
 #              flags, 8B BF16 tg128 at --tp 2), TP=1 on each GPU alone (is one of them slower?), then one run of
 #              each protocol with FERRY_CUDA_STAMPS=1: every rank's per-call phase medians (peer_all_reduce.h).
 # push:        the row-parallel matvecs pushing their rows to the peers from their epilogue (FERRY_TP_MATVEC_PUSH 1 /
-#              0 / 1 / 0, 8B BF16 tg128 at --tp 2, lamport), then one run with FERRY_CUDA_STAMPS=1 (phase medians).
+#              0 / 1 / 0, 8B BF16 tg128 at --tp 2, lamport), then one run of each with FERRY_CUDA_STAMPS=1.
 # trace:       CUPTI kernel timelines (bench/trace, libferry_kernel_trace.so) of 8B BF16 batch-1 generation at --tp 1
 #              and --tp 2 (peer all-reduce), one file per process (FERRY_KERNEL_TRACE's %p), each summarized by
 #              trace_summary.py: a layer slot by slot, so the kernels whose share does not halve at TP=2 show.
@@ -309,31 +309,29 @@ if on 70b && fits 70b 200; then
   row "70B bf16 file-less tg128 --tp 2 peer" "$r (wall $(( $(date +%s) - s )) s incl. load and 3 x 128 tokens)"
 fi
 
+# tp2_ab NAME VAR VALUE...: 8B BF16 tg128 at --tp 2 (peer all-reduce) with VAR at each VALUE in turn, then one run
+# per distinct value with FERRY_CUDA_STAMPS=1: each rank's all-reduce phase medians.
+tp2_ab() {
+  local name=$1 var=$2 i=0 v; shift 2
+  for v in "$@"; do
+    i=$((i + 1))
+    row "8B bf16 tg128 --tp 2 peer, $var=$v" \
+      "$(export "$var=$v" FERRY_TP_ALLREDUCE=peer; bench_tg 2 "${name}_${v}_$i" -m "$M8" -r 3 | tr '\n' ' ')"
+  done
+  for v in $(printf '%s\n' "$@" | sort -u); do
+    (export "$var=$v" FERRY_TP_ALLREDUCE=peer FERRY_CUDA_STAMPS=1; bench_tg 2 "${name}_stamps_$v" -m "$M8" -r 1) > /dev/null
+    grep -E "^peer all-reduce rank" "$OUT/${name}_stamps_$v.log" | while read -r l; do row "phases ($var=$v)" "$l"; done
+  done
+}
+
 if on protocol && fits protocol 240; then
   row "8B bf16 tg128 --tp 1, GPU 0" "$(bench_tg 1 proto_tp1_gpu0 -m "$M8" -r 3 | tr '\n' ' ')"
   row "8B bf16 tg128 --tp 1, GPU 1" "$(CUDA_VISIBLE_DEVICES=1 bench_tg 1 proto_tp1_gpu1 -m "$M8" -r 3 | tr '\n' ' ')"
-  i=0
-  for p in lamport flags lamport flags; do
-    i=$((i + 1))
-    row "8B bf16 tg128 --tp 2 peer, $p" \
-      "$(FERRY_TP_ALLREDUCE=peer FERRY_TP_PEER_PROTOCOL=$p bench_tg 2 "proto_${p}_$i" -m "$M8" -r 3 | tr '\n' ' ')"
-  done
-  for p in lamport flags; do
-    FERRY_CUDA_STAMPS=1 FERRY_TP_ALLREDUCE=peer FERRY_TP_PEER_PROTOCOL=$p bench_tg 2 "proto_stamps_$p" -m "$M8" -r 1 \
-      > /dev/null
-    grep -E "^peer all-reduce rank" "$OUT/proto_stamps_$p.log" | while read -r l; do row "phases ($p)" "$l"; done
-  done
+  tp2_ab proto FERRY_TP_PEER_PROTOCOL lamport flags lamport flags
 fi
 
-if on push && fits push 120; then
-  i=0
-  for v in 1 0 1 0; do
-    i=$((i + 1))
-    row "8B bf16 tg128 --tp 2 peer, FERRY_TP_MATVEC_PUSH=$v" \
-      "$(FERRY_TP_ALLREDUCE=peer FERRY_TP_MATVEC_PUSH=$v bench_tg 2 "push_${v}_$i" -m "$M8" -r 3 | tr '\n' ' ')"
-  done
-  FERRY_CUDA_STAMPS=1 FERRY_TP_ALLREDUCE=peer FERRY_TP_MATVEC_PUSH=1 bench_tg 2 push_stamps -m "$M8" -r 1 > /dev/null
-  grep -E "^peer all-reduce rank" "$OUT/push_stamps.log" | while read -r l; do row "phases (push)" "$l"; done
+if on push && fits push 150; then
+  tp2_ab push FERRY_TP_MATVEC_PUSH 1 0 1 0
 fi
 
 if on trace && fits trace 120; then
