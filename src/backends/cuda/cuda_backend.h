@@ -93,10 +93,10 @@ struct CudaBackendOptions {
   // bits (H200 tg128 in-call: +2% Q8_0, within the noise on Q4_0); false: Backend's composition
   // (FERRY_CUDA_PROLOGUE_NORM=0, comparisons).
   bool prologue_norm = true;
-  // With prologue_norm: the layer's attention norm too, in the q|k|v matvec's prologue (rms_norm_matmul,
-  // norm_in_matmul): the previous layer's down matvec adds its output into the residual row by row
-  // (MatvecResidualAdd::add_out) and the add_rms_norm launch between the layers goes; the same bits.
-  // FERRY_CUDA_QKV_NORM=0: that launch stays.
+  // With prologue_norm (and neither decode_ffn nor fused_add_norm): the layer's attention norm too, in the q|k|v
+  // matvec's prologue (rms_norm_matmul, norm_in_matmul): the previous layer's down matvec adds its output into the
+  // residual row by row (MatvecResidualAdd::add_out) and the add_rms_norm launch between the layers goes; the same
+  // bits. FERRY_CUDA_QKV_NORM=0: that launch stays.
   bool qkv_norm = true;
   // Streamed matvecs: at most this many ring stages (~15-18 KB each at the Llama-3-8B shapes) in flight per block;
   // 0: a stage whenever a slot is free. MatvecParams::ring_inflight; FERRY_CUDA_RING_INFLIGHT (quantized weights,

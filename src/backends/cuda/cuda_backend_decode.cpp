@@ -63,7 +63,11 @@ void CudaBackend::matmul_add_rms_norm(const Tensor& out, const Tensor& residual,
 }
 
 bool CudaBackend::norm_in_matmul(int64_t n_tokens, const Tensor& w) const {
-  if (n_tokens != 1 || !options_.qkv_norm || !options_.prologue_norm) return false;
+  // Only with the layer tail that can end without the next norm (attn_out_ffn's prologue-norm form): the persistent
+  // decode_ffn kernel and the fused add + norm epilogue compute that norm themselves.
+  if (n_tokens != 1 || !options_.qkv_norm || !options_.prologue_norm || !options_.quant_swiglu ||
+      options_.fused_add_norm || options_.decode_ffn)
+    return false;
   // Where matmul would run version 10 on w anyway (its lane math: same bits as rms_norm then matmul).
   const MatmulChoice choice = choose_matmul(1, w, Tensor{});
   return choice.path == cuda_ops::MatmulPath::Matvec && choice.matvec_version == 10 &&
