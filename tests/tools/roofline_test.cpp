@@ -161,20 +161,20 @@ TEST(Roofline, MeasuredCpuCeilingsArePlausible) {
   const CpuCeilingsReport r = measure_cpu_ceilings(2, detect_simd());
   EXPECT_EQ(r.threads, 2);
   // Any machine that runs the suite reads more than 0.5 GB/s and less than 10 TB/s, and does between
-  // 1 GFLOP/s and 100 TFLOP/s of f32 FMA on 2 threads. Under AddressSanitizer every load of the read loop is
-  // checked: what it measures is the instrumentation (0.38 GB/s on a 2-core machine), so only the release run
-  // holds the lower bound.
-  if (!test::kAddressSanitizer) {
-    EXPECT_GT(r.ceilings.bytes_per_s, 5e8);
-  }
+  // 1 GFLOP/s and 100 TFLOP/s of f32 FMA on 2 threads. The sanitizer run is a Debug (-O0) build under
+  // AddressSanitizer: every load of the read loop is checked (0.38 GB/s on a 2-core machine), and the FMA
+  // loop's accumulators live on the stack, each step a checked load and store (0.94 GFLOP/s in CI while
+  // other tests ran). There the lower bounds are 10x looser: they still catch a unit error (1e3 or 1e9 off).
+  const double floor_scale = test::kAddressSanitizer ? 0.1 : 1.0;
+  EXPECT_GT(r.ceilings.bytes_per_s, floor_scale * 5e8);
   EXPECT_LT(r.ceilings.bytes_per_s, 1e13);
-  EXPECT_GT(r.ceilings.flops_per_s, 1e9);
+  EXPECT_GT(r.ceilings.flops_per_s, floor_scale * 1e9);
   EXPECT_LT(r.ceilings.flops_per_s, 1e14);
   EXPECT_GE(r.buffer_bytes, 64.0 * (1 << 20));
   if (r.llc_bytes > 0 && r.llc_bytes < 128.0 * (1 << 20)) {
     EXPECT_GT(r.buffer_bytes, r.llc_bytes);
   }
-  EXPECT_LT(r.seconds, 3.0);  // < 0.5 s on an idle machine; the suite runs tests in parallel
+  EXPECT_LT(r.seconds, 3.0 / floor_scale);  // < 0.5 s on an idle release build; the suite runs tests in parallel
   EXPECT_NE(r.ceilings.source.find("measured on this CPU"), std::string::npos);
 }
 
