@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "fixtures/sanitizer.h"
 #include "formats/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"
@@ -86,7 +87,9 @@ TEST(SmolLM2, EncodingTheCorpusTakesMilliseconds) {
   for (const auto& c : cases) n_tokens += tok->encode(c.text, false, true).size();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::printf("[ smollm2 ] encoded %zu strings (%zu tokens) in %.2f ms\n", cases.size(), n_tokens, ms);
-  EXPECT_LT(ms, 250.0);  // generous for slow/sanitized builds; release builds take a few ms
+  // A bound for a pathological (quadratic) encoder, not a benchmark: a release build takes a few ms, the Debug
+  // build under AddressSanitizer ~53 ms on an idle 2-core machine, and CI runs tests in parallel.
+  EXPECT_LT(ms, test::kAddressSanitizer ? 2500.0 : 250.0);
 }
 
 TEST(SmolLM2, HfTokenizerJsonGivesTheSameIds) {
