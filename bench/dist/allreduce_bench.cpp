@@ -29,7 +29,7 @@
 
 #include <unistd.h>
 
-#include "backends/cuda/peer_all_reduce.h"
+#include "backends/cuda/comm/peer_all_reduce.h"
 
 namespace {
 

@@ -3,13 +3,10 @@
 //   prefill: causal attention over the paged bf16 cache (block 16, blocks shuffled over the cache), H 32,
 //            KVH 8 (GQA 4), head_dim 128 and 64, one launch over B sequences of L tokens (B * L = 16384).
 //            FLOPs counted as for causal SDPA: 4 * B * H * L^2 * D / 2 (two matmuls, 2 FLOP per MAC, half
-//            the L x L scores). Variants (query rows x key positions per tile): 128 x 64 (the
-//            default), 128 x 32, 64 x 64 and "w8" (128 x 64 as 8 warps x 16 rows); "vs 128x64" is the relative
-//            L2 difference of a variant's output from the default's (the default is what the tests check);
-//            "w8+dec": w8 then the (empty) split-KV decode launch, what attention()'s two-launch path costs;
-//            "v1 128" / "v1 64": 128 x 64 and 64 x 64 with the first-version key walk (flash_prefill_walk_v1.cuh);
-//            "wgmma": the wgmma kernel (flash_prefill_wgmma.cuh, default variant). A second table times every wgmma
-//            variant (plain / overlap = FA3's intra-warpgroup overlap, 2 or 3 K/V stages, split P·V) against 128 x 64.
+//            the L x L scores). Kernels: "mma" (flash_prefill.cuh, 128 x 64 tiles), "mma+dec" that then the
+//            (empty) split-KV decode launch, what attention()'s two-launch path costs, "attn()" the dispatch, and
+//            "wgmma" (flash_prefill_wgmma.cuh); "vs mma" is the relative L2 difference of an output from the mma
+//            kernel's. Retired tile shapes and variants: docs/perf-log.md.
 //   decode : one query row per sequence at context C, B sequences (each its own block table, blocks
 //            shuffled), H 32, KVH 8, D 128; bytes = bf16 K + V read (B * C * 8 * 128 * 2 bytes * 2) plus the
 //            f32 q and out rows, against the 4.30 TB/s copy ceiling. Several copies of the cache (>= 512 MB in
@@ -36,12 +33,12 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/attention.cuh"
-#include "backends/cuda/decode_split.cuh"
-#include "backends/cuda/device_errors.h"
-#include "backends/cuda/flash_prefill.cuh"
-#include "backends/cuda/flash_prefill_wgmma.cuh"
-#include "backends/cuda/mixed_attention.cuh"
+#include "backends/cuda/attention/attention.cuh"
+#include "backends/cuda/attention/decode_split.cuh"
+#include "backends/cuda/attention/flash_prefill.cuh"
+#include "backends/cuda/attention/flash_prefill_wgmma.cuh"
+#include "backends/cuda/attention/mixed_attention.cuh"
+#include "backends/cuda/common/device_errors.h"
 #include "cuda_bench.h"
 #include "kernel_json.h"
 
@@ -180,22 +177,8 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
   std::printf("\n== prefill attention, causal, paged bf16 cache, H 32 KVH 8, B*L = 16384 (TFLOP/s = 4*B*H*L^2*D/2 / t) ==\n");
-  std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s | %9s %9s %9s %9s %9s %9s"
-              " | %9s %9s %9s\n",
-              "D", "L", "B", "128x64 ms", "TF/s", "128x32 ms", "TF/s", "vs 128x64", "64x64 ms", "TF/s", "vs 128x64",
-              "w8 ms", "TF/s", "vs 128x64", "w8+dec ms", "TF/s", "attn() ms", "TF/s", "vs 128x64", "v1 128 ms", "TF/s",
-              "vs 128x64", "v1 64 ms", "TF/s", "vs 64x64", "wgmma ms", "TF/s", "vs 128x64");
-  // The wgmma variants' table, printed after the main one: (D, L, B, 128x64 TF/s, each variant's TF/s, the largest
-  // relative L2 difference of any variant from 128x64).
-  using WV = cuda_ops::WgmmaPrefillVariant;
-  const std::pair<WV, const char*> wg_variants[] = {{WV::kPlain2, "plain2"}, {WV::kPlain3, "plain3"},
-                                                    {WV::kOverlap2, "ovl2"}, {WV::kOverlap3, "ovl3"},
-                                                    {WV::kPlain2SplitV, "split2"}};
-  struct WgRow {
-    int D, L, B;
-    double tf_def, tf[5], max_diff;
-  };
-  std::vector<WgRow> wg_rows;
+  std::printf("%4s %6s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "mma ms", "TF/s", "mma+dec ms",
+              "TF/s", "attn() ms", "TF/s", "vs mma", "wgmma ms", "TF/s", "vs mma");
   cudaStream_t s;
   BENCH_CUDA_CHECK(cudaStreamCreate(&s));
   for (const int D : {128, 64}) {
@@ -206,21 +189,13 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
       const cuda_ops::AttentionParams& p = pr.params[0];
       const size_t n_out = size_t(B) * L * 32 * D;
       const double flop = 4.0 * B * 32 * double(L) * double(L) * D / 2;
-      using V = cuda_ops::FlashPrefillVariant;
-      auto run = [&](V v, std::vector<float>& out) {
-        const double t = median_ms(s, [&] { cuda_ops::flash_prefill_attention(p, s, v); }, 15);
-        out = download(p.out, n_out);
-        return t;
-      };
-      std::vector<float> o_def, o_k32, o_r64;
-      const double t_def = run(V::kRows128, o_def);
-      const double t_k32 = run(V::kRows128Keys32, o_k32);
-      const double t_r64 = run(V::kRows64, o_r64);
-      std::vector<float> o_w8;
-      const double t_w8 = run(V::kRows128W8, o_w8);
+      // The mma.sync kernel (flash_prefill.cuh), alone and followed by the decode kernel (a mixed step's two
+      // launches).
+      const double t_mma = median_ms(s, [&] { cuda_ops::flash_prefill_attention(p, s); }, 15);
+      const std::vector<float> o_mma = download(p.out, n_out);
       const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(p, n_sms);
-      const double t_w8d = median_ms(s, [&] {
-        cuda_ops::flash_prefill_attention(p, s, V::kRows128W8);
+      const double t_mmad = median_ms(s, [&] {
+        cuda_ops::flash_prefill_attention(p, s);
         cuda_ops::decode_split_attention(p, plan, s);
       }, 15);
       // attention(): the dispatch, told what the model's host mirrors tell it (every sequence a prompt of L rows):
@@ -229,52 +204,19 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
       pa.min_q_len = pa.max_q_len = int32_t(L);
       const double t_att = median_ms(s, [&] { cuda_ops::attention(pa, s); }, 15);
       const std::vector<float> o_att = download(p.out, n_out);
-      // The first-version key walk (flash_prefill_walk_v1.cuh), same tiles.
-      std::vector<float> o_v128, o_v64;
-      const double t_v128 = run(V::kRows128V1, o_v128);
-      const double t_v64 = run(V::kRows64V1, o_v64);
-      // The wgmma kernel: its default variant, then every variant (output poisoned before each: NaN shows up).
-      auto run_wg = [&](WV v, std::vector<float>& out) {
-        BENCH_CUDA_CHECK(cudaMemset(p.out, 0xFF, n_out * 4));
-        cuda_ops::flash_prefill_wgmma_attention(p, s, v);
-        out = download(p.out, n_out);
-        return median_ms(s, [&] { cuda_ops::flash_prefill_wgmma_attention(p, s, v); }, 15);
-      };
-      std::vector<float> o_wg;
-      const double t_wg = run_wg(WV::kDefault, o_wg);
-      WgRow wr{D, L, B, flop / t_def * 1e-9, {}, 0.0};
-      for (int i = 0; i < 5; ++i) {
-        std::vector<float> o_v;
-        wr.tf[i] = flop / run_wg(wg_variants[i].first, o_v) * 1e-9;
-        const double d = rel_l2(o_v, o_def);
-        wr.max_diff = std::isnan(d) || std::isnan(wr.max_diff) ? NAN : std::max(wr.max_diff, d);
-      }
-      wg_rows.push_back(wr);
-      std::printf("%4d %6d %4d %9.3f %9.1f %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e %9.3f %9.1f %9.3f "
-                  "%9.1f %9.2e | %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e | %9.3f %9.1f %9.2e\n", D, L, B, t_def,
-                  flop / t_def * 1e-9, t_k32, flop / t_k32 * 1e-9, rel_l2(o_k32, o_def), t_r64, flop / t_r64 * 1e-9,
-                  rel_l2(o_r64, o_def), t_w8, flop / t_w8 * 1e-9, rel_l2(o_w8, o_def), t_w8d, flop / t_w8d * 1e-9,
-                  t_att, flop / t_att * 1e-9, rel_l2(o_att, o_def), t_v128, flop / t_v128 * 1e-9,
-                  rel_l2(o_v128, o_def), t_v64, flop / t_v64 * 1e-9, rel_l2(o_v64, o_r64), t_wg, flop / t_wg * 1e-9,
-                  rel_l2(o_wg, o_def));
-      const double t1 = std::min(std::min(std::min(t_def, t_w8), std::min(t_k32, t_r64)), t_wg), t2 = t_att;
+      // The wgmma kernel (flash_prefill_wgmma.cuh; output poisoned first: NaN shows up).
+      BENCH_CUDA_CHECK(cudaMemset(p.out, 0xFF, n_out * 4));
+      cuda_ops::flash_prefill_wgmma_attention(p, s);
+      const std::vector<float> o_wg = download(p.out, n_out);
+      const double t_wg = median_ms(s, [&] { cuda_ops::flash_prefill_wgmma_attention(p, s); }, 15);
+      std::printf("%4d %6d %4d %9.3f %9.1f %9.3f %9.1f %9.3f %9.1f %9.2e %9.3f %9.1f %9.2e\n", D, L, B, t_mma,
+                  flop / t_mma * 1e-9, t_mmad, flop / t_mmad * 1e-9, t_att, flop / t_att * 1e-9, rel_l2(o_att, o_mma),
+                  t_wg, flop / t_wg * 1e-9, rel_l2(o_wg, o_mma));
+      const double best = std::min(std::min(t_mma, t_wg), t_att);
       const double bytes = double(B) * L * (2.0 * 32 * 4 + 2.0 * 8 * 2) * D;  // q, out f32; k, v bf16
       json.add("flash prefill attention D" + std::to_string(D) + " L" + std::to_string(L) + " B" + std::to_string(B),
-               flop, bytes, std::min(t1, t2) * 1e-3);
+               flop, bytes, best * 1e-3);
     }
-  }
-  std::printf("\n== prefill attention on wgmma (flash_prefill_wgmma.cuh), variants, TFLOP/s; same shapes ==\n");
-  std::printf("%4s %6s %4s %9s", "D", "L", "B", "128x64");
-  for (const auto& v : wg_variants) std::printf(" %9s", v.second);
-  std::printf(" %9s %11s\n", "best/mma", "max vs mma");
-  for (const WgRow& r : wg_rows) {
-    std::printf("%4d %6d %4d %9.1f", r.D, r.L, r.B, r.tf_def);
-    double best = 0;
-    for (const double tf : r.tf) {
-      std::printf(" %9.1f", tf);
-      best = std::max(best, tf);
-    }
-    std::printf(" %9.3f %11.2e\n", best / r.tf_def, r.max_diff);
   }
   BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }
@@ -370,11 +312,8 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
 // Mixed serving steps (issue 4): prompt chunks beside decode rows, H 32, KVH 8, D 128, block 16, shuffled blocks.
 // Versions, each timed as back-to-back calls on the stream (PDL between them, as in an eager step) cycling
 // over several copies of the cache (>= 512 MB of decode K/V in all, so the L2 never holds the next call's):
-//   old       : flash prefill (128-row tiles, plain launch) then split-KV decode (2 launches: before mixattn);
-//   old+pdl   : the same with the prefill launched with PDL;
-//   pre128    : the prefill launch alone (128-row tiles, PDL), pre64: 64-row tiles (plain), dec: the decode
-//               launch alone; pre128v1 / pre64v1: the prefill launch alone with the first-version key walk
-//               (flash_prefill_walk_v1.cuh; plain launches);
+//   old       : flash prefill (128-row tiles, plain launch) then split-KV decode (2 launches);
+//   pre128    : the prefill launch alone; dec: the decode launch alone;
 //   mixed RxS : mixed_attention, R-row prefill tiles, S prefill slots per SM (one launch);
 //   mixRxSkK  : the same with prompt tiles' keys split over up to K blocks (key_splits K, min_split_key_tiles 2);
 //   rule      : the dispatch's tiles and slots with mixed_key_splits' K (the proposal, not yet attention()'s);
@@ -384,7 +323,6 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
 // Every full version's output is compared with old's ("=" bit-identical, else relative L2; key splits change the
 // rounding of P: ~1-1.6e-3 predicted by an emulation of the tile arithmetic).
 void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
-  using cuda_ops::FlashPrefillVariant;
   using cuda_ops::MixedAttentionConfig;
   std::printf("\n== mixed steps: prompt chunks + decode rows, H 32 KVH 8 D 128, bf16 paged K/V, block 16; us per "
               "call (back-to-back on the stream) ==\n");
@@ -444,22 +382,7 @@ void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
            cuda_ops::flash_prefill_attention(p, s);
            cuda_ops::decode_split_attention(p, plan, s);
          }, true},
-        {"old+pdl", [&](const cuda_ops::AttentionParams& p) {
-           cuda_ops::flash_prefill_attention(p, s, FlashPrefillVariant::kRows128Pdl);
-           cuda_ops::decode_split_attention(p, plan, s);
-         }, true},
-        {"pre128", [&](const cuda_ops::AttentionParams& p) {
-           cuda_ops::flash_prefill_attention(p, s, FlashPrefillVariant::kRows128Pdl);
-         }, false},
-        {"pre64", [&](const cuda_ops::AttentionParams& p) {
-           cuda_ops::flash_prefill_attention(p, s, FlashPrefillVariant::kRows64);
-         }, false},
-        {"pre128v1", [&](const cuda_ops::AttentionParams& p) {
-           cuda_ops::flash_prefill_attention(p, s, FlashPrefillVariant::kRows128V1);
-         }, false},
-        {"pre64v1", [&](const cuda_ops::AttentionParams& p) {
-           cuda_ops::flash_prefill_attention(p, s, FlashPrefillVariant::kRows64V1);
-         }, false},
+        {"pre128", [&](const cuda_ops::AttentionParams& p) { cuda_ops::flash_prefill_attention(p, s); }, false},
         {"dec", [&](const cuda_ops::AttentionParams& p) { cuda_ops::decode_split_attention(p, plan, s); }, false},
     };
     for (const int rows : {64, 128}) {
@@ -488,7 +411,7 @@ void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
     vs.push_back({"rule", [&, rule](const cuda_ops::AttentionParams& p) {
                     cuda_ops::mixed_attention(p, plan, s, rule);
                   }, true});
-    // The same without the decode blocks' early K/V requests and one-pass merge (the mixed kernel before session 9).
+    // The same without the decode blocks' early K/V requests and one-pass merge (the mixed kernel before 2026-11-30).
     cuda_ops::DecodeSplitPlan late_plan = plan;
     late_plan.early_kv = late_plan.one_pass_merge = false;
     vs.push_back({"rule-late", [&, rule, late_plan](const cuda_ops::AttentionParams& p) {
@@ -496,7 +419,7 @@ void bench_mixed(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
                   }, true});
     vs.push_back({"attn()", [&](const cuda_ops::AttentionParams& p) { cuda_ops::attention(p, s); }, true});
     // Two launches on the wgmma prefill kernel, its grid bounded by the step's prefill tiles, then the decode kernel
-    // (session 8: lost to the one-launch kernel on mixed steps, won on prompt-only ones); "wg": its prefill alone.
+    // (2026-11-30: lost to the one-launch kernel on mixed steps, won on prompt-only ones); "wg": its prefill alone.
     int32_t tiles = 0;
     for (const auto& [ql, kl] : seqs)
       if (ql >= 2) tiles += (ql + 127) / 128;

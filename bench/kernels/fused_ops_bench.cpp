@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/elementwise.cuh"
-#include "backends/cuda/embedding.cuh"
-#include "backends/cuda/norm.cuh"
-#include "backends/cuda/rope.cuh"
+#include "backends/cuda/elementwise/elementwise.cuh"
+#include "backends/cuda/elementwise/embedding.cuh"
+#include "backends/cuda/elementwise/norm.cuh"
+#include "backends/cuda/elementwise/rope.cuh"
 #include "cuda_bench.h"
 #include "kernel_json.h"
 

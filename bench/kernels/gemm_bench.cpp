@@ -27,10 +27,10 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/gemm_cublaslt.h"
-#include "backends/cuda/gemm_sm90.cuh"
-#include "formats/quant.h"
+#include "backends/cuda/matmul/gemm_cublaslt.h"
+#include "backends/cuda/matmul/gemm_sm90.cuh"
 #include "cuda_bench.h"
+#include "formats/quant.h"
 #include "kernel_json.h"
 
 namespace {
@@ -180,9 +180,9 @@ void bench_matmul(bench::KernelJson& json) {
   std::printf("\n== CudaBackend::matmul (f32 activations in, f32 out), ms per call (median of 9 x 10 calls) ==\n");
   std::printf("%-20s %5s %5s %10s %10s %10s %8s\n", "shape NxK", "n", "type", "cuBLASLt", "sm90", "sm90+copy",
               "TFLOP/s");
-  CudaBackend be_lt(CudaBackendOptions{.device_index = 0, .hopper_gemm = false, .prefill_bf16_weights = false});
-  CudaBackend be_h(CudaBackendOptions{.device_index = 0, .hopper_gemm = true, .prefill_bf16_weights = false});
-  CudaBackend be_hc(CudaBackendOptions{.device_index = 0, .hopper_gemm = true, .prefill_bf16_weights = true});
+  CudaBackend be_lt(CudaBackendOptions{.device_index = 0, .prefill_bf16_weights = false, .tune = {.gemm = GemmTune::kCublas}});
+  CudaBackend be_h(CudaBackendOptions{.device_index = 0, .prefill_bf16_weights = false});
+  CudaBackend be_hc(CudaBackendOptions{.device_index = 0, .prefill_bf16_weights = true});
   for (const Shape& sh : kShapes) {
     std::mt19937 rng(1);
     std::normal_distribution<float> dist(0, 0.5f);

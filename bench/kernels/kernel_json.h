@@ -1,7 +1,7 @@
 // Kernel results as JSON for `ferry bench --plot FILE.svg --kernels FILE.json` (the roofline chart):
 //   {"kernels": [{"name": "...", "flops": 1.2e8, "bytes": 1.2e8, "seconds": 2.9e-5}, ...]}
 // flops and bytes are per call (the harness's own count: what its GB/s and TFLOP/s columns divide by),
-// seconds the time of one call. Read back by ferry::read_kernel_results (src/engine/roofline_svg.h).
+// seconds the time of one call. Read back by ferry::read_kernel_results (src/measure/roofline_svg.h).
 #pragma once
 
 #include <cstdio>

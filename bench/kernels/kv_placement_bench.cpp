@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/attention.cuh"
-#include "backends/cuda/decode_split.cuh"
-#include "backends/cuda/device_errors.h"
+#include "backends/cuda/attention/attention.cuh"
+#include "backends/cuda/attention/decode_split.cuh"
+#include "backends/cuda/common/device_errors.h"
 #include "cuda_bench.h"
 
 namespace {

@@ -5,14 +5,11 @@
 // 4.30 TB/s copy roofline (GPU.md), and cuBLAS bf16 (cublasGemmEx, fp32 accumulation) on the same shape and M
 // measured in the same run: its time, GB/s of its bf16 weight, and "vs cuBLAS" = cuBLAS time / ferry time
 // (> 1: ferry faster). Weights: 64 random rows, quantized on the host and repeated (speed does not depend on
-// the values). Every (type, shape, M) runs each kernel version (MatvecParams::version; column v: 2 = staged
-// activations first, one block per 16 rows; 5 = persistent blocks, tensor cores for BF16 M >= 2, dp4a for the
-// quantized types, its activation pre-pass included in the time), "vs v2" = v2 time / this version's time (> 1:
-// faster than v2), and the v5/v6 rows end with their relative L2 against v2 ("MISMATCH" above 1e-4); v6 (v5 with an
-// L2 prefetch of each warp's next item) runs for BF16 and F16 only. Versions 3 and 4
-// were measured and removed (docs/perf-log.md).
-// Version 10 (the streamed, stage-batched dp4a kernel) runs for Q8_0, Q4_0 and Q4_K (version 7 no longer for them:
-// 0.6-0.8x of v5 there, session 4; version 11, 10 with 16 consumer warps, was measured and removed, "## qv11").
+// the values). Every (type, shape, M) runs each kernel that takes it (MatvecParams::kernel, matvec.cuh: rows =
+// staged activations first, one block per 16 rows; tiled = persistent blocks, tensor cores for BF16 M >= 2, dp4a for
+// the quantized types, its activation pre-pass included in the time; stream_half / stream_quant = the one-token
+// streamed kernels), "vs rows" = the rows kernel's time / this kernel's time (> 1: faster), and every row ends with
+// its relative L2 against the rows kernel ("MISMATCH" above 1e-4). Retired kernels: docs/perf-log.md.
 // Usage: matvec_bench [--quick] [--hot] [--types T1,T2,..] [--json FILE] (quick: M = 1 only; hot: no rotation over
 // weight copies, so weights up to ~50 MB are read from L2 (the consumers' own rate); --types: only these weight
 // types, by dtype name, e.g. bf16,q8_0,q4_0,q4_K;
@@ -31,10 +28,10 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/matvec.cuh"
-#include "backends/cuda/weight_layout.cuh"
-#include "formats/quant.h"
+#include "backends/cuda/matmul/matvec.cuh"
+#include "backends/cuda/matmul/weight_layout.cuh"
 #include "cuda_bench.h"
+#include "formats/quant.h"
 #include "kernel_json.h"
 
 namespace {
@@ -138,8 +135,8 @@ int main(int argc, char** argv) {
   BENCH_CUDA_CHECK(cudaMalloc(&x, 16 * 14336 * 4));
   BENCH_CUDA_CHECK(cudaMalloc(&xb, 16 * 14336 * 2));
   BENCH_CUDA_CHECK(cudaMalloc(&out, size_t(16) * 128256 * 4));
-  void* scratch = nullptr;  // version 5's activation scratch (quantized weights)
-  BENCH_CUDA_CHECK(cudaMalloc(&scratch, cuda_ops::matvec_scratch_bytes(DType::Q4_0, 5, 16, 14336)));
+  void* scratch = nullptr;  // the tiled kernel's activation scratch (quantized weights)
+  BENCH_CUDA_CHECK(cudaMalloc(&scratch, cuda_ops::matvec_scratch_bytes(DType::Q4_0, cuda_ops::MatvecKernel::kTiled, 16, 14336)));
   {
     std::vector<float> hx(16 * 14336);
     std::mt19937 rng(3);
@@ -148,8 +145,8 @@ int main(int argc, char** argv) {
     BENCH_CUDA_CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     BENCH_CUDA_CHECK(cudaMemset(xb, 0x3c, 16 * 14336 * 2));
   }
-  std::printf("%-6s %-13s %3s %2s %9s %8s %6s | %9s %8s %9s | %6s\n", "type", "rows x cols", "M", "v", "us", "GB/s",
-              "%roof", "cuBLAS us", "GB/s", "vs cuBLAS", "vs v2");
+  std::printf("%-6s %-13s %3s %-12s %9s %8s %6s | %9s %8s %9s | %6s\n", "type", "rows x cols", "M", "kernel", "us", "GB/s",
+              "%roof", "cuBLAS us", "GB/s", "vs cuBLAS", "vs rows");
   std::fflush(stdout);
   for (const Shape sh : shapes) {
     // cuBLAS bf16 reference on the same shape: out (M, rows) = x (M, cols) · Wᵀ.
@@ -195,18 +192,16 @@ int main(int argc, char** argv) {
       };
       for (size_t i = 0; i < ms.size(); ++i) {
         const int m = ms[i];
-        // v5 (and v7, the streamed one, for half-precision, Q8_0 and Q4_0 weights; v9, v7 with the stage-batched
-        // consumer, for half-precision ones; v10, stage-batched with dp4a, for Q8_0 and Q4_0) against v2 on this
-        // shape: relative L2, printed on their rows.
-        const bool half = t == DType::BF16 || t == DType::F16;
-        const std::vector<int> kVersions = half ? std::vector<int>{2, 5, 7, 9}
-                                           : (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K)
-                                               ? std::vector<int>{2, 5, 10}
-                                                                                    : std::vector<int>{2, 5};
+        // Every kernel that takes this shape against the rows kernel: relative L2, printed on their rows.
+        std::vector<cuda_ops::MatvecKernel> kVersions;
+        for (const cuda_ops::MatvecKernel k :
+             {cuda_ops::MatvecKernel::kRowBlocks, cuda_ops::MatvecKernel::kTiled, cuda_ops::MatvecKernel::kStreamHalf,
+              cuda_ops::MatvecKernel::kStreamQuant})
+          if (cuda_ops::matvec_kernel_applies(k, t, m, sh.rows, sh.cols)) kVersions.push_back(k);
         const int kN = int(kVersions.size());
         std::vector<std::vector<float>> res(static_cast<size_t>(kN));
         for (int k = 0; k < kN; ++k) {
-          cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m, .version = kVersions[k],
+          cuda_ops::matvec(t, {.w = view, .x = x, .bias = nullptr, .out = out, .n_tokens = m, .kernel = kVersions[k],
                                .scratch = scratch},
                            s);
           res[size_t(k)].resize(size_t(m) * size_t(sh.rows));
@@ -221,26 +216,27 @@ int main(int argc, char** argv) {
             den += double(res[0][j]) * double(res[0][j]);
           }
           const double diff = std::sqrt(num / den), bound = 1e-4;
-          std::snprintf(note[size_t(k)].data(), note[size_t(k)].size(), "v%d-v2 rel L2 %.1e%s", kVersions[k], diff,
+          std::snprintf(note[size_t(k)].data(), note[size_t(k)].size(), "%s-rows rel L2 %.1e%s",
+                        cuda_ops::matvec_kernel_name(kVersions[k]), diff,
                         diff <= bound ? "" : " MISMATCH");
         }
         double v2_us = 0;
         for (int k = 0; k < kN; ++k) {
-          const int version = kVersions[k];
+          const cuda_ops::MatvecKernel version = kVersions[k];
           const double us = median_us(s, [&](int call) {
             cuda_ops::matvec(t, {.w = view_of(call), .x = x, .bias = nullptr, .out = out, .n_tokens = m,
-                                 .version = version, .scratch = scratch},
+                                 .kernel = version, .scratch = scratch},
                              s);
           });
-          if (version == 2) v2_us = us;
+          if (version == cuda_ops::MatvecKernel::kRowBlocks) v2_us = us;
           const double io_bytes = double(m) * double(sh.cols + sh.rows) * 4;  // f32 activations in, outputs out
           json.add(std::string(dtype_name(t)) + " matvec " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols) +
-                       " M" + std::to_string(m) + " v" + std::to_string(version),
+                       " M" + std::to_string(m) + " " + cuda_ops::matvec_kernel_name(version),
                    2.0 * m * double(sh.rows) * double(sh.cols), bytes + io_bytes, us * 1e-6);
           const double gbs = bytes / (us * 1e-6) / 1e9;
           const double cgbs = double(sh.rows) * double(sh.cols) * 2 / (cublas_us[i] * 1e-6) / 1e9;
-          std::printf("%-6s %6lldx%-6lld %3d %2d %9.2f %8.0f %5.1f%% | %9.2f %8.0f %8.2fx | %5.2fx %s\n",
-                      std::string(dtype_name(t)).c_str(), (long long)sh.rows, (long long)sh.cols, m, version, us, gbs,
+          std::printf("%-6s %6lldx%-6lld %3d %-12s %9.2f %8.0f %5.1f%% | %9.2f %8.0f %8.2fx | %5.2fx %s\n",
+                      std::string(dtype_name(t)).c_str(), (long long)sh.rows, (long long)sh.cols, m, cuda_ops::matvec_kernel_name(version), us, gbs,
                       100.0 * gbs * 1e9 / kRoofline, cublas_us[i], cgbs, cublas_us[i] / us, v2_us / us,
                       note[size_t(k)].data());
           std::fflush(stdout);

@@ -22,12 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/attention.cuh"
+#include "backends/cuda/attention/attention.cuh"
+#include "backends/cuda/common/device_errors.h"
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/gemm_cublaslt.h"
-#include "backends/cuda/device_errors.h"
-#include "formats/quant.h"
+#include "backends/cuda/matmul/gemm_cublaslt.h"
 #include "cuda_bench.h"
+#include "formats/quant.h"
 #include "kernel_json.h"
 
 namespace {

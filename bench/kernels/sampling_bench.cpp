@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/sampling.cuh"
+#include "backends/cuda/sampling/sampling.cuh"
 #include "cuda_bench.h"
 #include "kernel_json.h"
 

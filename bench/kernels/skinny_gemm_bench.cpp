@@ -1,4 +1,4 @@
-// Skinny GEMM harness (needs a compute capability 9.x GPU): ferry's skinny GEMM (skinny_gemm.cuh) against
+// Skinny GEMM harness (needs a compute capability 9.x GPU): ferry's skinny GEMM (skinny_mma.cuh) against
 // cuBLASLt (ferry's cached-plan wrapper, same bf16 in / f32 out), measured in the same run.
 //   out (n, rows) f32 = x (n, k) bf16 . w (rows, k)^T on the Llama-3-8B projections 6144x4096, 4096x4096,
 //   28672x4096, 4096x14336, 128256x4096 and their TP=2 halves 3072x4096, 4096x2048, 14336x4096, 4096x7168, at
@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/gemm_cublaslt.h"
-#include "backends/cuda/skinny_gemm.cuh"
+#include "backends/cuda/matmul/gemm_cublaslt.h"
+#include "backends/cuda/matmul/skinny_mma.cuh"
 #include "cuda_bench.h"
 #include "kernel_json.h"
 

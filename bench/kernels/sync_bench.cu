@@ -1,4 +1,4 @@
-// What a grid-wide wait costs on its own, for the decode kernels' design (docs/perf-log.md "## Session 11": every
+// What a grid-wide wait costs on its own, for the decode kernels' design (docs/perf-log.md "## 2026-11-30: a decode layer's tail as one persistent kernel, and why it lost": every
 // matvec launch and every grid barrier of the persistent decode-FFN kernel paid ~3-4 us; how much of that is the
 // synchronization itself, and how much the slowest block's lateness?). Each figure is the median over 15
 // replays of a CUDA graph, per synchronization, with every block holding a whole SM as the streamed matvecs do
@@ -17,9 +17,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "backends/cuda/grid_barrier.cuh"
-#include "backends/cuda/pdl.cuh"
+#include "backends/cuda/sm90/pdl.cuh"
 #include "cuda_bench.h"
+#include "dev/cuda/grid_barrier.cuh"
 
 namespace {
 

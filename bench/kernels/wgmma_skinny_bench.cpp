@@ -1,22 +1,19 @@
-// wgmma skinny GEMM harness (needs a compute capability 9.x GPU): ferry's wgmma skinny GEMM (wgmma_skinny.cuh)
+// wgmma skinny GEMM harness (needs a compute capability 9.x GPU): ferry's wgmma skinny GEMM (skinny_wgmma.cuh)
 // against cuBLASLt (ferry's cached-plan wrapper, same bf16 in / f32 out), the mma.sync skinny GEMM
-// (skinny_gemm.cuh, n <= 128) and the Hopper GEMM (gemm_sm90.cuh), all measured in the same run.
+// (skinny_mma.cuh, n <= 128) and the Hopper GEMM (gemm_sm90.cuh), all measured in the same run.
 //   out (n, rows) f32 = x (n, k) bf16 . w (rows, k)^T on the Llama-3-8B projections 6144x4096, 4096x4096,
 //   28672x4096, 4096x14336, 128256x4096 and their TP=2 halves 3072x4096, 4096x2048, 14336x4096, 4096x7168, at
 //   n = 32, 48, 56, 64, 96, 128, 192, 255. Per row: % of 4.30 TB/s (bytes: weight + x + out, each once) of
 //   cuBLASLt, the skinny GEMM's plan, the Hopper GEMM, the wgmma skinny plan and the best of its sweep (tiles
-//   k128x1 / k128x2 / k256 x splits 1, 2, 3, 4, 6, 8), the persistent schedule (wgmma_skinny_persist.cuh: one
-//   block per SM, equal shares of the (row tile, k stage) units); the plan's, the best's and the persistent
-//   schedule's speed-up over cuBLASLt; the plan's and the persistent schedule's output against cuBLASLt's
-//   (relative L2).
+//   k128x1 / k128x2 / k256 x splits 1, 2, 3, 4, 6, 8); the plan's and the best's speed-up over cuBLASLt; the
+//   plan's output against cuBLASLt's (relative L2). (A persistent schedule lost: docs/perf-log.md.)
 // Weights rotate over copies filling >= 1 GiB, so every call streams its weight from HBM (as in a decode step,
 // where the other layers' weights evict it from the 60 MB L2); x stays in L2 (it was just written).
 // Timing: device events around 10 back-to-back calls on one stream (PDL lets the skinny kernels' weight
 // prologue overlap the previous call, as in the model's stream), median of 15 after 3 warm-up batches.
-// Usage: wgmma_skinny_bench [--json FILE] [--sweep FILE] [--quick | --persist]
+// Usage: wgmma_skinny_bench [--json FILE] [--sweep FILE] [--quick]
 //   --sweep FILE: every (shape, n, tile, splits) time, one line each (for the plan's heuristic).
-//   --quick: n = 64, 128, 255. --persist: n = 33, 48, 56, 64, 128, 255 without the sweep, the mma.sync skinny GEMM
-//   and the Hopper GEMM (their columns print 0): cuBLASLt, the plan and the persistent schedule only.
+//   --quick: n = 64, 128, 255.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,11 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/gemm_cublaslt.h"
-#include "backends/cuda/gemm_sm90.cuh"
-#include "backends/cuda/skinny_gemm.cuh"
-#include "backends/cuda/wgmma_skinny.cuh"
-#include "backends/cuda/wgmma_skinny_persist.cuh"
+#include "backends/cuda/matmul/gemm_cublaslt.h"
+#include "backends/cuda/matmul/gemm_sm90.cuh"
+#include "backends/cuda/matmul/skinny_mma.cuh"
+#include "backends/cuda/matmul/skinny_wgmma.cuh"
 #include "cuda_bench.h"
 #include "kernel_json.h"
 
@@ -52,7 +48,7 @@ const char* tile_name(cuda_ops::WgSkinnyTile t) {
 
 int main(int argc, char** argv) {
   std::string json_path, sweep_path;
-  bool quick = false, persist_only = false;
+  bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
@@ -61,10 +57,8 @@ int main(int argc, char** argv) {
       sweep_path = argv[++i];
     } else if (a == "--quick") {
       quick = true;
-    } else if (a == "--persist") {
-      persist_only = true;
     } else {
-      std::fprintf(stderr, "usage: wgmma_skinny_bench [--json FILE] [--sweep FILE] [--quick | --persist]\n");
+      std::fprintf(stderr, "usage: wgmma_skinny_bench [--json FILE] [--sweep FILE] [--quick]\n");
       return 2;
     }
   }
@@ -82,8 +76,7 @@ int main(int argc, char** argv) {
   cuda_ops::CublasLtGemm lt;
   const cuda_ops::WgSkinnyGemm wg(0);
   const cuda_ops::Sm90Gemm hopper(0);
-  const cuda_ops::WgSkinnyPersistGemm persist(0);
-  if (!wg.available() || !hopper.available() || !persist.available()) {
+  if (!wg.available() || !hopper.available()) {
     std::fprintf(stderr, "the wgmma kernels are not available on this device\n");
     return 1;
   }
@@ -96,14 +89,6 @@ int main(int argc, char** argv) {
   uint16_t* x = random_bf16(size_t(max_n * max_k), 1);
   float* out = nullptr;
   BENCH_CUDA_CHECK(cudaMalloc(&out, size_t(max_n * max_rows) * 4));
-  // The persistent schedule's workspace: the largest any row of this run needs (n_tile 256, the lm head's row
-  // tiles), zeroed once; every launch leaves its counters at zero.
-  const size_t persist_ws_bytes =
-      cuda_ops::wg_persist_workspace_bytes(cuda_ops::make_wg_persist_plan(max_n, max_rows, 4096, sms));
-  void* persist_ws = nullptr;
-  BENCH_CUDA_CHECK(cudaMalloc(&persist_ws, persist_ws_bytes));
-  BENCH_CUDA_CHECK(cudaMemset(persist_ws, 0, persist_ws_bytes));
-
   // Blocks of one wave per instance and cluster size (clusters must fit in one GPC): row tiles x splits above
   // this runs in more than one wave.
   std::printf("resident blocks (max active clusters x splits) at splits 1 / 2 / 4 / 8, 4096 x 4096:\n");
@@ -120,15 +105,14 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\n== out (n, rows) f32 = x (n, k) bf16 . w (rows, k)^T; %% of 4.30 TB/s (weight + x + out bytes) ==\n");
-  std::printf("%-11s %6s %5s %3s | %7s %5s | %5s %5s | %7s %5s %-6s | %5s %-6s | %7s %5s | %5s %5s %5s | %7s %7s\n",
-              "shape", "rows", "k", "n", "cuBLAS", "%roof", "skiny", "sm90", "wg us", "%roof", "plan", "%best", "best",
-              "pers us", "%roof", "xplan", "xbest", "xpers", "relL2", "persL2");
+  std::printf("%-11s %6s %5s %3s | %7s %5s | %5s %5s | %7s %5s %-6s | %5s %-6s | %5s %5s | %7s\n", "shape", "rows",
+              "k", "n", "cuBLAS", "%roof", "skiny", "sm90", "wg us", "%roof", "plan", "%best", "best", "xplan", "xbest",
+              "relL2");
   const cuda_ops::WgSkinnyTile tiles[3] = {cuda_ops::WgSkinnyTile::k128x1, cuda_ops::WgSkinnyTile::k128x2,
                                            cuda_ops::WgSkinnyTile::k256};
-  std::vector<double> plan_ratio, best_ratio, persist_ratio, persist_vs_plan;
-  const std::vector<int64_t> ns = persist_only ? std::vector<int64_t>{33, 48, 56, 64, 128, 255}
-                                  : quick      ? std::vector<int64_t>{64, 128, 255}
-                                               : std::vector<int64_t>{32, 48, 56, 64, 96, 128, 192, 255};
+  std::vector<double> plan_ratio, best_ratio;
+  const std::vector<int64_t> ns =
+      quick ? std::vector<int64_t>{64, 128, 255} : std::vector<int64_t>{32, 48, 56, 64, 96, 128, 192, 255};
   for (const Shape& sh : kShapes) {
     const size_t w_values = size_t(sh.rows * sh.k);
     const size_t copies = std::max<size_t>(1, pool_values / w_values);
@@ -145,14 +129,13 @@ int main(int argc, char** argv) {
       BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
 
       double ms_skinny = 0;
-      if (!persist_only && cuda_ops::skinny_gemm_supports(n, sh.rows, sh.k)) {
+      if (cuda_ops::skinny_gemm_supports(n, sh.rows, sh.k)) {
         const cuda_ops::SkinnyPlan sp = cuda_ops::make_skinny_plan(n, sh.rows, sh.k, sms);
         ms_skinny = median_ms(s, [&] {
           cuda_ops::skinny_gemm({.out = out, .x = x, .w = weight(), .n = n, .rows = sh.rows, .k = sh.k}, sp, s);
         }, 15, 10);
       }
-      const double ms_sm90 =
-          persist_only ? 0.0 : median_ms(s, [&] { hopper.run(out, x, weight(), n, sh.rows, sh.k, s); }, 15, 10);
+      const double ms_sm90 = median_ms(s, [&] { hopper.run(out, x, weight(), n, sh.rows, sh.k, s); }, 15, 10);
 
       const auto time_plan = [&](const cuda_ops::WgSkinnyPlan& plan) {
         return median_ms(s, [&] {
@@ -167,20 +150,10 @@ int main(int argc, char** argv) {
       BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
       const double err = rel_l2(got, ref);
 
-      const cuda_ops::WgPersistPlan pplan = cuda_ops::make_wg_persist_plan(n, sh.rows, sh.k, sms);
-      const double ms_persist = median_ms(s, [&] {
-        persist.run({.out = out, .x = x, .w = weight(), .n = n, .rows = sh.rows, .k = sh.k}, pplan, persist_ws, s);
-      }, 15, 10);
-      BENCH_CUDA_CHECK(cudaMemsetAsync(out, 0xFF, got.size() * 4, s));
-      persist.run({.out = out, .x = x, .w = pool, .n = n, .rows = sh.rows, .k = sh.k}, pplan, persist_ws, s);
-      BENCH_CUDA_CHECK(cudaMemcpyAsync(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost, s));
-      BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
-      const double err_persist = rel_l2(got, ref);
-
       double ms_best = ms_plan;
       std::string best = "plan";
       for (const cuda_ops::WgSkinnyTile t : tiles) {
-        if (persist_only || n > cuda_ops::wg_skinny_tile_max_tokens(t)) continue;
+        if (n > cuda_ops::wg_skinny_tile_max_tokens(t)) continue;
         for (const int sp : {1, 2, 3, 4, 6, 8}) {
           const cuda_ops::WgSkinnyPlan p = cuda_ops::make_wg_skinny_plan(n, sh.rows, sh.k, sms, &t, sp);
           if (p.splits != sp) continue;  // k too short for that many splits
@@ -198,24 +171,19 @@ int main(int argc, char** argv) {
       }
       const std::string plan_name = std::string(tile_name(plan.tile)) + "/s" + std::to_string(plan.splits);
       std::printf(
-          "%-11s %6ld %5ld %3ld | %7.1f %5.1f | %5.1f %5.1f | %7.1f %5.1f %-6s | %5.1f %-6s | %7.1f %5.1f | %5.2f %5.2f "
-          "%5.2f | %7.1e %7.1e\n",
+          "%-11s %6ld %5ld %3ld | %7.1f %5.1f | %5.1f %5.1f | %7.1f %5.1f %-6s | %5.1f %-6s | %5.2f %5.2f | %7.1e\n",
           sh.name, long(sh.rows), long(sh.k), long(n), ms_lt * 1e3, pct(ms_lt), ms_skinny > 0 ? pct(ms_skinny) : 0.0,
-          ms_sm90 > 0 ? pct(ms_sm90) : 0.0, ms_plan * 1e3, pct(ms_plan), plan_name.c_str(), pct(ms_best),
-          best.c_str(), ms_persist * 1e3, pct(ms_persist), ms_lt / ms_plan, ms_lt / ms_best, ms_lt / ms_persist, err,
-          err_persist);
+          pct(ms_sm90), ms_plan * 1e3, pct(ms_plan), plan_name.c_str(), pct(ms_best), best.c_str(), ms_lt / ms_plan,
+          ms_lt / ms_best, err);
       std::fflush(stdout);
       plan_ratio.push_back(ms_lt / ms_plan);
       best_ratio.push_back(ms_lt / ms_best);
-      persist_ratio.push_back(ms_lt / ms_persist);
-      persist_vs_plan.push_back(ms_plan / ms_persist);
       const std::string tag = std::string(sh.name) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.k) +
                               " n" + std::to_string(n);
       json.add("wgskinny plan " + tag, flop, bytes, ms_plan * 1e-3);
-      if (!persist_only) json.add("wgskinny best " + tag, flop, bytes, ms_best * 1e-3);
+      json.add("wgskinny best " + tag, flop, bytes, ms_best * 1e-3);
       json.add("cublasLt " + tag, flop, bytes, ms_lt * 1e-3);
-      if (ms_sm90 > 0) json.add("gemm_sm90 " + tag, flop, bytes, ms_sm90 * 1e-3);
-      json.add("wgpersist " + tag, flop, bytes, ms_persist * 1e-3);
+      json.add("gemm_sm90 " + tag, flop, bytes, ms_sm90 * 1e-3);
       if (ms_skinny > 0) json.add("skinny plan " + tag, flop, bytes, ms_skinny * 1e-3);
     }
   }
@@ -227,15 +195,11 @@ int main(int argc, char** argv) {
   std::printf("speed-up over cuBLASLt, geometric mean over %zu rows: plan %.3f, best of sweep %.3f; plan worst %.3f\n",
               plan_ratio.size(), geo(plan_ratio), geo(best_ratio),
               *std::min_element(plan_ratio.begin(), plan_ratio.end()));
-  std::printf("persistent schedule: over cuBLASLt %.3f (worst %.3f), over the plan %.3f (worst %.3f)\n",
-              geo(persist_ratio), *std::min_element(persist_ratio.begin(), persist_ratio.end()), geo(persist_vs_plan),
-              *std::min_element(persist_vs_plan.begin(), persist_vs_plan.end()));
   if (sweep) std::fclose(sweep);
   BENCH_CUDA_CHECK(cudaFree(x));
   BENCH_CUDA_CHECK(cudaFree(pool));
   BENCH_CUDA_CHECK(cudaFree(out));
   BENCH_CUDA_CHECK(cudaFree(ws));
-  BENCH_CUDA_CHECK(cudaFree(persist_ws));
   BENCH_CUDA_CHECK(cudaStreamDestroy(s));
   return json.write(json_path) ? 0 : 1;
 }

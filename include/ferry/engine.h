@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/env.h"
 #include "ferry/sampling.h"
 
 namespace ferry {
@@ -36,8 +37,12 @@ struct EngineOptions {
   std::optional<bool> prompt_graphs;     // serving engine: pad steps with prompt chunks to a few shapes (tokens to
                                          // a multiple of 64, sequences and logit rows to a power of two) and replay
                                          // them from step graphs like decode steps (CUDA; on the CPU only the
-                                         // padding runs). Unset: on with CUDA at tp 1, else off. FERRY_PROMPT_GRAPHS=0/1
-                                         // overrides it.
+                                         // padding runs). Unset: on with CUDA at tp 1, else off.
+  bool device_sampling = true;           // draw tokens on the device where the backend can (false: on the host)
+  bool pipelined_decode = true;          // Engine::generate launches step t + 1 before reading step t's token
+                                         // (device sampling only; the same tokens either way)
+  Env env;                               // the environment's settings (core/env.h): the CLI reads them once with
+                                         // Env::read(); default-constructed, every variable at its default
 };
 
 struct ModelInfo {

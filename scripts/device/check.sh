@@ -15,6 +15,8 @@
 #          3 prompts (cosine >= 0.999, mean KL <= 1e-3; float32 transformers reported alongside);
 # bench:   `ferry bench --device cuda -p 512 -n 128` on Llama-3-8B-shaped random models made on the machine
 #          with `ferry gen` (BF16, Q8_0, Q4_0; FERRY_BENCH_TYPES picks a subset);
+# ab:      the same benchmark alternating this build and the base build (pack.sh's FERRY_PACK_BASE), run only when
+#          named;
 # serve:   `ferry serve --device cuda` on the BF16 model under serve_bench (64 and 256 streaming clients), the SM
 #          clock and board power sampled during each run;
 # placement: kv_placement_bench (decode attention with the KV blocks compact or spread over a serving-sized cache);
@@ -137,15 +139,13 @@ if has bench; then
     cat "$OUT/b.log" >> "$log"
     note "$(grep -E 'pp512|tg128' "$OUT/b.log" | sed "s/^/[$t] /")"
     grep -i error "$OUT/b.log" | head -3
-    # The other decode matvec versions (FERRY_CUDA_MATVEC) on the same model, generation only.
-    for v in ${FERRY_MATVEC_VERSIONS:-5 7 9 10}; do
-      # Versions 9 (BF16/F16) and 10 (Q8_0/Q4_0) are each for one kind of weight; 5 and 7 take both.
-      { [ "$t" = bf16 ] && [ "$v" = 10 ]; } || { [ "$t" != bf16 ] && [ "$v" = 9 ]; } && continue
-      FERRY_CUDA_MATVEC=$v "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
+    # The other matvec kernels the tune can force (FERRY_CUDA_TUNE=matvec=...) on the same model, generation only.
+    for v in ${FERRY_MATVEC_KERNELS:-tiled}; do
+      FERRY_CUDA_TUNE=matvec=$v "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 > "$OUT/b.log" 2>&1
       cat "$OUT/b.log" >> "$log"
-      note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, matvec v$v] /")"
+      note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, matvec=$v] /")"
     done
-    # FERRY_BENCH_AB: an environment assignment (e.g. FERRY_CUDA_FUSED_ADD_NORM=0) for an in-call A/B of
+    # FERRY_BENCH_AB: an environment assignment (e.g. FERRY_CUDA_TUNE=ring=0) for an in-call A/B of
     # generation: tg128 with it, then without it, then with it again (B A B beside the run above).
     if [ -n "${FERRY_BENCH_AB:-}" ]; then
       for ab in on off on; do
@@ -179,6 +179,25 @@ if has bench; then
   done
   stage_done bench
 fi
+if has ab && [ -x "$C/ferry-base" ]; then
+  # A/B across builds in one call: `ferry bench -p 512 -n 128` with this build and with the base build pack.sh
+  # packed beside it (FERRY_PACK_BASE), alternating new, base, new, base per type (FERRY_BENCH_TYPES).
+  log="$OUT/ab.log"
+  : > "$log"
+  for t in ${FERRY_BENCH_TYPES:-bf16 q8_0 q4_0}; do
+    m="$(model_of "$t" "$log")"
+    for ab in new base new base; do
+      bin="$C/ferry"
+      [ $ab = base ] && bin="$C/ferry-base"
+      "$bin" bench --device cuda -m "$m" -p 512 -n 128 -r 3 > "$OUT/b.log" 2>&1
+      cat "$OUT/b.log" >> "$log"
+      note "$(grep -E 'pp512|tg128|rror' "$OUT/b.log" | head -3 | sed "s/^/[$t, $ab build] /")"
+    done
+  done
+  rm -f "$OUT/b.log"
+  stage_done ab
+fi
+
 if has serve; then
   # Load benchmark: `ferry serve --device cuda` on the Llama-3-8B-shaped BF16 model, 512 in / 128 out,
   # 64 then 256 concurrent streaming clients (issue 4's figures), 10 requests each (FERRY_SERVE_PER_CLIENT; with 3,
@@ -194,12 +213,14 @@ if has serve; then
   # --max-step-tokens 1024"); unset: one run.
   IFS=';' read -ra variants <<< "${FERRY_SERVE_SWEEP:-}"
   [ ${#variants[@]} -eq 0 ] && variants=("")
+  # FERRY_SERVE_BINS: the binaries to serve with, one server each (e.g. "ferry ferry-base" for an A/B across builds).
+  for bin in ${FERRY_SERVE_BINS:-ferry}; do
   for va in "${variants[@]}"; do
-    FERRY_LOG=debug "$C/ferry" serve --device cuda -m "$m" --port $port --ctx 2048 --max-running 256 --max-waiting 2048 \
+    FERRY_LOG=debug "$C/$bin" serve --device cuda -m "$m" --port $port --ctx 2048 --max-running 256 --max-waiting 2048 \
       ${FERRY_SERVE_ARGS:-} $va > "$OUT/server.log" 2>&1 &
     server=$!
     for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
-    note "[serve${va:+ $va}] $(grep -E 'step graphs recorded' "$OUT/server.log") GPU memory used $(nvidia-smi \
+    note "[serve $bin${va:+ $va}] $(grep -E 'step graphs recorded' "$OUT/server.log") GPU memory used $(nvidia-smi \
       --query-gpu=memory.used --format=csv,noheader | head -1)"
     seed=1  # each run on this server draws new prompts (a repeated run of one seed would hit the prefix cache)
     for n in ${FERRY_SERVE_CLIENTS:-64 256}; do
@@ -212,7 +233,7 @@ if has serve; then
       kill $sampler 2>/dev/null; wait $sampler 2>/dev/null
       seed=$((seed + 1))
       cat "$OUT/s.log" >> "$log"
-      note "[serve${va:+ $va}, $n clients, seed $((seed - 1)), 512/128] $(tr '\n' ' ' < "$OUT/s.log" | tail -c 600)"
+      note "[serve $bin${va:+ $va}, $n clients, seed $((seed - 1)), 512/128] $(tr '\n' ' ' < "$OUT/s.log" | tail -c 600)"
       note "[serve clocks, $n clients] $(awk -F', *' '$1 > 0 {n++; c += $1; p += $2; if ($1 < lo || lo == 0) lo = $1;
         if ($2 > hp) hp = $2; t = $3} END {if (n) printf "%d samples: SM clock mean %.0f MHz (min %d), " \
         "power mean %.0f W (max %.0f), temperature %d C", n, c / n, lo, p / n, hp, t}' "$OUT/clocks.csv")"
@@ -221,6 +242,7 @@ if has serve; then
     curl -s "http://127.0.0.1:$port/metrics" | grep -E "^ferry_" | grep -vE "_bucket" >> "$log"
     kill -TERM $server; wait $server; note "serve exit status: $?"
     tail -5 "$OUT/server.log" | tee -a "$log" | tee -a "$summary"
+  done
   done
   rm -f "$OUT/s.log"
   stage_done serve
@@ -279,7 +301,7 @@ if has trace; then
     m="$(model_of "$t" "$log")"
     "$C/ferry" bench --device cuda -m "$m" -p 0 -n 64 -r 1 > "$OUT/b.log" 2>&1
     note "$(grep -E 'tg64|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, untraced] /")"
-    # FERRY_TRACE_AB: an environment assignment traced a second time (e.g. FERRY_CUDA_FUSED_ADD_NORM=1).
+    # FERRY_TRACE_AB: an environment assignment traced a second time (e.g. FERRY_CUDA_TUNE=act_levels=2).
     for ab in "" ${FERRY_TRACE_AB:+ab}; do
       tag="$t${ab:+-ab}"
       env ${ab:+${FERRY_TRACE_AB}} CUDA_INJECTION64_PATH="$C/libferry_kernel_trace.so" \

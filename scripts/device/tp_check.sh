@@ -5,7 +5,7 @@
 #   NCCL itself is the machine's torch-venv copy.
 #   Device call (carry [".carry"]):  bash scripts/device/tp_check.sh [STAGE...]   (default: all)
 #   all = correctness serve mpirun serve70b (in this order, by value; ~8 minutes); the older stages peer,
-#   allreduce, bench, 70b, protocol, push and trace run when named (`everything` runs all eleven).
+#   allreduce, bench, 70b, protocol and trace run when named (`everything` runs all ten).
 #
 # Models are file-less (`-m random:SHAPE:TYPE[:SEED[:INIT]]`, dist/random_weights.h): each rank generates its own
 # shard in memory (nothing is written to disk; 70B BF16 is 141 GB). Two inits (model/random_model.h):
@@ -34,11 +34,9 @@
 # allreduce:   allreduce_bench (one all-reduce at 8 KiB..512 KiB; one decode step's collectives, 8B and 70B).
 # bench:       `ferry bench -p 0 -n 128` batch-1 generation at --tp 1 and --tp 2 (NCCL and peer all-reduce).
 # 70b:         Llama-3-70B shape BF16 at --tp 2, file-less: tg128 (issue: >= 45 tok/s).
-# protocol:    the peer all-reduce's protocols in one call (FERRY_TP_PEER_PROTOCOL lamport / flags / lamport /
+# protocol:    the peer all-reduce's protocols in one call (FERRY_CUDA_TUNE=peer=lamport / flags / lamport /
 #              flags, 8B BF16 tg128 at --tp 2), TP=1 on each GPU alone (is one of them slower?), then one run of
 #              each protocol with FERRY_CUDA_STAMPS=1: every rank's per-call phase medians (peer_all_reduce.h).
-# push:        the row-parallel matvecs pushing their rows to the peers from their epilogue (FERRY_TP_MATVEC_PUSH 1 /
-#              0 / 1 / 0, 8B BF16 tg128 at --tp 2, lamport), then one run of each with FERRY_CUDA_STAMPS=1.
 # trace:       CUPTI kernel timelines (bench/trace, libferry_kernel_trace.so) of 8B BF16 batch-1 generation at --tp 1
 #              and --tp 2 (peer all-reduce), one file per process (FERRY_KERNEL_TRACE's %p), each summarized by
 #              trace_summary.py: a layer slot by slot, so the kernels whose share does not halve at TP=2 show.
@@ -327,12 +325,9 @@ tp2_ab() {
 if on protocol && fits protocol 240; then
   row "8B bf16 tg128 --tp 1, GPU 0" "$(bench_tg 1 proto_tp1_gpu0 -m "$M8" -r 3 | tr '\n' ' ')"
   row "8B bf16 tg128 --tp 1, GPU 1" "$(CUDA_VISIBLE_DEVICES=1 bench_tg 1 proto_tp1_gpu1 -m "$M8" -r 3 | tr '\n' ' ')"
-  tp2_ab proto FERRY_TP_PEER_PROTOCOL lamport flags lamport flags
+  tp2_ab proto FERRY_CUDA_TUNE peer=lamport peer=flags peer=lamport peer=flags
 fi
 
-if on push && fits push 150; then
-  tp2_ab push FERRY_TP_MATVEC_PUSH 1 0 1 0
-fi
 
 if on trace && fits trace 120; then
   for tp in 1 2; do

@@ -8,9 +8,9 @@
 #include "core/check.h"
 #include "core/env.h"
 #include "engine/loaded_model.h"
-#include "sampling/sampler.h"
 #include "engine/session.h"
 #include "kv/block_pool.h"
+#include "sampling/sampler.h"
 
 namespace ferry {
 
@@ -18,11 +18,11 @@ struct Engine::Impl {
   std::unique_ptr<LoadedModel> m;
   std::unique_ptr<BlockPool> pool;
   std::unique_ptr<Session> session;
-  bool device_sampling = false;  // FERRY_CUDA_SAMPLING (default on): draw on the backend when it can
-  // FERRY_PIPELINED_DECODE (default on, with device sampling): generate() launches step t + 1 on the token step t
-  // draws on the device before the host has read it (Session::launch_decode), so the host's work between steps
-  // (reading the token back, detokenizing, the next launch) overlaps the GPU's. H200, Llama-3-8B shape, tg128:
-  // Q8_0 +0.6%, Q4_0 +0.3% (docs/perf-log.md, session 15). FERRY_PIPELINED_DECODE=0: one step at a time.
+  bool device_sampling = false;  // EngineOptions::device_sampling where the backend can: draw on the backend
+  // EngineOptions::pipelined_decode, with device sampling: generate() launches step t + 1 on the token step t draws
+  // on the device before the host has read it (Session::launch_decode), so the host's work between steps (reading
+  // the token back, detokenizing, the next launch) overlaps the GPU's (docs/perf-log.md "## 2026-11-30: pipelined
+  // generation and TP=2 at 1.49x").
   bool pipelined = false;
 };
 
@@ -34,10 +34,8 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   LoadedModel& m = *impl_->m;
   impl_->pool = std::make_unique<BlockPool>(m.model->kv_shape().n_blocks);
   impl_->session = std::make_unique<Session>(*m.model, *impl_->pool, m.context);
-  impl_->device_sampling =
-      env_switch(Env::read().cuda_sampling, "FERRY_CUDA_SAMPLING", true) && m.model->supports_device_sampling();
-  impl_->pipelined =
-      impl_->device_sampling && env_switch(Env::read().pipelined_decode, "FERRY_PIPELINED_DECODE", true);
+  impl_->device_sampling = o.device_sampling && m.model->supports_device_sampling();
+  impl_->pipelined = impl_->device_sampling && o.pipelined_decode;
   if (impl_->pipelined) m.model->set_token_feedback(true);
 }
 

@@ -12,8 +12,8 @@
 #endif
 #include "core/check.h"
 #include "core/env.h"
-#include "dist/random_weights.h"
 #include "engine/tp_setup.h"
+#include "parallel/random_weights.h"
 
 namespace ferry {
 
@@ -25,11 +25,7 @@ namespace {
 // weights in quantized matrices -> 15 GB of copies; an H200 with 140 GB free keeps them (limit 56 GB); a
 // 70B Q4_0 (140 GB of copies) does not.
 bool want_bf16_copies(const Env& env, const ModelFile& file, int device_index) {
-  if (env.cuda_prefill_bf16) {
-    FERRY_CHECK(*env.cuda_prefill_bf16 == "0" || *env.cuda_prefill_bf16 == "1",
-                "FERRY_CUDA_PREFILL_BF16 must be 0 or 1, got '{}'", *env.cuda_prefill_bf16);
-    return *env.cuda_prefill_bf16 == "1";
-  }
+  if (env.cuda_prefill_bf16) return *env.cuda_prefill_bf16;
   double copy_bytes = 0;
   for (const auto& [name, t] : file.tensors)
     if (t.n_dims == 2 && t.dtype != DType::BF16 && t.dtype != DType::F32) copy_bytes += 2.0 * double(t.numel());
@@ -48,50 +44,12 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, co
 #ifdef FERRY_HAS_CUDA
   if (o.device == "cuda") {
     FERRY_CHECK(o.kernels == KernelSet::Fast, "--kernels reference is the CPU oracle; use it with --device cpu");
-    FERRY_CHECK(!env.cuda_gemm || *env.cuda_gemm == "ferry" || *env.cuda_gemm == "cublas" || *env.cuda_gemm == "pdl",
-                "FERRY_CUDA_GEMM must be ferry, pdl or cublas, got '{}'", *env.cuda_gemm);
-    CudaBackendOptions cuda{.device_index = device_index};
-    cuda.hopper_gemm = !(env.cuda_gemm && *env.cuda_gemm == "cublas");
-    cuda.hopper_gemm_pdl = env.cuda_gemm && *env.cuda_gemm == "pdl";
-    cuda.prefill_bf16_weights = want_bf16_copies(env, file, device_index);
-    cuda.batch_invariant = o.batch_invariant;
-    if (env.cuda_matvec) {
-      FERRY_CHECK(*env.cuda_matvec == "2" || *env.cuda_matvec == "5" || *env.cuda_matvec == "7" ||
-                      *env.cuda_matvec == "9" || *env.cuda_matvec == "10",
-                  "FERRY_CUDA_MATVEC must be 2, 5, 7, 9 or 10, got '{}'", *env.cuda_matvec);
-      cuda.matvec_version = std::stoi(*env.cuda_matvec);
-    }
-    if (env.cuda_skinny) {
-      FERRY_CHECK(*env.cuda_skinny == "rule" || *env.cuda_skinny == "wg" || *env.cuda_skinny == "mma",
-                  "FERRY_CUDA_SKINNY must be rule, wg or mma, got '{}'", *env.cuda_skinny);
-      cuda.skinny_override = *env.cuda_skinny == "wg"    ? cuda_ops::SkinnyOverride::Wg
-                             : *env.cuda_skinny == "mma" ? cuda_ops::SkinnyOverride::Mma
-                                                         : cuda_ops::SkinnyOverride::Rule;
-    }
-    cuda.profile_ops = env_switch(env.cuda_profile, "FERRY_CUDA_PROFILE", false);
-    cuda.fused_qkv_attention = env_switch(env.cuda_fused_qkv, "FERRY_CUDA_FUSED_QKV", true);
-    cuda.decode_early_kv = env_switch(env.cuda_decode_early, "FERRY_CUDA_DECODE_EARLY", true);
-    cuda.fused_add_norm = env_switch(env.cuda_fused_add_norm, "FERRY_CUDA_FUSED_ADD_NORM", false);
-    cuda.quant_swiglu = env_switch(env.cuda_quant_swiglu, "FERRY_CUDA_QUANT_SWIGLU", true);
-    cuda.decode_ffn = env_switch(env.cuda_decode_ffn, "FERRY_CUDA_DECODE_FFN", false);
-    cuda.prologue_norm = env_switch(env.cuda_prologue_norm, "FERRY_CUDA_PROLOGUE_NORM", true);
-    cuda.qkv_norm = env_switch(env.cuda_qkv_norm, "FERRY_CUDA_QKV_NORM", true);
-    cuda.phase_stamps = env_switch(env.cuda_stamps, "FERRY_CUDA_STAMPS", false);
-    cuda.weights_evict_first = env_switch(env.cuda_weights_evict_first, "FERRY_CUDA_WEIGHTS_EVICT_FIRST", true);
-    if (env.cuda_act_levels) {
-      FERRY_CHECK(*env.cuda_act_levels == "1" || *env.cuda_act_levels == "2", "FERRY_CUDA_ACT_LEVELS must be 1 or 2, got '{}'",
-                  *env.cuda_act_levels);
-      cuda.one_level_acts = *env.cuda_act_levels == "1";
-    }
-    const auto stages_in_flight = [](const std::string& v, const char* name) {
-      FERRY_CHECK(!v.empty() && v.size() <= 2 && std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
-                      std::stoi(v) <= 16,
-                  "{} must be 0..16, got '{}'", name, v);
-      return std::stoi(v);
-    };
-    if (env.cuda_ring_inflight) cuda.ring_inflight_quant = stages_in_flight(*env.cuda_ring_inflight, "FERRY_CUDA_RING_INFLIGHT");
-    if (env.cuda_ring_inflight_bf16)
-      cuda.ring_inflight_bf16 = stages_in_flight(*env.cuda_ring_inflight_bf16, "FERRY_CUDA_RING_INFLIGHT_BF16");
+    const CudaBackendOptions cuda{.device_index = device_index,
+                                  .prefill_bf16_weights = want_bf16_copies(env, file, device_index),
+                                  .batch_invariant = o.batch_invariant,
+                                  .profile_ops = env.cuda_profile,
+                                  .phase_stamps = env.cuda_stamps,
+                                  .tune = env.cuda_tune};
     return std::make_unique<CudaBackend>(cuda);  // throws "no CUDA device: ..." without one
   }
   FERRY_CHECK(o.device == "cpu", "device '{}' is not available in this build (ferry runs on: cpu, cuda)", o.device);
@@ -192,10 +150,10 @@ std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn
   FERRY_CHECK(o.context >= 0 && o.context <= (1 << 24), "context {} out of range", o.context);
   FERRY_CHECK(o.max_step_tokens > 0 && o.max_step_tokens <= 65536, "step size {} out of range", o.max_step_tokens);
   FERRY_CHECK(o.block_size > 0 && o.block_size <= 1024, "block size {} out of range", o.block_size);
-  const Env env = Env::read();
+  const Env& env = o.env;
   auto loaded = std::make_unique<LoadedModel>();
   LoadedModel& m = *loaded;
-  // "random:SHAPE[:TYPE[:SEED]]": a random-weight model generated in memory, each rank its shard (dist/random_weights.h).
+  // "random:SHAPE[:TYPE[:SEED]]": a random-weight model generated in memory, each rank its shard (parallel/random_weights.h).
   m.file = is_random_model_path(o.model_path) ? open_random_model(o.model_path) : open_model(o.model_path);
   const ModelConfig& c = m.file.config;
   m.context = resolve_context(o, c);

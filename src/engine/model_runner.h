@@ -62,7 +62,7 @@ struct StepPadding {
 // above its longest block table). At most max_graphs keys, narrow tables first. Worked example (Llama-3-8B on one
 // H200, --ctx 2048, blocks of 16, --max-running 256, budget 512): decode P 1..256 x mb 1..128 (72 keys) and the
 // prompt keys whose P x mb x 16 rows hold 512 tokens: 137 in all, recorded in ~1.9 s. Measured (docs/perf-log.md
-// "## Session 7"): before the warm-up the first 64-client run of a fresh server made 4,634 tok/s against 4,843 for
+// "## 2026-11-30: prompt-step graphs"): before the warm-up the first 64-client run of a fresh server made 4,634 tok/s against 4,843 for
 // the next run on the same server; with it, 4,786 then 4,858.
 struct GraphWarmup {
   int32_t max_seqs = 1;           // the scheduler's max_running

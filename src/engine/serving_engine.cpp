@@ -445,15 +445,13 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   validate_options(so);
   Impl& s = *impl_;
   s.options = so;
-  s.debug = Env::read().log.value_or("") == "debug";
+  s.debug = eo.env.debug_log;
   EngineOptions engine_options = eo;
   engine_options.batch_invariant = eo.batch_invariant || so.batch_invariant;
   // Prompt graphs (engine/model_runner.h): prompt steps padded too, their pad tokens in scratch blocks of their own.
-  // Unset: on with CUDA at tp 1 (session 7, one H200, 64 clients 512/128: +1% in steady state and +8-15% on a
-  // fresh server's first run, whose eager prompt steps also pay cuBLASLt plans and first launches; not yet run with
-  // tensor parallelism).
-  const bool prompt_graphs = env_switch(Env::read().prompt_graphs, "FERRY_PROMPT_GRAPHS",
-                                        eo.prompt_graphs.value_or(eo.device != "cpu" && eo.tp == 1));
+  // Unset: on with CUDA at tp 1 (docs/perf-log.md "## 2026-11-30: prompt-step graphs"; not yet run with tensor
+  // parallelism).
+  const bool prompt_graphs = eo.prompt_graphs.value_or(eo.device != "cpu" && eo.tp == 1);
   const int32_t scratch_blocks =
       prompt_graphs ? prompt_pad_scratch_blocks(so.max_step_tokens, eo.block_size) : (eo.device == "cpu" ? 0 : 1);
   s.m = load_model(engine_options, [&](const ModelConfig& c, int32_t context) {
@@ -480,10 +478,8 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
                                .pad_decodes = true, .pad_prompts = pad && prompt_graphs});
   s.m->model->set_prompt_graphs(pad && prompt_graphs);
   s.stats.kv_blocks_total = n_pool_blocks;
-  s.device_sampling = env_switch(Env::read().cuda_sampling, "FERRY_CUDA_SAMPLING", true) && so.device_sampling &&
-                      s.m->model->supports_device_sampling();
-  s.async_scheduling =
-      s.device_sampling && env_switch(Env::read().async_scheduling, "FERRY_ASYNC_SCHEDULING", so.async_scheduling);
+  s.device_sampling = so.device_sampling && eo.device_sampling && s.m->model->supports_device_sampling();
+  s.async_scheduling = s.device_sampling && so.async_scheduling;
   s.m->model->set_token_feedback(s.async_scheduling);  // before the warm-up: its graphs resolve placeholders
   // Tensor parallelism: not yet (its steps are captured on first use, as before; the warm-up has not run there).
   if (pad && so.graph_warmup && s.m->backend->supports_step_graphs() && eo.tp == 1) {

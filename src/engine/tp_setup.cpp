@@ -6,15 +6,15 @@
 #include <thread>
 
 #include "core/check.h"
-#include "dist/launcher.h"
-#include "dist/link_communicator.h"
-#include "dist/sharding.h"
-#include "dist/thread_group.h"
+#include "parallel/launcher.h"
+#include "parallel/link_communicator.h"
+#include "parallel/sharding.h"
+#include "parallel/thread_group.h"
 #ifdef FERRY_HAS_NCCL
+#include "backends/cuda/comm/peer_all_reduce.h"
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/peer_all_reduce.h"
-#include "dist/nccl_communicator.h"
-#include "dist/step_collectives.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/step_collectives.h"
 #endif
 
 namespace ferry {
@@ -57,9 +57,9 @@ std::vector<uint8_t> pack(const KvCacheShape& kv, int32_t max_step) {
 // FERRY_TP_ALLREDUCE (core/env.h): installs the one-shot peer all-reduce for small messages on every rank, or
 // none. Collective over the link: every rank tries, and the peer path is used only when all of them succeeded.
 void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, NcclCommunicator& comm) {
-  std::string mode = env.tp_allreduce.value_or("auto");
-  FERRY_CHECK(mode == "auto" || mode == "nccl" || mode == "peer", "FERRY_TP_ALLREDUCE='{}': use auto, nccl or peer",
-              mode);
+  std::string mode = env.tp_allreduce == TpAllReduce::kNccl   ? "nccl"
+                     : env.tp_allreduce == TpAllReduce::kPeer ? "peer"
+                                                              : "auto";
   // Rank 0's setting on every rank (under mpirun a host's environment may differ unless passed with -x): the
   // steps below are collective, so all ranks must take the same branch.
   std::vector<uint8_t> m(mode.begin(), mode.end());  // never empty (an empty broadcast is the stop message)
@@ -75,10 +75,8 @@ void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, Nccl
                 PeerAllReduce::kMaxWorld, link.world());
     return;
   }
-  // FERRY_TP_PEER_PROTOCOL, rank 0's on every rank (all must use the same one).
-  std::string protocol = env.tp_peer_protocol.value_or("lamport");
-  FERRY_CHECK(protocol == "lamport" || protocol == "flags", "FERRY_TP_PEER_PROTOCOL='{}': use lamport or flags",
-              protocol);
+  // FERRY_CUDA_TUNE=peer=..., rank 0's on every rank (all must use the same one).
+  std::string protocol = env.cuda_tune.peer == PeerTune::kFlags ? "flags" : "lamport";
   std::vector<uint8_t> pb(protocol.begin(), protocol.end());
   link.broadcast(pb);
   protocol.assign(pb.begin(), pb.end());
@@ -89,7 +87,7 @@ void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, Nccl
     peer = std::make_shared<PeerAllReduce>(link.rank(), link.world(), PeerAllReduce::kMaxBytes,
                                            protocol == "flags" ? PeerProtocol::kFlags : PeerProtocol::kLamport);
     // FERRY_CUDA_STAMPS: each call's phases too (a report on stderr at exit).
-    if (env_switch(env.cuda_stamps, "FERRY_CUDA_STAMPS", false)) peer->record_phases();
+    if (env.cuda_stamps) peer->record_phases();
     handle = peer->ipc_handle();
   } catch (const std::exception& e) {
     error = e.what();
@@ -123,13 +121,10 @@ void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, Nccl
     peer->run_add_rms_norm(delta, residual, out, weight, rows, cols, eps, stream);
     return true;
   });
-  // FERRY_TP_MATVEC_PUSH (default on, kLamport only): a one-token row-parallel projection on a streamed matvec
-  // pushes its output rows into the peers' slots from its epilogue, and the all-reduce only polls. Every rank
-  // decides alike: the same protocol (broadcast above), the same setting (rank 0's, below), the same shapes.
-  std::string push = env_switch(env.tp_matvec_push, "FERRY_TP_MATVEC_PUSH", true) ? "1" : "0";
-  std::vector<uint8_t> pb2(push.begin(), push.end());
-  link.broadcast(pb2);
-  if (peer->protocol() != PeerProtocol::kLamport || pb2 != std::vector<uint8_t>{'1'}) return;
+  // kLamport only: a one-token row-parallel projection on a streamed matvec pushes its output rows into the peers'
+  // slots from its epilogue, and the all-reduce only polls (the same bits). Every rank decides alike: the same
+  // protocol (broadcast above), the same shapes.
+  if (peer->protocol() != PeerProtocol::kLamport) return;
   comm.set_small_matmul_all_reduce_norm([peer](Backend& backend, const Tensor& out, const Tensor& residual,
                                                const Tensor& delta, const Tensor& x, const Tensor& w,
                                                const Tensor& weight, float eps) {
@@ -183,7 +178,7 @@ std::pair<KvCacheShape, int32_t> agree_kv(Communicator& comm, const ShardPlan& p
 }
 
 // `mpirun -np N ferry ... --device cpu`: one rank per process, collectives over the host link
-// (dist/link_communicator.h); each rank's backend uses all cores of its process unless -t says otherwise.
+// (parallel/link_communicator.h); each rank's backend uses all cores of its process unless -t says otherwise.
 ParallelModel build_cpu_process_rank(const EngineOptions& o, const Env& env, const ModelFile& file,
                                      const MakeBackendFn& make_backend,
                                      const std::function<std::pair<KvCacheShape, int32_t>(const ModelConfig&)>& kv_for) {
@@ -267,12 +262,14 @@ ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const
   rt->comm->step_done();
   pm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *pm.backend, kv, max_step,
                                           ParallelContext{rt->comm.get(), plan.vocab});
-  // Every rank: the collectives of one decode step on their own (reported by rank 0; dist/step_collectives.h).
+  // Every rank: the collectives of one decode step on their own (reported by rank 0; parallel/step_collectives.h).
   const StepCollectives sc = time_step_collectives(*rt->comm, cuda->stream(), c.n_layers, c.dim,
                                                    int64_t(world) * plan.vocab.local_rows);
   rt->comm->step_done();
   if (rank == 0) {
-    const std::string how = env.tp_allreduce.value_or("auto");
+    const std::string how = env.tp_allreduce == TpAllReduce::kNccl   ? "nccl"
+                            : env.tp_allreduce == TpAllReduce::kPeer ? "peer"
+                                                                     : "auto";
     pm.facts.emplace_back(
         "tp.collectives",
         fmt::format("{:.1f} us per decode step: {} all-reduces of {} B (FERRY_TP_ALLREDUCE={}) + logits all-gather of "

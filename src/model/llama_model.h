@@ -29,7 +29,7 @@ struct KvCacheShape {
   int32_t block_size = 16;
 };
 
-// Tensor parallelism (src/dist): the model runs this rank's shard of the weights (config = the rank's
+// Tensor parallelism (src/parallel): the model runs this rank's shard of the weights (config = the rank's
 // config) and calls comm->all_reduce_sum after the embedding and each row-parallel matmul (wo, w_down) and
 // comm->all_gather_inplace on the vocab-parallel logits. Defaults: world 1 (identity communicator, the whole
 // vocabulary), the same code path.
@@ -186,7 +186,7 @@ class LlamaModel {
   // Recorded graphs at most (the least recently used one goes). Decode keys: power-of-two sequence counts x table
   // buckets (64 clients at contexts <= 1024 with blocks of 16: 7 x 2); padded prompt keys (prompt graphs on):
   // token counts (multiples of 64 up to the budget: 8 at 512) x sequence counts x table buckets: a fresh server's
-  // 64-client 512/128 run captured ~20 (session 7: 26 over three runs). The serving warm-up (ModelRunner::
+  // 64-client 512/128 run captured ~20 (2026-11-30: 26 over three runs). The serving warm-up (ModelRunner::
   // warm_up_graphs) records up to 2 x 9 x 8 = 144 keys at --max-running 256 and --ctx 2048 ahead of them. Clearing
   // all of them at the limit (as before) would re-capture the hot keys too.
   static constexpr size_t kMaxGraphs = 256;

@@ -30,7 +30,7 @@ ModelConfig random_model_config(const std::string& shape);
 // weight_type: F32, F16, BF16, Q8_0, Q4_0, Q4_1 (matmul weights); norms stay F32.
 // with_weights false: the metadata and vocabulary only (plus one-value stand-ins of token_embd.weight and
 // output.weight that the config reader checks for), for a model whose weights are generated in memory
-// (dist/random_weights.h).
+// (parallel/random_weights.h).
 void write_random_model(const std::string& path, const ModelConfig& config, DType weight_type, uint64_t seed,
                         int n_threads = 0, bool with_weights = true, RandomInit init = RandomInit::Flat);
 

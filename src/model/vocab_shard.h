@@ -1,6 +1,6 @@
 // The vocabulary shard of a tensor-parallel rank: plain data the model reads (which embedding / lm-head rows
 // this rank holds, how to reassemble the gathered logits). The sharding plan that makes it is
-// dist/sharding.h; the model never depends on src/dist.
+// parallel/sharding.h; the model never depends on src/parallel.
 #pragma once
 
 #include <algorithm>

@@ -7,8 +7,8 @@
 // Implementations: IdentityCommunicator (world 1: every collective is a no-op, so the model never branches on
 // the degree of parallelism), ThreadCommunicator (N ranks as N threads of one process over CPU memory:
 // tests and `--device cpu --tp N`), NcclCommunicator (one process per GPU). The interface is an op the model
-// calls like any backend op, so it lives in src/ops; the implementations beyond the identity live in src/dist
-// (dist/thread_communicator.h, dist/nccl_communicator.h), which depends on ops and model, never the reverse.
+// calls like any backend op, so it lives in src/ops; the implementations beyond the identity live in src/parallel
+// (parallel/thread_communicator.h, parallel/nccl_communicator.h), which depends on ops and model, never the reverse.
 //
 // Failure: a rank that fails calls abort(why); every other rank's next (or current) collective throws
 // ferry::Error naming the failed rank and its message, so a group never hangs on a dead member. Collectives

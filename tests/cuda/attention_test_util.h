@@ -5,7 +5,7 @@
 
 #ifdef FERRY_HAS_CUDA
 
-#include "backends/cuda/attention.cuh"
+#include "backends/cuda/attention/attention.cuh"
 #include "core/tensor.h"
 
 namespace ferry::test {

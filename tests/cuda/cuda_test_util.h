@@ -83,10 +83,10 @@ class CudaOpsTest : public ::testing::Test {
   void SetUp() override {
     if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     // The op tests hold every path to fp32-level bounds (1e-4 for the int8 matvecs), so their backend keeps two
-    // int8 levels of activations; the one-level default (CudaBackendOptions::one_level_acts) has its own tests
-    // (matvec_test's kOneLevelTol, decode_ffn_test's PrologueNormOneLevel*, the v10 emulation).
+    // int8 levels of activations (FERRY_CUDA_TUNE=act_levels=2); the one-level default has its own tests
+    // (matvec_test's kOneLevelTol, the stream_quant emulation).
     CudaBackendOptions options;
-    options.one_level_acts = false;
+    options.tune.act_levels = 2;
     gpu_ = std::make_unique<CudaBackend>(options);
   }
 

@@ -16,7 +16,7 @@
 
 #include <string>
 
-#include "backends/cuda/gemm_sm90.cuh"
+#include "backends/cuda/matmul/gemm_sm90.cuh"
 #include "cuda_test_util.h"
 #include "formats/quant.h"
 
@@ -191,7 +191,7 @@ class Sm90BackendMatmul : public CudaOpsTest {};
 
 TEST_F(Sm90BackendMatmul, Bf16CopyAtLoad) {
   for (const bool copy : {false, true}) {
-    CudaBackend gpu(CudaBackendOptions{.device_index = 0, .hopper_gemm = true, .prefill_bf16_weights = copy});
+    CudaBackend gpu(CudaBackendOptions{.device_index = 0, .prefill_bf16_weights = copy});
     std::vector<DeviceBuffer> keep;
     for (const DType t : {DType::Q4_0, DType::Q8_0, DType::F16, DType::BF16, DType::Q4_K}) {
       const int64_t n = 150, n_out = 384, n_in = 512;
@@ -223,7 +223,7 @@ TEST_F(Sm90BackendMatmul, Bf16CopyAtLoad) {
 // rows (the first, the last, the ragged tile's) against float64: fp32 rounding only.
 TEST_F(Sm90BackendMatmul, StreamKShapesThroughTheBackend) {
   if (hopper_sm_count() == 0) GTEST_SKIP() << "not a compute capability 9.x device";
-  CudaBackend gpu(CudaBackendOptions{.device_index = 0, .hopper_gemm = true});
+  CudaBackend gpu(CudaBackendOptions{.device_index = 0});
   const int64_t n_out = 4096, n_in = 4096;
   std::vector<uint16_t> wb = to_bf16_bits(random_floats(size_t(n_out * n_in), 61));
   std::vector<DeviceBuffer> keep;

@@ -19,10 +19,10 @@
 #include <cstring>
 #include <string>
 
-#include "backends/cuda/gemm_sm90.cuh"
-#include "backends/cuda/matvec.cuh"
-#include "backends/cuda/matvec_stream.cuh"
-#include "backends/cuda/matvec_v10.cuh"
+#include "backends/cuda/matmul/gemm_sm90.cuh"
+#include "backends/cuda/matmul/matvec.cuh"
+#include "backends/cuda/matmul/stream_half.cuh"
+#include "backends/cuda/matmul/stream_quant.cuh"
 #include "cuda_test_util.h"
 #include "formats/quant.h"
 
@@ -43,8 +43,8 @@ class CudaMatmulSwiglu : public CudaOpsTest {
   // matmul is not version 9 (then within tol).
   void check(const Case& c, int64_t ref_rows, double tol, uint32_t seed) {
     const int64_t rows = 2 * c.hidden;
-    const bool expect_bits = !(c.n == 1 && cuda_ops::matvec_swiglu_applies(c.type, 1, rows, c.dim) &&
-                               !cuda_ops::matvec_stream_applies(c.type, 1, rows, c.dim, true));
+    const bool expect_bits = !(c.n == 1 && cuda_ops::stream_half_swiglu_applies(c.type, 1, rows, c.dim) &&
+                               !cuda_ops::stream_half_applies(c.type, 1, rows, c.dim, true));
     const std::vector<float> wf = random_floats(size_t(rows * c.dim), seed, 1.0f / std::sqrt(float(c.dim)));
     std::vector<float> x = random_floats(size_t(c.n * c.dim), seed + 1);
     std::vector<uint16_t> wbits(wf.size());
@@ -119,12 +119,12 @@ TEST_F(CudaMatmulSwiglu, OneTokenStreamed) {
   };
   uint32_t seed = 100;
   for (const Case& c : cases) {
-    EXPECT_TRUE(cuda_ops::matvec_swiglu_applies(c.type, 1, 2 * c.hidden, c.dim));
+    EXPECT_TRUE(cuda_ops::stream_half_swiglu_applies(c.type, 1, 2 * c.hidden, c.dim));
     check(c, 1, 2e-5, seed += 7);
   }
 }
 
-// n = 1 on Q8_0 / Q4_0 / Q4_K: matvec version 10's SwiGLU form (matvec_v10_swiglu). Against the CPU reference
+// n = 1 on Q8_0 / Q4_0 / Q4_K: matvec version 10's SwiGLU form (stream_quant_swiglu). Against the CPU reference
 // (dequantize, fp32 dot, then silu(g) * u) within 1e-4 relative L2 (the int8 activations' ~2e-5), and against the
 // unfused GPU path (matmul on version 10, then swiglu_fused) bit for bit: each row's lane math, shuffle tree and
 // warp order are version 10's whatever rows share its stage.
@@ -146,7 +146,7 @@ TEST_F(CudaMatmulSwiglu, OneTokenQuantizedStreamed) {
                              " dim=" + std::to_string(c.dim);
     SCOPED_TRACE(what);
     const int64_t rows = 2 * c.hidden;
-    ASSERT_TRUE(cuda_ops::matvec_v10_swiglu_applies(c.type, 1, rows, c.dim));
+    ASSERT_TRUE(cuda_ops::stream_quant_swiglu_applies(c.type, 1, rows, c.dim));
     const std::vector<float> wf = random_floats(size_t(rows * c.dim), seed += 7, 1.0f / std::sqrt(float(c.dim)));
     std::vector<uint8_t> wbytes(size_t(rows) * row_bytes(c.type, c.dim));
     for (int64_t r = 0; r < rows; ++r)

@@ -6,7 +6,7 @@
 #include <string>
 #include <tuple>
 
-#include "backends/cuda/matmul_dispatch.h"
+#include "backends/cuda/matmul/plan.h"
 #include "cuda_test_util.h"
 #include "formats/quant.h"
 
@@ -47,9 +47,9 @@ class CudaMatmul : public CudaOpsTest {
     gpu_->matmul(out, upload(DType::F32, {c.n, c.n_in}, x), gw,
                  c.bias ? upload(DType::F32, {c.n_out}, b) : Tensor{});
     // Matvec kernels keep f32 activations (1e-4); the GEMM paths round them to bf16 (1e-2). Which one runs is
-    // the backend's dispatch rule (matmul_dispatch.h; this backend keeps no bf16 copies of other types).
-    const bool matvec = cuda_ops::choose_matmul_path(c.n, c.type == DType::BF16, false, false) ==
-                        cuda_ops::MatmulPath::Matvec;
+    // the backend's plan (matmul/plan.h; this backend keeps no bf16 copies of other types): a GEMM from 17 tokens,
+    // and from 5 on BF16 weights.
+    const bool matvec = c.n <= 4 || (c.n <= 16 && c.type != DType::BF16);
     const double tol = matvec ? 1e-4 : 1e-2;
     const double err = rel_l2(download(out), ref);
     EXPECT_LE(err, tol) << describe(c);
@@ -103,14 +103,14 @@ TEST_F(CudaMatmul, Bf16InputEqualsTheF32InputItWasRoundedFrom) {
   }
 }
 
-// The Hopper GEMM launched with programmatic dependent launch (CudaBackendOptions::hopper_gemm_pdl) reads its first
+// The Hopper GEMM launched with programmatic dependent launch (FERRY_CUDA_TUNE=gemm=pdl) reads its first
 // weight boxes before the previous kernel ends and x only after: behind the PDL-launched f32 -> bf16 conversion of
 // x (matmul) and the bf16 norm output (matmul_input_dtype), its outputs must equal the plain launch's bit for bit,
 // for every tile the heuristic picks here and for the SwiGLU epilogue. Repeated, so a read of x before the
 // conversion finished would show up as a mismatch.
 TEST_F(CudaMatmul, HopperGemmWithPdlEqualsPlainLaunch) {
   if (hopper_sm_count() == 0) GTEST_SKIP() << "needs a Hopper GPU";
-  CudaBackend pdl_backend(CudaBackendOptions{.hopper_gemm_pdl = true});
+  CudaBackend pdl_backend(CudaBackendOptions{.tune = {.gemm = GemmTune::kFerryPdl}});
   for (const auto& [n, n_out, n_in] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {256, 512, 1024}, {512, 3072, 2048}, {300, 1536, 512}}) {
     SCOPED_TRACE("n " + std::to_string(n) + " " + std::to_string(n_out) + "x" + std::to_string(n_in));

@@ -1,14 +1,14 @@
 // The decode matvec kernels (n <= 16 tokens) against the CPU reference (dot_ref: dequantize, fp32 dot) on
 // random data, every native weight type, every token count 1..16 and odd shapes (rows not a multiple of a
 // block's 16 rows, columns that leave the last unrolled chunks empty, K tiles that end mid-row).
-// Each case runs through CudaBackend::matmul (the default kernel version) and through cuda_ops::matvec directly
-// with every kept version (2, 5, 7, 9 and 10: matvec.cuh), so every selectable kernel stays tested.
-// Tolerance: relative L2 <= 1e-4 for every type (version 2 keeps activations in fp32 and feeds the quantized
+// Each case runs through CudaBackend::matmul (the plan's kernel) and through cuda_ops::matvec directly with every
+// kernel that takes the shape (MatvecKernel: matvec.cuh), so every kernel stays tested.
+// Tolerance: relative L2 <= 1e-4 for every type (kRowBlocks keeps activations in fp32 and feeds the quantized
 // values into the products exactly, matvec.cuh), far inside the 1e-3 allowed for quantized weights.
-// Version 5 (the default) quantizes the activations for Q8_0/Q4_0/Q4_1/Q4_K into two int8 levels per 32 values
-// (~2e-5 relative) and splits them into bf16 hi + lo for the BF16 tensor-core path: held to kTol against the
-// f32 reference here, and, in Version5MatchesQuantizedActivations, to 1e-5 against the CPU reference fed the
-// same quantized activations (only the summation order differs there).
+// kTiled quantizes the activations for Q8_0/Q4_0/Q4_1/Q4_K into two int8 levels per 32 values (~2e-5 relative)
+// and splits them into bf16 hi + lo for the BF16 tensor-core path: held to kTol against the f32 reference here,
+// and, in TiledMatchesQuantizedActivations, to 1e-5 against the CPU reference fed the same quantized activations
+// (only the summation order differs there).
 #ifdef FERRY_HAS_CUDA
 
 #include <algorithm>
@@ -18,10 +18,11 @@
 
 #include <cuda_runtime.h>
 
-#include "backends/cuda/matmul_dispatch.h"
-#include "backends/cuda/matvec.cuh"
-#include "backends/cuda/matvec_v10.cuh"
-#include "backends/cuda/weight_layout.cuh"
+#include "backends/cuda/matmul/matvec.cuh"
+#include "backends/cuda/matmul/plan.h"
+#include "backends/cuda/matmul/stream_half.cuh"
+#include "backends/cuda/matmul/stream_quant.cuh"
+#include "backends/cuda/matmul/weight_layout.cuh"
 #include "cuda_test_util.h"
 #include "formats/quant.h"
 
@@ -29,14 +30,16 @@ namespace ferry::test {
 namespace {
 
 constexpr double kTol = 1e-4;
-// Version 10's one-level activations (MatvecParams::one_level_acts; the backend's default at one Q8_0/Q4_0 token,
+constexpr cuda_ops::MatvecKernel kKernels[] = {cuda_ops::MatvecKernel::kRowBlocks, cuda_ops::MatvecKernel::kTiled,
+                                              cuda_ops::MatvecKernel::kStreamHalf, cuda_ops::MatvecKernel::kStreamQuant};
+// kStreamQuant's one-level activations (MatvecParams::one_level_acts; the backend's default at one Q8_0/Q4_0 token,
 // off in these tests' backend: cuda_test_util.h):
 // ~0.5% per value, more on rows whose sum cancels (the host emulation's worst case, 2 x 16384: 1.35e-2).
 constexpr double kOneLevelTol = 3e-2;
 
 class CudaMatvec : public CudaOpsTest {
  protected:
-  // Returns the worst relative L2 of the backend's matvec path and every version (all held to kTol). x_scale
+  // Returns the worst relative L2 of the backend's matvec path and every kernel (all held to kTol). x_scale
   // multiplies the activations; outlier (> 0) makes every 97th column that many times larger.
   double run(DType type, int64_t n, int64_t n_out, int64_t n_in, bool bias, uint32_t seed, float x_scale = 1.0f,
              float outlier = 0.0f) {
@@ -63,139 +66,164 @@ class CudaMatvec : public CudaOpsTest {
     gpu_->matmul(out, gx, gw, gb);
     double worst = 0;
     {
-      // The backend's own dispatch (matmul_dispatch.h): bf16 weights with 5..16 tokens go to cuBLASLt, which
-      // rounds the activations to bf16 (8-bit mantissa: ~2e-3 relative): the GEMM path's bound, 1e-2.
+      // The backend's own plan (matmul/plan.h): bf16 weights with 5..16 tokens go to a GEMM, which rounds the
+      // activations to bf16 (8-bit mantissa: ~2e-3 relative): the GEMM path's bound, 1e-2.
       const double err = rel_l2(download(out), ref);
-      if (cuda_ops::choose_matmul_path(n, type == DType::BF16, false, false) == cuda_ops::MatmulPath::Matvec)
+      if (n <= 4 || type != DType::BF16)
         worst = err;
       else
         EXPECT_LE(err, 1e-2) << dtype_name(type) << " backend (cuBLASLt) n=" << n;
     }
-    // Every kept version directly (the prepared weight's layout: weight_layout.cuh).
+    // Every kernel that takes the shape, directly (the prepared weight's layout: weight_layout.cuh).
     const bool split = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
     const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), n_out, n_in,
                                     split ? cuda_ops::scales_offset(type, n_out, n_in) : 0};
-    for (const int version : {2, 5, 7, 9, 10}) {
+    for (const cuda_ops::MatvecKernel kernel : kKernels) {
+      if (!cuda_ops::matvec_kernel_applies(kernel, type, int(n), n_out, n_in)) continue;
       const Tensor o = poisoned({n, n_out});
-      void* scratch = this->scratch(type, version, n, n_in);
+      void* scratch = this->scratch(type, kernel, n, n_in);
       gpu_->synchronize();  // the backend's stream is done with the inputs and the poison before ours starts
       cuda_ops::matvec(type, {.w = view, .x = gx.ptr<float>(), .bias = bias ? gb.ptr<float>() : nullptr,
-                              .out = o.ptr<float>(), .n_tokens = int(n), .version = version, .scratch = scratch},
+                              .out = o.ptr<float>(), .n_tokens = int(n), .kernel = kernel, .scratch = scratch},
                        nullptr);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const double err = rel_l2(download(o), ref);
-      EXPECT_LE(err, kTol) << dtype_name(type) << " version " << version << " n=" << n << " " << n_out << "x" << n_in
+      EXPECT_LE(err, kTol) << dtype_name(type) << " " << cuda_ops::matvec_kernel_name(kernel) << " n=" << n << " " << n_out << "x" << n_in
                           << " x_scale " << x_scale << " outlier " << outlier;
       worst = std::max(worst, err);
     }
-    // Version 10 with one-level activations, where it applies (Q8_0/Q4_0 at one token).
-    if (n == 1 && (type == DType::Q8_0 || type == DType::Q4_0) && cuda_ops::matvec_v10_applies(type, 1, n_out, n_in)) {
+    // kStreamQuant with one-level activations, where it applies (Q8_0/Q4_0 at one token).
+    if (n == 1 && (type == DType::Q8_0 || type == DType::Q4_0) && cuda_ops::stream_quant_applies(type, 1, n_out, n_in)) {
       const Tensor o = poisoned({n, n_out});
       gpu_->synchronize();
       cuda_ops::matvec(type, {.w = view, .x = gx.ptr<float>(), .bias = bias ? gb.ptr<float>() : nullptr,
-                              .out = o.ptr<float>(), .n_tokens = 1, .version = 10, .one_level_acts = true},
+                              .out = o.ptr<float>(), .n_tokens = 1, .kernel = cuda_ops::MatvecKernel::kStreamQuant,
+                              .one_level_acts = true},
                        nullptr);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       EXPECT_LE(rel_l2(download(o), ref), kOneLevelTol)
-          << dtype_name(type) << " version 10 one level " << n_out << "x" << n_in << " x_scale " << x_scale;
+          << dtype_name(type) << " stream_quant one level " << n_out << "x" << n_in << " x_scale " << x_scale;
     }
     return worst;
   }
-  // Device scratch for (type, version, n, n_in), or null when the version needs none.
-  void* scratch(DType type, int version, int64_t n, int64_t n_in) {
-    const size_t bytes = cuda_ops::matvec_scratch_bytes(type, version, int(n), n_in);
+  // Device scratch for (type, kernel, n, n_in), or null when the kernel needs none.
+  void* scratch(DType type, cuda_ops::MatvecKernel kernel, int64_t n, int64_t n_in) {
+    const size_t bytes = cuda_ops::matvec_scratch_bytes(type, kernel, int(n), n_in);
     if (bytes == 0) return nullptr;
     keep_.push_back(gpu_->alloc(bytes));
     return keep_.back().data();
   }
 };
 
-// The dispatch rule (matmul_dispatch.h) on the Llama-3-8B decode shapes, host only (runs without a device): the
-// measured winners stay where they won, and a forced version only replaces what it is asked to.
-TEST(MatvecDispatch, RuleOnLlama3Shapes) {  // host only
-  using cuda_ops::choose_matvec_version;
-  const int def = cuda_ops::kMatvecDefaultVersion;
-  // BF16 at one token: v9 wherever it applies; else v7 from 7168 columns where it applies, v2 from 16384 rows,
-  // v5 otherwise.
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, true, true, 0, def), 9);    // down
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, true, 0, def), 9);    // fused gate/up
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 128256, 4096, true, true, 0, def), 9);   // lm head
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, true, 0, def), 9);     // fused q|k|v
-  EXPECT_EQ(choose_matvec_version(false, true, 1, 4096, 4096, true, true, 0, def), 9);    // F16 wo
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, true, false, 0, def), 7);   // v9 does not apply
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, false, 0, def), 2);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, false, 0, def), def);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, false, false, 0, def), def);  // neither applies
-  EXPECT_EQ(choose_matvec_version(true, true, 2, 4096, 14336, false, false, 0, def), def);  // two tokens
-  // Q8_0 and Q4_0 at one token: v10 wherever it applies (batched_applies = matvec_v10_applies; measured on
-  // every Llama-3 shape and in tg128); v7 only when forced, even where it applies.
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 0, def), 10);   // down
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 28672, 4096, true, true, 0, def), 10);   // gate/up
-  EXPECT_EQ(choose_matvec_version(false, false, 2, 4096, 14336, false, false, 0, def), def);  // two tokens
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 5, def), 5);    // forced 5
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 0, def), def);
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 7, def), 7);
-  // Forced versions: 2 and 5 everywhere; 7 where it applies, else the rule; 9 always (matvec() falls back).
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, true, 5, def), 5);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, true, 2, def), 2);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, true, true, 7, def), 7);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 28672, 4096, false, false, 7, def), 2);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, false, 9, def), 9);
-  // Forced 10: version 10 for Q8_0/Q4_0 where it applies (batched_applies), the rule elsewhere.
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, true, 10, def), 10);
-  EXPECT_EQ(choose_matvec_version(false, false, 1, 4096, 14336, true, false, 10, def), def);
-  EXPECT_EQ(choose_matvec_version(false, false, 2, 4096, 14336, false, false, 10, def), def);
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 6144, 4096, true, true, 10, def), 9);    // BF16: the rule
-  EXPECT_EQ(choose_matvec_version(true, true, 1, 4096, 14336, true, false, 10, def), 7);
+// The matmul plan (matmul/plan.h) on the Llama-3-8B shapes, host only (runs without a device: the H200's SM count
+// and shared memory are given): the measured winners stay where they won, and a tuning choice only replaces what
+// it names.
+cuda_ops::MatmulCaps h200_caps(bool bf16_weight = true) {
+  return {.bf16_weight = bf16_weight, .sm90_gemm = true, .skinny_wgmma = true, .n_sms = 132, .max_smem = 232448};
+}
+cuda_ops::MatmulPlan plan_of(DType t, int64_t rows, int64_t cols, int64_t n, cuda_ops::MatmulCaps caps) {
+  return cuda_ops::plan_matmul({.wtype = t, .rows = rows, .cols = cols, .n = n}, caps);
 }
 
-// Which kernel a matmul of n tokens takes (choose_matmul_path), host only.
-TEST(MatmulDispatch, PathByTokenCount) {  // host only
-  using cuda_ops::choose_matmul_path;
-  using cuda_ops::MatmulPath;
-  EXPECT_EQ(choose_matmul_path(1, true, true, false, true, 4096), MatmulPath::Matvec);
-  EXPECT_EQ(choose_matmul_path(4, true, true, false, true, 4096), MatmulPath::Matvec);
-  EXPECT_EQ(choose_matmul_path(8, true, true, false, true, 6144), MatmulPath::Skinny);    // 1.14x cuBLASLt
-  EXPECT_EQ(choose_matmul_path(8, true, true, false, true, 28672), MatmulPath::Cublas);   // rows past 8192
-  EXPECT_EQ(choose_matmul_path(8, false, true, false, true, 6144), MatmulPath::Matvec);   // no bf16 copy at hand
-  EXPECT_EQ(choose_matmul_path(32, false, true, false, true, 4096), MatmulPath::Skinny);  // dequantized per call
-  EXPECT_EQ(choose_matmul_path(33, true, true, false, true, 4096), MatmulPath::Cublas);   // skinny loses from ~56
-  EXPECT_EQ(choose_matmul_path(64, true, true, false, false, 4096), MatmulPath::Cublas);
-  EXPECT_EQ(choose_matmul_path(256, true, true, false, false, 4096), MatmulPath::HopperGemm);
-  EXPECT_EQ(choose_matmul_path(512, true, false, false, false, 4096), MatmulPath::Cublas);  // shape it does not take
-  EXPECT_EQ(choose_matmul_path(1, true, true, true, true, 4096), MatmulPath::HopperGemm);   // batch-invariant
-  // The wgmma skinny GEMM where it is available (wg_skinny_fits) and beat cuBLASLt (matmul_dispatch.h's table).
-  const auto wg = [&](int64_t n, int64_t rows, int64_t cols) {
-    return choose_matmul_path(n, true, true, false, n <= 128, rows, true, cols);  // skinny_fits: n <= 128 here
+TEST(MatmulPlan, MatvecRuleOnLlama3Shapes) {  // host only
+  using cuda_ops::MatvecKernel;
+  const auto mv = [](DType t, int64_t rows, int64_t cols, int64_t n = 1, CudaTune tune = {}) {
+    cuda_ops::MatmulCaps caps = h200_caps(t == DType::BF16);
+    caps.tune = tune;
+    const cuda_ops::MatmulPlan p = plan_of(t, rows, cols, n, caps);
+    EXPECT_EQ(p.kernel, cuda_ops::MatmulKernel::kMatvec) << rows << "x" << cols;
+    return p.matvec;
   };
-  EXPECT_EQ(wg(32, 4096, 4096), MatmulPath::Skinny);          // the mma.sync skinny GEMM keeps n <= 32
-  EXPECT_EQ(wg(33, 4096, 4096), MatmulPath::WgSkinny);        // 1.04-1.09 at n = 32..48
-  EXPECT_EQ(wg(48, 3072, 4096), MatmulPath::WgSkinny);        // TP=2 qkv: 1.07
-  EXPECT_EQ(wg(56, 4096, 4096), MatmulPath::WgSkinny);        // wo: 0.98 back to back, a win in situ (PDL chain)
-  EXPECT_EQ(wg(40, 4096, 2048), MatmulPath::Cublas);          // TP=2 wo: 0.92
-  EXPECT_EQ(wg(64, 6144, 4096), MatmulPath::WgSkinny);        // qkv: 0.97 back to back, a win in situ
-  EXPECT_EQ(wg(64, 28672, 4096), MatmulPath::WgSkinny);       // 1.04
-  EXPECT_EQ(wg(57, 128256, 4096), MatmulPath::WgSkinny);      // 1.07
-  EXPECT_EQ(wg(64, 4096, 14336), MatmulPath::WgSkinny);       // 1.05
-  EXPECT_EQ(wg(64, 14336, 4096), MatmulPath::WgSkinny);       // TP=2 gate/up: 1.02, a tie
-  EXPECT_EQ(wg(64, 4096, 2048), MatmulPath::Cublas);          // k < 4096 (TP=2 wo: 0.87)
-  EXPECT_EQ(wg(64, 576, 576), MatmulPath::Cublas);            // small models' k
-  EXPECT_EQ(wg(65, 128256, 4096), MatmulPath::Cublas);        // 0.96 at n = 96
-  EXPECT_EQ(wg(200, 4096, 14336), MatmulPath::Cublas);
-  EXPECT_EQ(choose_matmul_path(64, true, true, false, false, 28672, false, 4096), MatmulPath::Cublas);  // not fit
-  EXPECT_EQ(choose_matmul_path(64, true, true, true, false, 4096, true), MatmulPath::HopperGemm);  // batch-invariant
-  // FERRY_CUDA_SKINNY overrides (n = 17..255 where the kernel fits; the rule elsewhere).
-  using cuda_ops::SkinnyOverride;
-  const auto forced = [&](int64_t n, bool skinny_fits, bool wg_fits, SkinnyOverride o) {
-    return choose_matmul_path(n, true, true, false, skinny_fits, 6144, wg_fits, 4096, o);
+  // BF16/F16 at one token: the stream wherever it applies; kRowBlocks from 16384 rows where it does not.
+  EXPECT_EQ(mv(DType::BF16, 4096, 14336), MatvecKernel::kStreamHalf);    // down
+  EXPECT_EQ(mv(DType::BF16, 28672, 4096), MatvecKernel::kStreamHalf);    // fused gate/up
+  EXPECT_EQ(mv(DType::BF16, 128256, 4096), MatvecKernel::kStreamHalf);   // lm head
+  EXPECT_EQ(mv(DType::BF16, 6144, 4096), MatvecKernel::kStreamHalf);     // fused q|k|v
+  EXPECT_EQ(mv(DType::F16, 4096, 4096), MatvecKernel::kStreamHalf);      // wo
+  EXPECT_EQ(mv(DType::BF16, 20000, 576), MatvecKernel::kRowBlocks);      // no stream: 576 columns
+  EXPECT_EQ(mv(DType::BF16, 4096, 576), MatvecKernel::kTiled);
+  EXPECT_EQ(mv(DType::BF16, 4096, 14336, 2), MatvecKernel::kTiled);      // two tokens
+  // Q8_0 / Q4_0 / Q4_K at one token: the quantized stream wherever it applies, kTiled elsewhere.
+  for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+    EXPECT_EQ(mv(t, 4096, 14336), MatvecKernel::kStreamQuant) << dtype_name(t);
+    EXPECT_EQ(mv(t, 28672, 4096), MatvecKernel::kStreamQuant) << dtype_name(t);
+    EXPECT_EQ(mv(t, 4096, 768), MatvecKernel::kTiled) << dtype_name(t);  // not a multiple of 512
+    EXPECT_EQ(mv(t, 4096, 14336, 3), MatvecKernel::kTiled) << dtype_name(t);
+  }
+  EXPECT_EQ(mv(DType::Q4_1, 4096, 4096), MatvecKernel::kTiled);
+  // FERRY_CUDA_TUNE=matvec=...: the named kernel everywhere it takes the shape.
+  EXPECT_EQ(mv(DType::BF16, 28672, 4096, 1, CudaTune{.matvec = MatvecTune::kTiled}), MatvecKernel::kTiled);
+  EXPECT_EQ(mv(DType::Q4_0, 4096, 14336, 1, CudaTune{.matvec = MatvecTune::kRows}), MatvecKernel::kRowBlocks);
+}
+
+TEST(MatmulPlan, EpiloguesFollowTheKernel) {  // host only
+  const cuda_ops::MatmulCaps caps = h200_caps(false);
+  // One Q8_0 token: the stream takes the norm prologue, the residual add and the peer push; the stacked gate|up
+  // weight its SwiGLU form.
+  cuda_ops::MatmulPlan p = plan_of(DType::Q8_0, 6144, 4096, 1, caps);
+  EXPECT_TRUE(p.in_norm && p.residual_add && p.peer_push);
+  EXPECT_EQ(plan_of(DType::Q8_0, 28672, 4096, 1, caps).swiglu, cuda_ops::SwigluKernel::kStreamQuant);
+  // BF16: the stream pushes; its SwiGLU form runs the gate|up weight; no norm prologue there.
+  p = plan_of(DType::BF16, 4096, 14336, 1, h200_caps());
+  EXPECT_TRUE(p.peer_push);
+  EXPECT_FALSE(p.in_norm || p.residual_add);
+  EXPECT_EQ(plan_of(DType::BF16, 28672, 4096, 1, h200_caps()).swiglu, cuda_ops::SwigluKernel::kStreamHalf);
+  // Two tokens: no epilogue on the tiled matvec; from 256 tokens the Hopper GEMM's SwiGLU.
+  p = plan_of(DType::Q8_0, 28672, 4096, 2, caps);
+  EXPECT_FALSE(p.in_norm || p.residual_add || p.peer_push);
+  EXPECT_EQ(p.swiglu, cuda_ops::SwigluKernel::kNone);
+  EXPECT_EQ(plan_of(DType::BF16, 28672, 4096, 512, h200_caps()).swiglu, cuda_ops::SwigluKernel::kGemmSm90);
+  // A tuning choice that leaves the stream loses its epilogues with it.
+  cuda_ops::MatmulCaps tiled = caps;
+  tiled.tune.matvec = MatvecTune::kTiled;
+  p = plan_of(DType::Q8_0, 28672, 4096, 1, tiled);
+  EXPECT_FALSE(p.in_norm || p.residual_add || p.peer_push);
+  EXPECT_EQ(p.swiglu, cuda_ops::SwigluKernel::kNone);
+}
+
+TEST(MatmulPlan, KernelByTokenCount) {  // host only
+  using cuda_ops::MatmulKernel;
+  const auto k = [](int64_t n, int64_t rows, int64_t cols, cuda_ops::MatmulCaps caps = h200_caps()) {
+    return plan_of(DType::BF16, rows, cols, n, caps).kernel;
   };
-  EXPECT_EQ(forced(96, true, true, SkinnyOverride::Wg), MatmulPath::WgSkinny);   // the rule: cuBLASLt
-  EXPECT_EQ(forced(64, true, true, SkinnyOverride::Mma), MatmulPath::Skinny);
-  EXPECT_EQ(forced(64, true, false, SkinnyOverride::Wg), MatmulPath::Cublas);    // not supported: the rule
-  EXPECT_EQ(forced(16, true, true, SkinnyOverride::Wg), MatmulPath::Skinny);     // n <= 16: the rule
-  EXPECT_EQ(forced(256, true, true, SkinnyOverride::Wg), MatmulPath::HopperGemm);
-  EXPECT_EQ(forced(64, true, true, SkinnyOverride::Rule), MatmulPath::WgSkinny);
-  EXPECT_EQ(forced(96, true, true, SkinnyOverride::Rule), MatmulPath::Cublas);
+  EXPECT_EQ(k(1, 4096, 4096), MatmulKernel::kMatvec);
+  EXPECT_EQ(k(4, 4096, 4096), MatmulKernel::kMatvec);
+  EXPECT_EQ(k(8, 6144, 4096), MatmulKernel::kSkinnyMma);     // 1.14x cuBLASLt
+  EXPECT_EQ(k(8, 28672, 4096), MatmulKernel::kCublas);       // rows past 8192
+  EXPECT_EQ(plan_of(DType::Q4_0, 6144, 4096, 8, h200_caps(false)).kernel, MatmulKernel::kMatvec);  // no bf16 copy
+  EXPECT_EQ(plan_of(DType::Q4_0, 4096, 4096, 32, h200_caps(false)).kernel, MatmulKernel::kSkinnyMma);  // dequantized
+  // The wgmma skinny GEMM where it beat cuBLASLt (plan.h's table).
+  EXPECT_EQ(k(32, 4096, 4096), MatmulKernel::kSkinnyMma);    // the mma.sync skinny GEMM keeps n <= 32
+  EXPECT_EQ(k(33, 4096, 4096), MatmulKernel::kSkinnyWgmma);  // 1.04-1.09 at n = 32..48
+  EXPECT_EQ(k(48, 3072, 4096), MatmulKernel::kSkinnyWgmma);  // TP=2 qkv: 1.07
+  EXPECT_EQ(k(56, 4096, 4096), MatmulKernel::kSkinnyWgmma);  // wo: a win in situ (PDL chain)
+  EXPECT_EQ(k(40, 4096, 2048), MatmulKernel::kCublas);       // TP=2 wo: 0.92
+  EXPECT_EQ(k(64, 28672, 4096), MatmulKernel::kSkinnyWgmma);
+  EXPECT_EQ(k(57, 128256, 4096), MatmulKernel::kSkinnyWgmma);
+  EXPECT_EQ(k(64, 4096, 14336), MatmulKernel::kSkinnyWgmma);
+  EXPECT_EQ(k(64, 576, 576), MatmulKernel::kCublas);         // small models' k
+  EXPECT_EQ(k(65, 128256, 4096), MatmulKernel::kCublas);     // 0.96 at n = 96
+  EXPECT_EQ(k(200, 4096, 14336), MatmulKernel::kCublas);
+  EXPECT_EQ(k(256, 4096, 4096), MatmulKernel::kGemmSm90);
+  cuda_ops::MatmulCaps no_wg = h200_caps();
+  no_wg.skinny_wgmma = false;
+  EXPECT_EQ(k(64, 28672, 4096, no_wg), MatmulKernel::kCublas);
+  cuda_ops::MatmulCaps unaligned = h200_caps();
+  unaligned.out_aligned = false;
+  EXPECT_EQ(k(512, 4096, 4096, unaligned), MatmulKernel::kCublas);
+  cuda_ops::MatmulCaps invariant = h200_caps();
+  invariant.batch_invariant = true;
+  EXPECT_EQ(k(1, 4096, 4096, invariant), MatmulKernel::kGemmSm90);
+  EXPECT_EQ(k(64, 4096, 4096, invariant), MatmulKernel::kGemmSm90);
+  // FERRY_CUDA_TUNE=skinny=... (n = 17..255 where the kernel fits; the rule elsewhere).
+  cuda_ops::MatmulCaps wg = h200_caps(), mma = h200_caps();
+  wg.tune.skinny = SkinnyTune::kWgmma;
+  mma.tune.skinny = SkinnyTune::kMma;
+  EXPECT_EQ(k(96, 6144, 4096, wg), MatmulKernel::kSkinnyWgmma);  // the rule: cuBLASLt
+  EXPECT_EQ(k(64, 6144, 4096, mma), MatmulKernel::kSkinnyMma);
+  EXPECT_EQ(k(16, 6144, 4096, wg), MatmulKernel::kSkinnyMma);    // n <= 16: the rule
+  EXPECT_EQ(k(256, 6144, 4096, wg), MatmulKernel::kGemmSm90);
+  EXPECT_EQ(k(96, 6144, 4096), MatmulKernel::kCublas);
 }
 
 TEST_F(CudaMatvec, EveryTypeEveryTokenCount) {
@@ -227,13 +255,12 @@ TEST_F(CudaMatvec, OddShapesAndTiles) {
   EXPECT_LE(run(DType::F16, 16, 9, 1000, false, 8), kTol);
 }
 
-// Version 7 (streamed, one token; BF16/F16 and Q8_0 with cols % 256 == 0, Q4_0 with cols % 512 == 0, up to
-// 16384 columns) where it applies: fewer rows than SMs, a row count one past a multiple of the SM count (blocks
+// kStreamHalf (one token; BF16/F16 with cols % 256 == 0 up to 16384 columns) where it applies: fewer rows than SMs, a row count one past a multiple of the SM count (blocks
 // of unequal height), rows longer than a 16 KB stage (14336, 16384 columns), segment counts that do not divide
-// among the 8 consumer warps (768 and 7168 columns: 3 and 28 half-precision / Q8_0 segments; Q4_0's 512-value
-// segments: 3072 and 14336 columns, 6 and 28), bias on and off; and a call run twice is bit-identical (no
-// atomics). run() also checks every other version on the same data, version 9 (stage-batched) included where its
-// exact shapes apply (2048, 4096, 6144, 14336, 16384 columns; 263 rows of 4096 end on a 1-row last stage).
+// among the 8 consumer warps (768 and 7168 columns: 3 and 28 segments), bias on and off; the row-by-row consumer
+// where the stage-batched one has no instance (1024, 256, 768 columns), the stage-batched one elsewhere (263 rows
+// of 4096 end on a 1-row last stage); and a call run twice is bit-identical (no atomics). run() also checks every
+// other kernel on the same data.
 TEST_F(CudaMatvec, StreamedShapes) {
   struct Shape {
     int64_t n_out, n_in;
@@ -241,9 +268,8 @@ TEST_F(CudaMatvec, StreamedShapes) {
   for (const Shape s : {Shape{1, 256}, Shape{5, 2048}, Shape{133, 1024}, Shape{1000, 3072}, Shape{4103, 2048},
                         Shape{300, 14336}, Shape{64, 16384}, Shape{263, 4096}, Shape{131, 6144}, Shape{17, 7168},
                         Shape{9, 768}, Shape{700, 7168}, Shape{150, 10240}, Shape{90, 2816}, Shape{33, 1792}}) {
-    for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
-      if (t == DType::Q4_0 && s.n_in % 512 != 0) continue;
-      ASSERT_TRUE(cuda_ops::matvec_stream_applies(t, 1, s.n_out, s.n_in)) << dtype_name(t) << " " << s.n_out << "x"
+    for (const DType t : {DType::BF16, DType::F16}) {
+      ASSERT_TRUE(cuda_ops::stream_half_applies(t, 1, s.n_out, s.n_in)) << dtype_name(t) << " " << s.n_out << "x"
                                                                           << s.n_in;
       for (const bool bias : {false, true}) {
         const double err = run(t, 1, s.n_out, s.n_in, bias, 91 + uint32_t(s.n_out));
@@ -251,21 +277,21 @@ TEST_F(CudaMatvec, StreamedShapes) {
       }
     }
   }
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 576));    // cols not a multiple of 256
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 32768));  // x would not fit the registers
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 2, 64, 4096));   // more than one token
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q4_0, 1, 64, 768));    // Q4_0: cols not a multiple of 512
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 1, 64, 32768));  // x would not fit the registers
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 2, 64, 4096));   // more than one token
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q4_1, 1, 64, 4096));   // not a streamed weight type
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q4_K, 1, 64, 4096));
-  // Version 9 (stage-batched): half-precision weights whose (segments per warp, rows per stage) pair has an
+  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::BF16, 1, 64, 576));    // cols not a multiple of 256
+  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::BF16, 1, 64, 32768));  // x would not fit the registers
+  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::BF16, 2, 64, 4096));   // more than one token
+  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::Q4_0, 1, 64, 768));    // Q4_0: cols not a multiple of 512
+  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::Q8_0, 1, 64, 32768));  // x would not fit the registers
+  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::Q8_0, 2, 64, 4096));   // more than one token
+  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::Q4_1, 1, 64, 4096));   // not a streamed weight type
+  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::Q4_K, 1, 64, 4096));
+  // The stage-batched consumer: half-precision weights whose (segments per warp, rows per stage) pair has an
   // instance: 1792, 2048 and 2816..16384 columns (7168: 28 segments, 4 on warps 0-3 and 3 on warps 4-7).
   for (const int64_t cols : {1792, 2048, 2816, 3072, 4096, 6144, 7168, 8192, 10240, 12288, 14336, 16384})
-    EXPECT_TRUE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 4103, cols, true)) << cols;
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 2560, true));  // 3 rows a stage: no instance
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::BF16, 1, 64, 1024, true));  // 8 rows a stage: no instance
-  EXPECT_FALSE(cuda_ops::matvec_stream_applies(DType::Q8_0, 1, 64, 4096, true));
+    EXPECT_TRUE(cuda_ops::stream_half_applies(DType::BF16, 1, 4103, cols, true)) << cols;
+  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::BF16, 1, 64, 2560, true));  // 3 rows a stage: no instance
+  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::BF16, 1, 64, 1024, true));  // 8 rows a stage: no instance
+  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::Q8_0, 1, 64, 4096, true));
   // Deterministic: the same call twice gives the same bits.
   const int64_t rows = 2000, cols = 4096;
   const std::vector<float> f = random_floats(size_t(rows * cols), 5, 0.5f);
@@ -276,40 +302,41 @@ TEST_F(CudaMatvec, StreamedShapes) {
       quantize_row(t, f.data() + r * cols, w.data() + size_t(r) * row_bytes(t, cols), cols);
     const Tensor gw = gpu_->prepare_weight(Tensor::make(t, {rows, cols}, w.data()), keep_);
     const size_t scales = t == DType::BF16 ? 0 : cuda_ops::scales_offset(t, rows, cols);
-    for (const int version : {7, 10}) {  // 10: Q8_0/Q4_0 only
-      if (version >= 10 && t == DType::BF16) continue;
+    {
+      const cuda_ops::MatvecKernel kernel =
+          t == DType::BF16 ? cuda_ops::MatvecKernel::kStreamHalf : cuda_ops::MatvecKernel::kStreamQuant;
       std::vector<std::vector<float>> got;
       for (int i = 0; i < 2; ++i) {
         const Tensor o = poisoned({1, rows});
         gpu_->synchronize();
         cuda_ops::matvec(t, {.w = {static_cast<const uint8_t*>(gw.data), rows, cols, scales}, .x = gx.ptr<float>(),
-                             .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1, .version = version},
+                             .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1, .kernel = kernel},
                          nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         got.push_back(download(o));
       }
-      EXPECT_EQ(got[0], got[1]) << dtype_name(t) << " version " << version;
+      EXPECT_EQ(got[0], got[1]) << dtype_name(t) << " " << cuda_ops::matvec_kernel_name(kernel);
     }
   }
 }
 
-// Version 10 (Q8_0/Q4_0/Q4_K, one token; matvec_v10.cuh) where it applies: 512..16384 columns (1 to 4 segments a
+// kStreamQuant (Q8_0/Q4_0/Q4_K, one token; stream_quant.cuh) where it applies: 512..16384 columns (1 to 4 segments a
 // warp, 3 at 12288, uneven ones at 7168 and 14336), 1, 2, 4 and 8 rows a ring stage, and enough rows a block that
 // the ring wraps several times with a short last stage (e.g. 20000 x 4096: 151-152 rows a block, Q4_0 19 stages
-// of 8 rows through 6 slots). run() checks every version against the f32 reference (kTol) on the same data.
-TEST_F(CudaMatvec, Version10Shapes) {
+// of 8 rows through 6 slots). run() checks every kernel against the f32 reference (kTol) on the same data.
+TEST_F(CudaMatvec, StreamQuantShapes) {
   struct Shape {
     int64_t n_out, n_in;
   };
   for (const Shape s : {Shape{20000, 4096}, Shape{3001, 14336}, Shape{1500, 7168}, Shape{2100, 2048},
                         Shape{700, 16384}, Shape{900, 12288}, Shape{37, 512}, Shape{6000, 6144}}) {
     for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
-      ASSERT_TRUE(cuda_ops::matvec_v10_applies(t, 1, s.n_out, s.n_in)) << dtype_name(t) << " " << s.n_in;
+      ASSERT_TRUE(cuda_ops::stream_quant_applies(t, 1, s.n_out, s.n_in)) << dtype_name(t) << " " << s.n_in;
       const double err = run(t, 1, s.n_out, s.n_in, s.n_out % 2 == 0, 17 + uint32_t(s.n_in));
       EXPECT_LE(err, kTol) << dtype_name(t) << " " << s.n_out << "x" << s.n_in;
     }
   }
-  // Q4_K (GGUF super-blocks streamed as stored, matvec_v10_math.cuh): odd rows (a short last stage in some
+  // Q4_K (GGUF super-blocks streamed as stored, stream_quant_math.cuh): odd rows (a short last stage in some
   // blocks), activations far from 1 and outlier columns.
   for (const Shape s : {Shape{4103, 4096}, Shape{301, 14336}, Shape{133, 1024}}) {
     EXPECT_LE(run(DType::Q4_K, 1, s.n_out, s.n_in, true, 23 + uint32_t(s.n_out)), kTol) << s.n_out << "x" << s.n_in;
@@ -326,40 +353,41 @@ TEST_F(CudaMatvec, Version10Shapes) {
       quantize_row(DType::Q4_K, f.data() + r * cols, w.data() + size_t(r) * row_bytes(DType::Q4_K, cols), cols);
     const Tensor gw = gpu_->prepare_weight(Tensor::make(DType::Q4_K, {rows, cols}, w.data()), keep_);
     const Tensor gx = upload(DType::F32, {1, cols}, random_floats(size_t(cols), 6));
-    for (const int version : {10}) {
+    {
       std::vector<std::vector<float>> got;
       for (int i = 0; i < 2; ++i) {
         const Tensor o = poisoned({1, rows});
         gpu_->synchronize();
         cuda_ops::matvec(DType::Q4_K, {.w = {static_cast<const uint8_t*>(gw.data), rows, cols, 0},
                                        .x = gx.ptr<float>(), .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1,
-                                       .version = version},
+                                       .kernel = cuda_ops::MatvecKernel::kStreamQuant},
                          nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         got.push_back(download(o));
       }
-      EXPECT_EQ(got[0], got[1]) << "q4_K version " << version;
+      EXPECT_EQ(got[0], got[1]) << "q4_K stream_quant";
     }
   }
-  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q8_0, 1, 64, 768));    // not a multiple of 512
-  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q4_0, 1, 64, 32768));  // past 16384 columns
-  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q8_0, 2, 64, 4096));   // more than one token
-  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q4_1, 1, 64, 4096));   // Q8_0, Q4_0 and Q4_K only
-  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::Q4_K, 1, 64, 768));    // Q4_K: 512-column segments too
-  EXPECT_FALSE(cuda_ops::matvec_v10_applies(DType::BF16, 1, 64, 4096));
+  EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q8_0, 1, 64, 768));    // not a multiple of 512
+  EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q4_0, 1, 64, 32768));  // past 16384 columns
+  EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q8_0, 2, 64, 4096));   // more than one token
+  EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q4_1, 1, 64, 4096));   // Q8_0, Q4_0 and Q4_K only
+  EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q4_K, 1, 64, 768));    // Q4_K: 512-column segments too
+  EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::BF16, 1, 64, 4096));
 }
 
 // MatvecParams::stream (the producer keeps at most N stages in flight; its copies with an L2 evict_first policy)
 // changes when stages are issued and which L2 lines go first, not what is computed: the same bits as no cap and no
 // policy, for every N from 1 up to past the ring's stage count, with and without the policy, on shapes with one and
-// four segments a warp and a short last stage; version 10 (Q8_0/Q4_0/Q4_K) and version 9 (BF16).
-TEST_F(CudaMatvec, Version10WeightStreamSameBits) {
+// four segments a warp and a short last stage; kStreamQuant (Q8_0/Q4_0/Q4_K) and kStreamHalf (BF16).
+TEST_F(CudaMatvec, WeightStreamSameBits) {
   struct Shape {
     int64_t n_out, n_in;
   };
   for (const Shape s : {Shape{6144, 4096}, Shape{4096, 14336}, Shape{1001, 4096}}) {
     for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::BF16}) {
-      const int version = t == DType::BF16 ? 9 : 10;
+      const cuda_ops::MatvecKernel kernel =
+          t == DType::BF16 ? cuda_ops::MatvecKernel::kStreamHalf : cuda_ops::MatvecKernel::kStreamQuant;
       const std::vector<float> f = random_floats(size_t(s.n_out * s.n_in), 70 + uint32_t(s.n_out), 0.5f);
       std::vector<uint8_t> w(size_t(s.n_out) * row_bytes(t, s.n_in));
       for (int64_t r = 0; r < s.n_out; ++r)
@@ -374,7 +402,7 @@ TEST_F(CudaMatvec, Version10WeightStreamSameBits) {
           const Tensor o = poisoned({1, s.n_out});
           gpu_->synchronize();
           cuda_ops::matvec(t, {.w = view, .x = gx.ptr<float>(), .bias = nullptr, .out = o.ptr<float>(), .n_tokens = 1,
-                               .version = version, .stream = {.ring_inflight = inflight, .evict_first = evict_first}},
+                               .kernel = kernel, .stream = {.ring_inflight = inflight, .evict_first = evict_first}},
                            nullptr);
           const std::string what = std::string(dtype_name(t)) + " " + std::to_string(s.n_out) + "x" +
                                    std::to_string(s.n_in) + " inflight " + std::to_string(inflight) +
@@ -391,16 +419,16 @@ TEST_F(CudaMatvec, Version10WeightStreamSameBits) {
   }
 }
 
-// Version 10 on the Llama-3-8B projections issue 3 names (14336 x 4096 gate/up half, 4096 x 14336 down), every
-// type it takes; run() also checks versions 2/5/7/9 on the same data.
-TEST_F(CudaMatvec, Version10LlamaShapes) {
+// kStreamQuant on the Llama-3-8B projections (14336 x 4096 gate/up half, 4096 x 14336 down), every type it takes;
+// run() also checks the other kernels on the same data.
+TEST_F(CudaMatvec, StreamQuantLlamaShapes) {
   for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
     EXPECT_LE(run(t, 1, 14336, 4096, false, 61), kTol) << dtype_name(t) << " 14336x4096";
     EXPECT_LE(run(t, 1, 4096, 14336, true, 62), kTol) << dtype_name(t) << " 4096x14336";
   }
 }
 
-// Few rows and many columns (version 5 splits K among the warps of a block there), including a last slice
+// Few rows and many columns (kTiled splits K among the warps of a block there), including a last slice
 // shorter than the others and rows that end inside a row group.
 TEST_F(CudaMatvec, FewRowsManyColumns) {
   struct Shape {
@@ -416,7 +444,7 @@ TEST_F(CudaMatvec, FewRowsManyColumns) {
   }
 }
 
-// Activations far from 1 (|x| ~ 1e6, ~1e-7) or with outlier columns 1000x the rest: version 5 quantizes the
+// Activations far from 1 (|x| ~ 1e6, ~1e-7) or with outlier columns 1000x the rest: kTiled quantizes the
 // activations per 32 values (two int8 levels) and must still come out right.
 TEST_F(CudaMatvec, ActivationRange) {
   for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
@@ -428,9 +456,9 @@ TEST_F(CudaMatvec, ActivationRange) {
   }
 }
 
-// Version 5's activation quantization (matvec_v5.cuh) redone on the host: per 32 values dx = max|x| / 127,
+// kTiled's activation quantization (matvec_tiled.cuh) redone on the host: per 32 values dx = max|x| / 127,
 // q1 = rint(x / dx), q2 = clamp(rint(fma(-dx, q1, x) / (dx / 256)), +-127), x~ = dx / 256 (256 q1 + q2).
-std::vector<float> v5_quantized(const std::vector<float>& x) {
+std::vector<float> tiled_quantized(const std::vector<float>& x) {
   std::vector<float> out(x.size());
   for (size_t b = 0; b < x.size(); b += 32) {
     float amax = 0.0f;
@@ -449,10 +477,10 @@ std::vector<float> v5_quantized(const std::vector<float>& x) {
   return out;
 }
 
-// Version 5 on the quantized types against the CPU reference fed the same quantized activations (tight: only
+// kTiled on the quantized types against the CPU reference fed the same quantized activations (tight: only
 // the summation order differs) and against the f32 reference (the error the quantization adds, printed).
 // Shapes: few rows (K split among warps: S > 1), 2000 rows (several row groups per block), K = 4096.
-TEST_F(CudaMatvec, Version5MatchesQuantizedActivations) {
+TEST_F(CudaMatvec, TiledMatchesQuantizedActivations) {
   struct Shape {
     int64_t n_out, n_in;
   };
@@ -467,7 +495,7 @@ TEST_F(CudaMatvec, Version5MatchesQuantizedActivations) {
           quantize_row(t, f.data() + r * s.n_in, w.data() + size_t(r) * row_bytes(t, s.n_in), s.n_in);
         std::vector<float> x = random_floats(size_t(n * s.n_in), seed + 1);
         for (size_t i = 0; i < x.size(); ++i) x[i] += 0.3f * float((i % size_t(s.n_in)) % 7) - 0.9f;
-        std::vector<float> xq = v5_quantized(x);
+        std::vector<float> xq = tiled_quantized(x);
         const Tensor hw = Tensor::make(t, {s.n_out, s.n_in}, w.data());
         std::vector<float> ref(size_t(n * s.n_out)), ref_q(size_t(n * s.n_out));
         cpu_.matmul(host(DType::F32, {n, s.n_out}, ref), host(DType::F32, {n, s.n_in}, x), hw, Tensor{});
@@ -478,10 +506,10 @@ TEST_F(CudaMatvec, Version5MatchesQuantizedActivations) {
         const bool split = t != DType::Q4_K;
         const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), s.n_out, s.n_in,
                                         split ? cuda_ops::scales_offset(t, s.n_out, s.n_in) : 0};
-        void* scr = scratch(t, 5, n, s.n_in);
+        void* scr = scratch(t, cuda_ops::MatvecKernel::kTiled, n, s.n_in);
         gpu_->synchronize();
         cuda_ops::matvec(t, {.w = view, .x = gx.ptr<float>(), .bias = nullptr, .out = o.ptr<float>(),
-                             .n_tokens = int(n), .version = 5, .scratch = scr},
+                             .n_tokens = int(n), .kernel = cuda_ops::MatvecKernel::kTiled, .scratch = scr},
                          nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const std::vector<float> got = download(o);
@@ -493,7 +521,7 @@ TEST_F(CudaMatvec, Version5MatchesQuantizedActivations) {
       }
     }
   }
-  std::printf("version 5 quantized types: worst relative L2 %.2e vs the same-quantization reference, %.2e vs f32\n",
+  std::printf("tiled matvec, quantized types: worst relative L2 %.2e vs the same-quantization reference, %.2e vs f32\n",
               worst_q, worst_f);
 }
 

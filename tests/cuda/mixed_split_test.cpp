@@ -24,9 +24,9 @@
 
 #include <cuda_runtime.h>
 
-#include "backends/cuda/decode_split.cuh"
-#include "backends/cuda/mixed_attention.cuh"
 #include "attention_test_util.h"
+#include "backends/cuda/attention/decode_split.cuh"
+#include "backends/cuda/attention/mixed_attention.cuh"
 #include "cuda_test_util.h"
 #include "fixtures/paged_layout.h"
 

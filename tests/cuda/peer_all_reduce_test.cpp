@@ -16,8 +16,8 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cuda/comm/peer_all_reduce.h"
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/peer_all_reduce.h"
 #include "fixtures/numeric.h"
 #include "formats/quant.h"
 

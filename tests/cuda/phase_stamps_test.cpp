@@ -9,8 +9,8 @@
 #include <string>
 
 #include "backends/cuda/cuda_backend_views.h"
-#include "backends/cuda/matvec.cuh"
-#include "backends/cuda/stamp_table.h"
+#include "backends/cuda/diag/stamp_table.h"
+#include "backends/cuda/matmul/matvec.cuh"
 #include "cuda_test_util.h"
 #include "formats/quant.h"
 
@@ -38,10 +38,10 @@ TEST_F(CudaPhaseStamps, MatvecV10StampsItsPhasesInOrder) {
   ASSERT_NE(slots.at, nullptr);
 
   cuda_ops::matvec(DType::Q4_0, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
-                                 .out = plain.ptr<float>(), .n_tokens = 1, .version = 10},
+                                 .out = plain.ptr<float>(), .n_tokens = 1, .kernel = cuda_ops::MatvecKernel::kStreamQuant},
                    nullptr);
   cuda_ops::matvec(DType::Q4_0, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
-                                 .out = stamped.ptr<float>(), .n_tokens = 1, .version = 10, .stamps = slots},
+                                 .out = stamped.ptr<float>(), .n_tokens = 1, .kernel = cuda_ops::MatvecKernel::kStreamQuant, .stamps = slots},
                    nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> a = download(plain), b = download(stamped);

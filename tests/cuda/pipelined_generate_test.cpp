@@ -1,4 +1,4 @@
-// Engine::generate with pipelined decode steps (FERRY_PIPELINED_DECODE, Session::launch_decode: step t + 1 is
+// Engine::generate with pipelined decode steps (EngineOptions::pipelined_decode, Session::launch_decode: step t + 1 is
 // launched on step t's device draw before the host reads it) against the one-step-at-a-time loop, on the GPU and
 // a reference model: the same tokens and text (greedy, and a seeded draw with top-k/top-p/min-p: the draw at a
 // position depends only on the seed and the position), when generation runs to max_tokens, when the callback stops
@@ -25,16 +25,15 @@ struct GenRun {
   FinishReason finish;
 };
 
-// Generates from `prompt` (then from prompt + what it made, once more) with FERRY_PIPELINED_DECODE = pipelined.
+// Generates from `prompt` (then from prompt + what it made, once more) with EngineOptions::pipelined_decode.
 std::vector<GenRun> generate_twice(const std::string& model, bool pipelined, const SamplingParams& params,
                                    int max_tokens, int stop_after, int32_t context) {
-  setenv("FERRY_PIPELINED_DECODE", pipelined ? "1" : "0", 1);
   EngineOptions o;
   o.model_path = model;
   o.device = "cuda";
   o.context = context;
+  o.pipelined_decode = pipelined;
   Engine engine(o);
-  unsetenv("FERRY_PIPELINED_DECODE");
   std::vector<int32_t> prompt = {1, 17, 42, 7, 99, 3};
   std::vector<GenRun> runs;
   for (int call = 0; call < 2; ++call) {

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cuda/qkv_epilogue.cuh"
+#include "backends/cuda/attention/qkv_epilogue.cuh"
 #include "cuda_test_util.h"
 #include "formats/quant.h"
 

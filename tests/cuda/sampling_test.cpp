@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/sampling.cuh"
+#include "backends/cuda/sampling/sampling.cuh"
 #include "sampling/philox.h"
 #include "sampling/sampler.h"
 #include "sampling/sampler_math.h"

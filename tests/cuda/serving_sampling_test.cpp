@@ -151,8 +151,8 @@ TEST_F(CudaServingSampling, DeviceOnlyStepsCopyNoLogitsAndReplayGraphs) {
   EXPECT_GT(dev.stats.graph_replays, 0);
 }
 
-// `ferry run` / Engine::generate: the same tokens with the draw on the device as with FERRY_CUDA_SAMPLING=0
-// (the host sampler), for greedy and seeded sampling settings; a penalty setting takes the host path in both.
+// `ferry run` / Engine::generate: the same tokens with the draw on the device as with
+// EngineOptions::device_sampling off (the host sampler), for greedy and seeded sampling settings; a penalty setting takes the host path in both.
 TEST_F(CudaServingSampling, EngineGenerateDrawsTheHostSamplersTokens) {
   EngineOptions eo;
   eo.model_path = path_;
@@ -161,18 +161,14 @@ TEST_F(CudaServingSampling, EngineGenerateDrawsTheHostSamplersTokens) {
   eo.batch_invariant = true;
   const std::vector<GenerationRequest> reqs = mixed_requests();
   const auto tokens = [&](bool device) {
-    if (device) {
-      unsetenv("FERRY_CUDA_SAMPLING");
-    } else {
-      setenv("FERRY_CUDA_SAMPLING", "0", 1);
-    }
     std::vector<std::vector<int32_t>> out;
-    Engine e(eo);
+    EngineOptions o = eo;
+    o.device_sampling = device;
+    Engine e(o);
     for (const GenerationRequest& r : reqs) {
       e.reset();
       out.push_back(e.generate(r.prompt, r.sampling, kMaxTokens, nullptr, false).tokens);
     }
-    unsetenv("FERRY_CUDA_SAMPLING");
     return out;
   };
   const auto dev = tokens(true), host = tokens(false);

@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "backends/cuda/weight_layout.cuh"
-#include "backends/cuda/weight_repack.h"
+#include "backends/cuda/matmul/weight_layout.cuh"
+#include "backends/cuda/matmul/weight_repack.h"
 #include "formats/quant.h"
 
 namespace ferry::cuda_ops {

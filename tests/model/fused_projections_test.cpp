@@ -14,8 +14,6 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/simd.h"
-#include "dist/sharding.h"
-#include "dist/thread_group.h"
 #include "fixtures/batches.h"
 #include "fixtures/numeric.h"
 #include "fixtures/test_paths.h"
@@ -24,6 +22,8 @@
 #include "model/fuse_weights.h"
 #include "model/llama_model.h"
 #include "model/model_file.h"
+#include "parallel/sharding.h"
+#include "parallel/thread_group.h"
 
 namespace ferry {
 namespace {

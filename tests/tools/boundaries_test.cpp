@@ -3,8 +3,8 @@
 // (section "Boundaries", the rows between the boundaries-table markers), so the page and the check cannot
 // drift apart: a new dependency means a new table entry, with its reason, in the same change.
 //
-// Module names: `core`, `formats`, ..., `backends/cpu`, `backends/cuda` (src/<name>), `ferry` (include/ferry),
-// `tools/ferry`. A row whose first cell is a file path (e.g. `tools/ferry/bench.cpp`) replaces its folder's row
+// Module names: `core`, `formats`, ..., `backends/cpu`, `backends/cuda` (src/<name>), the folders inside a
+// backend (`backends/cuda/matmul`: src/backends/cuda/matmul), `ferry` (include/ferry), `tools/ferry`. A row whose first cell is a file path (e.g. `tools/ferry/bench.cpp`) replaces its folder's row
 // for that one file. Includes without a folder ("commands.h") and of external libraries ("fmt/format.h", whose
 // first component is no module) are not checked. A source folder without a row fails the check.
 #include <gtest/gtest.h>
@@ -71,11 +71,13 @@ std::set<std::string> modules_of(const Rules& rules) {
 }
 
 // The module a repository-relative file belongs to: src/backends/cpu/x.cpp -> backends/cpu,
-// src/tokenizer/jinja/y.cpp -> tokenizer, include/ferry/z.h -> ferry, tools/ferry/w.cpp -> tools/ferry.
+// src/backends/cuda/matmul/v.cu -> backends/cuda/matmul, src/tokenizer/jinja/y.cpp -> tokenizer,
+// include/ferry/z.h -> ferry, tools/ferry/w.cpp -> tools/ferry.
 std::string module_of_file(const std::string& rel) {
   const fs::path p(rel);
   std::vector<std::string> parts(p.begin(), p.end());
   if (parts.size() >= 3 && parts[0] == "src") {
+    if (parts[1] == "backends" && parts.size() >= 5) return "backends/" + parts[2] + "/" + parts[3];
     if (parts[1] == "backends" && parts.size() >= 4) return "backends/" + parts[2];
     return parts[1];
   }
@@ -89,6 +91,8 @@ std::string module_of_include(const std::string& inc, const std::set<std::string
   const size_t first = inc.find('/');
   if (first == std::string::npos) return "";
   const size_t second = inc.find('/', first + 1);
+  const size_t third = second == std::string::npos ? second : inc.find('/', second + 1);
+  if (third != std::string::npos && modules.count(inc.substr(0, third))) return inc.substr(0, third);
   if (second != std::string::npos && modules.count(inc.substr(0, second))) return inc.substr(0, second);
   if (modules.count(inc.substr(0, first))) return inc.substr(0, first);
   return "";
@@ -146,6 +150,13 @@ TEST(Boundaries, TableParsesAndCheckerFlagsAViolation) {
   EXPECT_EQ(check_file("src/kv/p.cpp", "", rules).size(), 1u);  // a folder without a row
   EXPECT_TRUE(check_file("tools/ferry/x.cpp", "#include \"model/batch.h\"\n", rules).empty());  // file row
   EXPECT_EQ(check_file("src/core/t.h", "#include \"ops/backend.h\"\n", rules).size(), 1u);
+  // A backend's subfolders are modules of their own: each needs a row, and its includes are checked by it.
+  const Rules sub = parse_rules(std::string(kTableBegin) + " -->\n| `backends/cuda` | `backends/cuda/mm` | top |\n" +
+                                "| `backends/cuda/mm` | `core` | matmul |\n| `core` | — | base |\n" + kTableEnd + " -->\n");
+  EXPECT_TRUE(check_file("src/backends/cuda/b.cpp", "#include \"backends/cuda/mm/p.h\"\n", sub).empty());
+  EXPECT_EQ(check_file("src/backends/cuda/mm/p.cu", "#include \"backends/cuda/b.h\"\n", sub).size(), 1u);
+  EXPECT_TRUE(check_file("src/backends/cuda/mm/p.cu", "#include \"core/check.h\"\n", sub).empty());
+  EXPECT_EQ(check_file("src/backends/cuda/new/q.cu", "", sub).size(), 1u);  // a subfolder without a row
 }
 
 TEST(Boundaries, EveryIncludeRespectsTheTableInDocsArchitecture) {

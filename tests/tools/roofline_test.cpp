@@ -1,4 +1,4 @@
-// The roofline model (src/engine/roofline.h) on hand-worked examples, the ceilings parser, the CPU ceiling
+// The roofline model (src/measure/roofline.h) on hand-worked examples, the ceilings parser, the CPU ceiling
 // measurement's sanity, the SVG chart's geometry and the kernel-results reader.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "core/check.h"
-#include "engine/cpu_ceilings.h"
-#include "engine/roofline.h"
-#include "engine/roofline_svg.h"
 #include "fixtures/sanitizer.h"
 #include "fixtures/test_paths.h"
+#include "measure/cpu_ceilings.h"
+#include "measure/roofline.h"
+#include "measure/roofline_svg.h"
 
 namespace ferry {
 namespace {

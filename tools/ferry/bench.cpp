@@ -2,10 +2,10 @@
 // N-token prompt from an empty cache; tg N generates N tokens one by one after a 1-token prompt. Each test
 // is repeated and reported as mean ± standard deviation.
 //
-// Each test is also placed on the roofline (src/engine/roofline.h: bytes moved and FLOPs per test): achieved
+// Each test is also placed on the roofline (src/measure/roofline.h: bytes moved and FLOPs per test): achieved
 // GB/s and FLOP/s, arithmetic intensity, the roof's tok/s, the share of the roof reached and which ceiling
 // binds. Ceilings: --ceilings GBPS,TFLOPS; else the H200 figures for cuda, or measured at start for cpu
-// (src/engine/cpu_ceilings.h). --plot FILE.svg draws the tests (and --kernels FILE.json harness results).
+// (src/measure/cpu_ceilings.h). --plot FILE.svg draws the tests (and --kernels FILE.json harness results).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -21,9 +21,9 @@
 #include "common_options.h"
 #include "core/check.h"
 #include "core/env.h"
-#include "engine/cpu_ceilings.h"
-#include "engine/roofline.h"
-#include "engine/roofline_svg.h"
+#include "measure/cpu_ceilings.h"
+#include "measure/roofline.h"
+#include "measure/roofline_svg.h"
 
 namespace ferry::cli {
 namespace {
@@ -57,7 +57,7 @@ std::string cuda_device_name() {
 }
 
 // The roof for this run, and one line saying where it comes from.
-Ceilings bench_ceilings(const std::string& given, const std::string& device, int threads) {
+Ceilings bench_ceilings(const std::string& given, const std::string& device, int threads, const Env& env) {
   if (!given.empty()) {
     Ceilings c = parse_ceilings(given);
     c.source += device == "cuda" ? " (device: " + cuda_device_name() + ")" : " (this CPU)";
@@ -70,7 +70,7 @@ Ceilings bench_ceilings(const std::string& given, const std::string& device, int
     if (name.find("H200") == std::string::npos) c.source += " (not an H200: pass --ceilings GBPS,TFLOPS for it)";
     return c;
   }
-  return measure_cpu_ceilings(threads, resolve_simd_level(Env::read().simd)).ceilings;
+  return measure_cpu_ceilings(threads, resolve_simd_level(env.simd)).ceilings;
 }
 
 }  // namespace
@@ -98,10 +98,10 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--kernels", o->kernels, "kernel results to add to the chart (JSON from a bench/kernels harness "
                                           "--json FILE; repeatable)")
       ->needs(plot);
-  return [o] {
+  return [o](const Env& env) {
     FERRY_CHECK(o->random.empty() || o->model.model.empty(), "use either -m or --random");
     EngineOptions eo = o->model.engine_options(
-        o->random.empty() ? resolve_model(o->model.model) : "random:" + o->random + ":" + o->random_type);
+        o->random.empty() ? resolve_model(o->model.model, env) : "random:" + o->random + ":" + o->random_type, env);
     if (eo.context == 0) eo.context = std::max(o->n_prompt, o->n_gen + 1) + 16;
     eo.max_step_tokens = std::max(eo.max_step_tokens, o->n_prompt);
     Engine engine(eo);
@@ -115,7 +115,7 @@ Runner add_bench(CLI::App& app) {
     for (const std::string& path : o->kernels)
       for (KernelResult& k : read_kernel_results(path)) kernels.push_back(std::move(k));
     const bool gpu = o->model.device == "cuda";
-    Ceilings ceil = bench_ceilings(o->ceilings, o->model.device, o->model.threads);
+    Ceilings ceil = bench_ceilings(o->ceilings, o->model.device, o->model.threads, env);
     if (gpu && eo.tp > 1 && o->ceilings.empty()) {  // --tp N: N GPUs each stream their shard of the weights
       ceil.bytes_per_s *= eo.tp;
       ceil.flops_per_s *= eo.tp;

@@ -22,9 +22,9 @@ Runner add_chat(CLI::App& app) {
   o->sampling.add(app);
   app.add_option("--system", o->system, "system message");
   app.add_option("-n,--n-predict", o->n_predict, "most tokens per reply")->check(CLI::Range(1, 1 << 24));
-  return [o] {
+  return [o](const Env& env) {
     o->sampling.params.validate();
-    Engine engine(o->model.engine_options(resolve_model(o->model.model)));
+    Engine engine(o->model.engine_options(resolve_model(o->model.model, env), env));
     FERRY_CHECK(engine.has_chat_template(), "{}: the model has no chat template", engine.info().path);
     std::vector<ChatTurn> turns;
     if (!o->system.empty()) turns.push_back({"system", o->system});

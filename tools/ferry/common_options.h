@@ -32,8 +32,9 @@ struct ModelOptions {
                  "cuda: a row's result does not depend on the rest of the batch (one GEMM kernel for every token "
                  "count, fixed attention splits; slower decode). The CPU kernels are batch-invariant always");
   }
-  EngineOptions engine_options(const std::string& resolved_model) const {
+  EngineOptions engine_options(const std::string& resolved_model, const Env& env) const {
     EngineOptions o;
+    o.env = env;
     o.model_path = resolved_model;
     o.device = device;
     o.n_threads = threads;

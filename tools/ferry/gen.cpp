@@ -20,7 +20,7 @@ Runner add_gen(CLI::App& app) {
   app.add_option("-o,--output", o->out, "output .gguf path")->required();
   app.add_option("--seed", o->seed, "random seed");
   app.add_option("-t,--threads", o->threads, "threads (0: all)");
-  return [o] {
+  return [o](const Env&) {
     const RandomModelSpec spec{o->out, o->shape, o->type, o->seed, o->threads};
     const int64_t n_params = random_model_n_params(spec);  // checks the shape and the weight type
     std::fprintf(stderr, "writing %s: %s shape, %s weights, %.1f M parameters\n", o->out.c_str(), o->shape.c_str(),

@@ -15,9 +15,10 @@ Runner add_inspect(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   app.add_option("model", o->model, "a .gguf file or a Hugging Face folder (default: the default model)");
   app.add_flag("--tensors", o->tensors, "list every tensor");
-  return [o] {
+  return [o](const Env& env) {
     EngineOptions eo;
-    eo.model_path = resolve_model(o->model);
+    eo.model_path = resolve_model(o->model, env);
+    eo.env = env;
     eo.context = 16;  // inspect needs no KV cache to speak of
     eo.n_threads = 1;
     Engine engine(eo);

@@ -26,8 +26,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    const ferry::Env env = ferry::Env::read();  // every environment variable, parsed once (core/env.h)
     for (auto& [sub, run] : runners)
-      if (sub->parsed()) return run();
+      if (sub->parsed()) return run(env);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "\nferry: error: %s\n", e.what());

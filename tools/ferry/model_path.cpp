@@ -10,11 +10,10 @@ namespace ferry::cli {
 
 namespace fs = std::filesystem;
 
-std::string resolve_model(const std::string& path) {
+std::string resolve_model(const std::string& path, const Env& env) {
   if (!path.empty()) return path;
   constexpr const char* kDefault = "SmolLM2-135M-Instruct.Q4_1.gguf";
   std::vector<fs::path> dirs;
-  const Env env = Env::read();
   if (env.models_dir) dirs.emplace_back(*env.models_dir);
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);

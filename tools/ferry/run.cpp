@@ -23,10 +23,10 @@ Runner add_run(CLI::App& app) {
   app.add_option("-n,--n-predict", o->n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 24));
   app.add_flag("--chat", o->chat, "wrap the prompt in the model's chat template as a user turn");
   app.add_option("--system", o->system, "system message (with --chat)");
-  return [o] {
+  return [o](const Env& env) {
     FERRY_CHECK(is_valid_utf8(o->prompt), "the prompt is not valid UTF-8");
     o->sampling.params.validate();
-    Engine engine(o->model.engine_options(resolve_model(o->model.model)));
+    Engine engine(o->model.engine_options(resolve_model(o->model.model, env), env));
     std::string text = o->prompt;
     bool parse_special = false;
     if (o->chat) {

@@ -82,7 +82,7 @@ Runner add_score(CLI::App& app) {
   app.add_option("--tokens", o->tokens, "JSON file {\"prompts\": [[id, ...], ...]}")->required();
   app.add_option("-o,--output", o->out, "output: float32 LE logits, (positions of all prompts, vocab)")->required();
   app.add_option("--step-tokens", o->step_tokens, "prompt tokens per forward step")->check(CLI::Range(1, 65536));
-  return [o] {
+  return [o](const Env& env) {
     static_assert(std::endian::native == std::endian::little, "the output is written as native float32");
     const auto prompts = read_prompts(o->tokens);
     size_t longest = 0, total = 0;
@@ -90,7 +90,7 @@ Runner add_score(CLI::App& app) {
       longest = std::max(longest, p.size());
       total += p.size();
     }
-    EngineOptions eo = o->model.engine_options(resolve_model(o->model.model));
+    EngineOptions eo = o->model.engine_options(resolve_model(o->model.model, env), env);
     if (eo.context == 0) eo.context = int(longest);  // prompts are scored one at a time from an empty cache
     FERRY_CHECK(size_t(eo.context) >= longest, "--ctx {} is shorter than the longest prompt ({} tokens)", eo.context,
                 longest);

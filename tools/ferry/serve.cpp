@@ -51,16 +51,16 @@ sigset_t shutdown_signals() {
   return set;
 }
 
-int run_serve(ServeOptions& o) {
+int run_serve(ServeOptions& o, const Env& env) {
   const sigset_t signals = shutdown_signals();
   FERRY_CHECK(pthread_sigmask(SIG_BLOCK, &signals, nullptr) == 0, "serve: cannot block signals");
   signal(SIGPIPE, SIG_IGN);  // a client that went away shows up as a failed write, not a signal
 
-  const std::string path = resolve_model(o.model.model);
+  const std::string path = resolve_model(o.model.model, env);
   o.serving.prefix_caching = !o.no_prefix_cache;
   o.serving.graph_warmup = !o.no_graph_warmup;
   o.serving.async_scheduling = !o.no_async_scheduling;
-  ServingEngine engine(o.model.engine_options(path), o.serving);
+  ServingEngine engine(o.model.engine_options(path, env), o.serving);
   const ModelInfo& info = engine.info();
   server::ServerOptions so;
   so.host = o.host;
@@ -135,7 +135,7 @@ Runner add_serve(CLI::App& app) {
                "wait for each step's tokens before scheduling the next (by default the next step is launched first)");
   app.add_option("--http-threads", o->http_threads, "HTTP worker threads (concurrent connections)")->check(CLI::Range(1, 65536));
   app.add_option("--shutdown-grace", o->shutdown_grace, "seconds in-flight requests may take to finish on SIGINT/SIGTERM")->check(CLI::Range(0.0, 3600.0));
-  return [o] { return run_serve(*o); };
+  return [o](const Env& env) { return run_serve(*o, env); };
 }
 
 }  // namespace ferry::cli

@@ -9,29 +9,29 @@
 #include <cstdio>
 #include <vector>
 
-#include "backends/cuda/common.cuh"
+#include "backends/cuda/attention/qkv_epilogue.cuh"
+#include "backends/cuda/common/device_errors.h"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/cuda_backend_views.h"
-#include "backends/cuda/dequant.cuh"
-#include "backends/cuda/device_errors.h"
-#include "backends/cuda/elementwise.cuh"
-#include "backends/cuda/embedding.cuh"
-#include "backends/cuda/gemm_cublaslt.h"
-#include "backends/cuda/gemm_sm90.cuh"
-#include "backends/cuda/matmul_dispatch.h"
-#include "backends/cuda/matvec.cuh"
-#include "backends/cuda/matvec_stream.cuh"
-#include "backends/cuda/matvec_v10.cuh"
-#include "backends/cuda/norm.cuh"
-#include "backends/cuda/op_profiler.h"
-#include "backends/cuda/qkv_epilogue.cuh"
-#include "backends/cuda/sampling.cuh"
-#include "backends/cuda/token_feedback.cuh"
-#include "backends/cuda/skinny_gemm.cuh"
-#include "backends/cuda/stamp_table.h"
+#include "backends/cuda/diag/op_profiler.h"
+#include "backends/cuda/diag/stamp_table.h"
+#include "backends/cuda/elementwise/elementwise.cuh"
+#include "backends/cuda/elementwise/embedding.cuh"
+#include "backends/cuda/elementwise/norm.cuh"
+#include "backends/cuda/matmul/dequant.cuh"
+#include "backends/cuda/matmul/gemm_cublaslt.h"
+#include "backends/cuda/matmul/gemm_sm90.cuh"
+#include "backends/cuda/matmul/matvec.cuh"
+#include "backends/cuda/matmul/plan.h"
+#include "backends/cuda/matmul/skinny_mma.cuh"
+#include "backends/cuda/matmul/skinny_wgmma.cuh"
+#include "backends/cuda/matmul/stream_half.cuh"
+#include "backends/cuda/matmul/stream_quant.cuh"
+#include "backends/cuda/matmul/weight_layout.cuh"
+#include "backends/cuda/matmul/weight_repack.h"
+#include "backends/cuda/sampling/sampling.cuh"
+#include "backends/cuda/sampling/token_feedback.cuh"
 #include "backends/cuda/step_graph.h"
-#include "backends/cuda/weight_layout.cuh"
-#include "backends/cuda/weight_repack.h"
-#include "backends/cuda/wgmma_skinny.cuh"
 #include "core/check.h"
 #include "formats/quant.h"
 
@@ -108,6 +108,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   cudaDeviceProp prop{};
   FERRY_CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device_index));
   device_name_ = prop.name;
+  n_sms_ = prop.multiProcessorCount;
+  max_smem_ = prop.sharedMemPerBlockOptin;
   cudaStream_t s = nullptr;
   FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   stream_ = s;
@@ -116,11 +118,12 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   errors_ = static_cast<DeviceErrors*>(host_errors);  // with unified addressing, usable on the device as is
   *errors_ = DeviceErrors{0, 0};
   gemm_ = std::make_unique<CublasLtGemm>();
-  if (options.hopper_gemm || options.batch_invariant) {
-    auto hopper = std::make_unique<Sm90Gemm>(options.device_index, options.hopper_gemm_pdl);
+  const bool ferry_gemms = options.tune.gemm != GemmTune::kCublas;
+  if (ferry_gemms || options.batch_invariant) {
+    auto hopper = std::make_unique<Sm90Gemm>(options.device_index, options.tune.gemm == GemmTune::kFerryPdl);
     if (hopper->available()) sm90_gemm_ = std::move(hopper);
   }
-  if (options.hopper_gemm) {
+  if (ferry_gemms) {
     auto wg = std::make_unique<cuda_ops::WgSkinnyGemm>(options.device_index);
     if (wg->available()) wg_skinny_ = std::move(wg);
   }
@@ -135,10 +138,6 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
     FERRY_CUDA_CHECK(cudaMemset(words.data(), 0, words.bytes()));
     stamps_ = std::make_unique<cuda_ops::StampTable>(std::move(words));
   }
-  add_norm_counter_ = alloc(sizeof(unsigned int));  // zeroed once: each fused call leaves it at 0
-  FERRY_CUDA_CHECK(cudaMemset(add_norm_counter_.data(), 0, sizeof(unsigned int)));
-  decode_ffn_barrier_ = alloc(sizeof(unsigned long long));  // zeroed once, never reset (grid_barrier.cuh)
-  FERRY_CUDA_CHECK(cudaMemset(decode_ffn_barrier_.data(), 0, sizeof(unsigned long long)));
   cudaEvent_t copy_event = nullptr;
   FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&copy_event, cudaEventDisableTiming));
   copy_done_ = copy_event;
@@ -417,32 +416,22 @@ void CudaBackend::add_rms_norm(const Tensor& out, const Tensor& residual, const 
 }
 
 DType CudaBackend::matmul_input_dtype(int64_t n_tokens) const {
-  // Above 16 tokens every path of choose_matmul_path (matmul_dispatch.h) is a GEMM that reads bf16 activations
-  // (skinny, wgmma skinny, cuBLASLt, the Hopper GEMM; batch-invariant mode: the Hopper GEMM at every n), so the
-  // norm writes them rounded and matmul skips its conversion pass; at 16 and fewer the matvecs read f32.
+  // Above 16 tokens every kernel the plan picks is a GEMM that reads bf16 activations (skinny, wgmma skinny,
+  // cuBLASLt, the Hopper GEMM; batch-invariant mode: the Hopper GEMM at every n), so the norm writes them rounded
+  // and matmul skips its conversion pass; at 16 and fewer the matvecs read f32.
   return n_tokens > 16 || options_.batch_invariant ? DType::BF16 : DType::F32;
 }
 
-CudaBackend::MatmulChoice CudaBackend::choose_matmul(int64_t n, const Tensor& w, const Tensor& out) const {
-  const bool bf16_at_hand = w.dtype == DType::BF16 || has_bf16_copy(options_, w.dtype);
-  const bool hopper_fits = sm90_gemm_ && Sm90Gemm::supports(n, w.rows(), w.cols()) &&
-                           reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
-  const cuda_ops::MatmulPath path = cuda_ops::choose_matmul_path(n, bf16_at_hand, hopper_fits, options_.batch_invariant,
-                                                                 cuda_ops::skinny_gemm_supports(n, w.rows(), w.cols()),
-                                                                 w.rows(),
-                                                                 wg_skinny_ && cuda_ops::wg_skinny_supports(n, w.rows(), w.cols()),
-                                                                 w.cols(), options_.skinny_override);
-  const int mv_version =
-      path == cuda_ops::MatmulPath::Matvec
-          ? cuda_ops::choose_matvec_version(w.dtype == DType::BF16, w.dtype == DType::BF16 || w.dtype == DType::F16,
-                                            n, w.rows(), w.cols(),
-                                            cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols()),
-                                            w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0 || w.dtype == DType::Q4_K
-                                                ? cuda_ops::matvec_v10_applies(w.dtype, int(n), w.rows(), w.cols())
-                                                : cuda_ops::matvec_stream_applies(w.dtype, int(n), w.rows(), w.cols(), true),
-                                            options_.matvec_version, cuda_ops::kMatvecDefaultVersion)
-          : 0;
-  return {path, mv_version};
+cuda_ops::MatmulPlan CudaBackend::plan(int64_t n, const Tensor& w, const Tensor& out) const {
+  return cuda_ops::plan_matmul({.wtype = w.dtype, .rows = w.rows(), .cols = w.cols(), .n = n},
+                               {.bf16_weight = w.dtype == DType::BF16 || has_bf16_copy(options_, w.dtype),
+                                .sm90_gemm = sm90_gemm_ != nullptr,
+                                .out_aligned = reinterpret_cast<uintptr_t>(out.data) % 8 == 0,
+                                .skinny_wgmma = wg_skinny_ != nullptr,
+                                .batch_invariant = options_.batch_invariant,
+                                .tune = options_.tune,
+                                .n_sms = n_sms_,
+                                .max_smem = max_smem_});
 }
 
 void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -455,38 +444,32 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   FERRY_ASSERT(is_native_weight_type(w.dtype));
   const int64_t n = x.rows();
   if (n == 0) return;
-  const MatmulChoice choice = choose_matmul(n, w, out);
-  const cuda_ops::MatmulPath path = choice.path;
-  const int mv_version = choice.matvec_version;
-  const auto path_name = [&]() -> std::string {
-    if (path == cuda_ops::MatmulPath::Matvec) return fmt::format("matvec v{}", mv_version);
-    if (path == cuda_ops::MatmulPath::Skinny) return std::string("skinny");
-    if (path == cuda_ops::MatmulPath::WgSkinny) return std::string("wgskinny");
-    return path == cuda_ops::MatmulPath::HopperGemm ? "gemm_sm90" : "cublaslt";
-  };
+  const cuda_ops::MatmulPlan p = plan(n, w, out);
+  const bool matvec = p.kernel == cuda_ops::MatmulKernel::kMatvec;
   const OpProfiler::Scope prof(
       profiler_.get(),
-      profiler_ ? fmt::format("matmul {} {} {}x{} n={}", path_name(), dtype_name(w.dtype), w.rows(), w.cols(),
-                              token_bucket(n))
+      profiler_ ? fmt::format("matmul {} {} {}x{} n={}",
+                              matvec ? cuda_ops::matvec_kernel_name(p.matvec) : cuda_ops::matmul_kernel_name(p.kernel),
+                              dtype_name(w.dtype), w.rows(), w.cols(), token_bucket(n))
                 : std::string(),
       double(w.nbytes()) + double(x.nbytes()) + double(out.nbytes()));
   // bf16 activations come only at token counts where no matvec runs (matmul_input_dtype).
-  FERRY_CHECK(x.dtype == DType::F32 || path != cuda_ops::MatmulPath::Matvec,
+  FERRY_CHECK(x.dtype == DType::F32 || !matvec,
               "CUDA matmul: bf16 activations at {} tokens (the matvec reads f32; matmul_input_dtype says f32 here)", n);
-  if (path == cuda_ops::MatmulPath::Matvec) {
+  if (matvec) {
     // The matvec's activation scratch (quantized weights: int8 activations) reuses x_bf16_, which only the
     // GEMM path otherwise uses, in stream order.
-    const size_t scratch = cuda_ops::matvec_scratch_bytes(w.dtype, mv_version, int(n), w.cols());
+    const size_t scratch = cuda_ops::matvec_scratch_bytes(w.dtype, p.matvec, int(n), w.cols());
     if (scratch > 0) ensure(x_bf16_, scratch);
     cuda_ops::matvec(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(),
                                .bias = bias.empty() ? nullptr : bias.ptr<float>(), .out = out.ptr<float>(),
-                               .n_tokens = int(n), .version = mv_version,
+                               .n_tokens = int(n), .kernel = p.matvec,
                                .scratch = scratch > 0 ? x_bf16_.data() : nullptr,
                                .stamps = matvec_stamps("matvec", w), .stream = weight_stream(w.dtype),
-                               .one_level_acts = options_.one_level_acts},
+                               .one_level_acts = options_.tune.act_levels == 1},
                      stream_);
   } else {
-    matmul_gemm(out, x, w, bias, path);
+    matmul_gemm(out, x, w, bias, p.kernel);
   }
 }
 
@@ -508,7 +491,7 @@ const uint16_t* CudaBackend::gemm_x_bf16(const Tensor& x) {
 }
 
 void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
-                              cuda_ops::MatmulPath path) {
+                              cuda_ops::MatmulKernel kernel) {
   const int64_t n = x.rows(), n_in = x.cols(), n_out = w.rows();
   const uint16_t* wb = gemm_weight_bf16(w);
   const uint16_t* xq = gemm_x_bf16(x);  // (n, n_in) bf16
@@ -519,15 +502,15 @@ void CudaBackend::matmul_gemm(const Tensor& out, const Tensor& x, const Tensor& 
                 "of 8, n even)", n_out, n_in);
     const cuda_ops::GemmTile fixed = cuda_ops::GemmTile::k128x128;
     sm90_gemm_->run(out.ptr<float>(), xq, wb, n, n_out, n_in, stream_, &fixed);
-  } else if (path == cuda_ops::MatmulPath::HopperGemm && sm90_fits) {
+  } else if (kernel == cuda_ops::MatmulKernel::kGemmSm90 && sm90_fits) {
     sm90_gemm_->run(out.ptr<float>(), xq, wb, n, n_out, n_in, stream_);
-  } else if (path == cuda_ops::MatmulPath::Skinny) {
+  } else if (kernel == cuda_ops::MatmulKernel::kSkinnyMma) {
     int sms = 0;
     FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options_.device_index));
     cuda_ops::skinny_gemm({.out = out.ptr<float>(), .x = xq, .w = wb, .n = n,
                            .rows = n_out, .k = n_in},
                           cuda_ops::make_skinny_plan(n, n_out, n_in, sms), stream_);
-  } else if (path == cuda_ops::MatmulPath::WgSkinny && reinterpret_cast<uintptr_t>(wb) % 16 == 0) {  // TMA: 16 B
+  } else if (kernel == cuda_ops::MatmulKernel::kSkinnyWgmma && reinterpret_cast<uintptr_t>(wb) % 16 == 0) {  // TMA
     wg_skinny_->run({.out = out.ptr<float>(), .x = xq, .w = wb, .n = n,
                      .rows = n_out, .k = n_in},
                     stream_);
@@ -572,44 +555,43 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
   FERRY_ASSERT(out.rows() == n && out.cols() == hidden);
   if (n == 0) return;
   const bool out_bf16 = out.dtype == DType::BF16;
-  // One token: the matvec rule would run version 9 (the default rule or FERRY_CUDA_MATVEC=9) on BF16/F16.
-  const bool half = w.dtype == DType::BF16 || w.dtype == DType::F16;
-  const bool stream = n == 1 && half && x.dtype == DType::F32 && !out_bf16 && !options_.batch_invariant &&
-                      (options_.matvec_version == 0 || options_.matvec_version == 9) &&
-                      reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
-                      cuda_ops::matvec_swiglu_applies(w.dtype, 1, w.rows(), dim);
-  // One token on Q8_0/Q4_0/Q4_K: where matmul would run version 10, its SwiGLU form.
-  const bool quant_stream = !stream && options_.quant_swiglu && n == 1 && x.dtype == DType::F32 && !out_bf16 &&
-                            reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
-                            choose_matmul(1, w, gate_up).matvec_version == 10 &&
-                            cuda_ops::matvec_v10_swiglu_applies(w.dtype, 1, w.rows(), dim);
-  // Prefill (and every n in batch-invariant mode): where matmul would run the Hopper GEMM.
-  const bool gemm = !stream && !quant_stream && sm90_gemm_ && (options_.batch_invariant || n >= 256) &&
-                    Sm90Gemm::supports_swiglu(n, hidden, dim) &&
-                    reinterpret_cast<uintptr_t>(out.data) % (out_bf16 ? 4 : 8) == 0;
-  if (!stream && !quant_stream && !gemm) {
+  using cuda_ops::SwigluKernel;
+  const SwigluKernel kernel = plan(n, w).swiglu;
+  // The operands each fused form reads: the streams f32 activations (16-byte aligned) into f32 outputs, the GEMM
+  // any activations into an output aligned for its stores.
+  const bool stream_operands = x.dtype == DType::F32 && !out_bf16 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  const bool fused = (kernel == SwigluKernel::kStreamHalf || kernel == SwigluKernel::kStreamQuant)
+                         ? stream_operands
+                         : kernel == SwigluKernel::kGemmSm90 &&
+                               reinterpret_cast<uintptr_t>(out.data) % (out_bf16 ? 4 : 8) == 0;
+  if (!fused) {
     Backend::matmul_swiglu(out, gate_up, x, w);
     return;
   }
   const OpProfiler::Scope prof(
       profiler_.get(),
-      profiler_ ? fmt::format("matmul_swiglu {} {} {}x{} n={}", stream ? "matvec v9" : quant_stream ? "matvec v10" : "gemm_sm90",
+      profiler_ ? fmt::format("matmul_swiglu {} {} {}x{} n={}",
+                              kernel == SwigluKernel::kStreamHalf    ? "stream_half"
+                              : kernel == SwigluKernel::kStreamQuant ? "stream_quant"
+                                                                     : "gemm_sm90",
                               dtype_name(w.dtype), w.rows(), dim, token_bucket(n))
                 : std::string(),
       double(w.nbytes()) + double(x.nbytes()) + double(out.nbytes()));
-  if (stream) {
-    cuda_ops::matvec_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
-                                      .out = out.ptr<float>(), .n_tokens = 1, .version = 9,
-                                      .stream = weight_stream(w.dtype)},
-                            stream_);
+  if (kernel == SwigluKernel::kStreamHalf) {
+    cuda_ops::stream_half_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
+                                           .out = out.ptr<float>(), .n_tokens = 1,
+                                           .kernel = cuda_ops::MatvecKernel::kStreamHalf,
+                                           .stream = weight_stream(w.dtype)},
+                                 stream_);
     return;
   }
-  if (quant_stream) {
-    cuda_ops::matvec_v10_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
-                                          .out = out.ptr<float>(), .n_tokens = 1, .version = 10,
-                                          .stream = weight_stream(w.dtype),
-                                          .one_level_acts = options_.one_level_acts},
-                                stream_);
+  if (kernel == SwigluKernel::kStreamQuant) {
+    cuda_ops::stream_quant_swiglu(w.dtype, {.w = weight_view(w), .x = x.ptr<float>(), .bias = nullptr,
+                                            .out = out.ptr<float>(), .n_tokens = 1,
+                                            .kernel = cuda_ops::MatvecKernel::kStreamQuant,
+                                            .stream = weight_stream(w.dtype),
+                                            .one_level_acts = options_.tune.act_levels == 1},
+                                  stream_);
     return;
   }
   const uint16_t* wb = gemm_weight_bf16(w);
@@ -626,8 +608,7 @@ void CudaBackend::matmul_swiglu(const Tensor& out, const Tensor& gate_up, const 
 
 cuda_ops::WeightStream CudaBackend::weight_stream(DType t) const {
   const bool bf16 = t == DType::BF16 || t == DType::F16;
-  return {.ring_inflight = bf16 ? options_.ring_inflight_bf16 : options_.ring_inflight_quant,
-          .evict_first = options_.weights_evict_first};
+  return {.ring_inflight = bf16 ? options_.tune.ring_half : options_.tune.ring_quant, .evict_first = true};
 }
 
 cuda_ops::PhaseStamps CudaBackend::matvec_stamps(const char* what, const Tensor& w) {
@@ -689,7 +670,7 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
   FERRY_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.data(), slot.host.data(), bytes, cudaMemcpyHostToDevice, stream_));
   FERRY_CUDA_CHECK(cudaEventRecord(slot.copied, stream_));
   // The streaming passes split over blocks at every m (sampling_heuristics.h); their scratch grows like
-  // sample_rows_. sampling_bench, greedy, vocab 128256 (H200, session 12, 32 parts of 1,024 threads): 1 row 25.7 ->
+  // sample_rows_. sampling_bench, greedy, vocab 128256 (H200, 2026-11-30, 32 parts of 1,024 threads): 1 row 25.7 ->
   // 8.3 us, 16 rows 25.7 -> 15.2, 64 rows 26.3 -> 50.5 (waves of huge blocks); the plan now sizes the blocks by m.
   if (sample_parts_.bytes() < cuda_ops::sample_rows_parts_bytes(m)) {
     sample_parts_ = DeviceBuffer();

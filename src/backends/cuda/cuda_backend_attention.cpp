@@ -2,18 +2,18 @@
 // with the split-KV plan), the q/k/v epilogue and its fusion into the decode kernel.
 #include <fmt/format.h>
 
-#include "backends/cuda/attention.cuh"
-#include "backends/cuda/attention_split_heuristic.cuh"
-#include "backends/cuda/attention_store.cuh"
-#include "backends/cuda/common.cuh"
+#include "backends/cuda/attention/attention.cuh"
+#include "backends/cuda/attention/attention_split_heuristic.cuh"
+#include "backends/cuda/attention/attention_store.cuh"
+#include "backends/cuda/attention/decode_mma.cuh"
+#include "backends/cuda/attention/decode_split.cuh"
+#include "backends/cuda/attention/qkv_epilogue.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_backend_views.h"
-#include "backends/cuda/decode_mma.cuh"
-#include "backends/cuda/decode_split.cuh"
-#include "backends/cuda/op_profiler.h"
-#include "backends/cuda/qkv_epilogue.cuh"
-#include "backends/cuda/rope.cuh"
-#include "backends/cuda/stamp_table.h"
+#include "backends/cuda/diag/op_profiler.h"
+#include "backends/cuda/diag/stamp_table.h"
+#include "backends/cuda/elementwise/rope.cuh"
 #include "core/check.h"
 
 namespace ferry {
@@ -69,7 +69,7 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
 void CudaBackend::qkv_attention(const QkvEpilogueArgs& e, const Tensor& out, const AttentionMeta& meta, float scale) {
   const int64_t D = e.q.n_dims == 3 ? e.q.shape[2] : 0, H = e.q.n_dims == 3 ? e.q.shape[1] : 0;
   const int64_t KVH = e.k_cache.n_dims == 4 ? e.k_cache.shape[2] : 0;
-  const bool fusable = options_.fused_qkv_attention && meta.decode_only && e.k_out.empty() && e.v_out.empty() &&
+  const bool fusable = meta.decode_only && e.k_out.empty() && e.v_out.empty() &&
                        cuda_ops::decode_mma_supports(int(D)) && KVH > 0 && H % KVH == 0 &&
                        cuda_ops::default_decode_kernel(int(D), int(H / KVH)) == cuda_ops::DecodeKernel::kTensorCores &&
                        2 * e.inv_freq.numel() == D && e.qkv.dtype == DType::F32 && e.qkv.n_dims == 3 &&
@@ -134,7 +134,6 @@ cuda_ops::AttentionParams CudaBackend::attention_params(const Tensor& out, const
                      .n_blocks = int32_t(k_cache.shape[0]), .n_tokens = int32_t(n), .n_heads = int32_t(n_heads),
                      .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
                      .errors = errors_, .batch_invariant = options_.batch_invariant};
-  ap.decode_early_kv = options_.decode_early_kv;
   if (out_bf16) ap.out_bf16 = static_cast<uint16_t*>(out.data);
   if (meta.decode_only) {
     ap.max_q_len = 1;  // a captured decode step too: the decode kernel alone (attention.cu)

@@ -2,7 +2,7 @@
 // cuda_backend_decode.cpp).
 #pragma once
 
-#include "backends/cuda/weight_layout.cuh"
+#include "backends/cuda/matmul/weight_layout.cuh"
 #include "core/tensor.h"
 
 namespace ferry {

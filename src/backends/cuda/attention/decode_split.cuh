@@ -1,0 +1,45 @@
+// Split-KV decode attention: the rows of sequences with q_len == 1, over the paged bf16 KV cache. The KV
+// range of each (sequence, KV head) is cut into plan.n_splits chunks of plan.chunk positions
+// (attention_split_heuristic.cuh); one block per (chunk, sequence, KV head x row group) takes up to
+// plan.rows query heads of the GQA group, so each K/V row it loads serves all of them. With one chunk the
+// block writes the output row directly; otherwise each block writes an unnormalised partial (acc, running
+// max m, denominator l) to scratch, counts itself on its unit's arrival counter, and the last block of
+// the unit merges the partials into the output rows and resets the counter to zero (no second launch).
+// K/V are read 16 bytes (8 values) per lane, fp32 math. plan.kernel == kTensorCores runs the same contract on
+// tensor cores instead (decode_mma.cuh).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cuda/attention/attention.cuh"
+#include "backends/cuda/attention/attention_split_heuristic.cuh"
+
+namespace ferry::cuda_ops {
+
+// head_dim 32, 64, 128 or 256 (the tensor-core kernel: 64 and 128; other sizes run on CUDA cores).
+bool decode_split_supports(int head_dim);
+// The kernel the dispatcher runs for these sizes (chosen from head_dim and the GQA group only, never from the
+// batch, so batch-invariant mode keeps one kernel): tensor cores wherever they apply. attention_bench on the
+// H200, Llama-3-8B shape, % of 4.30 TB/s, CUDA cores -> tensor cores: batch 1 at 4k/32k 23 -> 30 / 40 -> 76,
+// batch 8 at 4k 41 -> 78, batch 64 at 640/4k 54 -> 81 / 58 -> 98 (docs/perf-log.md "## 2026-11-30: decode attention on tensor cores"); with the early
+// K/V requests and one-pass merge (DecodeSplitPlan::early_kv, one_pass_merge) batch 1 at 4k/32k 38 / 86, batch 8 at
+// 4k 87, batch 64 at 640 89 ("## 2026-11-30: decode attention at batch 1").
+DecodeKernel default_decode_kernel(int head_dim, int group);
+// plan_decode_split (attention_split_heuristic.cuh) for p's sizes with the default kernel, or a given one
+// (tests and the harness; kTensorCores at a head_dim it does not support falls back to kCudaCores). In
+// batch-invariant mode (p.batch_invariant) the fixed-chunk plan.
+DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms);
+DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms, DecodeKernel kernel);
+// Scratch: counters (kMaxCounters) i32, then partials acc (n_seqs, n_heads, n_splits, head_dim) f32 and
+// (m, l) (n_seqs, n_heads, n_splits, 2) f32 when n_splits > 1. The counters must be zero at the first use.
+size_t decode_split_scratch_bytes(const AttentionParams& p, const DecodeSplitPlan& plan);
+// Writes out rows of the sequences with q_len == 1; leaves every other row alone. With the tensor-core kernel and
+// plan.early_kv (the default) each block reads its sequence's metadata and the K/V of positions below kv_len - 1
+// BEFORE it waits for the previous kernel (PDL): those must have been written before the last full dependency on
+// the stream (a copy, an event wait, a plain launch), as a step's input copy guarantees; see decode_mma_block.cuh.
+void decode_split_attention(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream);
+
+}  // namespace ferry::cuda_ops

@@ -1,0 +1,84 @@
+// The streamed quantized matvec (kStreamQuant) (design: stream_quant.cuh): which shapes it takes and the launch, plain and in its SwiGLU form.
+#include "backends/cuda/matmul/stream_quant.cuh"
+
+#include "backends/cuda/common/launch.cuh"
+#include "backends/cuda/matmul/matvec.cuh"
+#include "backends/cuda/matmul/stream_quant_plan.cuh"
+
+namespace ferry::cuda_ops {
+namespace {
+
+// The plan for `units` output rows (the SwiGLU form: hidden units, two weight rows each) of `cols` columns, when
+// kStreamQuant takes it: a quantized type it streams, one token, columns a multiple of 512 up to max_cols, at least
+// two ring stages, and the shared memory within the device's opt-in limit. plan.stages == 0 otherwise.
+streaming::StreamPlan plan_for(DType wtype, int n_tokens, int64_t units, int64_t cols, int64_t max_cols, bool swiglu,
+                        int n_sms, size_t max_smem) {
+  const bool ok = (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K) && n_tokens == 1 &&
+                  units >= 1 && n_sms >= 1 && cols >= quant_stream::kSegVals && cols % quant_stream::kSegVals == 0 && cols <= max_cols &&
+                  (!swiglu || quant_stream::stage_rows(wtype, cols) >= 2);
+  if (!ok) return streaming::StreamPlan{};
+  const streaming::StreamPlan plan = quant_stream::make_plan(wtype, units, cols, streaming::stream_grid(units, n_sms));
+  return plan.stages >= 2 && quant_stream::smem_bytes(plan, wtype, cols, swiglu) <= max_smem ? plan : streaming::StreamPlan{};
+}
+
+using Launch = void (*)(const MatvecParams&, const streaming::StreamPlan&, int64_t, size_t, cudaStream_t);
+
+// One launch over `units` output rows (checked by the callers' supports()).
+void launch(DType wtype, const MatvecParams& p, int64_t units, bool swiglu, cudaStream_t stream) {
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  if (p.in_norm.residual != nullptr) {  // x is computed, not read
+    FERRY_CUDA_REQUIRE(stream_quant_in_norm_applies(wtype, p.w.cols) && p.in_norm.weight != nullptr &&
+                       aligned(p.in_norm.residual) && aligned(p.in_norm.delta) && aligned(p.in_norm.weight));
+  } else {
+    FERRY_CUDA_REQUIRE(aligned(p.x));
+  }
+  FERRY_CUDA_REQUIRE(aligned(p.w.data));
+  FERRY_CUDA_REQUIRE(p.residual_add.residual == nullptr ||
+                     (!swiglu && p.residual_add.delta != nullptr));
+  FERRY_CUDA_REQUIRE(p.w.scales % 16 == 0);
+  const int64_t grid = streaming::stream_grid(units, streaming::device_sm_count());
+  const streaming::StreamPlan plan = quant_stream::make_plan(wtype, units, p.w.cols, grid);
+  const size_t smem = streaming::one_block_per_sm(quant_stream::smem_bytes(plan, wtype, p.w.cols, swiglu));
+  const Launch fn = wtype == DType::Q8_0   ? (swiglu ? quant_stream::launch_q8_swiglu : quant_stream::launch_q8)
+                    : wtype == DType::Q4_0 ? (swiglu ? quant_stream::launch_q4_swiglu : quant_stream::launch_q4)
+                                           : (swiglu ? quant_stream::launch_q4k_swiglu : quant_stream::launch_q4k);
+  fn(p, plan, grid, smem, stream);
+}
+
+}  // namespace
+
+bool stream_quant_supports(DType wtype, int n_tokens, int64_t rows, int64_t cols, int n_sms, size_t max_smem) {
+  return plan_for(wtype, n_tokens, rows, cols, quant_stream::kMaxCols, false, n_sms, max_smem).stages > 0;
+}
+
+bool stream_quant_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols) {
+  return stream_quant_supports(wtype, n_tokens, rows, cols, streaming::device_sm_count(), streaming::device_max_smem());
+}
+
+void stream_quant(DType wtype, const MatvecParams& p, cudaStream_t stream) {
+  FERRY_CUDA_REQUIRE(stream_quant_applies(wtype, p.n_tokens, p.w.rows, p.w.cols));
+  launch(wtype, p, p.w.rows, false, stream);
+}
+
+bool stream_quant_in_norm_applies(DType wtype, int64_t cols) {
+  return (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K) && cols >= quant_stream::kSegVals &&
+         cols % quant_stream::kSegVals == 0 && quant_stream::segs_per_warp(cols) == 1 && cols <= kInNormMaxCols;
+}
+
+bool stream_quant_swiglu_supports(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols, int n_sms,
+                                size_t max_smem) {
+  return weight_rows % 2 == 0 &&
+         plan_for(wtype, n_tokens, weight_rows / 2, cols, quant_stream::kSwigluMaxCols, true, n_sms, max_smem).stages > 0;
+}
+
+bool stream_quant_swiglu_applies(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols) {
+  return stream_quant_swiglu_supports(wtype, n_tokens, weight_rows, cols, streaming::device_sm_count(), streaming::device_max_smem());
+}
+
+void stream_quant_swiglu(DType wtype, const MatvecParams& p, cudaStream_t stream) {
+  FERRY_CUDA_REQUIRE(stream_quant_swiglu_applies(wtype, p.n_tokens, p.w.rows, p.w.cols));
+  FERRY_CUDA_REQUIRE(p.bias == nullptr);
+  launch(wtype, p, p.w.rows / 2, true, stream);
+}
+
+}  // namespace ferry::cuda_ops

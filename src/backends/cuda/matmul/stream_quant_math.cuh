@@ -1,0 +1,292 @@
+// The streamed quantized matvec's per-lane math (design: stream_quant.cuh), compiled for the device (stream_quant_kernel.cuh)
+// and for the host (tests/cuda/stream_quant_emulation_test.cpp runs the kernel's lane mapping serially on the CPU
+// with exactly these functions, so the mapping, the activation quantization and the dp4a arithmetic are checked
+// without a GPU).
+//
+// Lane mapping (both types): a "segment" = 512 columns = 16 blocks of 32; lane l of a warp takes half of block
+// l / 2 of the segment (h = l % 2):
+//   Q8_0: quant bytes [16 l, 16 l + 16) of the segment's 512 (one 16-byte load) = values 16 l + [0, 16);
+//   Q4_0: quant bytes [8 l, 8 l + 8) of its 256 (one 8-byte load) = bytes 8h..8h+7 of the block: low nibbles
+//         are values 8h + [0, 8), high nibbles 16 + 8h + [0, 8).
+// Activations: the tiled matvec's two int8 levels per 32-value block (matvec_tiled.cuh), made by each lane for its own 16
+// values (the block's max |x| from the partner lane by one shuffle): x ~= dx2 v, v = 256 q1 + q2, dx2 = max|x| /
+// 127 / 256 (relative error ~2e-5, inside the matvec tests' 1e-4). Every integer sum below is exact in int32.
+// kOne (Q8_0/Q4_0, MatvecParams::one_level_acts): one level, x ~= dx q1 with dx = max|x| / 127 (llama.cpp's q8_1
+// activations, the CPU fast path's Q8_0 ones: ~0.5% relative per value): half the dp4a and no second level.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "backends/cuda/matmul/weight_layout.cuh"
+
+namespace ferry::cuda_ops::quant_stream {
+
+inline constexpr int kSegVals = 512;   // columns per segment (one warp-wide load of a row)
+inline constexpr int kLaneVals = 16;   // of which one lane takes
+// Blocks whose max |x| is at most this count as zero (their 127 / max|x| would overflow fp32): an absolute
+// error below 32e-30 |w| per block.
+inline constexpr float kTinyBlock = 1e-30f;
+
+// One lane's activations of one segment: two int8 levels, 4 values a word.
+//   Q8_0: hi[i], lo[i] = values 4i..4i+3 of the lane's 16.
+//   Q4_0: words 0, 1 = values 8h + [0, 8) of the block (against the low nibbles), words 2, 3 = 16 + 8h + [0, 8)
+//         (against the high nibbles).
+struct LaneAct {
+  uint32_t hi[4];  // q1 bytes
+  uint32_t lo[4];  // q2 bytes
+  float scale;     // Q8_0: dx2; Q4_0: dx2 / 16 (the Q4_0 dot returns 16 x the sum); Q4_K: dx2 of values 0..7
+  float scale_b;   // Q4_K: dx2 of values 8..15; else 0
+  int offset;      // Q4_0: -128 Σ v over the lane's 16 values (the nibble offset 8, times 16); Q4_K: Σ v over
+                   // values 0..7 (group A); Q8_0: 0
+  int vsum_b;      // Q4_K: Σ v over values 8..15 (group B); else 0
+};
+
+FERRY_HD inline float fma_f(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+  return fmaf(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+FERRY_HD inline uint32_t float_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+// Bytes (b0 of a, b0 of b, b0 of c, b0 of d) as one word (PRMT on the device).
+FERRY_HD inline uint32_t pack_low_bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(__byte_perm(a, b, 0x0040u), __byte_perm(c, d, 0x0040u), 0x5410u);
+#else
+  return (a & 0xFFu) | (b & 0xFFu) << 8 | (c & 0xFFu) << 16 | (d & 0xFFu) << 24;
+#endif
+}
+// Byte permute (PRMT without sign replication): result byte i = byte (s >> 4 i) & 7 of {b : a} (a: bytes 0-3).
+FERRY_HD inline uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(a, b, s);
+#else
+  const uint64_t ab = uint64_t(a) | uint64_t(b) << 32;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= uint32_t((ab >> (8 * ((s >> (4 * i)) & 7u))) & 0xFFu) << (8 * i);
+  return r;
+#endif
+}
+// Σ a_i b_i over the 4 byte lanes: signed x signed, and unsigned a x signed b (dp4a).
+FERRY_HD inline int dp4a_ss(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+  return __dp4a(int(a), int(b), c);
+#else
+  for (int i = 0; i < 4; ++i) c += int(int8_t(a >> (8 * i))) * int(int8_t(b >> (8 * i)));
+  return c;
+#endif
+}
+FERRY_HD inline int dp4a_us(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  for (int i = 0; i < 4; ++i) c += int(uint8_t(a >> (8 * i))) * int(int8_t(b >> (8 * i)));
+  return c;
+#endif
+}
+
+// Two-level quantization of the lane's 16 values x (in LaneAct order) given the block's max |x|. Rounding by
+// the fp32 magic number 1.5 x 2^23 (round to nearest even, as rint): fma(x, 127 / amax, M) holds round(x dx^-1)
+// in its low mantissa bits, so the int8 byte is the low byte of its bit pattern (M's low 8 bits are zero) and
+// no float -> int conversion runs. q1 needs no clamp (|x| <= amax); q2 = round(r 256 / dx) is clamped to +-127
+// as kTiled does. kQ4: also the lane's -128 Σ v and the scale / 16. kOne: q1 alone (lo stays 0), v = q1, scale dx.
+template <bool kQ4, bool kOne = false>
+FERRY_HD inline LaneAct quantize_lane(const float (&x)[kLaneVals], float amax) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 x 2^23
+  LaneAct a{};
+  const bool live = amax > kTinyBlock;
+  const float dx = amax / 127.0f;
+  const float inv = live ? 127.0f / amax : 0.0f, inv2 = inv * 256.0f;
+  uint32_t b1[kLaneVals], b2[kLaneVals];
+FERRY_UNROLL
+  for (int i = 0; i < kLaneVals; ++i) {
+    const float t1 = fma_f(x[i], inv, kMagic);
+    b1[i] = float_bits(t1);
+    if constexpr (!kOne) {
+      const float q1 = t1 - kMagic;
+      const float r = fma_f(-dx, q1, x[i]);
+      float t2 = fma_f(r, inv2, kMagic);
+      t2 = t2 < kMagic - 127.0f ? kMagic - 127.0f : (t2 > kMagic + 127.0f ? kMagic + 127.0f : t2);
+      b2[i] = float_bits(t2);
+    }
+  }
+FERRY_UNROLL
+  for (int w = 0; w < 4; ++w) {
+    a.hi[w] = pack_low_bytes(b1[4 * w], b1[4 * w + 1], b1[4 * w + 2], b1[4 * w + 3]);
+    if constexpr (!kOne) a.lo[w] = pack_low_bytes(b2[4 * w], b2[4 * w + 1], b2[4 * w + 2], b2[4 * w + 3]);
+  }
+  const float dv = live ? (kOne ? dx : dx * (1.0f / 256.0f)) : 0.0f;  // the value of v = 1
+  a.scale = kQ4 ? dv * (1.0f / 16.0f) : dv;
+  if constexpr (kQ4) {  // Σ v = 256 Σ q1 + Σ q2 (kOne: Σ q1), by dp4a against ones
+    constexpr uint32_t kOnes = 0x01010101u;
+    int s1 = 0, s2 = 0;
+FERRY_UNROLL
+    for (int w = 0; w < 4; ++w) {
+      s1 = dp4a_ss(a.hi[w], kOnes, s1);
+      if constexpr (!kOne) s2 = dp4a_ss(a.lo[w], kOnes, s2);
+    }
+    a.offset = -128 * (kOne ? s1 : 256 * s1 + s2);
+  }
+  return a;
+}
+
+// Q8_0: Σ q v over the lane's 16 values (q: its 16 quant bytes as 4 words), exact.
+template <bool kOne = false>
+FERRY_HD inline int dot_q8_lane(const uint32_t (&q)[4], const LaneAct& a) {
+  if constexpr (kOne) {
+    int h0 = dp4a_ss(q[0], a.hi[0], 0), h1 = dp4a_ss(q[1], a.hi[1], 0);
+    h0 = dp4a_ss(q[2], a.hi[2], h0);
+    h1 = dp4a_ss(q[3], a.hi[3], h1);
+    return h0 + h1;
+  }
+  int h0 = dp4a_ss(q[0], a.hi[0], 0), h1 = dp4a_ss(q[1], a.hi[1], 0);
+  int l0 = dp4a_ss(q[0], a.lo[0], 0), l1 = dp4a_ss(q[1], a.lo[1], 0);
+  h0 = dp4a_ss(q[2], a.hi[2], h0);
+  h1 = dp4a_ss(q[3], a.hi[3], h1);
+  l0 = dp4a_ss(q[2], a.lo[2], l0);
+  l1 = dp4a_ss(q[3], a.lo[3], l1);
+  return 256 * (h0 + h1) + (l0 + l1);
+}
+
+// Q4_0: 16 Σ (q - 8) v over the lane's 16 values (q: its 8 quant bytes as 2 words), exact. The low nibbles are
+// masked in place (0..15); the high ones are masked in place too, as unsigned bytes 16 q (dp4a unsigned x
+// signed), so no shift runs: 16 Σ_lo q v + Σ_hi (16 q) v - 128 Σ v.
+template <bool kOne = false>
+FERRY_HD inline int dot_q4_lane(const uint32_t (&q)[2], const LaneAct& a) {
+  const uint32_t n0 = q[0] & 0x0F0F0F0Fu, n1 = q[1] & 0x0F0F0F0Fu;
+  const uint32_t m0 = q[0] & 0xF0F0F0F0u, m1 = q[1] & 0xF0F0F0F0u;
+  if constexpr (kOne) {  // v = q1: two chains of two
+    const int lh = dp4a_ss(n1, a.hi[1], dp4a_ss(n0, a.hi[0], 0));
+    const int hh = dp4a_us(m1, a.hi[3], dp4a_us(m0, a.hi[2], a.offset));
+    return 16 * lh + hh;
+  }
+  int lh = dp4a_ss(n0, a.hi[0], 0), hh = dp4a_us(m0, a.hi[2], 0);
+  int ll = dp4a_ss(n0, a.lo[0], 0), hl = dp4a_us(m0, a.lo[2], a.offset);
+  lh = dp4a_ss(n1, a.hi[1], lh);
+  hh = dp4a_us(m1, a.hi[3], hh);
+  ll = dp4a_ss(n1, a.lo[1], ll);
+  hl = dp4a_us(m1, a.lo[3], hl);
+  return 4096 * lh + 16 * ll + 256 * hh + hl;
+}
+
+// ---- Q4_K (GGUF's 144-byte super-blocks as stored: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins,
+// 128 quant bytes; byte 32 c + l holds value 64 c + l of group 2 c in its low nibble and value 64 c + 32 + l of
+// group 2 c + 1 in its high nibble). A segment = 512 columns = 2 super-blocks; lane l takes super-block l / 16,
+// k = l % 16, c = k / 4, p = k % 4: quant bytes 8 k .. 8 k + 7 (one 8-byte load at super-block byte 16 + 8 k),
+// i.e. values 64 c + 8 p + [0, 8) of group A = 2 c (low nibbles, LaneAct values 0..7) and 64 c + 32 + 8 p + [0, 8)
+// of group B = 2 c + 1 (high nibbles, values 8..15). Its activations are quantized per 32-value group as for
+// Q8_0/Q4_0 (each group's max |x| over the 4 lanes holding it: two shuffles per group), so the lane's share of
+// the row is Σ_g dx2_g (d sc_g S_g - dmin mn_g V_g) (S = Σ q v, V = Σ v, exact in int32) = Σ (d sc q - dmin mn)
+// x~: the format's values, never rounded. (One dx2 per 64 values would let the groups share one int32 sum, 5
+// fewer instructions per row and segment, but measured 8.3e-5 relative L2 with outlier columns in the host
+// emulation, against the tests' 1e-4.)
+inline constexpr int kQ4KSegBytes = 2 * kQ4KBytes;  // bytes of one segment (2 super-blocks) of a Q4_K row
+
+// Column of LaneAct value i (0..15) of `lane` within its 512-column segment.
+FERRY_HD inline int q4k_lane_col(int lane, int i) {
+  const int k = lane % 16;
+  return (lane / 16) * kKBlock + 64 * (k / 4) + 8 * (k % 4) + (i < 8 ? i : 32 + (i - 8));
+}
+
+// Per-lane constants of the scale decode (c = (lane % 16) / 4): which header bytes, shift and masks.
+struct Q4KLaneSel {
+  uint32_t sel;     // PRMT selector: c even 0x5410 (bytes 0, 1, 4, 5), c odd 0x7632 (2, 3, 6, 7)
+  uint32_t shift;   // 0 for c < 2, 2 for c >= 2 (the scale's top 2 bits move to bits 4, 5)
+  uint32_t mask_x;  // c < 2: 0x3F3F3F3F (6-bit scale/min in place); c >= 2: 0x30303030 (the top 2 bits)
+  uint32_t mask_y;  // c < 2: 0; c >= 2: 0x0F0F0F0F (the low 4 bits from header bytes 12..15)
+};
+FERRY_HD inline Q4KLaneSel q4k_lane_sel(int lane) {
+  const int c = (lane % 16) / 4;
+  return {c % 2 ? 0x7632u : 0x5410u, c >= 2 ? 2u : 0u, c >= 2 ? 0x30303030u : 0x3F3F3F3Fu,
+          c >= 2 ? 0x0F0F0F0Fu : 0u};
+}
+// The lane's (sc_A, sc_B, mn_A, mn_B) as the 4 bytes of a word, from header words y = scale bytes 0..3, z = 4..7,
+// w = 8..11 (ggml's get_scale_min_k4 for groups 2 c and 2 c + 1): j < 4: sc = s[j] & 63, mn = s[j + 4] & 63;
+// j >= 4: sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4, mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4.
+FERRY_HD inline uint32_t q4k_scale_min(uint32_t y, uint32_t z, uint32_t w, const Q4KLaneSel& s) {
+  const uint32_t x = byte_perm(y, z, s.sel);        // c < 2: (s[2c], s[2c+1], s[2c+4], s[2c+5]); else j-4.., j..
+  const uint32_t lo4 = byte_perm(w, w >> 4, s.sel);  // c >= 2: (s[j+4], s[j+5], s[j+4] >> 4, s[j+5] >> 4)
+  return ((x >> s.shift) & s.mask_x) | (lo4 & s.mask_y);
+}
+
+// Q4_K activations: quantize_lane's two levels per 32-value block, the block being the weight's group (group A:
+// values 0..7 with amax_a, group B: values 8..15 with amax_b; each the max over the 4 lanes of that group), plus
+// the group sums Σ v: offset = V_A, vsum_b = V_B; scale = dx2 of group A, scale_b of group B.
+FERRY_HD inline LaneAct quantize_lane_q4k(const float (&x)[kLaneVals], float amax_a, float amax_b) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 x 2^23
+  LaneAct a{};
+  float dx[2], inv[2], inv2[2], dx2[2];
+  const float amax[2] = {amax_a, amax_b};
+FERRY_UNROLL
+  for (int g = 0; g < 2; ++g) {
+    const bool live = amax[g] > kTinyBlock;
+    dx[g] = amax[g] / 127.0f;
+    inv[g] = live ? 127.0f / amax[g] : 0.0f;
+    inv2[g] = inv[g] * 256.0f;
+    dx2[g] = live ? dx[g] * (1.0f / 256.0f) : 0.0f;
+  }
+  uint32_t b1[kLaneVals], b2[kLaneVals];
+FERRY_UNROLL
+  for (int i = 0; i < kLaneVals; ++i) {
+    const int g = i / 8;
+    const float t1 = fma_f(x[i], inv[g], kMagic);
+    const float q1 = t1 - kMagic;
+    const float r = fma_f(-dx[g], q1, x[i]);
+    float t2 = fma_f(r, inv2[g], kMagic);
+    t2 = t2 < kMagic - 127.0f ? kMagic - 127.0f : (t2 > kMagic + 127.0f ? kMagic + 127.0f : t2);
+    b1[i] = float_bits(t1);
+    b2[i] = float_bits(t2);
+  }
+FERRY_UNROLL
+  for (int w = 0; w < 4; ++w) {
+    a.hi[w] = pack_low_bytes(b1[4 * w], b1[4 * w + 1], b1[4 * w + 2], b1[4 * w + 3]);
+    a.lo[w] = pack_low_bytes(b2[4 * w], b2[4 * w + 1], b2[4 * w + 2], b2[4 * w + 3]);
+  }
+  a.scale = dx2[0];
+  a.scale_b = dx2[1];
+  constexpr uint32_t kOnes = 0x01010101u;
+  const int h_a = dp4a_ss(a.hi[1], kOnes, dp4a_ss(a.hi[0], kOnes, 0));
+  const int l_a = dp4a_ss(a.lo[1], kOnes, dp4a_ss(a.lo[0], kOnes, 0));
+  const int h_b = dp4a_ss(a.hi[3], kOnes, dp4a_ss(a.hi[2], kOnes, 0));
+  const int l_b = dp4a_ss(a.lo[3], kOnes, dp4a_ss(a.lo[2], kOnes, 0));
+  a.offset = 256 * h_a + l_a;
+  a.vsum_b = 256 * h_b + l_b;
+  return a;
+}
+
+struct Q4KSums {
+  int d_a, d_b;  // sc S per group (S = Σ q v)
+  int m_a, m_b;  // mn V per group (V = Σ v)
+};
+// Q4_K: the lane's int32 sums (q: its 8 quant bytes as 2 words, scmn from q4k_scale_min), exact: |S| <= 8 x 15 x
+// 32639 < 3.92e6, x 63 < 2.5e8; |V| x 63 < 1.7e7. Low nibbles masked in place; high nibbles as
+// unsigned bytes 16 q (no shift), the group-B sum divided by 16 once (exact: every term is a multiple of 16).
+FERRY_HD inline Q4KSums dot_q4k_lane(const uint32_t (&q)[2], const LaneAct& a, uint32_t scmn) {
+  const uint32_t n0 = q[0] & 0x0F0F0F0Fu, n1 = q[1] & 0x0F0F0F0Fu;
+  const uint32_t m0 = q[0] & 0xF0F0F0F0u, m1 = q[1] & 0xF0F0F0F0u;
+  int lh = dp4a_ss(n0, a.hi[0], 0), hh = dp4a_us(m0, a.hi[2], 0);
+  int ll = dp4a_ss(n0, a.lo[0], 0), hl = dp4a_us(m0, a.lo[2], 0);
+  lh = dp4a_ss(n1, a.hi[1], lh);
+  hh = dp4a_us(m1, a.hi[3], hh);
+  ll = dp4a_ss(n1, a.lo[1], ll);
+  hl = dp4a_us(m1, a.lo[3], hl);
+  const int s_a = 256 * lh + ll;
+  const int s_b = (256 * hh + hl) >> 4;
+  const int sc_a = int(scmn & 0xFFu), sc_b = int((scmn >> 8) & 0xFFu);
+  const int mn_a = int((scmn >> 16) & 0xFFu), mn_b = int(scmn >> 24);
+  return {sc_a * s_a, sc_b * s_b, mn_a * a.offset, mn_b * a.vsum_b};
+}
+
+}  // namespace ferry::cuda_ops::quant_stream

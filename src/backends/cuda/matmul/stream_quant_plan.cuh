@@ -1,0 +1,77 @@
+// The streamed quantized matvec's plan (design: stream_quant.cuh): rows per ring stage, segments per warp, the shared-memory
+// budget, and which (type, segments, rows) kernel instances exist. Host and device agree.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cuda/matmul/stream_plan.cuh"
+#include "backends/cuda/matmul/stream_producer.cuh"
+#include "backends/cuda/matmul/stream_quant_math.cuh"
+
+namespace ferry::cuda_ops::quant_stream {
+
+inline constexpr int64_t kStageMaxBytes = 20 * 1024;  // a stage's quants + scales at most (unless one row is more)
+inline constexpr int64_t kMaxCols = 16384;             // kSegs <= 4: 40 activation registers a lane
+
+constexpr int64_t quant_row_bytes(DType w, int64_t cols) {
+  if (w == DType::Q4_K) return cols / kKBlock * kQ4KBytes;  // GGUF super-blocks as stored (one region)
+  return cols / kQBlock * ((w == DType::Q8_0 ? 32 : 16) + 2);
+}
+
+// Rows per stage: the largest of 8, 4, 2 whose bytes fit kStageMaxBytes, else 1. E.g. Q4_0 4096 columns: 8 x
+// 2304 = 18 KB; Q8_0 4096: 4 x 4352 = 17 KB; Q4_0 14336: 2 x 8064; Q8_0 14336: 1 x 15232.
+constexpr int stage_rows(DType w, int64_t cols) {
+  for (int r = 8; r > 1; r /= 2)
+    if (r * quant_row_bytes(w, cols) <= kStageMaxBytes) return r;
+  return 1;
+}
+
+// Segments (512 columns) per consumer warp per row, rounded up: 4096 columns 1, 14336 columns 4 (28 segments:
+// warps 0-3 take 4, warps 4-7 take 3).
+constexpr int segs_per_warp(int64_t cols) {
+  return int((cols / kSegVals + streaming::kConsumerWarps - 1) / streaming::kConsumerWarps);
+}
+
+// Whether some column count up to max_cols runs instance (w, segs, rows) (the SwiGLU form: min_rows 2, its
+// stages hold row pairs): only those are compiled.
+constexpr bool instance_used_up_to(DType w, int segs, int rows, int64_t max_cols, int min_rows) {
+  for (int64_t cols = kSegVals; cols <= max_cols; cols += kSegVals)
+    if (segs_per_warp(cols) == segs && stage_rows(w, cols) == rows && rows >= min_rows) return true;
+  return false;
+}
+constexpr bool instance_used(DType w, int segs, int rows) { return instance_used_up_to(w, segs, rows, kMaxCols, 1); }
+
+// The SwiGLU form's instances (stream_quant_swiglu): stages of row pairs (rows >= 2), up to kSwigluMaxCols columns.
+inline constexpr int64_t kSwigluMaxCols = 8192;
+constexpr bool swiglu_instance_used(DType w, int segs, int rows) {
+  return instance_used_up_to(w, segs, rows, kSwigluMaxCols, 2);
+}
+
+// rows: the weight's rows (the SwiGLU form: its output units, hidden; max_rows is then units per block).
+inline streaming::StreamPlan make_plan(DType w, int64_t rows, int64_t cols, int64_t grid) {
+  streaming::StreamPlan p{};
+  p.rows_per_stage = stage_rows(w, cols);
+  const int64_t fit = streaming::kRingBytes / (p.rows_per_stage * quant_row_bytes(w, cols));
+  p.stages = int(fit < streaming::kMaxStages ? fit : streaming::kMaxStages);
+  p.segs_per_row = int(cols / kSegVals);
+  p.max_rows = rows / grid + (rows % grid > 0 ? 1 : 0);
+  return p;
+}
+
+// Barriers, ring, per-warp row partials (kConsumerWarps, max_rows) f32; the SwiGLU form two per unit.
+inline size_t smem_bytes(const streaming::StreamPlan& p, DType w, int64_t cols, bool swiglu = false) {
+  return size_t(streaming::kBarrierBytes) + size_t(p.stages) * size_t(p.rows_per_stage * quant_row_bytes(w, cols)) +
+         size_t(streaming::kConsumerWarps) * size_t(p.max_rows) * (swiglu ? 2 : 1) * sizeof(float);
+}
+
+// One launch of the instance for plan (stream_quant_q8_0.cu, stream_quant_q4_0.cu, stream_quant_q4_k.cu).
+void launch_q8(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q4(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q4k(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+// The SwiGLU form's launches (same files).
+void launch_q8_swiglu(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q4_swiglu(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q4k_swiglu(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+
+}  // namespace ferry::cuda_ops::quant_stream

@@ -1,0 +1,287 @@
+// How a prepared weight sits in device memory, and the device-side decoders every kernel that reads
+// weights shares (matvec, dequantize-to-bf16, embedding), so the three cannot disagree.
+//
+// A prepared weight keeps the host Tensor's dtype and shape (rows = product of the outer dims, cols = the
+// innermost); Tensor::data points to the start of the layout below. Tensor::row() does NOT apply to the
+// repacked types: only this backend's kernels read them.
+//
+//  F32, F16, BF16: row-major as stored (rows x cols). cols % kValsPerChunk == 0 (4 for F32, 8 for F16/BF16).
+//  Q8_0, Q4_0, Q4_1: repacked, "quants then scales": [rows x nb x kQBytes] quant bytes (row-major, block after
+//    block: 32 bytes for Q8_0, 16 bytes for Q4_0/Q4_1, in GGUF's order within a block), then, starting at
+//    scales_offset(), rows x nb scales: fp16 d for Q8_0/Q4_0, fp16 pairs (d, m) for Q4_1. Why: the GGUF
+//    blocks are 34/18/20 bytes, so a block's quants are not 16-byte aligned; split, every lane reads its
+//    quants with one 16-byte load and the scales of a warp's 32 blocks are one coalesced 64/128-byte read.
+//    Same bytes as GGUF (plus < 256 bytes of padding), so the memory footprint is unchanged.
+//  Q4_K: GGUF's 144-byte super-blocks, unchanged: 144 = 9 x 16, so rows and blocks stay 16-byte aligned. Matvec
+//    kStreamQuant streams them as stored (a stage of whole rows is one bulk copy; a lane's 8 quant bytes and its
+//    super-block's 16-byte header are one LDS.64 and one broadcast LDS.128): no repack, so the register-load matvecs, dequantize and the
+//    embedding read the same bytes. (A repack to per-group scale/min bytes would cost +2.8% bytes and save ~10 of
+//    the quantized stream's ~43 instructions per lane, row and segment: docs/perf-log.md "## 2026-11-30: Q4_K in the streamed matvec, and 16 consumer warps", not done.)
+//  Any other type that dequantize_row knows (Q5_0, Q5_1, Q6_K, ...): dequantized to F32 on the host by
+//    prepare_weight (exact values, 4 bytes per weight) and prepared as F32: correct, not fast.
+//
+// Decoding unit: a "chunk" = one 16-byte load of quant data (for Q4_K plus the 16-byte block header),
+// giving kRuns runs of kRunLen consecutive values each; run r of chunk c starts at column run_start(c, r).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+#include "backends/cuda/common/bits.cuh"
+#include "backends/cuda/common/launch.cuh"  // FERRY_HD
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+#ifdef __CUDA_ARCH__  // the device pass only: the host compiler warns about an unknown pragma
+#define FERRY_UNROLL _Pragma("unroll")
+#else
+#define FERRY_UNROLL
+#endif
+#include <cstring>
+
+#include "core/fp16.h"
+
+namespace ferry::cuda_ops {
+
+inline constexpr int kQBlock = 32;      // values per Q8_0/Q4_0/Q4_1 block
+inline constexpr int kKBlock = 256;     // values per Q4_K super-block
+inline constexpr int kQ4KBytes = 144;   // bytes per Q4_K super-block
+inline constexpr size_t kScalesAlign = 256;
+
+// Weight types the kernels read natively (everything else becomes F32 at prepare time).
+inline bool is_native_weight_type(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_0 ||
+         t == DType::Q4_1 || t == DType::Q4_K;
+}
+
+// Quant bytes per 32-value block in the split layouts (Q8_0, Q4_0, Q4_1).
+inline constexpr int split_qbytes(DType t) { return t == DType::Q8_0 ? 32 : 16; }
+// Scale bytes per block in the split layouts.
+inline constexpr int split_sbytes(DType t) { return t == DType::Q4_1 ? 4 : 2; }
+// Byte offset of the scales region of a split-layout weight of rows x cols.
+inline size_t scales_offset(DType t, int64_t rows, int64_t cols) {
+  const size_t q = size_t(rows) * size_t(cols / kQBlock) * size_t(split_qbytes(t));
+  return (q + kScalesAlign - 1) / kScalesAlign * kScalesAlign;
+}
+// Total device bytes of a prepared weight of a native type.
+inline size_t prepared_bytes(DType t, int64_t rows, int64_t cols) {
+  if (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1)
+    return scales_offset(t, rows, cols) + size_t(rows) * size_t(cols / kQBlock) * size_t(split_sbytes(t));
+  return size_t(rows) * row_bytes(t, cols);
+}
+
+// A prepared weight as the kernels see it.
+struct WeightView {
+  const uint8_t* data;  // start of the layout above
+  int64_t rows, cols;
+  size_t scales;        // byte offset of the scales region (split layouts only)
+};
+
+// How a streamed matvec's producer (the streamed matvecs) issues the weight's bulk copies. Same bits
+// either way.
+struct WeightStream {
+  // At most this many ring stages in flight (issued, not yet landed); 0: no cap (a stage whenever a slot is free).
+  int ring_inflight = 0;
+  // The copies carry an L2 evict_first policy: each weight byte is read once a step, so its lines go before the
+  // lines that latency-bound loads read again (the KV cache, activations, norm weights, kernel code). Without it a
+  // decode step streams the whole model (4.6-16 GB) through the 60 MB L2 and every such load goes to DRAM.
+  bool evict_first = false;
+};
+
+// The decoders below compile for the device (nvcc) and for the host (any compiler), so the host-only test
+// tests/cuda/weight_layout_test.cpp checks the layouts against dequantize_row on machines without a GPU.
+#ifndef __CUDACC__
+struct uint4 {
+  uint32_t x, y, z, w;
+};
+#endif
+
+FERRY_HD inline uint4 load16(const void* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(static_cast<const uint4*>(p));
+#else
+  uint4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+#endif
+}
+template <typename T>
+FERRY_HD inline T load_scalar(const T* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+FERRY_HD inline float half_bits_to_float(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  return __half2float(__ushort_as_half(h));
+#else
+  return fp16_to_f32(h);
+#endif
+}
+FERRY_HD inline float bf16_bits_to_float(uint16_t h) { return bits_to_float(uint32_t(h) << 16); }
+FERRY_HD inline uint8_t byte_of(const uint4& v, int i) {
+  const uint32_t w = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
+  return uint8_t(w >> (8 * (i & 3)));
+}
+
+// Each decoder: kVals values per chunk in kRuns runs of kRunLen; Raw = what one chunk loads;
+// load(w, row, c) issues the loads; decode(raw, v) turns them into floats (v[r * kRunLen + j] is column
+// run_start(c, r) + j).
+struct DecodeF32 {
+  static constexpr int kRuns = 1, kRunLen = 4, kVals = 4;
+  struct Raw { uint4 q; };
+  FERRY_HD static inline int64_t chunks(int64_t cols) { return cols / 4; }
+  FERRY_HD static inline int64_t run_start(int64_t c, int r) { return c * 4; }
+  FERRY_HD static inline Raw load(const WeightView& w, int64_t row, int64_t c) {
+    return {load16(w.data + (size_t(row) * w.cols + size_t(c) * 4) * 4)};
+  }
+  FERRY_HD static inline void decode(const Raw& r, float* v) {
+    v[0] = bits_to_float(r.q.x); v[1] = bits_to_float(r.q.y);
+    v[2] = bits_to_float(r.q.z); v[3] = bits_to_float(r.q.w);
+  }
+};
+
+template <bool kBf16>
+struct DecodeHalf {  // F16 (kBf16 = false) or BF16
+  static constexpr int kRuns = 1, kRunLen = 8, kVals = 8;
+  struct Raw { uint4 q; };
+  FERRY_HD static inline int64_t chunks(int64_t cols) { return cols / 8; }
+  FERRY_HD static inline int64_t run_start(int64_t c, int r) { return c * 8; }
+  FERRY_HD static inline Raw load(const WeightView& w, int64_t row, int64_t c) {
+    return {load16(w.data + (size_t(row) * w.cols + size_t(c) * 8) * 2)};
+  }
+  FERRY_HD static inline void decode(const Raw& r, float* v) {
+    const uint32_t u[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+FERRY_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t lo = uint16_t(u[i] & 0xFFFF), hi = uint16_t(u[i] >> 16);
+      v[2 * i] = kBf16 ? bf16_bits_to_float(lo) : half_bits_to_float(lo);
+      v[2 * i + 1] = kBf16 ? bf16_bits_to_float(hi) : half_bits_to_float(hi);
+    }
+  }
+};
+
+// Q8_0 split: a chunk is half a block (16 int8 quants), scale d of block c / 2.
+struct DecodeQ8_0 {
+  static constexpr int kRuns = 1, kRunLen = 16, kVals = 16;
+  struct Raw { uint4 q; uint16_t d; };
+  FERRY_HD static inline int64_t chunks(int64_t cols) { return cols / 16; }
+  FERRY_HD static inline int64_t run_start(int64_t c, int r) { return c * 16; }
+  FERRY_HD static inline Raw load(const WeightView& w, int64_t row, int64_t c) {
+    const int64_t nb = w.cols / kQBlock;
+    const int64_t block = row * nb + c / 2;
+    Raw r;
+    r.q = load16(w.data + size_t(row) * size_t(w.cols) + size_t(c) * 16);
+    r.d = load_scalar(reinterpret_cast<const uint16_t*>(w.data + w.scales) + block);
+    return r;
+  }
+  FERRY_HD static inline void decode(const Raw& r, float* v) {
+    const float d = half_bits_to_float(r.d);
+FERRY_UNROLL
+    for (int i = 0; i < 16; ++i) v[i] = d * float(int8_t(byte_of(r.q, i)));
+  }
+};
+
+// Q4_0 / Q4_1 split: a chunk is one block's 16 quant bytes; run 0 = low nibbles (values 0..15),
+// run 1 = high nibbles (values 16..31).
+template <bool kHasMin>
+struct DecodeQ4 {
+  static constexpr int kRuns = 2, kRunLen = 16, kVals = 32;
+  struct Raw { uint4 q; uint32_t s; };  // s: d (Q4_0), or d | m << 16 (Q4_1)
+  FERRY_HD static inline int64_t chunks(int64_t cols) { return cols / 32; }
+  FERRY_HD static inline int64_t run_start(int64_t c, int r) { return c * 32 + r * 16; }
+  FERRY_HD static inline Raw load(const WeightView& w, int64_t row, int64_t c) {
+    const int64_t nb = w.cols / kQBlock;
+    const int64_t block = row * nb + c;
+    Raw r;
+    r.q = load16(w.data + size_t(block) * 16);
+    if constexpr (kHasMin) {
+      r.s = load_scalar(reinterpret_cast<const uint32_t*>(w.data + w.scales) + block);
+    } else {
+      r.s = load_scalar(reinterpret_cast<const uint16_t*>(w.data + w.scales) + block);
+    }
+    return r;
+  }
+  FERRY_HD static inline void decode(const Raw& r, float* v) {
+    const float d = half_bits_to_float(uint16_t(r.s & 0xFFFF));
+    const float m = kHasMin ? half_bits_to_float(uint16_t(r.s >> 16)) : -8.0f * d;
+FERRY_UNROLL
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t b = byte_of(r.q, i);
+      v[i] = fmaf(d, float(b & 0xF), m);
+      v[16 + i] = fmaf(d, float(b >> 4), m);
+    }
+  }
+};
+
+// Q4_K (GGUF blocks): chunk c = (super-block c / 8, k = c % 8); with c64 = k / 2, h = k % 2 it reads quant
+// bytes 32 c64 + 16 h .. +15; low nibbles are values 64 c64 + 16 h + j (group 2 c64), high nibbles values
+// 64 c64 + 32 + 16 h + j (group 2 c64 + 1).
+struct DecodeQ4K {
+  static constexpr int kRuns = 2, kRunLen = 16, kVals = 32;
+  struct Raw { uint4 head; uint4 q; int k; };
+  FERRY_HD static inline int64_t chunks(int64_t cols) { return cols / 32; }
+  FERRY_HD static inline int64_t run_start(int64_t c, int r) {
+    const int k = int(c % 8);
+    return (c / 8) * kKBlock + 64 * (k / 2) + 16 * (k % 2) + 32 * r;
+  }
+  FERRY_HD static inline Raw load(const WeightView& w, int64_t row, int64_t c) {
+    const uint8_t* block = w.data + (size_t(row) * size_t(w.cols / kKBlock) + size_t(c / 8)) * kQ4KBytes;
+    const int k = int(c % 8);
+    Raw r;
+    r.head = load16(block);
+    r.q = load16(block + 16 + 32 * (k / 2) + 16 * (k % 2));
+    r.k = k;
+    return r;
+  }
+  // ggml's get_scale_min_k4 over the 12 scale bytes (header bytes 4..15).
+  FERRY_HD static inline void scale_min(const uint4& head, int j, float* sc, float* mn) {
+    const auto sb = [&](int i) { return int(byte_of(head, 4 + i)); };
+    if (j < 4) {
+      *sc = float(sb(j) & 63);
+      *mn = float(sb(j + 4) & 63);
+    } else {
+      *sc = float((sb(j + 4) & 0xF) | ((sb(j - 4) >> 6) << 4));
+      *mn = float((sb(j + 4) >> 4) | ((sb(j) >> 6) << 4));
+    }
+  }
+  FERRY_HD static inline void decode(const Raw& r, float* v) {
+    const float d = half_bits_to_float(uint16_t(r.head.x & 0xFFFF));
+    const float dmin = half_bits_to_float(uint16_t(r.head.x >> 16));
+    const int g = 2 * (r.k / 2);
+    float sc0, mn0, sc1, mn1;
+    scale_min(r.head, g, &sc0, &mn0);
+    scale_min(r.head, g + 1, &sc1, &mn1);
+    const float d0 = d * sc0, m0 = dmin * mn0, d1 = d * sc1, m1 = dmin * mn1;
+FERRY_UNROLL
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t b = byte_of(r.q, i);
+      v[i] = d0 * float(b & 0xF) - m0;
+      v[16 + i] = d1 * float(b >> 4) - m1;
+    }
+  }
+};
+
+// Calls f.template operator()<Decoder>() for the decoder of t (a native type); returns false otherwise.
+template <class F>
+bool visit_decoder(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f.template operator()<DecodeF32>(); return true;
+    case DType::F16: f.template operator()<DecodeHalf<false>>(); return true;
+    case DType::BF16: f.template operator()<DecodeHalf<true>>(); return true;
+    case DType::Q8_0: f.template operator()<DecodeQ8_0>(); return true;
+    case DType::Q4_0: f.template operator()<DecodeQ4<false>>(); return true;
+    case DType::Q4_1: f.template operator()<DecodeQ4<true>>(); return true;
+    case DType::Q4_K: f.template operator()<DecodeQ4K>(); return true;
+    default: return false;
+  }
+}
+
+}  // namespace ferry::cuda_ops

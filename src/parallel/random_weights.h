@@ -1,0 +1,52 @@
+// Random-weight models without a file: `-m random:SHAPE[:TYPE[:SEED]]` (e.g. random:llama3-70b:bf16) gives the
+// model `ferry gen --shape SHAPE --type TYPE --seed SEED` would write (the same values bit for bit), generated in
+// memory. Each tensor-parallel rank generates only its own shard, tensor by tensor (the generators are seeded
+// per tensor and row, so a slice is drawn without the rest), and on a GPU frees each host tensor once it is
+// uploaded: a 70B BF16 model runs at --tp 2 on a machine whose disk cannot hold its 141 GB file.
+//
+// The vocabulary and metadata come from a metadata-only GGUF written to a temporary file and removed once
+// opened (a few MB; no weights are written).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model_file.h"
+#include "model/random_model.h"
+#include "model/weights.h"
+#include "parallel/sharding.h"
+
+namespace ferry {
+
+// True for a "random:..." model path.
+bool is_random_model_path(const std::string& path);
+// Opens "random:SHAPE[:TYPE[:SEED]]" (TYPE default bf16, SEED default 1: ferry gen's): config, vocabulary,
+// ModelFile::tensors (type and shape; no data) and a RandomWeightSource as the weights.
+ModelFile open_random_model(const std::string& path);
+
+// The weights of a random model. find() generates full tensors on first use and keeps them (world 1 on the CPU
+// uses them in place); load_sharded_weights (parallel/sharding.h) uses load_random_shard instead.
+class RandomWeightSource final : public WeightSource {
+ public:
+  RandomWeightSource(std::string describe, std::vector<RandomTensor> tensors);
+  const Tensor* find(const std::string& name) const override;
+  std::string describe() const override { return describe_; }
+  const RandomTensor* spec(const std::string& name) const;
+
+ private:
+  std::string describe_;
+  std::map<std::string, RandomTensor> specs_;
+  mutable std::map<std::string, std::pair<Tensor, std::shared_ptr<uint8_t[]>>> made_;
+};
+
+// This rank's weights of a random model, each slice generated directly. host_in_place (a CPU backend): the
+// generated tensors are kept in weights.storage; else each is freed once the loader moved past it (at most a
+// few host tensors exist at once), and `weights.named` entries of freed tensors lose their data pointer.
+ModelWeights load_random_shard(const ShardPlan& plan, const RandomWeightSource& source, bool gguf_names,
+                               Backend& backend);
+
+}  // namespace ferry

@@ -1,0 +1,34 @@
+// One CPU rank of a tensor-parallel test: its shard of the model (parallel/sharding.h) on its own one-thread CPU
+// backend, KV cache kBlocks x kBlock positions. Shared by tp_cpu_test and random_weights_test.
+#pragma once
+
+#include <memory>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/simd.h"
+#include "model/model_file.h"
+#include "parallel/sharding.h"
+#include "parallel/thread_group.h"
+
+namespace ferry::test {
+
+inline constexpr int32_t kRankBlock = 16;  // positions per KV block
+inline constexpr int32_t kRankBlocks = 8;  // 128 positions of context
+
+// world 1 with comm null: the unsharded model.
+inline RankModel make_cpu_rank(const ModelFile& f, int rank, int world, Communicator* comm,
+                               CpuKernels kernels = CpuKernels::Fast) {
+  const ShardPlan plan = make_shard_plan(f.config, rank, world);
+  RankModel rm;
+  CpuBackendOptions o;
+  o.kernels = kernels;
+  o.n_threads = 1;
+  o.simd = detect_simd();
+  rm.backend = std::make_unique<CpuBackend>(o);
+  ModelWeights w = load_sharded_weights(plan, *f.weights, f.gguf_names, *rm.backend);
+  rm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *rm.backend,
+                                          KvCacheShape{kRankBlocks, kRankBlock}, 64, ParallelContext{comm, plan.vocab});
+  return rm;
+}
+
+}  // namespace ferry::test
