@@ -4,7 +4,8 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
-grep -qx "/.carry/" .git/info/exclude || echo "/.carry/" >> .git/info/exclude
+exclude="$(git rev-parse --git-common-dir)/info/exclude"  # a worktree shares its repository's
+grep -qx "/.carry/" "$exclude" || echo "/.carry/" >> "$exclude"
 # NCCL for tensor parallelism: headers and library from PyPI's nvidia-nccl-cu13 wheel (only linked against here;
 # the GPU machine's own copy, in its torch venv, is used at run time: check.sh / tp_check.sh set LD_LIBRARY_PATH).
 nccl="$repo/build/nccl/nvidia/nccl"
@@ -25,7 +26,7 @@ cmake --build build -j "$(nproc)" --target $targets
 # nvcc turns a host call of a __device__-only function into a silent exit(1) (it cost two device calls once).
 # List the host functions of the kernel files that call exit(): host stubs of device-only helpers that nothing
 # calls are harmless; a launcher or planner in this list is the bug.
-for o in build/CMakeFiles/ferry_cuda.dir/src/backends/cuda/*.cu.o; do
+for o in $(find build/CMakeFiles/ferry_cuda.dir/src/backends/cuda -name "*.cu.o"); do
   objdump -dr "$o" | awk -v f="$(basename "$o")" '/^[0-9a-f]+ <.*>:$/ {fn=$2} /PLT32\texit/ {print "pack.sh: host exit() call in " f ": " fn}'
 done | c++filt | sort -u >&2
 rm -rf .carry && mkdir -p .carry
