@@ -9,6 +9,7 @@
 #include "core/fp16.h"
 #include "formats/gguf.h"
 #include "formats/quant.h"
+#include "model/quant_mix.h"
 
 namespace ferry {
 namespace {
@@ -194,17 +195,12 @@ ModelConfig random_model_config(const std::string& shape) {
   fail("unknown model shape '{}' (known: {})", shape, known);
 }
 
-void write_random_model(const std::string& path, const ModelConfig& c, DType wt, uint64_t seed, int n_threads,
-                        bool with_weights, RandomInit init) {
-  FERRY_CHECK(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q8_0 || wt == DType::Q4_0 ||
-                  wt == DType::Q4_1,
-              "ferry gen writes f32, f16, bf16, q8_0, q4_0 or q4_1 weights, not {}", dtype_name(wt));
-  FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0,
-              "shape dims must be multiples of 32 for block formats");
-  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+namespace {
+
+// Metadata and the synthetic vocabulary of a random model.
+void set_random_model_metadata(GgufWriter& w, const ModelConfig& c) {
   const std::string arch = arch_name(c.arch);
   const std::string p = arch + ".";
-  GgufWriter w;
   w.set("general.architecture", GgufValue::str(arch));
   w.set("general.name", GgufValue::str(c.name));
   w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
@@ -276,6 +272,32 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
         GgufValue::str("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
                        "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
 
+}
+
+void add_random_tensors(GgufWriter& w, const std::vector<RandomTensor>& tensors, int n_threads) {
+  for (const RandomTensor& t : tensors) {
+    const int nt = t.n_dims == 1 ? 1 : n_threads;
+    if (t.n_dims == 1) {
+      w.add_tensor(t.name, t.type, {t.cols}, [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, 1, 0, t.cols, dst, nt); });
+    } else {
+      w.add_tensor(t.name, t.type, {t.rows, t.cols},
+                   [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, t.rows, 0, t.cols, dst, nt); });
+    }
+  }
+}
+
+}  // namespace
+
+void write_random_model(const std::string& path, const ModelConfig& c, DType wt, uint64_t seed, int n_threads,
+                        bool with_weights, RandomInit init) {
+  FERRY_CHECK(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q8_0 || wt == DType::Q4_0 ||
+                  wt == DType::Q4_1,
+              "ferry gen writes f32, f16, bf16, q8_0, q4_0 or q4_1 weights, not {}", dtype_name(wt));
+  FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0,
+              "shape dims must be multiples of 32 for block formats");
+  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  GgufWriter w;
+  set_random_model_metadata(w, c);
   if (!with_weights) {
     // One-value stand-ins for the tensors the config reader looks at (token_embd.weight must exist; output.weight
     // exists when the embeddings are not tied); the vocabulary size is the metadata key above.
@@ -285,16 +307,26 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
     stand_in("token_embd.weight");
     if (!c.tied_embeddings) stand_in("output.weight");
   } else {
-    for (const RandomTensor& t : random_model_tensors(c, wt, seed, init)) {
-      const int nt = t.n_dims == 1 ? 1 : n_threads;
-      if (t.n_dims == 1) {
-        w.add_tensor(t.name, t.type, {t.cols}, [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, 1, 0, t.cols, dst, nt); });
-      } else {
-        w.add_tensor(t.name, t.type, {t.rows, t.cols},
-                     [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, t.rows, 0, t.cols, dst, nt); });
-      }
-    }
+    add_random_tensors(w, random_model_tensors(c, wt, seed, init), n_threads);
   }
+  w.write(path);
+}
+
+void write_random_model(const std::string& path, const ModelConfig& c, const QuantTarget& target, uint64_t seed,
+                        int n_threads, RandomInit init) {
+  FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0,
+              "shape dims must be multiples of 32 for block formats");
+  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<RandomTensor> tensors = random_model_tensors(c, DType::F32, seed, init);
+  std::vector<TensorShapeInfo> infos;
+  for (const RandomTensor& t : tensors) infos.push_back({t.name, t.n_dims, t.cols});
+  const QuantPlanner planner(target, c.n_layers, infos);
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].type = planner.type_for(infos[i]);
+  GgufWriter w;
+  set_random_model_metadata(w, c);
+  w.set("general.quantization_version", GgufValue::u32(2));
+  w.set("general.file_type", GgufValue::u32(target.file_type));
+  add_random_tensors(w, tensors, n_threads);
   w.write(path);
 }
 

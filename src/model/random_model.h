@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/quant_mix.h"
 
 namespace ferry {
 
@@ -33,6 +34,11 @@ ModelConfig random_model_config(const std::string& shape);
 // (dist/random_weights.h).
 void write_random_model(const std::string& path, const ModelConfig& config, DType weight_type, uint64_t seed,
                         int n_threads = 0, bool with_weights = true, RandomInit init = RandomInit::Flat);
+
+// As above with the matrices typed by a quantization target (model/quant_mix.h: one type or a K-quant mix, the same
+// per-tensor rules as `ferry quantize`, so benchmarks get Q4_K_M-like files); general.file_type is set.
+void write_random_model(const std::string& path, const ModelConfig& config, const QuantTarget& target, uint64_t seed,
+                        int n_threads = 0, RandomInit init = RandomInit::Flat);
 
 // One tensor of a random model, exactly as write_random_model draws it: row r of the (rows, cols) tensor holds
 // mean + scale * N(0,1)-ish values from a generator seeded by (seed, r), plus, when tie_scale != 0,
