@@ -18,11 +18,13 @@ bool is_valid_utf8(std::string_view text);
 // A random-weight model of a real shape, written as GGUF (weights drawn like a trained model's, std 0.02,
 // never zeros; a synthetic byte-level vocabulary so it loads, tokenizes and generates visible text).
 struct RandomModelSpec {
-  std::string path;                 // output .gguf file
+  std::string path;                 // output .gguf file (a folder for the fp8 types)
   std::string shape = "tiny";       // one of random_model_shape_names()
   std::string weight_type = "q4_0"; // matmul weights: f32, f16, bf16, q8_0, q4_0, q4_1 (embeddings q8_0 for the
                                     // quantized ones), or any quantize_type_names() entry (q5_0 ... q6_k,
-                                    // q3_k_m, q4_k_m, q5_k_m: typed as `ferry quantize` types them); norms stay f32
+                                    // q3_k_m, q4_k_m, q5_k_m: typed as `ferry quantize` types them); norms stay f32;
+                                    // or fp8 / fp8-block / fp8-tensor: a Hugging Face FP8 folder at `path`
+                                    // (per-channel, 128x128 blocks, per-tensor; src/model/random_fp8_folder.h)
   uint64_t seed = 1;
   int n_threads = 0;                // 0: all cores
 };

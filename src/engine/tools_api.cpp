@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "model/quant_mix.h"
 #include "model/quantize_model.h"
+#include "model/random_fp8_folder.h"
 #include "model/random_model.h"
 
 namespace ferry {
@@ -34,13 +35,16 @@ std::optional<DType> checked_weight_type(const RandomModelSpec& spec) {
 
 int64_t random_model_n_params(const RandomModelSpec& spec) {
   const ModelConfig config = random_model_config(spec.shape);  // throws for an unknown shape
-  checked_weight_type(spec);
+  if (!fp8_gen_layout(spec.weight_type)) checked_weight_type(spec);
   return config.n_params();
 }
 
 void gen_random_model(const RandomModelSpec& spec) {
   const ModelConfig config = random_model_config(spec.shape);
-  if (const std::optional<DType> type = checked_weight_type(spec)) {
+  if (const std::optional<Fp8Layout> fp8 = fp8_gen_layout(spec.weight_type)) {
+    FERRY_CHECK(!spec.path.empty(), "no output folder for the random model");
+    write_random_fp8_folder(spec.path, config, *fp8, spec.seed, spec.n_threads);
+  } else if (const std::optional<DType> type = checked_weight_type(spec)) {
     write_random_model(spec.path, config, *type, spec.seed, spec.n_threads);
   } else {
     write_random_model(spec.path, config, parse_quant_target(spec.weight_type), spec.seed, spec.n_threads);

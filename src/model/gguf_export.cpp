@@ -54,6 +54,22 @@ std::string gguf_tensor_name(const std::string& hf, bool tied_embeddings) {
   fail("tensor '{}' has no GGUF name (ferry converts Llama, Qwen2 and Qwen3 weights)", hf);
 }
 
+std::string hf_tensor_name(const std::string& g) {
+  if (g == "token_embd.weight") return "model.embed_tokens.weight";
+  if (g == "output_norm.weight") return "model.norm.weight";
+  if (g == "output.weight") return "lm_head.weight";
+  if (g.rfind("blk.", 0) == 0) {
+    char* end = nullptr;
+    const long layer = std::strtol(g.c_str() + 4, &end, 10);
+    if (end != g.c_str() + 4 && *end == '.') {
+      const std::string rest = end + 1;
+      for (const NameRow& r : kLayerNames)
+        if (rest == r.gguf) return "model.layers." + std::to_string(layer) + "." + r.hf;
+    }
+  }
+  fail("GGUF tensor '{}' has no Hugging Face name", g);
+}
+
 void set_gguf_config(GgufWriter& w, const ModelConfig& c) {
   const std::string arch = arch_name(c.arch);
   const std::string p = arch + ".";

@@ -17,6 +17,10 @@ namespace ferry {
 // ferry::Error naming a tensor that has no GGUF name.
 std::string gguf_tensor_name(const std::string& hf_name, bool tied_embeddings);
 
+// The inverse: blk.3.attn_q.weight -> model.layers.3.self_attn.q_proj.weight, token_embd.weight ->
+// model.embed_tokens.weight, output.weight -> lm_head.weight, ... ferry::Error for a name without one.
+std::string hf_tensor_name(const std::string& gguf_name);
+
 // {arch}.* keys of the config (block_count, embedding_length, heads, rope, ...) and general.architecture/name.
 // Llama-3 RoPE scaling is not a key: it is the rope_freqs.weight tensor (rope_freq_divisors).
 void set_gguf_config(GgufWriter& w, const ModelConfig& c);

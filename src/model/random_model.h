@@ -40,6 +40,17 @@ void write_random_model(const std::string& path, const ModelConfig& config, DTyp
 void write_random_model(const std::string& path, const ModelConfig& config, const QuantTarget& target, uint64_t seed,
                         int n_threads = 0, RandomInit init = RandomInit::Flat);
 
+// The synthetic byte-level BPE vocabulary of the random models: 4 specials (<|begin_of_text|> = bos 0,
+// <|end_of_text|> = eos 1, <|im_start|>, <|im_end|>), the 256 GPT-2 byte symbols, merges (space+letter, letter
+// pairs), then plain words " w<id>" up to vocab_size; and its chat template.
+struct SyntheticVocab {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;        // llama.cpp token types: 3 control, 1 normal
+  std::vector<std::string> merges;   // "a b"
+  std::string chat_template;
+};
+SyntheticVocab synthetic_vocab(int vocab_size);
+
 // One tensor of a random model, exactly as write_random_model draws it: row r of the (rows, cols) tensor holds
 // mean + scale * N(0,1)-ish values from a generator seeded by (seed, r), plus, when tie_scale != 0,
 // tie_scale * the draws of the generator seeded by (tie_seed, (r + tie_row_shift) mod rows) (the peaked init's

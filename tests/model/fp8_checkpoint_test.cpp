@@ -21,7 +21,11 @@
 #include "formats/fp8.h"
 #include "model/llama_model.h"
 #include "model/model_file.h"
+#include "model/gguf_export.h"
 #include "model/quantize_model.h"
+#include "model/random_fp8_folder.h"
+#include "model/random_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ferry {
 namespace {
@@ -186,6 +190,45 @@ TEST(Fp8, CorruptFoldersAreErrors) {
         {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}})");
   }));
   EXPECT_NE(tensor_as_channel.find("expected (64, 1)"), std::string::npos) << tensor_as_channel;
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// `ferry gen --type fp8*`: a random folder in each layout loads, its weights within e4m3's rounding of the values
+// write_random_model draws (a GGUF F32 model of the same shape and seed), and its tokenizer is the random models'.
+TEST(Fp8, GenFoldersLoadInEveryLayout) {
+  ModelConfig c = random_model_config("tiny");
+  c.dim = 256, c.hidden_dim = 384, c.n_heads = 4, c.head_dim = 64, c.rope_dims = 64;  // two 128-blocks and a partial one
+  const std::string gguf = test::temp_path("fp8gen-f32.gguf");
+  write_random_model(gguf, c, DType::F32, 9, 1);
+  const ModelFile ref = open_model(gguf);
+  for (const char* type : {"fp8", "fp8-block", "fp8-tensor"}) {
+    const std::string dir = test::temp_path(std::string("fp8gen-") + type);
+    fs::remove_all(dir);
+    write_random_fp8_folder(dir, c, *fp8_gen_layout(type), 9, 2);
+    const ModelFile f = open_model(dir);
+    EXPECT_EQ(f.config.n_layers, c.n_layers);
+    for (const char* name : {"blk.1.ffn_down.weight", "blk.0.attn_q.weight"}) {
+      const Tensor* want = ref.weights->find(name);
+      const Tensor* got = f.weights->find(hf_tensor_name(name));
+      ASSERT_NE(want, nullptr);
+      ASSERT_NE(got, nullptr) << type << " " << name;
+      ASSERT_EQ(got->dtype, DType::F32);
+      std::vector<float> a(static_cast<const float*>(got->data), static_cast<const float*>(got->data) + got->numel());
+      std::vector<float> b(static_cast<const float*>(want->data), static_cast<const float*>(want->data) + want->numel());
+      const double err = test::rel_l2(a, b);
+      EXPECT_LE(err, 0.05) << type << " " << name;  // e4m3: 3 mantissa bits, rel rms ~2-3%
+      EXPECT_GT(err, 0.0) << type << " " << name;
+    }
+    const Tokenizer ta(ref.vocab), tb(f.vocab);
+    const std::string text = "the ferry crossed 42 rivers";
+    EXPECT_EQ(tb.encode(text, true, false), ta.encode(text, true, false)) << type;
+    EXPECT_FALSE(logits_of(dir).empty());
+  }
 }
 
 }  // namespace

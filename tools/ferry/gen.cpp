@@ -18,8 +18,9 @@ Runner add_gen(CLI::App& app) {
   app.add_option("--shape", o->shape, "model shape: " + shapes);
   std::string types;
   for (const auto& t : quantize_type_names()) types += (types.empty() ? "" : ", ") + t;
-  app.add_option("--type", o->type, "weight type or K-quant mix: " + types);
-  app.add_option("-o,--output", o->out, "output .gguf path")->required();
+  app.add_option("--type", o->type,
+                 "weight type or K-quant mix: " + types + "; or fp8, fp8-block, fp8-tensor (a Hugging Face FP8 folder)");
+  app.add_option("-o,--output", o->out, "output .gguf path (a folder for the fp8 types)")->required();
   app.add_option("--seed", o->seed, "random seed");
   app.add_option("-t,--threads", o->threads, "threads (0: all)");
   return [o] {
