@@ -1,9 +1,10 @@
 // Public helpers for front ends (the ferry command line, scripts, tests) beyond the engine API: input text
-// validation and the random-weight model writer behind `ferry gen`. Front ends include only include/ferry
+// validation, the random-weight model writer behind `ferry gen` and the quantizer behind `ferry quantize`. Front ends include only include/ferry
 // (docs/architecture.md, "Boundaries"); this header is how they reach these pieces of the libraries.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,9 +18,13 @@ bool is_valid_utf8(std::string_view text);
 // A random-weight model of a real shape, written as GGUF (weights drawn like a trained model's, std 0.02,
 // never zeros; a synthetic byte-level vocabulary so it loads, tokenizes and generates visible text).
 struct RandomModelSpec {
-  std::string path;                 // output .gguf file
+  std::string path;                 // output .gguf file (a folder for the fp8 types)
   std::string shape = "tiny";       // one of random_model_shape_names()
-  std::string weight_type = "q4_0"; // matmul weights: f32, f16, bf16, q8_0, q4_0, q4_1 (norms stay f32)
+  std::string weight_type = "q4_0"; // matmul weights: f32, f16, bf16, q8_0, q4_0, q4_1 (embeddings q8_0 for the
+                                    // quantized ones), or any quantize_type_names() entry (q5_0 ... q6_k,
+                                    // q3_k_m, q4_k_m, q5_k_m: typed as `ferry quantize` types them); norms stay f32;
+                                    // or fp8 / fp8-block / fp8-tensor: a Hugging Face FP8 folder at `path`
+                                    // (per-channel, 128x128 blocks, per-tensor; src/model/random_fp8_folder.h)
   uint64_t seed = 1;
   int n_threads = 0;                // 0: all cores
 };
@@ -32,5 +37,30 @@ int64_t random_model_n_params(const RandomModelSpec& spec);
 // Checks the spec like random_model_n_params, then writes the model (ferry::Error when the file cannot be
 // written).
 void gen_random_model(const RandomModelSpec& spec);
+
+// `ferry quantize IN OUT TYPE`: IN a .gguf file or a Hugging Face folder (F32/F16/BF16 safetensors), OUT a GGUF
+// file of one type or a llama.cpp-style mix (src/model/quant_mix.h has the per-tensor rules).
+struct QuantizeSpec {
+  std::string input;
+  std::string output;
+  std::string type;   // one of quantize_type_names(), any case
+  int n_threads = 0;  // 0: all cores
+};
+// One written tensor, for a progress line.
+struct QuantizeProgress {
+  int index = 0, count = 0;  // 1-based
+  std::string name;          // GGUF tensor name
+  std::string shape;         // "(rows, cols)"
+  std::string from, to;      // type names as llama.cpp prints them ("bf16", "q4_K")
+  size_t bytes_in = 0, bytes_out = 0;
+};
+struct QuantizeTotals {
+  int n_tensors = 0;
+  size_t bytes_in = 0, bytes_out = 0;
+};
+// F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q3_K_M, Q4_K_M, Q5_K_M.
+std::vector<std::string> quantize_type_names();
+// Throws ferry::Error naming the problem; on_tensor (may be empty) is called after each tensor is written.
+QuantizeTotals quantize(const QuantizeSpec& spec, const std::function<void(const QuantizeProgress&)>& on_tensor);
 
 }  // namespace ferry

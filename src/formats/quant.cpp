@@ -56,7 +56,8 @@ bool can_quantize(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16:
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
-    case DType::Q8_0: case DType::Q8_1: case DType::Q8_K: case DType::Q4_K: case DType::Q6_K:
+    case DType::Q8_0: case DType::Q8_1: case DType::Q8_K:
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
     case DType::Q8_0G4: case DType::Q8_1G4:
       return true;
     default:
@@ -88,7 +89,10 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q5_1: return quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
     case DType::Q8_0: return quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
     case DType::Q8_1: return quantize_q8_1(src, static_cast<BlockQ8_1*>(dst), nb);
+    case DType::Q2_K: return quantize_q2_k(src, static_cast<BlockQ2_K*>(dst), nb);
+    case DType::Q3_K: return quantize_q3_k(src, static_cast<BlockQ3_K*>(dst), nb);
     case DType::Q4_K: return quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
+    case DType::Q5_K: return quantize_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
     case DType::Q6_K: return quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
     case DType::Q8_K: return quantize_q8_k(src, static_cast<BlockQ8_K*>(dst), nb);
     case DType::Q8_0G4: return quantize_q8_0g4(src, static_cast<BlockQ8_0G4*>(dst), nb);

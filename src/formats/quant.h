@@ -1,7 +1,7 @@
 // GGML's quantized block formats, laid out byte for byte as ggml defines them (ggml-common.h), and the
 // row-level conversions: dequantize_row (bit-exact with ggml's dequantize_row_*) and quantize_row
-// (ggml's round-to-nearest *_ref quantizers for the 32-value formats and Q8_K; simple but correct
-// quantizers for Q4_K and Q6_K).
+// (ggml's round-to-nearest *_ref quantizers for the 32-value formats and Q8_K; for Q2_K..Q6_K an
+// error-minimizing scale search per group, quant_kquants_fit.cpp).
 //
 // fp16 fields are stored as raw IEEE binary16 bits (uint16_t); use core/fp16.h to convert.
 // A "row" is n consecutive values; for a quantized type it is n / block_elems consecutive blocks.
@@ -138,7 +138,7 @@ static_assert(sizeof(BlockQ8_K) == 292);
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
 // src: n floats; dst: row_bytes(t, n) bytes. Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
-// Q8_K, Q4_K, Q6_K, Q8_0G4, Q8_1G4 (per group of 4: scale amax / 127, q = round-half-even(x / scale);
+// Q8_K, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0G4, Q8_1G4 (per group of 4: scale amax / 127, q = round-half-even(x / scale);
 // a group of zeros gets scale 0). Throws ferry::Error for other types or a partial block.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 

@@ -1,6 +1,5 @@
-// The K-quants (256-value super-blocks): dequantization exactly as ggml's dequantize_row_q*_K;
-// quantization for Q8_K as ggml's quantize_row_q8_K_ref, and simple round-to-nearest quantizers for
-// Q4_K and Q6_K (not ggml's iterative search: the files they write are valid, just a little less accurate).
+// The K-quants (256-value super-blocks): dequantization exactly as ggml's dequantize_row_q*_K; quantization
+// for Q8_K as ggml's quantize_row_q8_K_ref. The weight quantizers (Q2_K..Q6_K) are in quant_kquants_fit.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -140,104 +139,6 @@ void quantize_q8_k(const float* src, BlockQ8_K* dst, int64_t n_blocks) {
       y.bsums[g] = int16_t(sum);
     }
     y.d = 1.0f / iscale;
-  }
-}
-
-// Q4_K: per group of 32, an affine map over [min(0, lo), hi]; the 8 scales and 8 mins are quantized to
-// 6 bits against the super-block's largest (scales rounded up so the top value is not clipped).
-void quantize_q4_k(const float* src, BlockQ4_K* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += kQKK) {
-    BlockQ4_K& y = dst[b];
-    float scale[8], neg_min[8], max_scale = 0.0f, max_min = 0.0f;
-    for (int g = 0; g < 8; ++g) {
-      float lo = 0.0f, hi = src[32 * g];
-      for (int l = 0; l < 32; ++l) {
-        lo = std::min(lo, src[32 * g + l]);
-        hi = std::max(hi, src[32 * g + l]);
-      }
-      scale[g] = std::max(0.0f, hi - lo) / 15;
-      neg_min[g] = -lo;
-      max_scale = std::max(max_scale, scale[g]);
-      max_min = std::max(max_min, neg_min[g]);
-    }
-    const float d = max_scale / 63, dmin = max_min / 63;
-    y.d = f32_to_fp16(d);
-    y.dmin = f32_to_fp16(dmin);
-    const float dq = fp16_to_f32(y.d), dminq = fp16_to_f32(y.dmin);
-    uint8_t ls[8], lm[8];
-    for (int g = 0; g < 8; ++g) {
-      ls[g] = uint8_t(dq > 0 ? std::clamp(int(std::ceil(scale[g] / dq)), 0, 63) : 0);
-      lm[g] = uint8_t(dminq > 0 ? std::clamp(nearest_int(neg_min[g] / dminq), 0, 63) : 0);
-    }
-    std::memset(y.scales, 0, sizeof(y.scales));
-    for (int g = 0; g < 8; ++g) {
-      if (g < 4) {
-        y.scales[g] = ls[g];
-        y.scales[g + 4] = lm[g];
-      } else {
-        y.scales[g + 4] = uint8_t((ls[g] & 0xF) | ((lm[g] & 0xF) << 4));
-        y.scales[g - 4] |= uint8_t((ls[g] >> 4) << 6);
-        y.scales[g] |= uint8_t((lm[g] >> 4) << 6);
-      }
-    }
-    uint8_t q[kQKK];
-    for (int g = 0; g < 8; ++g) {
-      const float dl = dq * float(ls[g]), ml = dminq * float(lm[g]);
-      for (int l = 0; l < 32; ++l) {
-        const float v = src[32 * g + l];
-        q[32 * g + l] = uint8_t(dl > 0 ? std::clamp(nearest_int((v + ml) / dl), 0, 15) : 0);
-      }
-    }
-    for (int c = 0; c < 4; ++c)
-      for (int l = 0; l < 32; ++l) y.qs[32 * c + l] = uint8_t(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
-  }
-}
-
-// Q6_K: per group of 16, a symmetric scale mapping the largest-magnitude value to -32; the 16 scales are
-// quantized to int8 against the super-block's largest (as ggml does).
-void quantize_q6_k(const float* src, BlockQ6_K* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += kQKK) {
-    BlockQ6_K& y = dst[b];
-    float scale[16], max_scale = 0.0f, max_abs_scale = 0.0f;
-    for (int g = 0; g < 16; ++g) {
-      float amax = 0.0f, max = 0.0f;
-      for (int l = 0; l < 16; ++l) {
-        const float v = src[16 * g + l];
-        if (std::fabs(v) > amax) {
-          amax = std::fabs(v);
-          max = v;
-        }
-      }
-      scale[g] = max / -32;
-      if (std::fabs(scale[g]) > max_abs_scale) {
-        max_abs_scale = std::fabs(scale[g]);
-        max_scale = scale[g];
-      }
-    }
-    std::memset(&y, 0, sizeof(y));
-    if (max_abs_scale == 0.0f) continue;
-    const float iscale = -128.0f / max_scale;
-    y.d = f32_to_fp16(1.0f / iscale);
-    const float dq = fp16_to_f32(y.d);
-    uint8_t q[kQKK];
-    for (int g = 0; g < 16; ++g) {
-      y.scales[g] = int8_t(std::clamp(nearest_int(iscale * scale[g]), -128, 127));
-      const float dl = dq * float(y.scales[g]);
-      for (int l = 0; l < 16; ++l) {
-        const float v = src[16 * g + l];
-        q[16 * g + l] = uint8_t(dl != 0.0f ? std::clamp(nearest_int(v / dl), -32, 31) + 32 : 32);
-      }
-    }
-    for (int half = 0; half < 2; ++half) {
-      uint8_t* ql = y.ql + 64 * half;
-      uint8_t* qh = y.qh + 32 * half;
-      const uint8_t* qq = q + 128 * half;
-      for (int l = 0; l < 32; ++l) {
-        ql[l] = uint8_t((qq[l] & 0xF) | ((qq[l + 64] & 0xF) << 4));
-        ql[l + 32] = uint8_t((qq[l + 32] & 0xF) | ((qq[l + 96] & 0xF) << 4));
-        qh[l] = uint8_t((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) | ((qq[l + 64] >> 4) << 4) | ((qq[l + 96] >> 4) << 6));
-      }
-    }
   }
 }
 

@@ -76,6 +76,9 @@ class SafetensorsModel {
   const SafetensorsTensor* find(const std::string& name) const;
   // Like find, but a missing tensor is an error naming the model folder.
   const SafetensorsTensor& get(const std::string& name) const;
+  // nullptr when absent; the entry as parsed, supported or not (file_dtype, bytes; shape valid up to kMaxDims
+  // dimensions): for tensors of a type read by a converter (F8_E4M3 weights, model/fp8_weights.h).
+  const SafetensorsTensor* entry(const std::string& name) const;
   std::vector<std::string> names() const;  // sorted
   const nlohmann::json& config() const { return config_; }  // config.json
   std::string dir() const { return dir_; }

@@ -92,6 +92,11 @@ const SafetensorsTensor* SafetensorsModel::find(const std::string& name) const {
   return files_[it->second.first].find(name);  // throws for an unsupported tensor
 }
 
+const SafetensorsTensor* SafetensorsModel::entry(const std::string& name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &files_[it->second.first].tensors()[it->second.second];
+}
+
 const SafetensorsTensor& SafetensorsModel::get(const std::string& name) const {
   const SafetensorsTensor* t = find(name);
   FERRY_CHECK(t != nullptr, "model folder '{}' has no tensor '{}'", dir_, name);

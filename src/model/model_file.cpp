@@ -2,11 +2,13 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
+#include "model/fp8_weights.h"
 
 namespace ferry {
 namespace {
@@ -17,6 +19,16 @@ class FileWeights final : public WeightSource {
  public:
   FileWeights(Owner owner, std::string name) : owner_(std::move(owner)), name_(std::move(name)) {}
   void add(const std::string& tensor, const Tensor& view) { views_[tensor] = view; }
+  // A (rows, cols) f32 tensor the source owns (an FP8 weight dequantized at load).
+  void add_owned(const std::string& tensor, std::vector<float> values, int64_t rows, int64_t cols) {
+    std::vector<float>& v = owned_[tensor] = std::move(values);
+    Tensor t;
+    t.dtype = DType::F32;
+    t.n_dims = 2;
+    t.shape = {rows, cols};
+    t.data = v.data();
+    views_[tensor] = t;
+  }
   const Tensor* find(const std::string& tensor) const override {
     auto it = views_.find(tensor);
     return it == views_.end() ? nullptr : &it->second;
@@ -28,6 +40,7 @@ class FileWeights final : public WeightSource {
   Owner owner_;
   std::string name_;
   std::map<std::string, Tensor> views_;
+  std::map<std::string, std::vector<float>> owned_;  // (rows, cols) f32 each, behind views_ entries
 };
 
 std::string value_summary(const GgufValue& v) {
@@ -68,12 +81,33 @@ ModelFile open_hf_folder(const std::string& dir) {
   m.format = ModelFormat::Safetensors;
   auto weights = std::make_unique<FileWeights<SafetensorsModel>>(SafetensorsModel::open(dir), dir);
   const SafetensorsModel& st = weights->owner();
-  for (const std::string& name : st.names()) weights->add(name, st.find(name)->view());
+  // FP8 checkpoints: F8_E4M3 weights dequantized to f32 with their scales (model/fp8_weights.h), the scales consumed.
+  const std::optional<Fp8Scheme> fp8 = fp8_scheme(st.config());
+  std::vector<std::string> names;
+  for (const std::string& name : st.names()) {
+    const SafetensorsTensor* e = st.entry(name);
+    if (e->file_dtype == "F8_E4M3") {
+      FERRY_CHECK(fp8.has_value(), "model folder '{}': tensor '{}' is F8_E4M3 but config.json declares no "
+                  "quantization_config", dir, name);
+      weights->add_owned(name, dequantize_fp8_weight(st, name, *fp8), e->shape[0], e->shape[1]);
+    } else if (fp8 && is_fp8_side_tensor(name)) {
+      continue;  // a scale, read with its weight
+    } else {
+      weights->add(name, st.find(name)->view());  // throws for another unsupported type (F8_E5M2, ...)
+    }
+    names.push_back(name);
+  }
   m.config = config_from_hf(st.config());
   m.vocab = vocab_from_hf(dir);
   m.gguf_names = false;
-  for (const std::string& name : st.names()) m.tensors.emplace_back(name, *weights->find(name));
+  for (const std::string& name : names) m.tensors.emplace_back(name, *weights->find(name));
   m.facts.emplace_back("model_type", st.config().value("model_type", ""));
+  if (fp8) {
+    const std::string blocks =
+        fp8->layout == Fp8Layout::BlockWise ? fmt::format(" {}x{}", fp8->block_rows, fp8->block_cols) : "";
+    m.facts.emplace_back("fp8", fmt::format("{}{} e4m3 weights, dequantized to f32 at load", fp8_layout_name(fp8->layout),
+                                            blocks));
+  }
   m.weights = std::move(weights);
   return m;
 }

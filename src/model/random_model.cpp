@@ -9,6 +9,7 @@
 #include "core/fp16.h"
 #include "formats/gguf.h"
 #include "formats/quant.h"
+#include "model/quant_mix.h"
 
 namespace ferry {
 namespace {
@@ -194,32 +195,7 @@ ModelConfig random_model_config(const std::string& shape) {
   fail("unknown model shape '{}' (known: {})", shape, known);
 }
 
-void write_random_model(const std::string& path, const ModelConfig& c, DType wt, uint64_t seed, int n_threads,
-                        bool with_weights, RandomInit init) {
-  FERRY_CHECK(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q8_0 || wt == DType::Q4_0 ||
-                  wt == DType::Q4_1,
-              "ferry gen writes f32, f16, bf16, q8_0, q4_0 or q4_1 weights, not {}", dtype_name(wt));
-  FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0,
-              "shape dims must be multiples of 32 for block formats");
-  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  const std::string arch = arch_name(c.arch);
-  const std::string p = arch + ".";
-  GgufWriter w;
-  w.set("general.architecture", GgufValue::str(arch));
-  w.set("general.name", GgufValue::str(c.name));
-  w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
-  w.set(p + "context_length", GgufValue::u32(uint32_t(c.max_context)));
-  w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.dim)));
-  w.set(p + "feed_forward_length", GgufValue::u32(uint32_t(c.hidden_dim)));
-  w.set(p + "attention.head_count", GgufValue::u32(uint32_t(c.n_heads)));
-  w.set(p + "attention.head_count_kv", GgufValue::u32(uint32_t(c.n_kv_heads)));
-  w.set(p + "attention.key_length", GgufValue::u32(uint32_t(c.head_dim)));
-  w.set(p + "attention.value_length", GgufValue::u32(uint32_t(c.head_dim)));
-  w.set(p + "rope.freq_base", GgufValue::f32(c.rope_theta));
-  w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(c.rope_dims)));
-  w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
-  w.set(p + "vocab_size", GgufValue::u32(uint32_t(c.vocab_size)));
-
+SyntheticVocab synthetic_vocab(int vocab_size) {
   // Synthetic byte-level BPE vocabulary: specials, the 256 byte symbols, merges, plain words to vocab_size.
   std::vector<std::string> tokens = {"<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"};
   std::vector<int32_t> types = {3, 3, 3, 3};
@@ -241,7 +217,7 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
     tokens.push_back(s);
     types.push_back(1);
   }
-  FERRY_CHECK(c.vocab_size >= int(tokens.size()), "vocab_size {} is smaller than the {} base tokens", c.vocab_size,
+  FERRY_CHECK(vocab_size >= int(tokens.size()), "vocab_size {} is smaller than the {} base tokens", vocab_size,
               tokens.size());
   // Some merges (space+letter, then letter pairs) so that text is not only single bytes. In the GPT-2 byte
   // mapping a space is "Ġ" (U+0120) and ASCII letters are themselves.
@@ -252,7 +228,7 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
   for (char a = 'a'; a <= 'z'; ++a)
     for (char b = 'a'; b <= 'z'; ++b) pairs.emplace_back(std::string(1, a), std::string(1, b));
   for (const auto& [a, b] : pairs) {
-    if (int(tokens.size()) >= c.vocab_size) break;
+    if (int(tokens.size()) >= vocab_size) break;
     merges.push_back(a + " " + b);
     tokens.push_back(a + b);
     types.push_back(1);
@@ -260,22 +236,77 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
   // The rest: plain words " w<id>" (no merge makes them, so encoding never produces them). They render as
   // text, so a random model's output streams visibly (a serving benchmark measures the time between chunks of
   // text; control tokens would render as nothing).
-  while (int(tokens.size()) < c.vocab_size) {
+  while (int(tokens.size()) < vocab_size) {
     tokens.push_back(space + "w" + std::to_string(tokens.size()));
     types.push_back(1);
   }
+  SyntheticVocab v;
+  v.tokens = std::move(tokens);
+  v.types = std::move(types);
+  v.merges = std::move(merges);
+  v.chat_template =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+      "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  return v;
+}
+
+namespace {
+
+// Metadata and the synthetic vocabulary of a random model.
+void set_random_model_metadata(GgufWriter& w, const ModelConfig& c) {
+  const std::string arch = arch_name(c.arch);
+  const std::string p = arch + ".";
+  w.set("general.architecture", GgufValue::str(arch));
+  w.set("general.name", GgufValue::str(c.name));
+  w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
+  w.set(p + "context_length", GgufValue::u32(uint32_t(c.max_context)));
+  w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.dim)));
+  w.set(p + "feed_forward_length", GgufValue::u32(uint32_t(c.hidden_dim)));
+  w.set(p + "attention.head_count", GgufValue::u32(uint32_t(c.n_heads)));
+  w.set(p + "attention.head_count_kv", GgufValue::u32(uint32_t(c.n_kv_heads)));
+  w.set(p + "attention.key_length", GgufValue::u32(uint32_t(c.head_dim)));
+  w.set(p + "attention.value_length", GgufValue::u32(uint32_t(c.head_dim)));
+  w.set(p + "rope.freq_base", GgufValue::f32(c.rope_theta));
+  w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(c.rope_dims)));
+  w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
+  w.set(p + "vocab_size", GgufValue::u32(uint32_t(c.vocab_size)));
+
+  const SyntheticVocab v = synthetic_vocab(c.vocab_size);
   w.set("tokenizer.ggml.model", GgufValue::str("gpt2"));
   w.set("tokenizer.ggml.pre", GgufValue::str("gpt-2"));
-  w.set("tokenizer.ggml.tokens", GgufValue::strings(tokens));
-  w.set("tokenizer.ggml.token_type", GgufValue::i32s(types));
-  w.set("tokenizer.ggml.merges", GgufValue::strings(merges));
+  w.set("tokenizer.ggml.tokens", GgufValue::strings(v.tokens));
+  w.set("tokenizer.ggml.token_type", GgufValue::i32s(v.types));
+  w.set("tokenizer.ggml.merges", GgufValue::strings(v.merges));
   w.set("tokenizer.ggml.bos_token_id", GgufValue::u32(0));
   w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(1));
   w.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(true));
-  w.set("tokenizer.chat_template",
-        GgufValue::str("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-                       "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
+  w.set("tokenizer.chat_template", GgufValue::str(v.chat_template));
+}
 
+void add_random_tensors(GgufWriter& w, const std::vector<RandomTensor>& tensors, int n_threads) {
+  for (const RandomTensor& t : tensors) {
+    const int nt = t.n_dims == 1 ? 1 : n_threads;
+    if (t.n_dims == 1) {
+      w.add_tensor(t.name, t.type, {t.cols}, [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, 1, 0, t.cols, dst, nt); });
+    } else {
+      w.add_tensor(t.name, t.type, {t.rows, t.cols},
+                   [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, t.rows, 0, t.cols, dst, nt); });
+    }
+  }
+}
+
+}  // namespace
+
+void write_random_model(const std::string& path, const ModelConfig& c, DType wt, uint64_t seed, int n_threads,
+                        bool with_weights, RandomInit init) {
+  FERRY_CHECK(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q8_0 || wt == DType::Q4_0 ||
+                  wt == DType::Q4_1,
+              "ferry gen writes f32, f16, bf16, q8_0, q4_0 or q4_1 weights, not {}", dtype_name(wt));
+  FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0,
+              "shape dims must be multiples of 32 for block formats");
+  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  GgufWriter w;
+  set_random_model_metadata(w, c);
   if (!with_weights) {
     // One-value stand-ins for the tensors the config reader looks at (token_embd.weight must exist; output.weight
     // exists when the embeddings are not tied); the vocabulary size is the metadata key above.
@@ -285,16 +316,26 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
     stand_in("token_embd.weight");
     if (!c.tied_embeddings) stand_in("output.weight");
   } else {
-    for (const RandomTensor& t : random_model_tensors(c, wt, seed, init)) {
-      const int nt = t.n_dims == 1 ? 1 : n_threads;
-      if (t.n_dims == 1) {
-        w.add_tensor(t.name, t.type, {t.cols}, [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, 1, 0, t.cols, dst, nt); });
-      } else {
-        w.add_tensor(t.name, t.type, {t.rows, t.cols},
-                     [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, t.rows, 0, t.cols, dst, nt); });
-      }
-    }
+    add_random_tensors(w, random_model_tensors(c, wt, seed, init), n_threads);
   }
+  w.write(path);
+}
+
+void write_random_model(const std::string& path, const ModelConfig& c, const QuantTarget& target, uint64_t seed,
+                        int n_threads, RandomInit init) {
+  FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0,
+              "shape dims must be multiples of 32 for block formats");
+  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<RandomTensor> tensors = random_model_tensors(c, DType::F32, seed, init);
+  std::vector<TensorShapeInfo> infos;
+  for (const RandomTensor& t : tensors) infos.push_back({t.name, t.n_dims, t.cols});
+  const QuantPlanner planner(target, c.n_layers, infos);
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].type = planner.type_for(infos[i]);
+  GgufWriter w;
+  set_random_model_metadata(w, c);
+  w.set("general.quantization_version", GgufValue::u32(2));
+  w.set("general.file_type", GgufValue::u32(target.file_type));
+  add_random_tensors(w, tensors, n_threads);
   w.write(path);
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/quant_mix.h"
 
 namespace ferry {
 
@@ -33,6 +34,22 @@ ModelConfig random_model_config(const std::string& shape);
 // (parallel/random_weights.h).
 void write_random_model(const std::string& path, const ModelConfig& config, DType weight_type, uint64_t seed,
                         int n_threads = 0, bool with_weights = true, RandomInit init = RandomInit::Flat);
+
+// As above with the matrices typed by a quantization target (model/quant_mix.h: one type or a K-quant mix, the same
+// per-tensor rules as `ferry quantize`, so benchmarks get Q4_K_M-like files); general.file_type is set.
+void write_random_model(const std::string& path, const ModelConfig& config, const QuantTarget& target, uint64_t seed,
+                        int n_threads = 0, RandomInit init = RandomInit::Flat);
+
+// The synthetic byte-level BPE vocabulary of the random models: 4 specials (<|begin_of_text|> = bos 0,
+// <|end_of_text|> = eos 1, <|im_start|>, <|im_end|>), the 256 GPT-2 byte symbols, merges (space+letter, letter
+// pairs), then plain words " w<id>" up to vocab_size; and its chat template.
+struct SyntheticVocab {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;        // llama.cpp token types: 3 control, 1 normal
+  std::vector<std::string> merges;   // "a b"
+  std::string chat_template;
+};
+SyntheticVocab synthetic_vocab(int vocab_size);
 
 // One tensor of a random model, exactly as write_random_model draws it: row r of the (rows, cols) tensor holds
 // mean + scale * N(0,1)-ish values from a generator seeded by (seed, r), plus, when tie_scale != 0,

@@ -269,7 +269,7 @@ TEST(Dequant, RejectsPartialBlocks) {
   EXPECT_THROW(dequantize_row(DType::Q4_0, b, y, 33), Error);
   EXPECT_THROW(dequantize_row(DType::Q4_K, b, y, 32), Error);
   EXPECT_THROW(dequantize_row(DType::I32, b, y, 4), Error);
-  EXPECT_THROW(quantize_row(DType::Q2_K, y, b, 256), Error);
+  EXPECT_THROW(quantize_row(DType::I32, y, b, 4), Error);
   EXPECT_THROW(quantize_row(DType::Q8_0, y, b, 40), Error);
 }
 

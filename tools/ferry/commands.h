@@ -16,6 +16,7 @@ Runner add_run(CLI::App& app);
 Runner add_chat(CLI::App& app);
 Runner add_inspect(CLI::App& app);
 Runner add_gen(CLI::App& app);
+Runner add_quantize(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_score(CLI::App& app);
 Runner add_serve(CLI::App& app);

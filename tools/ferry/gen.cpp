@@ -16,8 +16,11 @@ Runner add_gen(CLI::App& app) {
   std::string shapes;
   for (const auto& s : random_model_shape_names()) shapes += (shapes.empty() ? "" : ", ") + s;
   app.add_option("--shape", o->shape, "model shape: " + shapes);
-  app.add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1");
-  app.add_option("-o,--output", o->out, "output .gguf path")->required();
+  std::string types;
+  for (const auto& t : quantize_type_names()) types += (types.empty() ? "" : ", ") + t;
+  app.add_option("--type", o->type,
+                 "weight type or K-quant mix: " + types + "; or fp8, fp8-block, fp8-tensor (a Hugging Face FP8 folder)");
+  app.add_option("-o,--output", o->out, "output .gguf path (a folder for the fp8 types)")->required();
   app.add_option("--seed", o->seed, "random seed");
   app.add_option("-t,--threads", o->threads, "threads (0: all)");
   return [o](const Env&) {

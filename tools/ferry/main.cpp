@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   add("chat", "interactive multi-turn chat through the model's chat template", ferry::cli::add_chat);
   add("inspect", "print a model's architecture, hyperparameters and tensors", ferry::cli::add_inspect);
   add("gen", "write a random-weight model of a named shape (GGUF)", ferry::cli::add_gen);
+  add("quantize", "rewrite a model (GGUF or Hugging Face folder) as a GGUF of one type or a K-quant mix",
+      ferry::cli::add_quantize);
   add("bench", "measure prompt and generation speed", ferry::cli::add_bench);
   add("score", "write teacher-forced logits of every position of token prompts (float32)", ferry::cli::add_score);
   add("serve", "OpenAI-compatible HTTP server (continuous batching)", ferry::cli::add_serve);

@@ -1,0 +1,163 @@
+#include "model/gguf_export.h"
+
+#include <cstdlib>
+
+#include "core/check.h"
+#include "tokenizer/pre_tokenizer.h"
+
+namespace ferry {
+namespace {
+
+struct NameRow {
+  const char* hf;    // suffix after model.layers.N.
+  const char* gguf;  // suffix after blk.N.
+};
+constexpr NameRow kLayerNames[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+
+// The llama.cpp names whose pre-tokenizer regexes ferry knows (tokenizer/pre_tokenizer_regexes.cpp), in the
+// order a match is looked for.
+constexpr const char* kPreNames[] = {"llama-bpe", "qwen2", "smollm", "gpt-2", "falcon",
+                                     "deepseek-llm", "deepseek-coder", "deepseek-v3"};
+
+}  // namespace
+
+std::string gguf_tensor_name(const std::string& hf, bool tied_embeddings) {
+  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf == "model.norm.weight") return "output_norm.weight";
+  if (hf == "lm_head.weight") return tied_embeddings ? "" : "output.weight";
+  const std::string prefix = "model.layers.";
+  if (hf.rfind(prefix, 0) == 0) {
+    char* end = nullptr;
+    const long layer = std::strtol(hf.c_str() + prefix.size(), &end, 10);
+    if (end != hf.c_str() + prefix.size() && *end == '.') {
+      const std::string rest = end + 1;
+      if (rest == "self_attn.rotary_emb.inv_freq") return "";
+      for (const NameRow& r : kLayerNames)
+        if (rest == r.hf) return "blk." + std::to_string(layer) + "." + r.gguf;
+    }
+  }
+  fail("tensor '{}' has no GGUF name (ferry converts Llama, Qwen2 and Qwen3 weights)", hf);
+}
+
+std::string hf_tensor_name(const std::string& g) {
+  if (g == "token_embd.weight") return "model.embed_tokens.weight";
+  if (g == "output_norm.weight") return "model.norm.weight";
+  if (g == "output.weight") return "lm_head.weight";
+  if (g.rfind("blk.", 0) == 0) {
+    char* end = nullptr;
+    const long layer = std::strtol(g.c_str() + 4, &end, 10);
+    if (end != g.c_str() + 4 && *end == '.') {
+      const std::string rest = end + 1;
+      for (const NameRow& r : kLayerNames)
+        if (rest == r.gguf) return "model.layers." + std::to_string(layer) + "." + r.hf;
+    }
+  }
+  fail("GGUF tensor '{}' has no Hugging Face name", g);
+}
+
+void set_gguf_config(GgufWriter& w, const ModelConfig& c) {
+  const std::string arch = arch_name(c.arch);
+  const std::string p = arch + ".";
+  w.set("general.architecture", GgufValue::str(arch));
+  w.set("general.name", GgufValue::str(c.name));
+  w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
+  w.set(p + "context_length", GgufValue::u32(uint32_t(c.max_context)));
+  w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.dim)));
+  w.set(p + "feed_forward_length", GgufValue::u32(uint32_t(c.hidden_dim)));
+  w.set(p + "attention.head_count", GgufValue::u32(uint32_t(c.n_heads)));
+  w.set(p + "attention.head_count_kv", GgufValue::u32(uint32_t(c.n_kv_heads)));
+  w.set(p + "attention.key_length", GgufValue::u32(uint32_t(c.head_dim)));
+  w.set(p + "attention.value_length", GgufValue::u32(uint32_t(c.head_dim)));
+  w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
+  w.set(p + "rope.freq_base", GgufValue::f32(c.rope_theta));
+  w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(c.rope_dims)));
+  w.set(p + "vocab_size", GgufValue::u32(uint32_t(c.vocab_size)));
+  if (c.rope_scaling.kind == RopeScalingKind::Linear) {
+    w.set(p + "rope.scaling.type", GgufValue::str("linear"));
+    w.set(p + "rope.scaling.factor", GgufValue::f32(c.rope_scaling.factor));
+  }
+}
+
+std::vector<float> rope_freq_divisors(const ModelConfig& c) {
+  if (c.rope_scaling.kind != RopeScalingKind::Llama3) return {};
+  ModelConfig plain = c;
+  plain.rope_scaling = RopeScaling{};
+  const std::vector<float> base = plain.rope_inv_freq(), scaled = c.rope_inv_freq();
+  std::vector<float> div(base.size());
+  for (size_t i = 0; i < div.size(); ++i) div[i] = base[i] / scaled[i];
+  return div;
+}
+
+void set_gguf_vocab(GgufWriter& w, const Vocab& v, int vocab_size) {
+  const bool spm = v.kind == TokenizerKind::SentencePiece;
+  FERRY_CHECK(int64_t(v.tokens.size()) <= vocab_size, "the tokenizer has {} tokens, more than the model's vocab_size {}",
+              v.tokens.size(), vocab_size);
+  w.set("tokenizer.ggml.model", GgufValue::str(spm ? "llama" : "gpt2"));
+  if (!spm) {
+    std::string pre;
+    for (const char* name : kPreNames) {
+      if (pre_tokenizer_regexes(name) == v.pre_regexes) {
+        pre = name;
+        break;
+      }
+    }
+    FERRY_CHECK(!pre.empty(), "the tokenizer's pre-tokenizer ({} regexes) matches no pre-tokenizer GGUF readers know",
+                v.pre_regexes.size());
+    w.set("tokenizer.ggml.pre", GgufValue::str(pre));
+  }
+  std::vector<std::string> tokens = v.tokens;
+  std::vector<int32_t> types = v.token_types;
+  while (int64_t(tokens.size()) < vocab_size) {
+    tokens.push_back("[PAD" + std::to_string(tokens.size()) + "]");
+    types.push_back(int32_t(TokenType::Unused));
+  }
+  w.set("tokenizer.ggml.tokens", GgufValue::strings(tokens));
+  w.set("tokenizer.ggml.token_type", GgufValue::i32s(types));
+  if (spm) {
+    FERRY_CHECK(!v.scores.empty(), "a SentencePiece tokenizer without scores cannot be written as GGUF");
+    std::vector<float> scores = v.scores;
+    scores.resize(tokens.size(), -1000.0f);
+    w.set("tokenizer.ggml.scores", GgufValue::f32s(scores));
+  }
+  if (!v.merges.empty()) {
+    std::vector<std::string> merges;
+    merges.reserve(v.merges.size());
+    for (const auto& [a, b] : v.merges) merges.push_back(a + " " + b);
+    w.set("tokenizer.ggml.merges", GgufValue::strings(merges));
+  }
+  const auto id = [&](const char* key, int32_t value) {
+    if (value >= 0) w.set(key, GgufValue::u32(uint32_t(value)));
+  };
+  id("tokenizer.ggml.bos_token_id", v.bos_id);
+  id("tokenizer.ggml.eos_token_id", v.eos_id);
+  id("tokenizer.ggml.eot_token_id", v.eot_id);
+  id("tokenizer.ggml.unknown_token_id", v.unk_id);
+  id("tokenizer.ggml.padding_token_id", v.pad_id);
+  w.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(v.add_bos));
+  w.set("tokenizer.ggml.add_eos_token", GgufValue::boolean(v.add_eos));
+  if (spm || v.add_space_prefix) w.set("tokenizer.ggml.add_space_prefix", GgufValue::boolean(v.add_space_prefix));
+  if (v.chat_template) w.set("tokenizer.chat_template", GgufValue::str(*v.chat_template));
+}
+
+int64_t llama_qk_source_row(int64_t gguf_row, int head_dim) {
+  const int64_t h = gguf_row / head_dim, r = gguf_row % head_dim;
+  const int64_t i = r / 2, j = r % 2;
+  return h * head_dim + j * (head_dim / 2) + i;
+}
+
+}  // namespace ferry
