@@ -19,6 +19,7 @@ Env Env::read() {
   Env e;
   e.simd = get("FERRY_SIMD");
   e.models_dir = get("FERRY_MODELS_DIR");
+  e.api_key = get("FERRY_API_KEY");
   e.log = get("FERRY_LOG");
   e.testdata = get("FERRY_TESTDATA");
   e.source_dir = get("FERRY_SOURCE_DIR");

@@ -111,6 +111,8 @@ struct Env {
   // FERRY_ASYNC_SCHEDULING: "0" makes the serving engine wait for each step's tokens before scheduling the next,
   // "1" overlaps them (ServingOptions::async_scheduling); unset: the option.
   std::optional<std::string> async_scheduling;
+  // FERRY_API_KEY: an API key `ferry serve` requires (Authorization: Bearer KEY), besides any --api-key.
+  std::optional<std::string> api_key;
 
   static Env read();  // reads the process environment once; pass the result down
 };
