@@ -30,7 +30,7 @@ struct ConnectionLimits {
   double request_seconds = 30.0;       // to receive one whole request (head and body) once it started
   double idle_seconds = 5.0;           // a keep-alive connection waits this long for its next request
   double write_seconds = 10.0;         // a client that stops reading for this long is dropped
-  int max_connections_per_client = 64; // open connections from one address
+  int max_connections_per_client = 256;  // open connections from one address (half the default --http-threads)
 };
 
 class GuardedServer : public httplib::Server {
