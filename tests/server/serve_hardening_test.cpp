@@ -161,7 +161,7 @@ int metric(int port, const std::string& name) {
 // Row 7: a non-streaming client that closes its socket cancels its request; its blocks go back.
 TEST_F(ServeHardening, NonStreamingClientThatLeavesIsCancelled) {
   if (!default_model()) GTEST_SKIP() << "the default model is absent";
-  auto s = start({"--ctx", "4096"}, true);
+  auto s = start({"--ctx", "4096", "--kv-tokens", "8192", "--max-running", "2"}, true);
   {
     RawConn c(s->port());
     const json body = {{"prompt", "hello"}, {"max_tokens", 4000}, {"ignore_eos", true}};
@@ -270,12 +270,18 @@ TEST_F(ServeHardening, AllowHostNeedsAWildcardHost) {
 // ends with an error event, and the exit status says requests were cancelled.
 TEST_F(ServeHardening, ShutdownDrainsWith503AndReportsCancelledWork) {
   if (!default_model()) GTEST_SKIP() << "the default model is absent";
-  auto s = start({"--ctx", "4096", "--shutdown-grace", "1"}, true);
+  auto s = start({"--ctx", "4096", "--kv-tokens", "8192", "--max-running", "2", "--shutdown-grace", "1"}, true);
   RawConn stream(s->port());
   const json body = {{"prompt", "hello"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}};
   stream.send(request("POST", "/v1/completions", body.dump()));
   const std::string first = stream.read(5, "data: ");
   ASSERT_EQ(status_of(first), 200) << first;
+  // Slow clients in the middle of a head (the default --request-timeout is 30 s) do not hold the shutdown.
+  std::vector<std::unique_ptr<RawConn>> slow;
+  for (int i = 0; i < 3; ++i) {
+    slow.push_back(std::make_unique<RawConn>(s->port()));
+    slow.back()->send("GET /health HTTP/1.1\r\nX-Slow: 1\r\n");
+  }
   const auto t0 = Clock::now();
   std::thread term([&] { EXPECT_EQ(s->terminate(10), 3); });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));

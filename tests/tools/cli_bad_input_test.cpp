@@ -12,6 +12,8 @@
 #include <fstream>
 #include <functional>
 
+#include <nlohmann/json.hpp>
+
 #include "fixtures/run_ferry.h"
 #include "fixtures/test_paths.h"
 #include "formats/gguf.h"
@@ -254,6 +256,25 @@ TEST_F(CliBadInput, DeeplyNestedJsonHeadersAreRefusedBeforeParsing) {
   expect_clear_error(run_ferry("run -m " + dir + " -p hi"), "nested deeper than");
   std::ofstream(dir + "/config.json", std::ios::binary) << deep;
   expect_clear_error(run_ferry("run -m " + dir + " -p hi"), "nested deeper than");
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 23 rows 1 and 2 through the CLI: a model folder whose chat template is a 30,000-link chain, or builds
+// a gigabyte of copies, ends with one clear error (it crashed with a stack overflow / used 1.1 GB).
+TEST_F(CliBadInput, HostileChatTemplatesEndInAClearError) {
+  const std::string dir = test::temp_path("cli_template_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(test::source_dir() + "/tests/fixtures/models/tiny-llama", dir,
+                        std::filesystem::copy_options::overwrite_existing | std::filesystem::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(bytes_of(dir + "/tokenizer_config.json"));
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 30000; ++i) chain += " + 1";
+  config["chat_template"] = chain + " }}";
+  std::ofstream(dir + "/tokenizer_config.json", std::ios::binary) << config.dump();
+  expect_clear_error(run_ferry("run -m " + dir + " --chat -p hi -n 1"), "nesting too deep");
+  config["chat_template"] = "{% set s='x'*1000000 %}{% set l=[s]*1000 %}{{ l|length }}";
+  std::ofstream(dir + "/tokenizer_config.json", std::ios::binary) << config.dump();
+  expect_clear_error(run_ferry("run -m " + dir + " --chat -p hi -n 1"), "in total");
   std::filesystem::remove_all(dir);
 }
 

@@ -118,16 +118,18 @@ int run_serve(ServeOptions& o) {
     http.drain();  // new requests get 503 + Retry-After while in-flight ones finish
     // In-flight requests may finish within the grace period; a second signal or its end cancels the rest.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.shutdown_grace);
+    // Done when no connection is left: a request submitted but not yet seen by the engine loop has one too.
     while (!served.load()) {
       const ServingStats s = engine.stats();
-      if (s.running == 0 && s.waiting == 0) break;
+      if (s.running == 0 && s.waiting == 0 && http.open_connections() == 0) break;
       if (std::chrono::steady_clock::now() >= deadline || sigtimedwait(&signals, nullptr, &poll) >= 0) {
         std::fprintf(stderr, "ferry serve: cancelling %d running and %d waiting requests\n", s.running, s.waiting);
-        cancelled_by_shutdown = s.running + s.waiting;
         break;
       }
     }
-    engine.shutdown(false);  // cancels whatever is left; streams end with finish_reason "abort"
+    const int64_t cancelled_before = engine.stats().requests_cancelled;
+    engine.shutdown(false);  // cancels whatever is left; streams end with an error event (or finish_reason "abort")
+    cancelled_by_shutdown = int(engine.stats().requests_cancelled - cancelled_before);
     while (!served.load()) {  // stop() before the listener was up is a no-op: repeat until run() returns
       http.stop();
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
