@@ -131,12 +131,16 @@ void respond_whole(RouteContext& ctx, Submitted& s, const httplib::Request& req,
   std::string text;
   std::vector<GeneratedToken> tokens;
   RequestUpdate u;
+  Clock::time_point next_check = Clock::now() + kPollInterval;
   for (;;) {
-    if (!s.handle->wait(u, kPollInterval)) {
-      // A client that closed its connection gets nothing: cancel now so its blocks go back within a step.
+    const bool news = s.handle->wait(u, kPollInterval);
+    // A client that closed its connection gets nothing: cancel now so its blocks go back within a step
+    // (checked every kPollInterval whether tokens are coming or not).
+    if (!u.finished && Clock::now() >= next_check) {
+      next_check = Clock::now() + kPollInterval;
       if (ctx.client_gone && ctx.client_gone(req)) s.handle->cancel();
-      continue;
     }
+    if (!news) continue;
     progress.on_update(u);
     text += u.text;
     if (s.parsed.logprobs >= 0) tokens.insert(tokens.end(), u.tokens.begin(), u.tokens.end());
