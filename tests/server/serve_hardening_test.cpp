@@ -123,6 +123,21 @@ TEST_F(ServeHardening, SlowClientsAreCutAtTheRequestDeadline) {
   for (auto& c : slow) EXPECT_EQ(status_of(c->read(3)), 408);
 }
 
+// Requirement 3: an idle keep-alive connection is closed after --keep-alive-timeout, and one that never sends
+// a request after --request-timeout.
+TEST_F(ServeHardening, IdleConnectionsAreClosed) {
+  auto s = start({"--keep-alive-timeout", "1", "--request-timeout", "1"});
+  RawConn kept(s->port()), silent(s->port());
+  kept.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");  // keep-alive
+  const auto t0 = Clock::now();
+  const std::string r = kept.read(6);  // the response, then the close
+  EXPECT_EQ(status_of(r), 200) << r;
+  EXPECT_GT(seconds_since(t0), 0.9);
+  EXPECT_LT(seconds_since(t0), 4);
+  EXPECT_EQ(silent.read(4), "");  // closed without a word, long before the 4 s read would give up
+  EXPECT_LT(seconds_since(t0), 3);
+}
+
 // Requirement 3: connections per client address are capped with a 503.
 TEST_F(ServeHardening, ConnectionsPerClientAreCappedWith503) {
   auto s = start({"--http-threads", "8", "--max-connections-per-client", "2", "--request-timeout", "3"});
