@@ -63,6 +63,7 @@ struct GenerationRequest {
   std::vector<std::string> stop;      // stop strings: the output ends before the first occurrence (excluded)
   bool ignore_eos = false;            // keep going past end-of-generation tokens
   int32_t logprobs = -1;              // -1: none; 0..20: the chosen token's logprob and this many top alternatives
+  uint64_t cache_salt = 0;            // prefix-cache partition: cached blocks are shared only between equal salts
 };
 
 struct TokenLogprobOut {

@@ -18,6 +18,7 @@ constexpr EnvVarInfo kVariables[] = {
     {"FERRY_TP_TIMEOUT", "seconds", "300", "how long a tensor-parallel step may take before every rank ends"},
     {"FERRY_TP_ALLREDUCE", "auto|nccl|peer", "auto", "how a GPU group sums small messages"},
     {"FERRY_TP_ADDR", "host:port", "127.0.0.1:29517 on one host", "where rank 0 of an mpirun-started group listens"},
+    {"FERRY_API_KEY", "key", "unset", "an API key `ferry serve` requires (besides --api-key, --api-key-file)"},
     {"FERRY_CUDA_PREFILL_BF16", "0|1", "when the copies fit in 40% of free memory",
      "a bf16 copy of quantized weights for prefill"},
     {"FERRY_CUDA_PROFILE", "0|1", "0", "every CUDA op's GPU time, printed at exit (step graphs off)"},
@@ -74,6 +75,7 @@ Env Env::read() {
     FERRY_CHECK(*log == "debug", "FERRY_LOG='{}': the only level is debug", *log);
     e.debug_log = true;
   }
+  e.api_key = get("FERRY_API_KEY");
   e.testdata = get("FERRY_TESTDATA");
   e.source_dir = get("FERRY_SOURCE_DIR");
   if (const auto child = get("FERRY_TP_CHILD")) e.tp_child = parse_tp_child(*child);

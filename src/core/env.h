@@ -43,6 +43,7 @@ struct Env {
   int tp_timeout_s = 300;                 // FERRY_TP_TIMEOUT: seconds a tensor-parallel step may take
   TpAllReduce tp_allreduce = TpAllReduce::kAuto;  // FERRY_TP_ALLREDUCE: auto | nccl | peer
   std::optional<std::string> tp_addr;     // FERRY_TP_ADDR: host:port of rank 0 for mpirun-started groups
+  std::optional<std::string> api_key;     // FERRY_API_KEY: one more API key `ferry serve` accepts (its --api-key)
   std::optional<bool> cuda_prefill_bf16;  // FERRY_CUDA_PREFILL_BF16=0|1 (unset: when the copies fit in 40% of free)
   bool cuda_profile = false;              // FERRY_CUDA_PROFILE=1: per-op GPU times at exit (step graphs off)
   bool cuda_stamps = false;               // FERRY_CUDA_STAMPS=1: phases inside the last decode launches, at exit

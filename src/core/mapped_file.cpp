@@ -13,8 +13,17 @@
 
 namespace ferry {
 
+void check_regular_file(const std::string& path) {
+  struct stat st {};
+  FERRY_CHECK(::stat(path.c_str(), &st) == 0, "cannot open '{}': {}", path, std::strerror(errno));
+  FERRY_CHECK(S_ISREG(st.st_mode), "'{}' is not a regular file ({})", path,
+              S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a socket or other special file");
+}
+
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  check_regular_file(path);
+  // O_NONBLOCK: should the path be swapped for a FIFO after the check, open() still returns (fstat refuses it).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   FERRY_CHECK(fd >= 0, "cannot open '{}': {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -7,6 +7,10 @@
 
 namespace ferry {
 
+// Throws ferry::Error unless `path` names a regular file (after symlinks). Checked before open(): opening a
+// FIFO for reading blocks until a writer comes, forever if none does.
+void check_regular_file(const std::string& path);
+
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path);  // throws ferry::Error naming the path and errno

@@ -7,6 +7,13 @@
 
 namespace ferry {
 
+namespace {
+
+// The parent hash of a sequence's first block: salts partition the prefix cache (0: the shared partition).
+uint64_t root_hash(uint64_t salt) { return salt == 0 ? kNoParentHash : block_hash(salt, {}); }
+
+}  // namespace
+
 BlockManager::BlockManager(int32_t n_blocks, int32_t block_size, bool prefix_caching)
     : pool_(n_blocks), block_size_(block_size), prefix_caching_(prefix_caching) {}
 
@@ -20,7 +27,7 @@ bool BlockManager::allocate(Sequence& seq) {
   std::vector<uint64_t> hashes;
   int32_t free_hits = 0;
   if (prefix_caching_) {
-    uint64_t parent = kNoParentHash;
+    uint64_t parent = root_hash(seq.request.cache_salt);
     for (int32_t j = 0; j < (n_tokens - 1) / bs; ++j) {
       const uint64_t h = block_hash(parent, std::span(seq.tokens).subspan(size_t(j) * size_t(bs), size_t(bs)));
       const std::optional<int32_t> block = pool_.lookup(h);
@@ -57,7 +64,7 @@ void BlockManager::commit(Sequence& seq) {
   const int32_t n_full = (seq.n_computed() - seq.n_inflight) / bs;
   while (int32_t(seq.block_hashes.size()) < n_full) {
     const auto j = int32_t(seq.block_hashes.size());
-    const uint64_t parent = j == 0 ? kNoParentHash : seq.block_hashes.back();
+    const uint64_t parent = j == 0 ? root_hash(seq.request.cache_salt) : seq.block_hashes.back();
     const uint64_t h = block_hash(parent, std::span(seq.tokens).subspan(size_t(j) * size_t(bs), size_t(bs)));
     seq.block_hashes.push_back(h);
     // A block shared from the cache already carries h; a second copy of a prefix computed at the same time

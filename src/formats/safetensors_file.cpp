@@ -45,8 +45,39 @@ std::string shape_string(const std::vector<uint64_t>& dims) {
   return s + "]";
 }
 
+// A header is {name: {dtype, shape: [...], data_offsets: [...]}, __metadata__: {...}}: 3 levels deep.
+constexpr size_t kMaxHeaderDepth = 8;
+
+// The deepest nesting of [ and { outside strings, counting stops past `limit`. Checked before parsing:
+// nlohmann's DOM spends ~70 bytes per '[' (10 MB of them took 890 MB) and its destructor recurses; flat
+// values cost at most ~16 bytes per input byte.
+size_t json_depth(const uint8_t* begin, size_t n, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < n; ++i) {
+    const char c = char(begin[i]);
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 // Parses the JSON header, rejecting duplicate top-level keys (nlohmann would silently keep the last).
 nlohmann::json parse_header(const uint8_t* begin, size_t n, const std::string& file) {
+  FERRY_CHECK(json_depth(begin, n, kMaxHeaderDepth) <= kMaxHeaderDepth, "{}: malformed JSON header: nested deeper than {} levels",
+              file, kMaxHeaderDepth);
   std::string duplicate;
   std::set<std::string> seen;
   const nlohmann::json::parser_callback_t on_event = [&](int depth, nlohmann::json::parse_event_t event,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <stdexcept>
 
 #include "core/check.h"
 #include "formats/safetensors.h"
@@ -13,12 +14,27 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// config.json and the shard index nest a few levels; deeper input is refused as it is parsed (the parser
+// would spend ~70 bytes per '[' and its destructor recurses).
+constexpr int kMaxJsonDepth = 32;
+
 nlohmann::json read_json(const std::string& path) {
   const MappedFile file(path);
+  bool too_deep = false;
+  const nlohmann::json::parser_callback_t limit_depth = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxJsonDepth) {
+      too_deep = true;
+      throw std::length_error("too deep");
+    }
+    return true;
+  };
   try {
-    return nlohmann::json::parse(file.data(), file.data() + file.size());
+    return nlohmann::json::parse(file.data(), file.data() + file.size(), limit_depth);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed JSON: {}", path, e.what());
+  } catch (const std::length_error&) {
+    FERRY_CHECK(!too_deep, "{}: malformed JSON: nested deeper than {} levels", path, kMaxJsonDepth);
+    throw;
   }
 }
 

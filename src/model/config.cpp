@@ -1,6 +1,8 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 #include <numbers>
 
@@ -76,6 +78,19 @@ int64_t ModelConfig::n_params() const {
   return int64_t(n_layers) * (attn + ffn + 2 * dim) + int64_t(vocab_size) * dim * (tied_embeddings ? 1 : 2) + dim;
 }
 
+namespace {
+
+// An integer from GGUF metadata as an int: a u64 of 2^32 + 2 is an error, not 2.
+int checked_int(const GgufFile& g, const std::string& key, int64_t v) {
+  FERRY_CHECK(v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max(),
+              "{}: '{}' = {} is out of range", g.name(), key, v);
+  return int(v);
+}
+int meta_int(const GgufFile& g, const std::string& key) { return checked_int(g, key, g.get_int(key)); }
+int meta_int(const GgufFile& g, const std::string& key, int64_t def) { return checked_int(g, key, g.get_int(key, def)); }
+
+}  // namespace
+
 ModelConfig config_from_gguf(const GgufFile& g) {
   ModelConfig c;
   const std::string arch = g.get_string("general.architecture");
@@ -95,20 +110,20 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   }
   const std::string p = arch + ".";
   c.name = g.get_string("general.name", arch);
-  c.n_layers = int(g.get_int(p + "block_count"));
-  c.dim = int(g.get_int(p + "embedding_length"));
-  c.n_heads = int(g.get_int(p + "attention.head_count"));
-  c.n_kv_heads = int(g.get_int(p + "attention.head_count_kv", c.n_heads));
-  c.hidden_dim = int(g.get_int(p + "feed_forward_length"));
-  c.max_context = int(g.get_int(p + "context_length", 4096));
+  c.n_layers = meta_int(g, p + "block_count");
+  c.dim = meta_int(g, p + "embedding_length");
+  c.n_heads = meta_int(g, p + "attention.head_count");
+  c.n_kv_heads = meta_int(g, p + "attention.head_count_kv", c.n_heads);
+  c.hidden_dim = meta_int(g, p + "feed_forward_length");
+  c.max_context = meta_int(g, p + "context_length", 4096);
   c.rms_eps = float(g.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
   c.rope_theta = float(g.get_float(p + "rope.freq_base", 10000.0));
   FERRY_CHECK(c.n_heads > 0, "{}: attention.head_count must be positive", g.name());
-  c.head_dim = int(g.get_int(p + "attention.key_length", c.dim / c.n_heads));
-  c.rope_dims = int(g.get_int(p + "rope.dimension_count", c.head_dim));
+  c.head_dim = meta_int(g, p + "attention.key_length", c.dim / c.n_heads);
+  c.rope_dims = meta_int(g, p + "rope.dimension_count", c.head_dim);
   const GgufTensorInfo* embd = g.find_tensor("token_embd.weight");
   FERRY_CHECK(embd != nullptr, "{}: missing tensor 'token_embd.weight'", g.name());
-  c.vocab_size = int(g.get_int(p + "vocab_size", embd->shape[0]));
+  c.vocab_size = meta_int(g, p + "vocab_size", embd->shape[0]);
   c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
   const std::string scaling = g.get_string(p + "rope.scaling.type", "none");
   if (scaling == "linear") {
@@ -127,6 +142,15 @@ namespace {
 template <typename T>
 T json_get(const nlohmann::json& j, const char* key, T def) {
   if (!j.contains(key) || j[key].is_null()) return def;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // Never narrowed silently: 2^32 + 512 is not 512, and 64.5 is not 64.
+    const nlohmann::json& v = j[key];
+    FERRY_CHECK(v.is_number_integer(), "config.json: '{}' must be an integer, got {}", key, v.dump());
+    FERRY_CHECK(v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                                       : v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+                                             v.get<int64_t>() <= int64_t(std::numeric_limits<T>::max()),
+                "config.json: '{}' = {} is out of range", key, v.dump());
+  }
   try {
     return j[key].get<T>();
   } catch (const nlohmann::json::exception&) {

@@ -112,14 +112,44 @@ ModelFile open_hf_folder(const std::string& dir) {
   return m;
 }
 
+// Sizes from config.json or GGUF metadata must agree with the tensors before anything is sized from them: a
+// hostile file could otherwise ask for 16M layers (memory allocated per layer before a tensor is found
+// missing) or a vocabulary of billions.
+void check_config_against_tensors(const ModelFile& m) {
+  const ModelConfig& c = m.config;
+  const bool g = m.gguf_names;
+  const auto find = [&](const std::string& name) { return m.weights->find(name); };
+  FERRY_CHECK(int64_t(c.n_layers) * 7 <= int64_t(m.tensors.size()),
+              "{}: the config says {} layers, but the file holds only {} tensors (at least 7 per layer)", m.path,
+              c.n_layers, m.tensors.size());
+  const std::string embd = g ? "token_embd.weight" : "model.embed_tokens.weight";
+  const Tensor* e = find(embd);
+  FERRY_CHECK(e != nullptr, "{}: missing tensor '{}'", m.path, embd);
+  FERRY_CHECK(e->n_dims == 2 && e->shape[0] == c.vocab_size && e->shape[1] == c.dim,
+              "{}: tensor '{}' is {}, but the config says vocab_size {} and hidden size {}", m.path, embd,
+              e->shape_str(), c.vocab_size, c.dim);
+  const std::string last = g ? fmt::format("blk.{}.attn_q.weight", c.n_layers - 1)
+                             : fmt::format("model.layers.{}.self_attn.q_proj.weight", c.n_layers - 1);
+  FERRY_CHECK(find(last) != nullptr, "{}: the config says {} layers, but tensor '{}' is missing", m.path, c.n_layers, last);
+  const std::string k = g ? "blk.0.attn_k.weight" : "model.layers.0.self_attn.k_proj.weight";
+  if (const Tensor* t = find(k))
+    FERRY_CHECK(t->n_dims == 2 && t->shape[0] == int64_t(c.n_kv_heads) * c.head_dim,
+                "{}: tensor '{}' is {}, but the config says {} KV heads of {}", m.path, k, t->shape_str(), c.n_kv_heads, c.head_dim);
+  const std::string up = g ? "blk.0.ffn_up.weight" : "model.layers.0.mlp.up_proj.weight";
+  if (const Tensor* t = find(up))
+    FERRY_CHECK(t->n_dims == 2 && t->shape[0] == c.hidden_dim,
+                "{}: tensor '{}' is {}, but the config says intermediate size {}", m.path, up, t->shape_str(), c.hidden_dim);
+}
+
 }  // namespace
 
 ModelFile open_model(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   FERRY_CHECK(fs::exists(path, ec), "model '{}' does not exist", path);
-  if (fs::is_directory(path, ec)) return open_hf_folder(path);
-  return open_gguf(path);
+  ModelFile m = fs::is_directory(path, ec) ? open_hf_folder(path) : open_gguf(path);
+  check_config_against_tensors(m);
+  return m;
 }
 
 }  // namespace ferry

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "server/api_error.h"
+#include "server/chat_prompt.h"
 
 namespace ferry::server {
 
@@ -33,8 +34,8 @@ GenerationRequest build_generation_request(const ParsedRequest& parsed, const Se
   GenerationRequest g;
   try {
     if (parsed.endpoint == Endpoint::Chat) {
-      const std::string text = engine.apply_chat_template(parsed.messages, true);
-      g.prompt = engine.tokenize(text, true, true);  // the template's markers are special tokens
+      // The template's markers are special tokens; the messages' content is text (chat_prompt.h).
+      g.prompt = tokenize_chat(engine, parsed.messages, facts.parse_special_in_content);
     } else if (parsed.prompt_text) {
       g.prompt = engine.tokenize(*parsed.prompt_text, true, false);
     } else {

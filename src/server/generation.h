@@ -16,6 +16,7 @@ struct ModelFacts {
   std::vector<std::string> names;  // names a request's "model" may use (the first is reported)
   int context = 0;                 // tokens per sequence
   int vocab_size = 0;
+  bool parse_special_in_content = false;  // message content may hold special tokens (else: plain text)
 };
 
 // 404 model_not_found when `model` is not empty and not one of facts.names.

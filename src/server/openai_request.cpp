@@ -245,6 +245,11 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text, const
       if (const json* iu = field(*so, "include_usage")) r.include_usage = boolean(*iu, "stream_options.include_usage");
     }
     if (const json* v = field(body, "ignore_eos")) r.ignore_eos = boolean(*v, "ignore_eos");
+    if (const json* v = field(body, "cache_salt")) {
+      if (!v->is_string() || v->get<std::string>().empty() || v->get<std::string>().size() > 1024)
+        bad("cache_salt", "must be a non-empty string of at most 1024 bytes");
+      r.cache_salt = v->get<std::string>();
+    }
     parse_logprobs(body, r, limits);
   } catch (const json::exception& e) {  // a type surprise inside nlohmann (should not happen): still a 400
     throw ApiError(400, std::string("bad request: ") + e.what());

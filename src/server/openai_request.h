@@ -37,6 +37,7 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;             // stream_options.include_usage
   bool ignore_eos = false;                // vLLM's extension: generate exactly max_tokens
+  std::string cache_salt;                 // vLLM's extension: prefix-cache partition ("" : the caller's default)
   int32_t logprobs = -1;                  // -1: none; else the number of top alternatives per token
 };
 

@@ -1,6 +1,8 @@
 #include "server/routes.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -79,14 +81,37 @@ struct Submitted {
   ParsedRequest parsed;
 };
 
-Submitted submit(RouteContext& ctx, Endpoint endpoint, const httplib::Request& req) {
+// A prompt text longer than max_prompt_bytes holds more tokens than the context, whatever it says.
+void check_prompt_bytes(const RouteContext& ctx, Endpoint endpoint, size_t bytes) {
+  if (ctx.max_prompt_bytes == 0 || bytes <= ctx.max_prompt_bytes) return;
+  const char* param = endpoint == Endpoint::Chat ? "messages" : "prompt";
+  throw ApiError(400, "This model's maximum context length is " + std::to_string(ctx.facts.context) + " tokens. However, your " +
+                          param + " has " + std::to_string(bytes) + " bytes, more than any " +
+                          std::to_string(ctx.facts.context) + " tokens can hold (" + std::to_string(ctx.max_prompt_bytes) + ").",
+                 param, "context_length_exceeded");
+}
+
+// The prefix-cache partition of a request: its API key (when keys are required) and its cache_salt, so that
+// cached_tokens never tells one tenant about another's prompts. 0 (the shared partition) when neither is set.
+uint64_t cache_partition(const RouteContext& ctx, const httplib::Request& req, const std::string& cache_salt) {
+  const std::string key = ctx.access.api_keys.empty() ? std::string() : req.get_header_value("Authorization");
+  if (key.empty() && cache_salt.empty()) return 0;
+  return std::hash<std::string>{}(key + '\n' + cache_salt) | 1;  // never 0
+}
+
+Submitted submit(RouteContext& ctx, Endpoint endpoint, const httplib::Request& req, const std::string& body) {
   if (ctx.draining.load()) throw ApiError(503, "the server is shutting down", "", "server_shutting_down");
   Submitted s;
-  s.parsed = parse_request(endpoint, req.body, ctx.limits);
+  s.parsed = parse_request(endpoint, body, ctx.limits);
+  if (s.parsed.prompt_text) check_prompt_bytes(ctx, endpoint, s.parsed.prompt_text->size());
+  size_t message_bytes = 0;
+  for (const ChatTurn& m : s.parsed.messages) message_bytes += m.content.size();
+  check_prompt_bytes(ctx, endpoint, message_bytes);
   check_model(s.parsed.model, ctx.facts);
   std::random_device rd;  // per request: a fresh seed when the request gave none (OpenAI: nondeterministic)
   const uint64_t seed = (uint64_t(rd()) << 32) ^ rd();
   GenerationRequest g = build_generation_request(s.parsed, ctx.engine, ctx.facts, seed);
+  g.cache_salt = cache_partition(ctx, req, s.parsed.cache_salt);
   try {
     s.handle = ctx.engine.submit(std::move(g));
   } catch (const QueueFull& e) {
@@ -100,13 +125,22 @@ Submitted submit(RouteContext& ctx, Endpoint endpoint, const httplib::Request& r
   return s;
 }
 
-void respond_whole(RouteContext& ctx, Submitted& s, Clock::time_point arrival, httplib::Response& res) {
+void respond_whole(RouteContext& ctx, Submitted& s, const httplib::Request& req, Clock::time_point arrival,
+                   httplib::Response& res) {
   Progress progress{ctx.metrics, arrival};
   std::string text;
   std::vector<GeneratedToken> tokens;
   RequestUpdate u;
+  Clock::time_point next_check = Clock::now() + kPollInterval;
   for (;;) {
-    if (!s.handle->wait(u, std::chrono::milliseconds(200))) continue;
+    const bool news = s.handle->wait(u, kPollInterval);
+    // A client that closed its connection gets nothing: cancel now so its blocks go back within a step
+    // (checked every kPollInterval whether tokens are coming or not).
+    if (!u.finished && Clock::now() >= next_check) {
+      next_check = Clock::now() + kPollInterval;
+      if (ctx.client_gone && ctx.client_gone(req)) s.handle->cancel();
+    }
+    if (!news) continue;
     progress.on_update(u);
     text += u.text;
     if (s.parsed.logprobs >= 0) tokens.insert(tokens.end(), u.tokens.begin(), u.tokens.end());
@@ -134,7 +168,7 @@ void respond_stream(RouteContext& ctx, Submitted s, Clock::time_point arrival, h
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [st](size_t, httplib::DataSink& sink) {
+      [st, error_on_cancel = ctx.stream_error_on_cancel](size_t, httplib::DataSink& sink) {
         const ResponseMeta& meta = st->s.meta;
         const ParsedRequest& p = st->s.parsed;
         const auto write = [&](const std::string& bytes) { return sink.write(bytes.data(), bytes.size()); };
@@ -158,6 +192,10 @@ void respond_stream(RouteContext& ctx, Submitted s, Clock::time_point arrival, h
           if (!u.finished) continue;
           if (u.finish == FinishReason::Error) {
             if (!write(sse_data(error_json(500, "generation failed: " + u.error)))) return false;
+          } else if (u.finish == FinishReason::Cancelled && error_on_cancel) {
+            // A truncated stream must not read as a success to a client that only looks for [DONE].
+            if (!write(sse_data(error_json(503, "the request was cancelled (the server is shutting down)", "", "request_cancelled"))))
+              return false;
           } else if (!write(sse_data(stream_chunk(meta, "", false, u.finish, std::nullopt)))) {
             return false;
           }
@@ -175,12 +213,40 @@ void respond_stream(RouteContext& ctx, Submitted s, Clock::time_point arrival, h
       });
 }
 
-void handle_generation(RouteContext& ctx, Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+// The body, read here (not by httplib) so that its limit holds for chunked bodies too, while they arrive.
+std::string read_body(const RouteContext& ctx, const httplib::Request& req, const httplib::ContentReader& reader) {
+  const std::string too_large_message = "the request body is larger than " + std::to_string(ctx.max_body_bytes) + " bytes";
+  // A body refused before its end leaves bytes that must not be read as the next request.
+  const auto refuse = [&](int status, const std::string& message) {
+    if (ctx.close_connection) ctx.close_connection(req);
+    return ApiError(status, message);
+  };
+  if (req.has_header("Content-Length")) {
+    const std::string n = req.get_header_value("Content-Length");
+    if (n.size() > 19 || std::strtoull(n.c_str(), nullptr, 10) > ctx.max_body_bytes) throw refuse(413, too_large_message);
+  }
+  std::string body;
+  bool too_large = false;
+  const bool ok = reader([&](const char* data, size_t n) {
+    if (body.size() + n > ctx.max_body_bytes) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (too_large) throw refuse(413, too_large_message);
+  if (!ok) throw refuse(400, "the request body could not be read (truncated, too slow, or bad chunked encoding)");
+  return body;
+}
+
+void handle_generation(RouteContext& ctx, Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
+                       const httplib::ContentReader& reader) {
   const Clock::time_point arrival = Clock::now();
   try {
-    Submitted s = submit(ctx, endpoint, req);
+    Submitted s = submit(ctx, endpoint, req, read_body(ctx, req, reader));
     if (s.parsed.stream) respond_stream(ctx, std::move(s), arrival, res);
-    else respond_whole(ctx, s, arrival, res);
+    else respond_whole(ctx, s, req, arrival, res);
   } catch (const ApiError& e) {
     send_error(res, e);
   }
@@ -194,11 +260,23 @@ json model_card(const RouteContext& ctx) {
 }  // namespace
 
 void install_routes(httplib::Server& http, RouteContext& ctx) {
-  http.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(ctx, Endpoint::Chat, req, res);
+  // Host, Origin, API key and Content-Type, before anything else is read; preflights are answered here.
+  http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+    const AccessDecision d = check_access(ctx.access, req, res);
+    if (d.error) {
+      send_error(res, *d.error);
+      // Its body is left unread: the connection closes after the answer, so the body is not read as a request.
+      if ((req.has_header("Content-Length") || req.has_header("Transfer-Encoding")) && ctx.close_connection)
+        ctx.close_connection(req);
+    }
+    return d.error || d.preflight_answered ? httplib::Server::HandlerResponse::Handled
+                                           : httplib::Server::HandlerResponse::Unhandled;
   });
-  http.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(ctx, Endpoint::Completion, req, res);
+  http.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    handle_generation(ctx, Endpoint::Chat, req, res, reader);
+  });
+  http.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    handle_generation(ctx, Endpoint::Completion, req, res, reader);
   });
   http.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, {{"object", "list"}, {"data", json::array({model_card(ctx)})}});

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <random>
@@ -19,6 +20,25 @@ namespace {
 // connections that did not fit (serve_bench: "connection: Read"). The kernel caps this at net.core.somaxconn.
 constexpr int kListenBacklog = 4096;
 
+// The longest text one token stands for, in bytes, times the context: a prompt longer than this cannot fit,
+// whatever it holds, so it is refused before it is tokenized (and tokenizing is bounded by it).
+size_t max_prompt_bytes(const ServingEngine& engine) {
+  const ModelInfo& info = engine.info();
+  size_t longest = 1;
+  for (int32_t id = 0; id < info.vocab_size; ++id) {
+    const int32_t one[1] = {id};
+    longest = std::max(longest, engine.detokenize(one).size());
+  }
+  return size_t(info.context) * (std::max<size_t>(longest, 64) + 1);  // 64: special tokens may not detokenize
+}
+
+ServerOptions with_copies(ServerOptions o) {
+  o.connection.max_body_bytes = o.max_body_bytes;
+  o.connection.idle_seconds = o.keep_alive_seconds;
+  o.access.listen_host = o.host;
+  return o;
+}
+
 uint64_t random_salt() {
   std::random_device rd;
   return (uint64_t(rd()) << 32) ^ rd();
@@ -32,14 +52,21 @@ struct HttpServer::Impl {
   ServerMetrics metrics;
   std::atomic<bool> draining{false};
   RouteContext ctx;
-  httplib::Server http;
+  GuardedServer http;
   int listen_fd = -1;  // the socket httplib binds (seen by the socket-options hook); -1 before bind()
 
   Impl(ServingEngine& e, ServerOptions o)
-      : engine(e), options(std::move(o)), ctx{engine, metrics, {}, {}, draining, random_salt()} {
+      : engine(e), options(with_copies(std::move(o))), ctx{engine, metrics, {}, {}, draining, random_salt(), 0, 0, {}, true, {}, {}},
+        http(options.connection, draining) {
     FERRY_CHECK(!options.model_names.empty(), "serve: no model name");
     FERRY_CHECK(options.http_threads >= 1 && options.http_threads <= 65536, "serve: --http-threads must be 1..65536, got {}", options.http_threads);
-    ctx.facts = {options.model_names, engine.info().context, engine.info().vocab_size};
+    ctx.facts = {options.model_names, engine.info().context, engine.info().vocab_size, options.parse_special_in_content};
+    ctx.max_prompt_bytes = max_prompt_bytes(engine);
+    ctx.max_body_bytes = options.max_body_bytes;
+    ctx.access = options.access;
+    ctx.stream_error_on_cancel = options.stream_error_on_cancel;
+    ctx.client_gone = [this](const httplib::Request& req) { return http.client_gone(req); };
+    ctx.close_connection = [this](const httplib::Request& req) { http.close_after_response(req); };
     // One worker per connection: a stream holds its worker for its whole life, so the pool bounds the
     // number of concurrent streams (httplib's default is hardware threads - 1).
     const size_t n_threads = size_t(options.http_threads);
@@ -49,8 +76,7 @@ struct HttpServer::Impl {
     // httplib closes a connection after 5 requests by default; a load generator (or a proxy) reuses its
     // connections for many more.
     http.set_keep_alive_max_count(1 << 20);
-    http.set_read_timeout(30, 0);
-    http.set_write_timeout(10, 0);  // a client that stops reading for this long is dropped (and cancelled)
+    // Read and write deadlines are GuardedServer's (options.connection).
     http.set_tcp_nodelay(true);     // stream chunks leave at once
     // Replaces httplib's default options (SO_REUSEPORT, which would let a second server share the port
     // silently): SO_REUSEADDR restarts on a port in TIME_WAIT, and bind() still fails on a port in use.
@@ -93,5 +119,7 @@ void HttpServer::stop() {
 }
 
 const ServerMetrics& HttpServer::metrics() const { return impl_->metrics; }
+
+int HttpServer::open_connections() const { return impl_->http.open_connections(); }
 
 }  // namespace ferry::server

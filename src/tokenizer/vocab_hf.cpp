@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/mapped_file.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/vocab.h"
 
@@ -17,6 +18,7 @@ using nlohmann::json;
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // "▁"
 
 json read_json(const std::string& path) {
+  check_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   FERRY_CHECK(in.good(), "cannot read {}", path);
   std::stringstream ss;
@@ -244,6 +246,7 @@ Vocab vocab_from_hf(const std::string& model_dir) {
   }
   const fs::path jinja_path = fs::path(model_dir) / "chat_template.jinja";
   if (!vocab.chat_template && fs::exists(jinja_path)) {
+    check_regular_file(jinja_path.string());
     std::ifstream in(jinja_path, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();

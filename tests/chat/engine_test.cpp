@@ -130,5 +130,35 @@ TEST(JinjaEngine, DeepNestingIsASyntaxErrorNotACrash) {
   EXPECT_THAT(error_of(blocks), ::testing::HasSubstr("deep"));
 }
 
+// Issue 23 row 1: left-leaning chains nest the tree as deeply as parentheses do; each one is a clean
+// error, not a stack overflow (30,000 links, as in the reproduction).
+TEST(JinjaEngine, LongLeftLeaningChainsAreASyntaxErrorNotACrash) {
+  const auto chain = [](const std::string& head, const std::string& link) {
+    std::string s = "{{ " + head;
+    for (int i = 0; i < 30000; ++i) s += link;
+    return s + " }}";
+  };
+  for (const std::string& src : {chain("1", " + 1"), chain("'a'", "|lower"), chain("'a'", " ~ 'a'"),
+                                 chain("true", " and true"), chain("true", " or true"), chain("x", ".x"),
+                                 chain("x", "[0]"), chain("x", " is not none"), chain("2", " * 2"),
+                                 chain("2", " ** 2"), chain("f", "()"), chain("1", " if true else 1")}) {
+    EXPECT_THAT(error_of(src), ::testing::HasSubstr("deep")) << src.substr(0, 40);
+  }
+  // Chains of ordinary length still render.
+  EXPECT_EQ(render("{{ 1 + 1 + 1 + 1 + 1 }}{{ 'A'|lower|upper|lower }}{{ none is not none is not none }}"), "5aTrue");
+}
+
+// Issue 23 row 2: values copy, so the bytes built in total are bounded, not only each value.
+TEST(JinjaEngine, TotalBytesBuiltAreBounded) {
+  EXPECT_THAT(error_of("{% set s='x'*1000000 %}{% set l=[s]*1000 %}{{ l|length }}"), ::testing::HasSubstr("in total"));
+  EXPECT_THAT(error_of("{% set s='x'*10000000 %}{% set l=[s]*1000000 %}{{ l|length }}"), ::testing::HasSubstr("in total"));
+  RenderLimits small;
+  small.max_total_bytes = 1 << 20;
+  // 300 strings of 4 KiB each, built one at a time: no single value is large, their sum is.
+  EXPECT_THAT(error_of("{% for i in range(300) %}{% set s = 'x' * 4096 %}{% endfor %}", nlohmann::ordered_json::object(), small),
+              ::testing::HasSubstr("in total"));
+  EXPECT_EQ(render("{% set s='x'*1000 %}{% set l=[s]*100 %}{{ l|length }}", nlohmann::ordered_json::object(), small), "100");
+}
+
 }  // namespace
 }  // namespace ferry::jinja

@@ -177,6 +177,24 @@ TEST(ServingOutput, PrefixCacheReportsReuseAndChangesNothing) {
   EXPECT_EQ(st.kv_blocks_used, 0);
 }
 
+// Issue 23 row 10: cache_salt partitions the prefix cache, so cached_prompt_tokens says nothing about the
+// prompts of requests with another salt (the server sets it from the API key and the request's cache_salt).
+TEST(ServingOutput, CacheSaltPartitionsThePrefixCache) {
+  const std::vector<int32_t> prompt = test::random_prompt(32, 30);
+  ServingEngine cached(tiny_options(128, 4), {.max_running = 4, .max_step_tokens = 16});
+  GenerationRequest tenant_a = greedy_request(prompt, 4), tenant_b = greedy_request(prompt, 4);
+  tenant_a.cache_salt = 11;
+  tenant_b.cache_salt = 22;
+  const test::Collected a1 = collect(*cached.submit(tenant_a));
+  EXPECT_EQ(a1.usage.cached_prompt_tokens, 0);
+  const test::Collected b1 = collect(*cached.submit(tenant_b));
+  EXPECT_EQ(b1.usage.cached_prompt_tokens, 0) << "another tenant's prompt must not be a hit";
+  EXPECT_EQ(collect(*cached.submit(greedy_request(prompt, 4))).usage.cached_prompt_tokens, 0) << "nor the shared partition's";
+  EXPECT_EQ(collect(*cached.submit(tenant_a)).usage.cached_prompt_tokens, 28) << "the same tenant still hits";
+  EXPECT_EQ(a1.ids(), b1.ids());
+  EXPECT_EQ(cached.stats().kv_blocks_used, 0);
+}
+
 TEST(ServingOutput, EndOfGenerationFinishesWithStopOnTheDefaultModel) {
   const std::optional<std::string> model = test::default_model();
   if (!model) GTEST_SKIP() << "default model not present";

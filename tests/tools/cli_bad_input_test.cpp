@@ -1,6 +1,7 @@
 // The ferry binary on bad input: every case must end with one clear error line and exit status 1 — no
 // crash (signal), no hang (each run is bounded by `timeout`), no giant allocation.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include "fixtures/run_ferry.h"
 #include "fixtures/test_paths.h"
@@ -181,6 +184,98 @@ TEST_F(CliBadInput, CorruptSafetensorsFolder) {
   const RunResult r = run_ferry("run -m " + dir + " -p hi");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("ferry: error:"), std::string::npos) << r.output;
+}
+
+// Issue 23 row 12: a FIFO (or any non-regular file) as the model, a model folder's file or --tokens is refused
+// before open() would block waiting for a writer.
+TEST_F(CliBadInput, FifoInsteadOfAFileIsRefusedNotWaitedFor) {
+  const std::string fifo = test::temp_path("cli_fifo_" + std::to_string(getpid()));
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  expect_clear_error(run_ferry("run -m " + fifo + " -p hi"), "not a regular file (a FIFO)");
+  const std::string dir = test::temp_path("cli_fifo_st_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(test::source_dir() + "/tests/fixtures/models/tiny-llama", dir,
+                        std::filesystem::copy_options::overwrite_existing | std::filesystem::copy_options::recursive);
+  std::filesystem::remove(dir + "/config.json");
+  ASSERT_EQ(mkfifo((dir + "/config.json").c_str(), 0600), 0);
+  expect_clear_error(run_ferry("run -m " + dir + " -p hi"), "not a regular file (a FIFO)");
+  expect_clear_error(run_ferry("score -m " + *tiny_ + " --tokens " + fifo + " -o " + test::temp_path("cli_fifo.bin")),
+                     "not a regular file (a FIFO)");
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(fifo);
+}
+
+// Issue 23 rows 11 and 13: sizes from the metadata are checked against the tensors before anything is sized
+// from them, and 64-bit values are never narrowed silently.
+TEST_F(CliBadInput, MetadataSizesAreCheckedAgainstTensorsAndNeverNarrowed) {
+  const auto layers = variant("cli_many_layers.gguf", [](GgufWriter& w, const GgufFile&) {
+    w.set("llama.block_count", GgufValue::u32(16777216u));
+  }, *tiny_);
+  expect_clear_error(run_ferry("run -m " + layers + " -p hi"), "16777216 layers");
+  const auto wide = variant("cli_u64_layers.gguf", [](GgufWriter& w, const GgufFile&) {
+    w.set("llama.block_count", GgufValue::u64((uint64_t(1) << 32) + 2));
+  }, *tiny_);
+  expect_clear_error(run_ferry("run -m " + wide + " -p hi"), "'llama.block_count' = 4294967298 is out of range");
+  const auto vocab = variant("cli_vocab.gguf", [](GgufWriter& w, const GgufFile&) {
+    w.set("llama.vocab_size", GgufValue::u32(1000000u));
+  }, *tiny_);
+  expect_clear_error(run_ferry("run -m " + vocab + " -p hi"), "vocab_size 1000000");
+
+  const std::string dir = test::temp_path("cli_cfg_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(test::source_dir() + "/tests/fixtures/models/tiny-llama", dir,
+                        std::filesystem::copy_options::overwrite_existing | std::filesystem::copy_options::recursive);
+  const std::string config = bytes_of(dir + "/config.json");
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string c = config;
+    c.replace(c.find(from), from.size(), to);
+    std::ofstream(dir + "/config.json", std::ios::binary) << c;
+    return run_ferry("run -m " + dir + " -p hi");
+  };
+  expect_clear_error(with("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 16777216"), "16777216 layers");
+  expect_clear_error(with("\"vocab_size\": 512", "\"vocab_size\": 4294967808"), "'vocab_size' = 4294967808 is out of range");
+  expect_clear_error(with("\"hidden_size\": 64", "\"hidden_size\": 4294967360"), "'hidden_size' = 4294967360 is out of range");
+  expect_clear_error(with("\"hidden_size\": 64", "\"hidden_size\": 64.5"), "'hidden_size' must be an integer");
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 23 row 14: a safetensors header of 10 MB of '[' (or a config.json of them) is refused by its nesting
+// before the parser builds anything (it took ~68x the header in memory).
+TEST_F(CliBadInput, DeeplyNestedJsonHeadersAreRefusedBeforeParsing) {
+  const std::string dir = test::temp_path("cli_deep_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(test::source_dir() + "/tests/fixtures/models/tiny-llama", dir,
+                        std::filesystem::copy_options::overwrite_existing | std::filesystem::copy_options::recursive);
+  const std::string config = bytes_of(dir + "/config.json");
+  const std::string deep(10u << 20, '[');
+  std::string st(8, '\0');
+  const uint64_t n = deep.size();
+  std::memcpy(st.data(), &n, 8);  // little-endian header length, as the format says
+  std::ofstream(dir + "/model.safetensors", std::ios::binary) << st + deep;
+  expect_clear_error(run_ferry("run -m " + dir + " -p hi"), "nested deeper than");
+  std::ofstream(dir + "/config.json", std::ios::binary) << deep;
+  expect_clear_error(run_ferry("run -m " + dir + " -p hi"), "nested deeper than");
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 23 rows 1 and 2 through the CLI: a model folder whose chat template is a 30,000-link chain, or builds
+// a gigabyte of copies, ends with one clear error (it crashed with a stack overflow / used 1.1 GB).
+TEST_F(CliBadInput, HostileChatTemplatesEndInAClearError) {
+  const std::string dir = test::temp_path("cli_template_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(test::source_dir() + "/tests/fixtures/models/tiny-llama", dir,
+                        std::filesystem::copy_options::overwrite_existing | std::filesystem::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(bytes_of(dir + "/tokenizer_config.json"));
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 30000; ++i) chain += " + 1";
+  config["chat_template"] = chain + " }}";
+  std::ofstream(dir + "/tokenizer_config.json", std::ios::binary) << config.dump();
+  expect_clear_error(run_ferry("run -m " + dir + " --chat -p hi -n 1"), "nesting too deep");
+  config["chat_template"] = "{% set s='x'*1000000 %}{% set l=[s]*1000 %}{{ l|length }}";
+  std::ofstream(dir + "/tokenizer_config.json", std::ios::binary) << config.dump();
+  expect_clear_error(run_ferry("run -m " + dir + " --chat -p hi -n 1"), "in total");
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(CliBadInput, UnknownDevice) { expect_clear_error(run_ferry("run -m " + *tiny_ + " -p hi --device cuda"), "cuda"); }

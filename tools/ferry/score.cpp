@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "common_options.h"
 #include "core/check.h"
+#include "core/mapped_file.h"
 
 namespace ferry::cli {
 namespace {
@@ -26,6 +27,7 @@ constexpr size_t kMaxPromptTokens = size_t(1) << 20;
 
 // prompts[p] = token ids of prompt p, in order.
 std::vector<std::vector<int32_t>> read_prompts(const std::string& path) {
+  check_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   FERRY_CHECK(in.good(), "--tokens: cannot open '{}'", path);
   in.seekg(0, std::ios::end);

@@ -50,6 +50,42 @@ void Interpreter::check_list(size_t n) const {
   if (n > limits_.max_list_items) fail("template list exceeds {} items", limits_.max_list_items);
 }
 
+void Interpreter::charge(uint64_t bytes) {
+  charged_bytes_ += bytes;
+  if (charged_bytes_ > limits_.max_total_bytes)
+    fail("template built more than {} bytes of values in total", limits_.max_total_bytes);
+}
+
+Value Interpreter::charged(Value v) {
+  charge(copy_bytes(v));
+  return v;
+}
+
+namespace {
+
+uint64_t list_bytes(const List& items) {
+  uint64_t n = 0;
+  for (const Value& x : items) n += sizeof(Value) + x.s.size();
+  return n;
+}
+
+}  // namespace
+
+uint64_t copy_bytes(const Value& v) {
+  switch (v.kind) {
+    case Kind::kString: return v.s.size();
+    case Kind::kList:
+    case Kind::kTuple:
+    case Kind::kGenerator: return list_bytes(*v.list);
+    case Kind::kDict: {
+      uint64_t n = 0;
+      for (const auto& [k, x] : v.dict->items) n += 2 * sizeof(Value) + k.s.size() + x.s.size();
+      return n;
+    }
+    default: return 0;
+  }
+}
+
 void Interpreter::emit(std::string& out, const std::string& text) const {
   if (out.size() + text.size() > limits_.max_output_bytes)
     fail("template output exceeds {} bytes", limits_.max_output_bytes);
@@ -138,6 +174,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Sco
   if (iterable.is_none() || iterable.is_number() || iterable.kind == Kind::kFunction)
     fail("'{}' object is not iterable", type_name(iterable));
   List all = iterate(iterable);
+  charge(list_bytes(all));
   auto bind = [&](Scope& sc, const Value& item) {
     if (s.targets.size() == 1) {
       sc.vars[s.targets[0]] = item;
@@ -299,21 +336,21 @@ Value Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
     case ExprKind::kTuple: {
       List items;
       for (const auto& a : e.args) items.push_back(eval(*a, scope));
-      return e.kind == ExprKind::kList ? Value::make_list(std::move(items)) : Value::make_tuple(std::move(items));
+      return charged(e.kind == ExprKind::kList ? Value::make_list(std::move(items)) : Value::make_tuple(std::move(items)));
     }
     case ExprKind::kDict: {
       Dict d;
       for (size_t i = 0; i + 1 < e.args.size(); i += 2) d.set(eval(*e.args[i], scope), eval(*e.args[i + 1], scope));
-      return Value::make_dict(std::move(d));
+      return charged(Value::make_dict(std::move(d)));
     }
     case ExprKind::kGetAttr: return get_attr(eval(*e.args[0], scope), e.name);
     case ExprKind::kGetItem: return get_item(eval(*e.args[0], scope), eval(*e.args[1], scope));
     case ExprKind::kSlice: return eval_slice(e, scope);
     case ExprKind::kCall: {
       Value callee = eval(*e.args[0], scope);
-      return call(callee, eval_args(e, 1, scope));
+      return charged(call(callee, eval_args(e, 1, scope)));
     }
-    case ExprKind::kFilter: return eval_filter(e, scope, nullptr);
+    case ExprKind::kFilter: return charged(eval_filter(e, scope, nullptr));
     case ExprKind::kTest: {
       Value input = eval(*e.args[0], scope);
       const bool r = apply_test(e.name, input, eval_args(e, 1, scope));
@@ -329,7 +366,7 @@ Value Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
       if (v.as_int() == INT64_MIN) fail("integer overflow");
       return Value::integer(-v.as_int());
     }
-    case ExprKind::kBinary: return eval_binary(e, scope);
+    case ExprKind::kBinary: return charged(eval_binary(e, scope));
     case ExprKind::kCompare: return eval_compare(e, scope);
     case ExprKind::kCondition: {
       if (truthy(eval(*e.args[0], scope))) return eval(*e.args[1], scope);
@@ -555,12 +592,14 @@ Value repeat(Interpreter& in, const Value& seq, int64_t n) {
   if (seq.is_string()) {
     if (seq.s.size() * static_cast<uint64_t>(n) > in.limits().max_output_bytes || n > int64_t{1} << 40)
       fail("template string exceeds {} bytes", in.limits().max_output_bytes);
+    in.charge(seq.s.size() * static_cast<uint64_t>(n));
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.s;
     return Value::string(std::move(out));
   }
   if (seq.list->size() * static_cast<uint64_t>(n) > in.limits().max_list_items || n > int64_t{1} << 40)
     fail("template list exceeds {} items", in.limits().max_list_items);
+  in.charge(copy_bytes(seq) * static_cast<uint64_t>(n));
   List out;
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.list->begin(), seq.list->end());
   return seq.kind == Kind::kTuple ? Value::make_tuple(std::move(out)) : Value::make_list(std::move(out));

@@ -21,6 +21,9 @@ struct RenderLimits {
   int max_call_depth = 64;                     // nested macro / filter-block calls
   uint64_t max_steps = 5'000'000;              // statements + loop iterations + calls, in total
   int64_t max_range = 100'000;                 // items one range() may produce
+  // Bytes of the strings and lists built while rendering, in total (values copy: a list of one string
+  // repeated holds that many copies), so memory stays bounded whatever the per-value limits allow.
+  uint64_t max_total_bytes = uint64_t{256} << 20;
 };
 
 // The wall clock strftime_now() reads; tests pass a fixed one.
@@ -58,6 +61,8 @@ class Interpreter {
   void step();                                  // counts work; throws past max_steps
   void check_string(const std::string& s) const;  // throws past max_output_bytes
   void check_list(size_t n) const;                // throws past max_list_items
+  void charge(uint64_t bytes);                    // counts bytes built; throws past max_total_bytes
+  Value charged(Value v);                         // charge(copy_bytes(v)), then v
   const RenderLimits& limits() const { return limits_; }
   std::tm now() const { return clock_(); }
   void track_namespace(const Value& ns) { namespaces_.push_back(ns.ns); }
@@ -86,6 +91,7 @@ class Interpreter {
   Clock clock_;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
+  uint64_t charged_bytes_ = 0;
   std::vector<std::weak_ptr<Dict>> namespaces_;
 };
 
@@ -94,5 +100,8 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
 // Iterates a value as a for-loop would (dict -> keys, str -> characters, Undefined -> nothing).
 List iterate(const Value& v);
 bool contains(const Value& container, const Value& item);
+// The bytes building (or copying) v costs: a string's bytes; a list's or dict's items, each a Value plus
+// its string (nested lists and dicts are shared, not copied).
+uint64_t copy_bytes(const Value& v);
 
 }  // namespace ferry::jinja

@@ -32,6 +32,20 @@ class Parser {
     ~DepthGuard() { --p.depth_; }
   };
 
+  // Left-leaning chains (a + b + c, x|f|g, x.a.b, x[0][1], x is not none is not none, ...) are parsed by
+  // loops, but each iteration nests the tree one level deeper, and evaluating or freeing the tree recurses
+  // on that depth: every iteration counts against the same nesting bound as recursion does.
+  struct ChainGuard {
+    Parser& p;
+    int n = 0;
+    explicit ChainGuard(Parser& parser) : p(parser) {}
+    void step() {
+      ++n;
+      if (++p.depth_ > kMaxNesting) p.error(p.cur(), "template nesting too deep");
+    }
+    ~ChainGuard() { p.depth_ -= n; }
+  };
+
   const Token& cur() const { return toks_[pos_]; }
   const Token& peek(size_t k = 1) const { return toks_[std::min(pos_ + k, toks_.size() - 1)]; }
   void advance() {
@@ -312,7 +326,9 @@ class Parser {
     DepthGuard guard(*this);
     if (!with_condexpr) return parse_or();
     ExprPtr expr = parse_or();
+    ChainGuard chain(*this);
     while (is_name("if")) {
+      chain.step();
       const int line = cur().line;
       advance();
       ExprPtr cond = parse_or();
@@ -337,7 +353,9 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr l = parse_and();
+    ChainGuard chain(*this);
     while (is_name("or")) {
+      chain.step();
       const int line = cur().line;
       advance();
       l = binary("or", std::move(l), parse_and(), line);
@@ -347,7 +365,9 @@ class Parser {
 
   ExprPtr parse_and() {
     ExprPtr l = parse_not();
+    ChainGuard chain(*this);
     while (is_name("and")) {
+      chain.step();
       const int line = cur().line;
       advance();
       l = binary("and", std::move(l), parse_not(), line);
@@ -399,7 +419,9 @@ class Parser {
 
   ExprPtr parse_math1() {
     ExprPtr l = parse_concat();
+    ChainGuard chain(*this);
     while (is_op("+") || is_op("-")) {
+      chain.step();
       const std::string op = cur().value;
       const int line = cur().line;
       advance();
@@ -410,7 +432,9 @@ class Parser {
 
   ExprPtr parse_concat() {
     ExprPtr l = parse_math2();
+    ChainGuard chain(*this);
     while (is_op("~")) {
+      chain.step();
       const int line = cur().line;
       advance();
       l = binary("~", std::move(l), parse_math2(), line);
@@ -420,7 +444,9 @@ class Parser {
 
   ExprPtr parse_math2() {
     ExprPtr l = parse_pow();
+    ChainGuard chain(*this);
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      chain.step();
       const std::string op = cur().value;
       const int line = cur().line;
       advance();
@@ -431,7 +457,9 @@ class Parser {
 
   ExprPtr parse_pow() {
     ExprPtr l = parse_unary(true);
+    ChainGuard chain(*this);
     while (is_op("**")) {
+      chain.step();
       const int line = cur().line;
       advance();
       l = binary("**", std::move(l), parse_unary(true), line);
@@ -534,7 +562,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
+    ChainGuard chain(*this);
     while (true) {
+      chain.step();
       const int line = cur().line;
       if (is_op(".")) {
         advance();
@@ -644,7 +674,9 @@ class Parser {
 
   ExprPtr parse_filter_chain(ExprPtr input, bool leading_pipe = true) {
     bool first = true;
+    ChainGuard chain(*this);
     while ((first && !leading_pipe) || is_op("|")) {
+      chain.step();
       if (!(first && !leading_pipe)) advance();
       first = false;
       const int line = cur().line;
@@ -658,7 +690,9 @@ class Parser {
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
+    ChainGuard chain(*this);
     while (true) {
+      chain.step();
       if (is_op("|")) {
         node = parse_filter_chain(std::move(node));
       } else if (is_name("is")) {
