@@ -222,7 +222,7 @@ class Parser {
         if (pos_ < src_.size() && src_[pos_] == ',') {
           ++pos_;
           skip_space();
-          max = (pos_ < src_.size() && src_[pos_] == '}') ? -1 : parse_count();
+          max = (pos_ < src_.size() && src_[pos_] == '}') ? int64_t{-1} : int64_t{parse_count()};
           skip_space();
         }
         FERRY_CHECK(pos_ < src_.size() && src_[pos_] == '}', "grammar: expected '}}' at line {}", line());
