@@ -30,9 +30,18 @@ MaskEntry MaskCache::compute(std::span<const uint32_t> key, bool truncated) {
   // bottom (kCut) within those d bytes with bytes still to come.
   std::vector<std::vector<int32_t>> sets(max_len + 1);
   std::vector<uint8_t> cut(max_len + 1, 0);
-  sets[0] = {pool_.build(key, truncated ? StackPool::kCut : StackPool::kAccept)};
+  const int32_t root = pool_.build(key, truncated ? StackPool::kCut : StackPool::kAccept);
+  sets[0] = {root};
   size_t valid = 0;  // sets[0..valid] hold the previous token's prefix
   for (size_t i = 0; i < sorted.size(); ++i) {
+    if (lcp[i] == 0) {  // a new first byte: skip every token that starts with a byte the key cannot take
+      const auto b = static_cast<unsigned char>(vocab_.bytes(sorted[i])[0]);
+      if (pool_.advance(root, b).empty()) {  // the root is a Bytes top, never kCut: all rejected
+        i = vocab_.first_byte_start(b + 1) - 1;
+        valid = 0;
+        continue;
+      }
+    }
     const int32_t id = sorted[i];
     const std::string& t = vocab_.bytes(id);
     size_t d = std::min<size_t>(lcp[i], valid);

@@ -20,7 +20,7 @@
 
 namespace ferry::grammar {
 
-inline constexpr uint32_t kKeyDepth = 4;
+inline constexpr uint32_t kKeyDepth = 3;
 
 struct MaskEntry {
   std::vector<uint64_t> accepted;   // (mask_words,) bit t: token t accepted whatever lies below the key

@@ -19,6 +19,14 @@ TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<int32_t
     max_length_ = std::max(max_length_, bytes_[id].size());
   }
   std::sort(sorted_.begin(), sorted_.end(), [&](int32_t a, int32_t b) { return bytes_[a] < bytes_[b]; });
+  // std::string compares bytes as unsigned char, so the first bytes ascend along sorted_.
+  first_byte_start_.assign(257, sorted_.size());
+  for (size_t i = sorted_.size(); i-- > 0;) {
+    first_byte_start_[static_cast<unsigned char>(bytes_[sorted_[i]][0])] = i;
+  }
+  for (int b = 255; b >= 0; --b) {
+    first_byte_start_[b] = std::min(first_byte_start_[b], first_byte_start_[b + 1]);
+  }
   lcp_.assign(sorted_.size(), 0);
   for (size_t i = 1; i < sorted_.size(); ++i) {
     const std::string& a = bytes_[sorted_[i - 1]];

@@ -21,6 +21,8 @@ class TokenVocab {
   const std::vector<int32_t>& sorted() const { return sorted_; }   // non-empty tokens, by bytes
   const std::vector<uint32_t>& lcp() const { return lcp_; }         // lcp_[i]: with sorted_[i-1] (0 at 0)
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+  // sorted()[first_byte_start(b) .. first_byte_start(b+1)) are the tokens whose first byte is b (b <= 256).
+  size_t first_byte_start(int b) const { return first_byte_start_[static_cast<size_t>(b)]; }
   size_t max_length() const { return max_length_; }
 
  private:
@@ -28,6 +30,7 @@ class TokenVocab {
   std::vector<int32_t> sorted_;
   std::vector<uint32_t> lcp_;
   std::vector<int32_t> stop_ids_;
+  std::vector<size_t> first_byte_start_;  // (257,)
   size_t max_length_ = 0;
 };
 

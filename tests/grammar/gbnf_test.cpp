@@ -131,3 +131,23 @@ TEST(Gbnf, BadTextIsAClearError) {
 
 }  // namespace
 }  // namespace ferry::grammar
+
+#include "grammar/grammar_cache.h"
+
+namespace ferry::grammar {
+namespace {
+
+TEST(GrammarCache, SameConstraintSameGrammarBoundedSize) {
+  GrammarCache cache(testing::small_vocab(), 2);
+  const auto a = cache.get(ConstraintKind::JsonSchema, R"({"type":"integer"})");
+  EXPECT_EQ(cache.get(ConstraintKind::JsonSchema, R"({"type":"integer"})"), a);
+  EXPECT_EQ(cache.hits(), 1u);
+  EXPECT_NE(cache.get(ConstraintKind::Regex, R"({"type":"integer"})"), a);  // the kind is part of the key
+  cache.get(ConstraintKind::JsonObject, "");
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_NE(cache.get(ConstraintKind::JsonSchema, R"({"type":"integer"})"), a);  // evicted, compiled again
+  EXPECT_THROW(cache.get(ConstraintKind::Gbnf, "root ::= nope"), Error);
+}
+
+}  // namespace
+}  // namespace ferry::grammar
