@@ -55,6 +55,16 @@ struct ServingOptions {
                                  // consistency); O(n_blocks) per step. A violation fails the requests in flight.
 };
 
+// Structured output: the generated text is constrained to a sentence of the format (each step samples only
+// tokens that keep it a viable prefix), and generation ends with finish Stop when the format is complete and
+// nothing can follow it. submit() compiles it (cached by text) and throws ferry::Error naming a bad or
+// unsupported schema feature.
+enum class OutputFormatKind { Text, JsonObject, JsonSchema, Regex, Gbnf };
+struct OutputFormat {
+  OutputFormatKind kind = OutputFormatKind::Text;
+  std::string text;  // JsonSchema: the schema (JSON text); Regex: the pattern; Gbnf: the grammar; else unused
+};
+
 // One generation request. Every field is validated by submit(), which throws ferry::Error naming the bad one.
 struct GenerationRequest {
   std::vector<int32_t> prompt;        // token ids, 1 .. context-1 of them
@@ -63,6 +73,7 @@ struct GenerationRequest {
   std::vector<std::string> stop;      // stop strings: the output ends before the first occurrence (excluded)
   bool ignore_eos = false;            // keep going past end-of-generation tokens
   int32_t logprobs = -1;              // -1: none; 0..20: the chosen token's logprob and this many top alternatives
+  OutputFormat format;                // structured output (rows with one sample on the host)
 };
 
 struct TokenLogprobOut {

@@ -26,7 +26,10 @@ void StackPool::expand(uint32_t pos, int32_t parent, std::vector<int32_t>& out) 
   work_.clear();
   seen_.clear();
   work_.push_back({pos, parent});
+  size_t n_work = 0;
   while (!work_.empty()) {
+    FERRY_CHECK(++n_work <= kMaxExpandWork, "grammar: too ambiguous (more than {} expansions for one byte)",
+                kMaxExpandWork);
     auto [p, par] = work_.back();
     work_.pop_back();
     if (!seen_.insert((static_cast<uint64_t>(p) << 32) | static_cast<uint32_t>(par)).second) continue;

@@ -22,6 +22,9 @@ namespace ferry::grammar {
 // Stacks deeper than this are dropped (a path that nests deeper is not viable): bounded memory on
 // recursive grammars.
 inline constexpr uint32_t kMaxStackDepth = 1024;
+// Expansion steps for one byte at most: a grammar ambiguous enough to need more (nested repetitions of
+// empty-matching groups, e.g. (()){400}){630}) is a clear error instead of a stall.
+inline constexpr size_t kMaxExpandWork = 1 << 16;
 
 class StackPool {
  public:

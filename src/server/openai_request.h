@@ -12,6 +12,7 @@
 
 #include "ferry/engine.h"
 #include "ferry/sampling.h"
+#include "ferry/serving.h"
 
 namespace ferry::server {
 
@@ -38,6 +39,9 @@ struct ParsedRequest {
   bool include_usage = false;             // stream_options.include_usage
   bool ignore_eos = false;                // vLLM's extension: generate exactly max_tokens
   int32_t logprobs = -1;                  // -1: none; else the number of top alternatives per token
+  // response_format: text, json_object, json_schema ({"json_schema": {"name", "schema", "strict"}}), and the
+  // extensions {"type": "regex", "regex": "..."} and {"type": "grammar", "grammar": "<GBNF>"}.
+  OutputFormat format;
 };
 
 // Throws ApiError(400) for malformed JSON (param null) or a bad parameter (param named).
