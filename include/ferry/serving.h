@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"  // ferry::Error (a std::runtime_error), the base of QueueFull
@@ -74,7 +75,11 @@ struct GenerationRequest {
   bool ignore_eos = false;            // keep going past end-of-generation tokens
   int32_t logprobs = -1;              // -1: none; 0..20: the chosen token's logprob and this many top alternatives
   OutputFormat format;                // structured output (rows with one sample on the host)
+  // OpenAI's logit_bias: (token id, bias in -100..100) added to the token's logit before sampling (rows with
+  // one sample on the host); at most kMaxLogitBias entries.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
+inline constexpr size_t kMaxLogitBias = 1024;
 
 struct TokenLogprobOut {
   int32_t id = 0;

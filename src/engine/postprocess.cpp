@@ -23,7 +23,12 @@ void compute_grammar_mask(Sequence& seq, size_t vocab_size) {
   seq.grammar_mask_ready = true;
 }
 
-std::span<const float> masked_logits(Sequence& seq, std::span<const float> logits) {
+std::span<const float> adjusted_logits(Sequence& seq, std::span<const float> logits) {
+  if (!seq.matcher) {
+    seq.masked_logits.assign(logits.begin(), logits.end());
+    for (const auto& [id, bias] : seq.request.logit_bias) seq.masked_logits[size_t(id)] += bias;
+    return seq.masked_logits;
+  }
   if (!seq.grammar_mask_ready) compute_grammar_mask(seq, logits.size());
   seq.grammar_mask_ready = false;
   FERRY_CHECK(seq.grammar_mask.size() * 64 >= logits.size(), "grammar: mask of {} words for {} logits",
@@ -39,6 +44,7 @@ std::span<const float> masked_logits(Sequence& seq, std::span<const float> logit
     }
   }
   FERRY_CHECK(any, "grammar: no token of the vocabulary continues the output format here");
+  for (const auto& [id, bias] : seq.request.logit_bias) seq.masked_logits[size_t(id)] += bias;  // -inf stays
   return seq.masked_logits;
 }
 
@@ -56,10 +62,10 @@ void sample_rows(std::span<SampleRow> rows, ThreadPool* pool) {
     SampleRow& r = host.empty() ? rows[size_t(i)] : *host[size_t(i)];
     try {
       Sequence& seq = *r.seq;
-      if (seq.matcher) {
-        r.token = seq.sampler->sample(masked_logits(seq, r.logits), seq.tokens);
-        FERRY_CHECK(seq.matcher->accept_token(r.token), "grammar: the sampler drew token {}, which the output format "
-                    "does not allow", r.token);
+      if (seq.matcher || !seq.request.logit_bias.empty()) {
+        r.token = seq.sampler->sample(adjusted_logits(seq, r.logits), seq.tokens);
+        FERRY_CHECK(!seq.matcher || seq.matcher->accept_token(r.token),
+                    "grammar: the sampler drew token {}, which the output format does not allow", r.token);
       } else {
         r.token = seq.sampler->sample(r.logits, seq.tokens);
       }

@@ -4,6 +4,7 @@
 #include "ferry/serving.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -280,7 +281,8 @@ void ServingEngine::Impl::launch(StepPlan&& plan, Clock::time_point scheduled) {
       if (!c.sample) continue;
       const GenerationRequest& req = c.seq->request;
       RowSampling& r = s.rows.emplace_back();
-      const bool host = req.logprobs >= 0 || req.sampling.penalties_active() || c.seq->matcher != nullptr;
+      const bool host = req.logprobs >= 0 || req.sampling.penalties_active() || c.seq->matcher != nullptr ||
+                        !req.logit_bias.empty();
       r.mode = host ? RowMode::Host : RowMode::Device;
       r.params = req.sampling;
       r.position = uint64_t(c.seq->tokens.size());
@@ -587,6 +589,12 @@ std::shared_ptr<RequestHandle> ServingEngine::submit(GenerationRequest r) {
     FERRY_CHECK(!st.empty() && st.size() <= kMaxStopBytes, "stop: each stop string must have 1..{} bytes, got {}",
                 kMaxStopBytes, st.size());
 
+  FERRY_CHECK(r.logit_bias.size() <= kMaxLogitBias, "logit_bias: at most {} entries, got {}", kMaxLogitBias,
+              r.logit_bias.size());
+  for (const auto& [id, bias] : r.logit_bias) {
+    FERRY_CHECK(id >= 0 && id < vocab, "logit_bias: token id {} is outside the vocabulary [0, {})", id, vocab);
+    FERRY_CHECK(std::isfinite(bias) && bias >= -100.0f && bias <= 100.0f, "logit_bias: bias {} of token {} must be in -100..100", bias, id);
+  }
   auto seq = std::make_unique<Sequence>();
   if (r.format.kind != OutputFormatKind::Text) {
     const grammar::ConstraintKind kind = r.format.kind == OutputFormatKind::JsonObject ? grammar::ConstraintKind::JsonObject

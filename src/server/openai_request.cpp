@@ -198,7 +198,6 @@ void reject_unsupported(const json& body) {
   if (const json* n = field(body, "n"); n != nullptr && integer(*n, "n", 1, 1 << 20) != 1) bad("n", "only n = 1 is supported");
   if (const json* n = field(body, "best_of"); n != nullptr && integer(*n, "best_of", 1, 1 << 20) != 1) bad("best_of", "only best_of = 1 is supported");
   if (const json* e = field(body, "echo"); e != nullptr && boolean(*e, "echo")) bad("echo", "echo is not supported");
-  if (const json* b = field(body, "logit_bias"); b != nullptr && !(b->is_object() && b->empty())) bad("logit_bias", "logit_bias is not supported");
   if (const json* t = field(body, "tools"); t != nullptr && !(t->is_array() && t->empty())) bad("tools", "tools are not supported");
 }
 
@@ -264,6 +263,21 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text, const
     else parse_prompt(body, r);
     reject_unsupported(body);
     parse_response_format(body, body_text, r);
+    if (const json* b = field(body, "logit_bias")) {
+      if (!b->is_object()) bad("logit_bias", "must be an object of token id -> bias");
+      if (b->size() > kMaxLogitBias) bad("logit_bias", "at most " + std::to_string(kMaxLogitBias) + " entries");
+      for (const auto& [key, value] : b->items()) {
+        size_t used = 0;
+        long long id = -1;
+        try {
+          id = std::stoll(key, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != key.size() || id < 0 || id > std::numeric_limits<int32_t>::max())
+          bad("logit_bias", "keys must be token ids, got \"" + key + "\"");
+        r.logit_bias.push_back({int32_t(id), float(number(value, "logit_bias", -100, 100))});
+      }
+    }
     parse_sampling(body, r);
     const char* max_name = "max_tokens";
     const json* mt = field(body, "max_tokens");

@@ -42,6 +42,7 @@ struct ParsedRequest {
   // response_format: text, json_object, json_schema ({"json_schema": {"name", "schema", "strict"}}), and the
   // extensions {"type": "regex", "regex": "..."} and {"type": "grammar", "grammar": "<GBNF>"}.
   OutputFormat format;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias (-100..100); ids checked by the engine
 };
 
 // Throws ApiError(400) for malformed JSON (param null) or a bad parameter (param named).

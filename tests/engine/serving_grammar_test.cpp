@@ -63,6 +63,29 @@ TEST(ServingGrammar, RegexAndGbnfAndLengthCutOff) {
   EXPECT_EQ(cut.text[0], '{');
 }
 
+TEST(ServingGrammar, LogitBiasSteersTheDraw) {
+  ServingEngine s(tiny_options(256), {});
+  GenerationRequest r = test::greedy_request(test::random_prompt(3, 6), 5);
+  const std::vector<int32_t> plain = collect(*s.submit(r)).ids();
+  ASSERT_EQ(plain.size(), 5u);
+  r.logit_bias = {{42, 100.0f}};
+  EXPECT_EQ(collect(*s.submit(r)).ids(), std::vector<int32_t>(5, 42));
+  r.logit_bias = {{plain[0], -100.0f}};
+  EXPECT_NE(collect(*s.submit(r)).ids()[0], plain[0]);
+  // with a format: the bias applies among the allowed tokens only
+  GenerationRequest g = constrained(OutputFormatKind::Regex, "[ab]{4}", 5, 10);
+  g.sampling.temperature = 0;
+  const std::string a = std::string(1, 'a');
+  const std::vector<int32_t> a_ids = s.tokenize(a, false, false);
+  ASSERT_EQ(a_ids.size(), 1u);
+  g.logit_bias = {{a_ids[0], 100.0f}, {42, 100.0f}};
+  const test::Collected c = collect(*s.submit(g));
+  EXPECT_EQ(c.finish, FinishReason::Stop);
+  EXPECT_EQ(c.text, "aaaa");
+  r.logit_bias = {{1 << 30, 1.0f}};
+  EXPECT_THROW(s.submit(r), Error);
+}
+
 TEST(ServingGrammar, UnsupportedSchemaIsRefusedAtSubmit) {
   ServingEngine s(tiny_options(256), {});
   try {

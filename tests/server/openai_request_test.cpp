@@ -67,6 +67,14 @@ TEST(OpenAIRequest, ResponseFormats) {
   EXPECT_EQ(g.text, "root ::= \"a\"");
 }
 
+TEST(OpenAIRequest, LogitBias) {
+  const ParsedRequest r = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}],
+      "logit_bias": {"5": -100, "17": 2.5}})");
+  ASSERT_EQ(r.logit_bias.size(), 2u);
+  EXPECT_EQ(r.logit_bias[0], (std::pair<int32_t, float>{17, 2.5f}));  // nlohmann's objects iterate keys sorted
+  EXPECT_EQ(r.logit_bias[1], (std::pair<int32_t, float>{5, -100.0f}));
+}
+
 TEST(OpenAIRequest, DefaultsAreOpenAIs) {
   const ParsedRequest r = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}]})");
   EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
@@ -130,7 +138,9 @@ TEST(OpenAIRequest, BadParametersAreNamed) {
       {"top_logprobs", R"("logprobs": true, "top_logprobs": 21)"},
       {"model", R"("model": 7)"},
       {"ignore_eos", R"("ignore_eos": 1)"},
-      {"logit_bias", R"("logit_bias": {"5": 10})"},
+      {"logit_bias", R"("logit_bias": {"5": 101})"},
+      {"logit_bias", R"("logit_bias": {"x5": 1})"},
+      {"logit_bias", R"("logit_bias": [1])"},
       {"echo", R"("echo": true)"},
       {"response_format", R"("response_format": "json")"},
       {"response_format.type", R"("response_format": {"type": "xml"})"},
