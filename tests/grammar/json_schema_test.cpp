@@ -10,6 +10,7 @@
 #include <random>
 
 #include "core/check.h"
+#include "fixtures/sanitizer.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 #include "grammar_test_util.h"
@@ -201,8 +202,16 @@ TEST(JsonSchema, CorpusRandomWalksAllValidate) {
   std::mt19937 rng(29);
   std::string line;
   int n_schemas = 0, n_finished = 0, n_outputs = 0;
+  // Under AddressSanitizer (10x slower) every 4th schema is walked; all of them compile.
+  const int stride = test::kAddressSanitizer ? 4 : 1;
+  int n_walked = 0;
   while (std::getline(in, line)) {
     ++n_schemas;
+    if ((n_schemas - 1) % stride != 0) {
+      compile_json_schema(line);
+      continue;
+    }
+    ++n_walked;
     const auto g = std::make_shared<CompiledGrammar>(compile_json_schema(line), vocab);
     for (int walk = 0; walk < 2; ++walk) {
       bool finished = false;
@@ -216,7 +225,7 @@ TEST(JsonSchema, CorpusRandomWalksAllValidate) {
   }
   out.close();
   EXPECT_GE(n_schemas, 100);
-  EXPECT_GE(n_finished, n_schemas * 2 * 9 / 10) << "too many walks did not finish";
+  EXPECT_GE(n_finished, n_walked * 2 * 9 / 10) << "too many walks did not finish";
   const std::string python = std::string(FERRY_BINARY_DIR) + "/.venv-test/bin/python";
   if (std::system((python + " -c 'import jsonschema' 2>/dev/null").c_str()) != 0) {
     GTEST_SKIP() << n_outputs << " outputs are JSON; no venv with jsonschema for the schema check "
