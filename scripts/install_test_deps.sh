@@ -6,12 +6,12 @@ set -euo pipefail
 
 build_dir="${1:-build}"
 venv="$build_dir/.venv-test"
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import openai" 2>/dev/null; then
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import openai, jsonschema" 2>/dev/null; then
   exit 0
 fi
 mkdir -p "$build_dir"
-echo "ferry: creating $venv (pip install openai)"
-if ! python3 -m venv "$venv" || ! "$venv/bin/pip" install -q --disable-pip-version-check openai; then
+echo "ferry: creating $venv (pip install openai jsonschema rfc3339-validator)"
+if ! python3 -m venv "$venv" || ! "$venv/bin/pip" install -q --disable-pip-version-check openai jsonschema rfc3339-validator; then
   echo "ferry: could not set up $venv; the openai client tests will be skipped" >&2
   rm -rf "$venv"
   exit 0

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"  // ferry::Error (a std::runtime_error), the base of QueueFull
@@ -55,6 +56,16 @@ struct ServingOptions {
                                  // consistency); O(n_blocks) per step. A violation fails the requests in flight.
 };
 
+// Structured output: the generated text is constrained to a sentence of the format (each step samples only
+// tokens that keep it a viable prefix), and generation ends with finish Stop when the format is complete and
+// nothing can follow it. submit() compiles it (cached by text) and throws ferry::Error naming a bad or
+// unsupported schema feature.
+enum class OutputFormatKind { Text, JsonObject, JsonSchema, Regex, Gbnf };
+struct OutputFormat {
+  OutputFormatKind kind = OutputFormatKind::Text;
+  std::string text;  // JsonSchema: the schema (JSON text); Regex: the pattern; Gbnf: the grammar; else unused
+};
+
 // One generation request. Every field is validated by submit(), which throws ferry::Error naming the bad one.
 struct GenerationRequest {
   std::vector<int32_t> prompt;        // token ids, 1 .. context-1 of them
@@ -64,7 +75,12 @@ struct GenerationRequest {
   bool ignore_eos = false;            // keep going past end-of-generation tokens
   int32_t logprobs = -1;              // -1: none; 0..20: the chosen token's logprob and this many top alternatives
   uint64_t cache_salt = 0;            // prefix-cache partition: cached blocks are shared only between equal salts
+  OutputFormat format;                // structured output (rows with one sample on the host)
+  // OpenAI's logit_bias: (token id, bias in -100..100) added to the token's logit before sampling (rows with
+  // one sample on the host); at most kMaxLogitBias entries.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
+inline constexpr size_t kMaxLogitBias = 1024;
 
 struct TokenLogprobOut {
   int32_t id = 0;

@@ -1,5 +1,7 @@
 #include "engine/postprocess.h"
 
+#include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "core/check.h"
@@ -15,6 +17,37 @@ TokenLogprobOut logprob_out(const TokenLogprob& lp, const Tokenizer& tokenizer) 
 
 }  // namespace
 
+void compute_grammar_mask(Sequence& seq, size_t vocab_size) {
+  seq.grammar_mask.resize((vocab_size + 63) / 64);
+  seq.matcher->fill_mask(seq.grammar_mask);
+  seq.grammar_mask_ready = true;
+}
+
+std::span<const float> adjusted_logits(Sequence& seq, std::span<const float> logits) {
+  if (!seq.matcher) {
+    seq.masked_logits.assign(logits.begin(), logits.end());
+    for (const auto& [id, bias] : seq.request.logit_bias) seq.masked_logits[size_t(id)] += bias;
+    return seq.masked_logits;
+  }
+  if (!seq.grammar_mask_ready) compute_grammar_mask(seq, logits.size());
+  seq.grammar_mask_ready = false;
+  FERRY_CHECK(seq.grammar_mask.size() * 64 >= logits.size(), "grammar: mask of {} words for {} logits",
+              seq.grammar_mask.size(), logits.size());
+  seq.masked_logits.resize(logits.size());
+  bool any = false;
+  for (size_t w = 0; w * 64 < logits.size(); ++w) {
+    const uint64_t bits = seq.grammar_mask[w];
+    any = any || bits != 0;
+    const size_t end = std::min(logits.size(), w * 64 + 64);
+    for (size_t t = w * 64; t < end; ++t) {
+      seq.masked_logits[t] = ((bits >> (t - w * 64)) & 1) ? logits[t] : -std::numeric_limits<float>::infinity();
+    }
+  }
+  FERRY_CHECK(any, "grammar: no token of the vocabulary continues the output format here");
+  for (const auto& [id, bias] : seq.request.logit_bias) seq.masked_logits[size_t(id)] += bias;  // -inf stays
+  return seq.masked_logits;
+}
+
 void sample_rows(std::span<SampleRow> rows, ThreadPool* pool) {
   // The rows left to the host sampler (rows drawn on the device are done).
   size_t n_host = 0;
@@ -29,7 +62,13 @@ void sample_rows(std::span<SampleRow> rows, ThreadPool* pool) {
     SampleRow& r = host.empty() ? rows[size_t(i)] : *host[size_t(i)];
     try {
       Sequence& seq = *r.seq;
-      r.token = seq.sampler->sample(r.logits, seq.tokens);
+      if (seq.matcher || !seq.request.logit_bias.empty()) {
+        r.token = seq.sampler->sample(adjusted_logits(seq, r.logits), seq.tokens);
+        FERRY_CHECK(!seq.matcher || seq.matcher->accept_token(r.token),
+                    "grammar: the sampler drew token {}, which the output format does not allow", r.token);
+      } else {
+        r.token = seq.sampler->sample(r.logits, seq.tokens);
+      }
       r.has_logprobs = seq.request.logprobs >= 0;
       if (r.has_logprobs) r.logprobs = token_logprobs(r.logits, r.token, seq.request.logprobs);
     } catch (const std::exception& e) {
@@ -53,7 +92,7 @@ TokenOutcome finish_token(const SampleRow& row, const Tokenizer& tokenizer, int3
     FERRY_ASSERT(size_t(row.at) < seq.tokens.size() && seq.tokens[size_t(row.at)] < 0 && seq.n_placeholders > 0);
     --seq.n_placeholders;
   }
-  if (!req.ignore_eos && tokenizer.is_eog(tok)) {  // the end-of-generation token itself is not output
+  if ((!req.ignore_eos || (seq.matcher && seq.matcher->is_terminated())) && tokenizer.is_eog(tok)) {  // the end-of-generation token itself is not output
     out.finished = true;
     out.reason = FinishReason::Stop;
     out.text = seq.text->finish();
@@ -77,6 +116,10 @@ TokenOutcome finish_token(const SampleRow& row, const Tokenizer& tokenizer, int3
   out.tokens.push_back(std::move(g));
   out.text = seq.text->push(tok);
   if (seq.text->stopped()) {
+    out.finished = true;
+    out.reason = FinishReason::Stop;
+  } else if (seq.matcher && seq.matcher->must_stop()) {  // the format is complete and nothing can follow
+    out.text += seq.text->finish();
     out.finished = true;
     out.reason = FinishReason::Stop;
   } else if (seq.usage.completion_tokens >= req.max_tokens || length > context) {

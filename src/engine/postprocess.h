@@ -41,6 +41,13 @@ struct SampleRow {
   std::string error;          // non-empty: sampling failed (every logit NaN/-inf); the caller fails the request
 };
 
+// Structured output: seq.grammar_mask for the next draw (seq.matcher set; vocab_size logits). Thread-safe
+// across sequences (a matcher per sequence; the shared mask cache locks).
+void compute_grammar_mask(Sequence& seq, size_t vocab_size);
+// The logits with the request's logit_bias added and (structured output) the tokens the mask disallows at -inf
+// (the mask is computed first unless ready). Throws ferry::Error when the format allows no token.
+std::span<const float> adjusted_logits(Sequence& seq, std::span<const float> logits);
+
 // Samples every row not on_device (and computes its logprobs), spread over pool's threads (nullptr or size 1:
 // in order on this thread). Never throws for a row's error: it is stored in that row.
 void sample_rows(std::span<SampleRow> rows, ThreadPool* pool);

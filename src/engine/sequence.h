@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/request_channel.h"
+#include "grammar/matcher.h"
 #include "sampling/sampler.h"
 #include "engine/text_stream.h"
 #include "ferry/serving.h"
@@ -46,6 +47,13 @@ struct Sequence {
   int32_t n_inflight = 0;       // of table.n_tokens: tokens whose K/V a launched step is still writing
   int32_t n_placeholders = 0;   // entries of `tokens` that are placeholders (< 0) of tokens being drawn
   int32_t steps_in_flight = 0;  // launched, not yet postprocessed steps holding a chunk of this sequence
+  // Structured output (request.format): the matcher's state after the tokens generated so far, the mask of the
+  // next draw ((ceil(vocab_size / 64),) bits; computed while the device runs the step when mask_ready) and the
+  // masked logits ((vocab_size) f32, disallowed tokens at -inf).
+  std::unique_ptr<grammar::GrammarMatcher> matcher;
+  std::vector<uint64_t> grammar_mask;
+  bool grammar_mask_ready = false;
+  std::vector<float> masked_logits;
   uint32_t epoch = 0;           // bumped when the block table is reset (preemption): a step launched before
                                 // must not advance the new table
 

@@ -4,7 +4,9 @@
 #include "ferry/serving.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -18,6 +20,7 @@
 #include "engine/request_queue.h"
 #include "engine/scheduler.h"
 #include "engine/step_profile.h"
+#include "grammar/grammar_cache.h"
 
 namespace ferry {
 
@@ -106,6 +109,10 @@ struct ServingEngine::Impl {
   bool debug = false;
   std::mutex join_mu;
   std::thread loop;
+  // Structured output: compiled formats by text, over the model's vocabulary (made on first use; thread-safe).
+  std::once_flag grammars_once;
+  std::unique_ptr<grammar::GrammarCache> grammars;
+  grammar::GrammarCache& grammar_cache();
 
   void run_loop();
   // One iteration: schedule, launch, then postprocess every launched step but (asynchronous scheduling) the newest.
@@ -123,6 +130,24 @@ struct ServingEngine::Impl {
   void publish_stats(double step_seconds, int64_t new_tokens);
   void check_invariants() const;
 };
+
+grammar::GrammarCache& ServingEngine::Impl::grammar_cache() {
+  std::call_once(grammars_once, [&] {
+    // (vocab_size) token bytes: control tokens and the padding rows past the tokenizer's vocabulary are empty
+    // (never allowed); end-of-generation tokens are the stop tokens, allowed when the format is complete.
+    const Tokenizer& tok = *m->tokenizer;
+    const int32_t vocab = m->model->config().vocab_size;
+    std::vector<std::string> bytes(static_cast<size_t>(vocab));
+    std::vector<int32_t> stops;
+    for (int32_t id = 0; id < std::min(vocab, tok.vocab_size()); ++id) {
+      if (tok.is_eog(id)) stops.push_back(id);
+      else if (!tok.is_control(id)) bytes[size_t(id)] = tok.token_to_piece(id);
+    }
+    grammars = std::make_unique<grammar::GrammarCache>(
+        std::make_shared<const grammar::TokenVocab>(std::move(bytes), std::move(stops)), 64);
+  });
+  return *grammars;
+}
 
 void ServingEngine::Impl::check_invariants() const {
   const BlockPool& pool = blocks->pool();
@@ -256,7 +281,8 @@ void ServingEngine::Impl::launch(StepPlan&& plan, Clock::time_point scheduled) {
       if (!c.sample) continue;
       const GenerationRequest& req = c.seq->request;
       RowSampling& r = s.rows.emplace_back();
-      const bool host = req.logprobs >= 0 || req.sampling.penalties_active();
+      const bool host = req.logprobs >= 0 || req.sampling.penalties_active() || c.seq->matcher != nullptr ||
+                        !req.logit_bias.empty();
       r.mode = host ? RowMode::Host : RowMode::Device;
       r.params = req.sampling;
       r.position = uint64_t(c.seq->tokens.size());
@@ -294,6 +320,26 @@ void ServingEngine::Impl::launch(StepPlan&& plan, Clock::time_point scheduled) {
       ++seq->n_placeholders;
     }
     s.placeholder_at.push_back(at);
+  }
+  // Structured output: the rows' masks are computed now, on the sample threads, while the device runs the step
+  // (the matcher's state is final: a constrained row is postprocessed before the next launch).
+  std::vector<Sequence*> constrained;
+  for (const ScheduledChunk& c : plan.chunks)
+    if (c.sample && c.seq->matcher && !c.seq->matcher->is_terminated()) constrained.push_back(c.seq);
+  if (!constrained.empty()) {
+    const size_t vocab = size_t(m->model->config().vocab_size);
+    auto one = [&](int64_t i) {
+      try {
+        compute_grammar_mask(*constrained[size_t(i)], vocab);
+      } catch (const std::exception&) {
+        constrained[size_t(i)]->grammar_mask_ready = false;  // sample_rows computes it again and reports the error
+      }
+    };
+    if (postprocess_pool && postprocess_pool->size() > 1 && constrained.size() > 1) {
+      postprocess_pool->run_chunks(int64_t(constrained.size()), one);
+    } else {
+      for (size_t i = 0; i < constrained.size(); ++i) one(int64_t(i));
+    }
   }
   s.launch_s = std::chrono::duration<double>(Clock::now() - t1).count();
   s.plan = std::move(plan);
@@ -539,7 +585,20 @@ std::shared_ptr<RequestHandle> ServingEngine::submit(GenerationRequest r) {
     FERRY_CHECK(!st.empty() && st.size() <= kMaxStopBytes, "stop: each stop string must have 1..{} bytes, got {}",
                 kMaxStopBytes, st.size());
 
+  FERRY_CHECK(r.logit_bias.size() <= kMaxLogitBias, "logit_bias: at most {} entries, got {}", kMaxLogitBias,
+              r.logit_bias.size());
+  for (const auto& [id, bias] : r.logit_bias) {
+    FERRY_CHECK(id >= 0 && id < vocab, "logit_bias: token id {} is outside the vocabulary [0, {})", id, vocab);
+    FERRY_CHECK(std::isfinite(bias) && bias >= -100.0f && bias <= 100.0f, "logit_bias: bias {} of token {} must be in -100..100", bias, id);
+  }
   auto seq = std::make_unique<Sequence>();
+  if (r.format.kind != OutputFormatKind::Text) {
+    const grammar::ConstraintKind kind = r.format.kind == OutputFormatKind::JsonObject ? grammar::ConstraintKind::JsonObject
+                                         : r.format.kind == OutputFormatKind::JsonSchema ? grammar::ConstraintKind::JsonSchema
+                                         : r.format.kind == OutputFormatKind::Regex ? grammar::ConstraintKind::Regex
+                                                                                    : grammar::ConstraintKind::Gbnf;
+    seq->matcher = std::make_unique<grammar::GrammarMatcher>(s.grammar_cache().get(kind, r.format.text));
+  }
   seq->id = s.next_id.fetch_add(1);
   seq->n_prompt = int32_t(r.prompt.size());
   seq->usage.prompt_tokens = seq->n_prompt;

@@ -55,6 +55,8 @@ GenerationRequest build_generation_request(const ParsedRequest& parsed, const Se
   g.stop = parsed.stop;
   g.ignore_eos = parsed.ignore_eos;
   g.logprobs = parsed.logprobs;
+  g.format = parsed.format;
+  g.logit_bias = parsed.logit_bias;
   return g;
 }
 

@@ -198,11 +198,44 @@ void reject_unsupported(const json& body) {
   if (const json* n = field(body, "n"); n != nullptr && integer(*n, "n", 1, 1 << 20) != 1) bad("n", "only n = 1 is supported");
   if (const json* n = field(body, "best_of"); n != nullptr && integer(*n, "best_of", 1, 1 << 20) != 1) bad("best_of", "only best_of = 1 is supported");
   if (const json* e = field(body, "echo"); e != nullptr && boolean(*e, "echo")) bad("echo", "echo is not supported");
-  if (const json* b = field(body, "logit_bias"); b != nullptr && !(b->is_object() && b->empty())) bad("logit_bias", "logit_bias is not supported");
   if (const json* t = field(body, "tools"); t != nullptr && !(t->is_array() && t->empty())) bad("tools", "tools are not supported");
-  if (const json* f = field(body, "response_format")) {
-    const json* type = f->is_object() ? field(*f, "type") : nullptr;
-    if (type == nullptr || *type != "text") bad("response_format", "only {\"type\": \"text\"} is supported");
+}
+
+// body_text: the schema is read again from it in declared order (properties are generated in that order).
+void parse_response_format(const json& body, std::string_view body_text, ParsedRequest& r) {
+  const json* f = field(body, "response_format");
+  if (f == nullptr) return;
+  if (!f->is_object()) bad("response_format", "must be an object");
+  const json* type = field(*f, "type");
+  if (type == nullptr || !type->is_string()) bad("response_format.type", "is required and must be a string");
+  const std::string t = type->get<std::string>();
+  auto text_field = [&](const char* name) {
+    const json* v = field(*f, name);
+    if (v == nullptr || !v->is_string()) bad(std::string("response_format.") + name, "is required and must be a string");
+    return v->get<std::string>();
+  };
+  if (t == "text") return;
+  if (t == "json_object") {
+    r.format.kind = OutputFormatKind::JsonObject;
+  } else if (t == "json_schema") {
+    const json* js = field(*f, "json_schema");
+    if (js == nullptr || !js->is_object()) bad("response_format.json_schema", "is required and must be an object");
+    if (const json* n = field(*js, "name"); n != nullptr && !n->is_string()) bad("response_format.json_schema.name", "must be a string");
+    if (const json* st = field(*js, "strict")) boolean(*st, "response_format.json_schema.strict");
+    const json* schema = field(*js, "schema");
+    if (schema != nullptr && !schema->is_object() && !schema->is_boolean())
+      bad("response_format.json_schema.schema", "must be an object");
+    r.format.kind = OutputFormatKind::JsonSchema;
+    // no schema: any JSON value
+    r.format.text = schema == nullptr ? "{}"
+                                      : nlohmann::ordered_json::parse(body_text.begin(), body_text.end())["response_format"]
+                                                                     ["json_schema"]["schema"].dump();
+  } else if (t == "regex") {
+    r.format = {OutputFormatKind::Regex, text_field("regex")};
+  } else if (t == "grammar") {
+    r.format = {OutputFormatKind::Gbnf, text_field("grammar")};
+  } else {
+    bad("response_format.type", "must be one of text, json_object, json_schema, regex, grammar, got " + type->dump());
   }
 }
 
@@ -229,6 +262,22 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text, const
     if (endpoint == Endpoint::Chat) parse_messages(body, r);
     else parse_prompt(body, r);
     reject_unsupported(body);
+    parse_response_format(body, body_text, r);
+    if (const json* b = field(body, "logit_bias")) {
+      if (!b->is_object()) bad("logit_bias", "must be an object of token id -> bias");
+      if (b->size() > kMaxLogitBias) bad("logit_bias", "at most " + std::to_string(kMaxLogitBias) + " entries");
+      for (const auto& [key, value] : b->items()) {
+        size_t used = 0;
+        long long id = -1;
+        try {
+          id = std::stoll(key, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != key.size() || id < 0 || id > std::numeric_limits<int32_t>::max())
+          bad("logit_bias", "keys must be token ids, got \"" + key + "\"");
+        r.logit_bias.push_back({int32_t(id), float(number(value, "logit_bias", -100, 100))});
+      }
+    }
     parse_sampling(body, r);
     const char* max_name = "max_tokens";
     const json* mt = field(body, "max_tokens");

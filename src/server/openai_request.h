@@ -12,6 +12,7 @@
 
 #include "ferry/engine.h"
 #include "ferry/sampling.h"
+#include "ferry/serving.h"
 
 namespace ferry::server {
 
@@ -39,6 +40,10 @@ struct ParsedRequest {
   bool ignore_eos = false;                // vLLM's extension: generate exactly max_tokens
   std::string cache_salt;                 // vLLM's extension: prefix-cache partition ("" : the caller's default)
   int32_t logprobs = -1;                  // -1: none; else the number of top alternatives per token
+  // response_format: text, json_object, json_schema ({"json_schema": {"name", "schema", "strict"}}), and the
+  // extensions {"type": "regex", "regex": "..."} and {"type": "grammar", "grammar": "<GBNF>"}.
+  OutputFormat format;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias (-100..100); ids checked by the engine
 };
 
 // Throws ApiError(400) for malformed JSON (param null) or a bad parameter (param named).

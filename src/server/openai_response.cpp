@@ -74,7 +74,7 @@ json logprobs_json(Endpoint endpoint, std::span<const GeneratedToken> tokens, si
 json full_response(const ResponseMeta& meta, const std::string& text, FinishReason finish, const RequestUsage& usage,
                    const std::optional<json>& logprobs) {
   json choice = {{"index", 0}};
-  if (meta.endpoint == Endpoint::Chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+  if (meta.endpoint == Endpoint::Chat) choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
   else choice["text"] = text;
   choice["logprobs"] = logprobs ? *logprobs : json(nullptr);
   choice["finish_reason"] = finish_reason_name(finish);

@@ -10,6 +10,7 @@
 #include "server/api_error.h"
 #include "server/openai_response.h"
 #include "server/sse.h"
+#include "server/tokenize.h"
 
 namespace ferry::server {
 namespace {
@@ -289,6 +290,22 @@ void install_routes(httplib::Server& http, RouteContext& ctx) {
       send_error(res, e);
     }
   });
+  for (const char* prefix : {"", "/v1"}) {
+    http.Post(std::string(prefix) + "/tokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
+      try {
+        send_json(res, 200, tokenize_response(req.body, ctx.engine, ctx.facts));
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      }
+    });
+    http.Post(std::string(prefix) + "/detokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
+      try {
+        send_json(res, 200, detokenize_response(req.body, ctx.engine, ctx.facts));
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      }
+    });
+  }
   http.Get("/health", [&ctx](const httplib::Request&, httplib::Response& res) {
     if (ctx.draining.load()) send_json(res, 503, {{"status", "draining"}});
     else send_json(res, 200, {{"status", "ok"}});

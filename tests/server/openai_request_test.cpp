@@ -49,6 +49,32 @@ TEST(OpenAIRequest, ChatFullParameterSet) {
   EXPECT_TRUE(r.ignore_eos);
 }
 
+TEST(OpenAIRequest, ResponseFormats) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  auto format_of = [&](const std::string& f) { return parse_request(Endpoint::Chat, "{" + msgs + ", \"response_format\": " + f + "}").format; };
+  EXPECT_EQ(format_of(R"({"type": "text"})").kind, OutputFormatKind::Text);
+  EXPECT_EQ(format_of(R"({"type": "json_object"})").kind, OutputFormatKind::JsonObject);
+  const OutputFormat js = format_of(R"({"type": "json_schema", "json_schema": {"name": "w", "strict": true,
+      "schema": {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}}}})");
+  EXPECT_EQ(js.kind, OutputFormatKind::JsonSchema);
+  EXPECT_EQ(js.text, R"({"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string"}}})");  // declared order
+  EXPECT_EQ(format_of(R"({"type": "json_schema", "json_schema": {"name": "w"}})").text, "{}");
+  const OutputFormat re = format_of(R"({"type": "regex", "regex": "[a-z]+"})");
+  EXPECT_EQ(re.kind, OutputFormatKind::Regex);
+  EXPECT_EQ(re.text, "[a-z]+");
+  const OutputFormat g = format_of(R"({"type": "grammar", "grammar": "root ::= \"a\""})");
+  EXPECT_EQ(g.kind, OutputFormatKind::Gbnf);
+  EXPECT_EQ(g.text, "root ::= \"a\"");
+}
+
+TEST(OpenAIRequest, LogitBias) {
+  const ParsedRequest r = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}],
+      "logit_bias": {"5": -100, "17": 2.5}})");
+  ASSERT_EQ(r.logit_bias.size(), 2u);
+  EXPECT_EQ(r.logit_bias[0], (std::pair<int32_t, float>{17, 2.5f}));  // nlohmann's objects iterate keys sorted
+  EXPECT_EQ(r.logit_bias[1], (std::pair<int32_t, float>{5, -100.0f}));
+}
+
 TEST(OpenAIRequest, DefaultsAreOpenAIs) {
   const ParsedRequest r = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}]})");
   EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
@@ -112,8 +138,16 @@ TEST(OpenAIRequest, BadParametersAreNamed) {
       {"top_logprobs", R"("logprobs": true, "top_logprobs": 21)"},
       {"model", R"("model": 7)"},
       {"ignore_eos", R"("ignore_eos": 1)"},
-      {"logit_bias", R"("logit_bias": {"5": 10})"},
+      {"logit_bias", R"("logit_bias": {"5": 101})"},
+      {"logit_bias", R"("logit_bias": {"x5": 1})"},
+      {"logit_bias", R"("logit_bias": [1])"},
       {"echo", R"("echo": true)"},
+      {"response_format", R"("response_format": "json")"},
+      {"response_format.type", R"("response_format": {"type": "xml"})"},
+      {"response_format.json_schema", R"("response_format": {"type": "json_schema"})"},
+      {"response_format.json_schema.schema", R"("response_format": {"type": "json_schema", "json_schema": {"schema": 1}})"},
+      {"response_format.regex", R"("response_format": {"type": "regex"})"},
+      {"response_format.grammar", R"("response_format": {"type": "grammar", "grammar": 5})"},
   };
   for (const auto& [param, field] : cases) {
     const ApiError e = error_of(Endpoint::Chat, "{" + msgs + ", " + field + "}");

@@ -34,6 +34,7 @@ TEST(OpenAIResponse, ChatWholeAndChunks) {
   EXPECT_EQ(whole["object"], "chat.completion");
   EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(whole["choices"][0]["message"]["content"], "hi");
+  EXPECT_TRUE(whole["choices"][0]["message"].contains("refusal") && whole["choices"][0]["message"]["refusal"].is_null());
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
   EXPECT_TRUE(whole["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(whole["usage"]["total_tokens"], 13);
