@@ -42,7 +42,7 @@ struct ServingOptions {
   bool device_sampling = true;   // sample on the device where the backend can (CUDA at tensor-parallel world 1):
                                  // only token ids cross to the host; rows with logprobs or penalties still copy
                                  // their logits and sample on the host. Same tokens as the host sampler.
-                                 // Off: every row on the host (also FERRY_CUDA_SAMPLING=0).
+                                 // Off: every row on the host (also EngineOptions::device_sampling).
   bool async_scheduling = true;  // with device sampling: step k+1 is scheduled and launched before step k's tokens
                                  // reach the host (its inputs name them; the device fills them in), so the host's
                                  // schedule/postprocess overlaps the device's work. Same tokens as off. A step with

@@ -14,7 +14,7 @@ Runner add_quantize(CLI::App& app) {
   app.add_option("output", spec->output, "the .gguf file to write")->required();
   app.add_option("type", spec->type, "weight type or mix: " + types)->required();
   app.add_option("-t,--threads", spec->n_threads, "threads (0: all)");
-  return [spec] {
+  return [spec](const Env&) {
     const auto mib = [](size_t b) { return double(b) / (1024.0 * 1024.0); };
     const QuantizeTotals totals = quantize(*spec, [&](const QuantizeProgress& p) {
       std::fprintf(stderr, "[%4d/%4d] %-36s %-16s %6s -> %-6s %9.3f MiB -> %9.3f MiB\n", p.index, p.count,
