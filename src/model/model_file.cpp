@@ -112,6 +112,8 @@ ModelFile open_hf_folder(const std::string& dir) {
   return m;
 }
 
+}  // namespace
+
 // Sizes from config.json or GGUF metadata must agree with the tensors before anything is sized from them: a
 // hostile file could otherwise ask for 16M layers (memory allocated per layer before a tensor is found
 // missing) or a vocabulary of billions.
@@ -141,13 +143,15 @@ void check_config_against_tensors(const ModelFile& m) {
                 "{}: tensor '{}' is {}, but the config says intermediate size {}", m.path, up, t->shape_str(), c.hidden_dim);
 }
 
-}  // namespace
-
-ModelFile open_model(const std::string& path) {
+ModelFile open_model_metadata(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   FERRY_CHECK(fs::exists(path, ec), "model '{}' does not exist", path);
-  ModelFile m = fs::is_directory(path, ec) ? open_hf_folder(path) : open_gguf(path);
+  return fs::is_directory(path, ec) ? open_hf_folder(path) : open_gguf(path);
+}
+
+ModelFile open_model(const std::string& path) {
+  ModelFile m = open_model_metadata(path);
   check_config_against_tensors(m);
   return m;
 }

@@ -26,5 +26,11 @@ struct ModelFile {
 };
 
 ModelFile open_model(const std::string& path);  // throws ferry::Error naming the path and the problem
+// The config and vocabulary of a file whose tensors come from elsewhere (a `random:` model's metadata-only GGUF):
+// open_model without its tensor checks; the caller runs check_config_against_tensors once it has the tensors.
+ModelFile open_model_metadata(const std::string& path);
+// The sizes of the config against the tensors (layer count, vocabulary x dim, KV and FFN sizes): a ferry::Error
+// naming the first that disagrees, before anything is sized from the config.
+void check_config_against_tensors(const ModelFile& m);
 
 }  // namespace ferry

@@ -178,7 +178,7 @@ ModelFile open_random_model(const std::string& path) {
   ModelFile file;
   try {
     write_random_model(tmpl, config, type, seed, 1, /*with_weights=*/false);
-    file = open_model(tmpl);
+    file = open_model_metadata(tmpl);
   } catch (...) {
     unlink(tmpl);
     throw;
@@ -194,6 +194,7 @@ ModelFile open_random_model(const std::string& path) {
   }
   file.weights = std::make_unique<RandomWeightSource>(path, std::move(tensors));
   file.gguf_names = true;
+  check_config_against_tensors(file);
   return file;
 }
 
