@@ -120,7 +120,12 @@ ModelFile open_hf_folder(const std::string& dir) {
 void check_config_against_tensors(const ModelFile& m) {
   const ModelConfig& c = m.config;
   const bool g = m.gguf_names;
-  const auto find = [&](const std::string& name) { return m.weights->find(name); };
+  // Shapes from the tensor list (views; a random: model's tensors are not generated for this).
+  const auto find = [&](const std::string& name) -> const Tensor* {
+    for (const auto& [n, t] : m.tensors)
+      if (n == name) return &t;
+    return nullptr;
+  };
   FERRY_CHECK(int64_t(c.n_layers) * 7 <= int64_t(m.tensors.size()),
               "{}: the config says {} layers, but the file holds only {} tensors (at least 7 per layer)", m.path,
               c.n_layers, m.tensors.size());
