@@ -47,7 +47,7 @@ struct ServingOptions {
                                  // reach the host (its inputs name them; the device fills them in), so the host's
                                  // schedule/postprocess overlaps the device's work. Same tokens as off. A step with
                                  // logprobs or penalties rows is finished before the next launch. Also
-                                 // FERRY_ASYNC_SCHEDULING=0|1.
+                                 // `ferry serve --no-async-scheduling` turns it off.
   bool graph_warmup = true;      // backends that replay step graphs (CUDA, tp 1): record the graphs of the steps a
                                  // loaded server takes before serving (ModelRunner::warm_up_graphs; ~2 s at start
                                  // for Llama-3-8B) instead of capturing each on the first step that has its shape

@@ -31,7 +31,7 @@ struct StepPadding {
   int32_t scratch_first = -1;  // first scratch KV block (-1: no padding at all)
   int32_t n_scratch = 0;       // scratch blocks [scratch_first, scratch_first + n_scratch)
   bool pad_decodes = true;     // pure decode steps: sequences to a power of two (see below)
-  bool pad_prompts = false;    // prompt-carrying steps (FERRY_PROMPT_GRAPHS): tokens, sequences and logit rows
+  bool pad_prompts = false;    // prompt-carrying steps (EngineOptions::prompt_graphs): tokens, sequences and logit rows
   int32_t granule = kPromptPadGranule;  // tokens of a padded prompt step: a multiple of this, or max_step_tokens
 };
 

@@ -121,7 +121,7 @@ class LlamaModel {
   // (n_seqs, block-table bucket, logit rows) and replayed; the bucket is max_blocks_per_seq rounded up to a
   // power of two (tables are padded with -1). On by default; off: every step runs op by op.
   void set_step_graphs(bool on) { graphs_on_ = on; }
-  // Prompt-carrying steps too (off by default; FERRY_PROMPT_GRAPHS, EngineOptions::prompt_graphs): with step graphs
+  // Prompt-carrying steps too (EngineOptions::prompt_graphs): with step graphs
   // on, every step that is not a pure decode step is captured and replayed like one, keyed on its exact shape. The
   // caller pads such steps to a few shapes (engine/model_runner.h: tokens to a multiple of 64, sequences and logit
   // rows to a power of two); unpadded steps would each record a graph of their own. A captured step reads nothing

@@ -1,4 +1,4 @@
-// Prompt-carrying steps replayed from CUDA graphs (FERRY_PROMPT_GRAPHS, EngineOptions::prompt_graphs): the model
+// Prompt-carrying steps replayed from CUDA graphs (EngineOptions::prompt_graphs): the model
 // is a 4-layer cut of the SmolLM2-135M shape with random BF16 weights (head_dim 64: the tensor-core attention
 // kernels, the one-launch mixed kernel in captured steps).
 //  1. Runner level: each padded prompt step runs twice on the prompt-graph model; the first run of a shape is the

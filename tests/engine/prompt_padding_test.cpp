@@ -1,4 +1,4 @@
-// ModelRunner's prompt padding (StepPadding::pad_prompts, the shapes FERRY_PROMPT_GRAPHS replays from step graphs;
+// ModelRunner's prompt padding (StepPadding::pad_prompts, the shapes prompt graphs replay from step graphs;
 // run here on the CPU, which pads but does not capture): a prompt-carrying step padded to a multiple of the granule
 // (or the step budget), a power-of-two number of sequences and as many logit rows gives the real rows the same
 // logits bit for bit as the unpadded step (the CPU kernels are batch-invariant), writes only scratch KV blocks

@@ -29,7 +29,7 @@ class Sm90Gemm {
   // driver entry point (no libcuda link). available() is false on anything but compute capability 9.x or
   // when the entry point is missing; run() must not be called then. pdl: launch with programmatic stream
   // serialization (the first weight boxes are read before the previous kernel ends; gemm_sm90.cu), an option
-  // until measured (FERRY_CUDA_GEMM=pdl).
+  // until measured (FERRY_CUDA_TUNE=gemm=pdl).
   // Allocates the stream-K workspace on `device` (num_sms x 128 KB of partials and num_sms x 2 flags); run() then
   // allocates nothing. run() calls of one object must be ordered on one stream (they share the workspace).
   explicit Sm90Gemm(int device, bool pdl = false);

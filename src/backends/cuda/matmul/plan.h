@@ -85,7 +85,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const MatmulCaps& caps);
 // situ they win: a captured decode step chains PDL launches, which cuBLASLt's kernels break (each waits for a full
 // drain and ramps alone). Serving on one H200 (64 clients, 512/128, 2026-11-30, same call, one server each):
 // decode-only steps (55 sequences, padded to 64) 6.254 ms with the first rule, 6.065 ms with the wgmma skinny GEMM
-// for every 17..255-row matmul (FERRY_CUDA_SKINNY=wg): -3.0%, 4,953 | 4,995 -> 4,999 | 5,038 tok/s.
+// for every 17..255-row matmul (FERRY_CUDA_TUNE=skinny=wgmma): -3.0%, 4,953 | 4,995 -> 4,999 | 5,038 tok/s.
 // -> n = 33..64 wherever k >= 4096 (Llama-3-8B's qkv, wo, gate|up, down and lm head; TP=2 shards but wo, whose
 // k = 2048 lost 0.87-0.93 in the harness); cuBLASLt above 64 rows (0.82-0.97 at n = 96..255) and at k < 4096.
 // The matvec kernel at one token (matvec_bench on one H200, % of 4.30 TB/s; the columns are the kernels as they
