@@ -9,6 +9,7 @@
 #include "core/fp16.h"
 #include "formats/gguf.h"
 #include "formats/quant.h"
+#include "model/gguf_export.h"
 #include "model/quant_mix.h"
 
 namespace ferry {
@@ -254,22 +255,7 @@ namespace {
 
 // Metadata and the synthetic vocabulary of a random model.
 void set_random_model_metadata(GgufWriter& w, const ModelConfig& c) {
-  const std::string arch = arch_name(c.arch);
-  const std::string p = arch + ".";
-  w.set("general.architecture", GgufValue::str(arch));
-  w.set("general.name", GgufValue::str(c.name));
-  w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
-  w.set(p + "context_length", GgufValue::u32(uint32_t(c.max_context)));
-  w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.dim)));
-  w.set(p + "feed_forward_length", GgufValue::u32(uint32_t(c.hidden_dim)));
-  w.set(p + "attention.head_count", GgufValue::u32(uint32_t(c.n_heads)));
-  w.set(p + "attention.head_count_kv", GgufValue::u32(uint32_t(c.n_kv_heads)));
-  w.set(p + "attention.key_length", GgufValue::u32(uint32_t(c.head_dim)));
-  w.set(p + "attention.value_length", GgufValue::u32(uint32_t(c.head_dim)));
-  w.set(p + "rope.freq_base", GgufValue::f32(c.rope_theta));
-  w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(c.rope_dims)));
-  w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
-  w.set(p + "vocab_size", GgufValue::u32(uint32_t(c.vocab_size)));
+  set_gguf_config(w, c);
 
   const SyntheticVocab v = synthetic_vocab(c.vocab_size);
   w.set("tokenizer.ggml.model", GgufValue::str("gpt2"));
