@@ -65,6 +65,10 @@ TpChild parse_tp_child(const std::string& v) {
 
 std::span<const EnvVarInfo> env_variables() { return kVariables; }
 
+const char* tp_allreduce_name(TpAllReduce a) {
+  return a == TpAllReduce::kNccl ? "nccl" : a == TpAllReduce::kPeer ? "peer" : "auto";
+}
+
 Env Env::read() {
   Env e;
   e.simd = get("FERRY_SIMD");

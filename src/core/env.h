@@ -20,6 +20,8 @@ enum class TpAllReduce {
   kPeer,  // the peer all-reduce; an error when the GPUs cannot reach each other's memory
 };
 
+const char* tp_allreduce_name(TpAllReduce a);  // "auto", "nccl", "peer"
+
 // FERRY_TP_CHILD=RANK,WORLD,FD: set by `--tp N`'s launcher on the N-1 processes it starts (parallel/launcher.h).
 struct TpChild {
   int rank = 0;   // 1..world-1

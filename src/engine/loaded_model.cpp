@@ -39,8 +39,9 @@ bool want_bf16_copies(const Env& env, const ModelFile& file, int device_index) {
 }
 #endif
 
-std::unique_ptr<Backend> make_backend(const EngineOptions& o, const Env& env, const ModelFile& file, int device_index,
+std::unique_ptr<Backend> make_backend(const EngineOptions& o, const ModelFile& file, int device_index,
                                       int n_threads) {
+  const Env& env = o.env;
 #ifdef FERRY_HAS_CUDA
   if (o.device == "cuda") {
     FERRY_CHECK(o.kernels == KernelSet::Fast, "--kernels reference is the CPU oracle; use it with --device cpu");
@@ -150,7 +151,6 @@ std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn
   FERRY_CHECK(o.context >= 0 && o.context <= (1 << 24), "context {} out of range", o.context);
   FERRY_CHECK(o.max_step_tokens > 0 && o.max_step_tokens <= 65536, "step size {} out of range", o.max_step_tokens);
   FERRY_CHECK(o.block_size > 0 && o.block_size <= 1024, "block size {} out of range", o.block_size);
-  const Env& env = o.env;
   auto loaded = std::make_unique<LoadedModel>();
   LoadedModel& m = *loaded;
   // "random:SHAPE[:TYPE[:SEED]]": a random-weight model generated in memory, each rank its shard (parallel/random_weights.h).
@@ -160,8 +160,7 @@ std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn
   // Tensor parallelism (o.tp > 1; engine/tp_setup.h): this rank's shard and its communicator. Sizing gets
   // the shard's config (its share of the KV heads). A follower process never returns from here.
   ParallelModel pm = build_parallel_model(
-      o, env, m.file,
-      [&](int device_index, int n_threads) { return make_backend(o, env, m.file, device_index, n_threads); },
+      o, m.file, [&](int device_index, int n_threads) { return make_backend(o, m.file, device_index, n_threads); },
       [&](const ModelConfig& local) { return kv_shape_for(o, local, m.context, sizing); });
   m.backend = std::move(pm.backend);
   m.model = std::move(pm.model);

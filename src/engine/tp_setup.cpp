@@ -57,9 +57,7 @@ std::vector<uint8_t> pack(const KvCacheShape& kv, int32_t max_step) {
 // FERRY_TP_ALLREDUCE (core/env.h): installs the one-shot peer all-reduce for small messages on every rank, or
 // none. Collective over the link: every rank tries, and the peer path is used only when all of them succeeded.
 void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, NcclCommunicator& comm) {
-  std::string mode = env.tp_allreduce == TpAllReduce::kNccl   ? "nccl"
-                     : env.tp_allreduce == TpAllReduce::kPeer ? "peer"
-                                                              : "auto";
+  std::string mode = tp_allreduce_name(env.tp_allreduce);
   // Rank 0's setting on every rank (under mpirun a host's environment may differ unless passed with -x): the
   // steps below are collective, so all ranks must take the same branch.
   std::vector<uint8_t> m(mode.begin(), mode.end());  // never empty (an empty broadcast is the stop message)
@@ -179,9 +177,10 @@ std::pair<KvCacheShape, int32_t> agree_kv(Communicator& comm, const ShardPlan& p
 
 // `mpirun -np N ferry ... --device cpu`: one rank per process, collectives over the host link
 // (parallel/link_communicator.h); each rank's backend uses all cores of its process unless -t says otherwise.
-ParallelModel build_cpu_process_rank(const EngineOptions& o, const Env& env, const ModelFile& file,
+ParallelModel build_cpu_process_rank(const EngineOptions& o, const ModelFile& file,
                                      const MakeBackendFn& make_backend,
                                      const std::function<std::pair<KvCacheShape, int32_t>(const ModelConfig&)>& kv_for) {
+  const Env& env = o.env;
   make_shard_plan(file.config, 0, mpi_world(env));  // a clear error before the ranks meet
   ParallelModel pm;
   auto rt = std::make_shared<TpRuntime>();
@@ -203,15 +202,16 @@ ParallelModel build_cpu_process_rank(const EngineOptions& o, const Env& env, con
 
 }  // namespace
 
-ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const ModelFile& file,
+ParallelModel build_parallel_model(const EngineOptions& o, const ModelFile& file,
                                    const MakeBackendFn& make_backend,
                                    const std::function<std::pair<KvCacheShape, int32_t>(const ModelConfig&)>& kv_for) {
+  const Env& env = o.env;
   FERRY_CHECK(o.tp >= 1 && o.tp <= 64, "--tp {} out of range (1..64)", o.tp);
   const ModelConfig& c = file.config;
   ParallelModel pm;
 
   const int mpi = mpi_world(env);  // > 1: started by mpirun, one rank per process
-  if (mpi > 1 && o.device == "cpu") return build_cpu_process_rank(o, env, file, make_backend, kv_for);
+  if (mpi > 1 && o.device == "cpu") return build_cpu_process_rank(o, file, make_backend, kv_for);
   if (mpi == 1 && (o.device == "cpu" || o.tp == 1)) {
     // One process: world 1, or N rank threads sharing this machine's cores.
     const int world = o.tp;
@@ -267,9 +267,7 @@ ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const
                                                    int64_t(world) * plan.vocab.local_rows);
   rt->comm->step_done();
   if (rank == 0) {
-    const std::string how = env.tp_allreduce == TpAllReduce::kNccl   ? "nccl"
-                            : env.tp_allreduce == TpAllReduce::kPeer ? "peer"
-                                                                     : "auto";
+    const std::string how = tp_allreduce_name(env.tp_allreduce);
     pm.facts.emplace_back(
         "tp.collectives",
         fmt::format("{:.1f} us per decode step: {} all-reduces of {} B (FERRY_TP_ALLREDUCE={}) + logits all-gather of "

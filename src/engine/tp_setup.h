@@ -38,7 +38,7 @@ struct ParallelModel {
 using MakeBackendFn = std::function<std::unique_ptr<Backend>(int device_index, int n_threads)>;
 
 // kv_for(local_config): the KV cache shape for this rank's shard (rank 0's is used by every rank).
-ParallelModel build_parallel_model(const EngineOptions& o, const Env& env, const ModelFile& file,
+ParallelModel build_parallel_model(const EngineOptions& o, const ModelFile& file,
                                    const MakeBackendFn& make_backend,
                                    const std::function<std::pair<KvCacheShape, int32_t>(const ModelConfig& local)>& kv_for);
 
