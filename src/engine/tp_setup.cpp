@@ -56,7 +56,8 @@ std::vector<uint8_t> pack(const KvCacheShape& kv, int32_t max_step) {
 #ifdef FERRY_HAS_NCCL
 // FERRY_TP_ALLREDUCE (core/env.h): installs the one-shot peer all-reduce for small messages on every rank, or
 // none. Collective over the link: every rank tries, and the peer path is used only when all of them succeeded.
-void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, NcclCommunicator& comm) {
+void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, NcclCommunicator& comm,
+                            CudaBackend& cuda) {
   std::string mode = tp_allreduce_name(env.tp_allreduce);
   // Rank 0's setting on every rank (under mpirun a host's environment may differ unless passed with -x): the
   // steps below are collective, so all ranks must take the same branch.
@@ -113,30 +114,8 @@ void setup_small_all_reduce(const Env& env, HostLink& link, bool same_host, Nccl
     peer->run(x, n, stream);
     return true;
   });
-  comm.set_small_all_reduce_norm([peer](float* delta, float* residual, float* out, const float* weight, int64_t rows,
-                                        int64_t cols, float eps, CUstream_st* stream) {
-    if (!peer->fits_add_rms_norm(rows, cols)) return false;
-    peer->run_add_rms_norm(delta, residual, out, weight, rows, cols, eps, stream);
-    return true;
-  });
-  // kLamport only: a one-token row-parallel projection on a streamed matvec pushes its output rows into the peers'
-  // slots from its epilogue, and the all-reduce only polls (the same bits). Every rank decides alike: the same
-  // protocol (broadcast above), the same shapes.
-  if (peer->protocol() != PeerProtocol::kLamport) return;
-  comm.set_small_matmul_all_reduce_norm([peer](Backend& backend, const Tensor& out, const Tensor& residual,
-                                               const Tensor& delta, const Tensor& x, const Tensor& w,
-                                               const Tensor& weight, float eps) {
-    auto* cuda = dynamic_cast<CudaBackend*>(&backend);
-    const auto f32 = [](const Tensor& t) { return t.dtype == DType::F32; };
-    if (cuda == nullptr || !f32(out) || !f32(residual) || !f32(delta) || !f32(x) || !f32(weight) ||
-        !peer->fits_add_rms_norm(delta.rows(), delta.cols()) || !cuda->matmul_pushes(x.rows(), w))
-      return false;
-    cuda->matmul_peer_push(delta, x, w, peer->push_target());
-    peer->run_add_rms_norm(static_cast<float*>(delta.data), static_cast<float*>(residual.data),
-                           static_cast<float*>(out.data), static_cast<const float*>(weight.data), delta.rows(),
-                           delta.cols(), eps, cuda->stream(), /*pushed=*/true);
-    return true;
-  });
+  // The backend's sublayer ends fuse it with the residual add and the norm (CudaBackend::sublayer_end).
+  cuda.attach_peer_all_reduce(std::move(peer));
 }
 #endif
 
@@ -255,7 +234,8 @@ ParallelModel build_parallel_model(const EngineOptions& o, const ModelFile& file
   FERRY_ASSERT(cuda != nullptr);
   rt->comm = std::make_unique<NcclCommunicator>(
       NcclCommunicatorOptions{.link = rt->launch->link.get(), .stream = cuda->stream(), .timeout = tp_timeout(env)});
-  setup_small_all_reduce(env, *rt->launch->link, rt->launch->same_host, static_cast<NcclCommunicator&>(*rt->comm));
+  setup_small_all_reduce(env, *rt->launch->link, rt->launch->same_host, static_cast<NcclCommunicator&>(*rt->comm),
+                         *cuda);
   ModelWeights w = load_sharded_weights(plan, *file.weights, file.gguf_names, *pm.backend);
   // Rank 0 sizes the cache (for its shard) and every rank uses that shape.
   const auto [kv, max_step] = agree_kv(*rt->comm, plan, kv_for);

@@ -476,31 +476,21 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   backend_.embedding(x, weights_.tok_embd, ids);
   comm_->all_reduce_sum(x);  // vocab-parallel: each rank filled its own ids' rows, zeros elsewhere
   observe("tok_embd", -1, x);
-  // Whether layer l's attention norm runs inside its q|k|v projection (Backend::rms_norm_matmul): then the layer
-  // before leaves xb unwritten and only completes x. Never with a debug observer (it reads attn_norm).
-  const auto norm_in_qkv = [&](int l) {
-    const LayerWeights& L = weights_.layers[size_t(l)];
-    return observer_ == nullptr && !L.wqkv.empty() && comm_->norm_in_matmul(backend_, n, L.wqkv);
-  };
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = weights_.layers[size_t(l)];
     const Tensor k_cache = k_cache_[size_t(l)].view(backend_.kv_dtype(), {kv_.n_blocks, kv_.block_size, KVH, D});
     const Tensor v_cache = v_cache_[size_t(l)].view(backend_.kv_dtype(), {kv_.n_blocks, kv_.block_size, KVH, D});
 
-    // x is the complete residual stream here. Layers after the first: the previous layer's end also wrote this
-    // norm into xb (fused with its all-reduce where the communicator can), unless it runs in the projection.
-    const bool qkv_norms = norm_in_qkv(l);
-    if (l == 0 && !qkv_norms) backend_.rms_norm(xb, x, L.attn_norm, c.rms_eps);
-    if (!qkv_norms) observe("attn_norm", l, xb);
+    // x is the complete residual stream here. Layers after the first: the previous layer's end computed this norm
+    // into xb, or (next_w below) left it to this layer's q|k|v projection, as the backend chose. With a debug
+    // observer every intermediate is written (it reads attn_norm).
+    if (l == 0 && (L.wqkv.empty() || observer_ != nullptr)) backend_.rms_norm(xb, x, L.attn_norm, c.rms_eps);
+    observe("attn_norm", l, xb);
     if (!L.wqkv.empty()) {
       // Fused: one matmul for q|k|v, then one op for q/k norm, RoPE, q out and the K/V cache writes. With a
       // debug observer the op also leaves f32 copies of k and v, so q, k, v are observable as in the unfused path.
       // With the attention in one op: a backend may fuse the two at a decode step (q is then not written).
-      if (qkv_norms) {
-        backend_.rms_norm_matmul(flat(qkv), xb, x, L.attn_norm, c.rms_eps, L.wqkv, L.bqkv);
-      } else {
-        backend_.matmul(flat(qkv), xb, L.wqkv, L.bqkv);
-      }
+      backend_.rms_norm_matmul(flat(qkv), xb, x, L.attn_norm, c.rms_eps, L.wqkv, L.bqkv);
       backend_.qkv_attention({.qkv = qkv, .positions = pos, .slots = slots, .inv_freq = inv_freq_,
                               .q_norm = c.qk_norm ? L.q_norm : Tensor{}, .k_norm = c.qk_norm ? L.k_norm : Tensor{},
                               .eps = c.rms_eps, .ordering = c.rope_ordering, .q = q, .k_cache = k_cache,
@@ -526,20 +516,22 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     // act: (n, hidden) silu(gate) * up, the down projection's input: in the backend's matmul input dtype where
     // the fused op writes it (bf16 on a GPU: no conversion pass before the down GEMM), else f32 in place of gate.
     const Tensor act = L.w_gate_up.empty() ? gate : gate_.view(xb_dtype, {n, c.hidden_dim});
-    if (l + 1 < c.n_layers && !L.w_gate_up.empty() && observer_ == nullptr) {
-      // The rest of the layer as one op, which a backend may run as one launch (CUDA at a one-token step); the
+    // The next layer's attention norm and the weight that projects it (a backend may fold the norm into that
+    // projection); none with a debug observer, which reads each norm.
+    const LayerWeights* next = l + 1 < c.n_layers ? &weights_.layers[size_t(l) + 1] : nullptr;
+    const Tensor next_w = next != nullptr && observer_ == nullptr ? next->wqkv : Tensor{};
+    if (next != nullptr && !L.w_gate_up.empty() && observer_ == nullptr) {
+      // The rest of the layer as one op, which a backend may run in fewer launches (CUDA at a one-token step); the
       // path below is the same ops one by one, so that a debug observer can read each intermediate.
-      // The next layer's norm here, or (empty) in its q|k|v projection.
-      const Tensor next_norm = norm_in_qkv(l + 1) ? Tensor{} : weights_.layers[size_t(l) + 1].attn_norm;
-      comm_->attn_out_ffn(backend_, {.out = xb, .residual = x, .delta = delta, .attn = flat(attn), .wo = L.wo,
-                                     .ffn_norm = L.ffn_norm, .ffn_in = xb, .w_gate_up = L.w_gate_up,
-                                     .gate_up = gate_up, .act = act, .w_down = L.w_down, .next_norm = next_norm,
-                                     .eps = c.rms_eps});
+      backend_.attn_out_ffn({.out = xb, .residual = x, .delta = delta, .attn = flat(attn), .wo = L.wo,
+                             .ffn_norm = L.ffn_norm, .ffn_in = xb, .w_gate_up = L.w_gate_up, .gate_up = gate_up,
+                             .act = act, .w_down = L.w_down, .next_norm = next->attn_norm, .next_w = next_w,
+                             .eps = c.rms_eps, .group = comm_});
       continue;
     }
-    // Row-parallel: partial sums over this rank's heads; then x += delta and the ffn norm (one op: a backend may
-    // fuse the add and the norm into the projection where nothing is reduced across ranks).
-    comm_->matmul_all_reduce_add_rms_norm(backend_, xb, x, delta, flat(attn), L.wo, L.ffn_norm, c.rms_eps);
+    // Row-parallel: partial sums over this rank's heads, summed over the ranks; then x += delta and the ffn norm.
+    backend_.sublayer_end({.out = xb, .residual = x, .delta = delta, .x = flat(attn), .w = L.wo, .norm = L.ffn_norm,
+                           .eps = c.rms_eps, .group = comm_});
     observe("attn_out", l, delta);
     observe("ffn_norm", l, xb);
     if (!L.w_gate_up.empty()) {
@@ -551,9 +543,9 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     }
     // Row-parallel: partial sums over this rank's hidden units; then x += delta and the next layer's attention
     // norm (the last layer's sum goes to the output norm below, on the rows that need logits).
-    if (l + 1 < c.n_layers) {
-      comm_->matmul_all_reduce_add_rms_norm(backend_, xb, x, delta, act, L.w_down,
-                                            weights_.layers[size_t(l) + 1].attn_norm, c.rms_eps);
+    if (next != nullptr) {
+      backend_.sublayer_end({.out = xb, .residual = x, .delta = delta, .x = act, .w = L.w_down,
+                             .norm = next->attn_norm, .next_w = next_w, .eps = c.rms_eps, .group = comm_});
     } else {
       backend_.matmul(delta, act, L.w_down, Tensor{});
       comm_->all_reduce_sum(delta);

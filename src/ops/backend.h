@@ -21,6 +21,8 @@
 
 namespace ferry {
 
+class Communicator;  // ops/communicator.h: the ranks a row-parallel projection's partial sums are reduced over
+
 // Owning handle of backend memory.
 class DeviceBuffer {
  public:
@@ -137,62 +139,53 @@ class Backend {
   // or matmul_input_dtype(n)).
   virtual void add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
                             float eps) = 0;
-  // A row-parallel projection and what follows it, as one op: delta (n, dim) f32 = x (n, n_in) · w (dim, n_in)ᵀ;
-  // residual (n, dim) f32 += delta; out = rms_norm(residual) * norm_weight (out: f32 or matmul_input_dtype(n)).
-  // The default is matmul then add_rms_norm; a backend may fuse them (CUDA at one token: the add and the norm in
-  // the matvec's epilogue, one launch instead of two, the same bits).
-  virtual void matmul_add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& x,
-                                   const Tensor& w, const Tensor& norm_weight, float eps) {
-    matmul(delta, x, w, Tensor{});
-    add_rms_norm(out, residual, delta, norm_weight, eps);
-  }
+  // The end of a sublayer, as one op: a row-parallel projection, the sum of its partial outputs over the
+  // tensor-parallel group, the residual add and the next norm. Shapes:
+  struct SublayerEnd {
+    Tensor out;       // (n, dim): rms_norm(residual) * norm (f32 or matmul_input_dtype(n)); see next_w
+    Tensor residual;  // (n, dim) f32, updated in place: += delta
+    Tensor delta;     // (n, dim) f32 scratch: x · wᵀ, summed over the group
+    Tensor x;         // (n, n_in): the projection's input
+    Tensor w;         // (dim, n_in): this rank's columns of the row-parallel weight
+    Tensor norm;      // (dim) f32
+    Tensor next_w;    // the weight that projects out next, through rms_norm_matmul(…, out, residual, norm, …,
+                      // next_w, …), or empty. Given, the backend may leave out unwritten and compute the norm in that
+                      // projection instead (its choice; rms_norm_matmul always gives the right result).
+    float eps = 0;
+    Communicator* group = nullptr;  // the ranks whose partial sums add up (never null: world 1 adds nothing)
+  };
+  // The default is matmul, group->all_reduce_sum, add_rms_norm; a backend may fuse them (CUDA: the peer
+  // all-reduce's add and norm in one launch, or the projection pushing its rows to the peers).
+  virtual void sublayer_end(const SublayerEnd& s);
   // A layer's input norm and projection, as one op: normed = rms_norm(x) * norm_weight; out = normed · wᵀ + bias
-  // (x: (n, dim) f32; normed: (n, dim) scratch in matmul_input_dtype(n); out, w, bias as in matmul). A backend
-  // whose norm_in_matmul(n, w) is true computes the norm inside the projection and may leave normed unwritten.
+  // (x: (n, dim) f32; normed: (n, dim) scratch in matmul_input_dtype(n); out, w, bias as in matmul). Where the op
+  // before was a sublayer_end that wrote this norm into normed (same tensors), the norm is not computed again; a
+  // backend may compute it inside the projection and leave normed unwritten.
   virtual void rms_norm_matmul(const Tensor& out, const Tensor& normed, const Tensor& x, const Tensor& norm_weight,
-                               float eps, const Tensor& w, const Tensor& bias) {
-    rms_norm(normed, x, norm_weight, eps);
-    matmul(out, normed, w, bias);
-  }
-  // Whether rms_norm_matmul at n tokens on w computes its norm inside the projection (no launch, no round trip of
-  // the normed row through memory): then a layer's tail may leave the next layer's norm to it (AttnOutFfn's
-  // next_norm empty; Communicator::norm_in_matmul).
-  virtual bool norm_in_matmul(int64_t n_tokens, const Tensor& w) const {
-    (void)n_tokens, (void)w;
-    return false;
-  }
-  // A decode layer's tail after the attention, as one op (Backend::attn_out_ffn). Shapes as in the ops it composes.
+                               float eps, const Tensor& w, const Tensor& bias);
+  // A decode layer's tail after the attention, as one op. Shapes as in the ops it composes.
   struct AttnOutFfn {
     Tensor out;        // (n, dim): the next layer's attention input, rms_norm(residual) * next_norm (f32 or
                        // matmul_input_dtype(n)); also the FFN's normed input on the way (may alias ffn_in)
-    Tensor residual;   // (n, dim) f32, updated in place: += attn · woᵀ, then += act · w_downᵀ
+    Tensor residual;   // (n, dim) f32, updated in place: += attn · woᵀ, then += act · w_downᵀ (each summed over group)
     Tensor delta;      // (n, dim) f32 scratch (a projection's output)
     Tensor attn;       // (n, q_dim): the o-projection's input
-    Tensor wo;         // (dim, q_dim)
+    Tensor wo;         // (dim, q_dim): this rank's columns
     Tensor ffn_norm;   // (dim) f32
     Tensor ffn_in;     // (n, dim) scratch: rms_norm(residual) * ffn_norm, the gate|up input
-    Tensor w_gate_up;  // (2 hidden, dim)
+    Tensor w_gate_up;  // (2 hidden, dim): this rank's hidden units
     Tensor gate_up;    // (n, 2 hidden) f32 scratch
     Tensor act;        // (n, hidden): silu(gate) * up (matmul_swiglu's output dtype)
-    Tensor w_down;     // (dim, hidden)
-    Tensor next_norm;  // (dim) f32, or empty: out is left unwritten (the next layer's rms_norm_matmul computes the
-                       // norm from the residual, which is complete either way)
+    Tensor w_down;     // (dim, hidden): this rank's columns
+    Tensor next_norm;  // (dim) f32: the next layer's attention norm
+    Tensor next_w;     // as SublayerEnd::next_w, for out
     float eps = 0;
+    Communicator* group = nullptr;  // as SublayerEnd::group
   };
-  // matmul_add_rms_norm(ffn_in, residual, delta, attn, wo, ffn_norm); matmul_swiglu(act, gate_up, ffn_in,
-  // w_gate_up); matmul_add_rms_norm(out, residual, delta, act, w_down, next_norm). A backend may run the whole as
-  // one launch (CUDA at one token on Q8_0/Q4_0: cuda_ops::decode_ffn, the same bits); delta, gate_up and act may
-  // then be left unwritten. Without next_norm the composition's last step norms into the ffn_in scratch instead
-  // (its only way to add the down projection into the residual; the values are not used).
-  virtual void attn_out_ffn(const AttnOutFfn& a) {
-    matmul_add_rms_norm(a.ffn_in, a.residual, a.delta, a.attn, a.wo, a.ffn_norm, a.eps);
-    matmul_swiglu(a.act, a.gate_up, a.ffn_in, a.w_gate_up);
-    if (a.next_norm.empty()) {
-      matmul_add_rms_norm(a.ffn_in, a.residual, a.delta, a.act, a.w_down, a.ffn_norm, a.eps);
-    } else {
-      matmul_add_rms_norm(a.out, a.residual, a.delta, a.act, a.w_down, a.next_norm, a.eps);
-    }
-  }
+  // sublayer_end(ffn_in ← attn · wo, ffn_norm); matmul_swiglu(act, gate_up, ffn_in, w_gate_up); sublayer_end(out ←
+  // act · w_down, next_norm, next_w). A backend may run the whole in fewer launches (CUDA at one token: three
+  // streamed matvecs, decode_fusion.cpp); delta, gate_up, act and ffn_in may then be left unwritten.
+  virtual void attn_out_ffn(const AttnOutFfn& a);
   // out: (n, n_out) f32 = x (n, n_in) f32 (or matmul_input_dtype(n)) · w (n_out, n_in)ᵀ [+ bias (n_out) f32, or empty]
   virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
   // x: (n, n_heads, head_dim) f32, rotated in place; positions: (n) i32; inv_freq: (head_dim/2) f32
@@ -268,6 +261,25 @@ class Backend {
   static constexpr int kMaxMarksInFlight = 4;
   virtual uint64_t mark() { return 0; }
   virtual void wait_mark(uint64_t mark) { (void)mark; }
+
+ protected:
+  // The norm the last sublayer end wrote, for the rms_norm_matmul that follows it (the decode-layer fusion's
+  // one piece of state): a backend's sublayer_end / attn_out_ffn notes what it wrote; rms_norm_matmul takes it
+  // (and every note is taken or replaced by the next one, so nothing older than the last op is trusted).
+  void note_written_norm(const Tensor& out, const Tensor& residual, const Tensor& norm);
+  // True when normed holds rms_norm(x) * norm_weight as the last note says; clears the note either way.
+  bool take_written_norm(const Tensor& normed, const Tensor& x, const Tensor& norm_weight);
+  void forget_written_norm() { written_norm_ = {}; }  // a sublayer end that left its norm to the next projection
+
+ private:
+  struct WrittenNorm {
+    const void* out = nullptr;
+    const void* residual = nullptr;
+    const void* norm = nullptr;
+    int64_t rows = 0;
+    DType dtype = DType::F32;
+  };
+  WrittenNorm written_norm_;
 };
 
 }  // namespace ferry

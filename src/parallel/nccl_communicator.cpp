@@ -81,30 +81,6 @@ void NcclCommunicator::all_reduce_sum(const Tensor& x) {
   check_nccl(ncclAllReduce(x.data, x.data, size_t(x.numel()), ncclFloat32, ncclSum, comm_, stream_), "all-reduce");
 }
 
-void NcclCommunicator::all_reduce_add_rms_norm(Backend& backend, const Tensor& out, const Tensor& residual,
-                                               const Tensor& delta, const Tensor& weight, float eps) {
-  FERRY_ASSERT(delta.dtype == DType::F32 && delta.device == Device::Cuda);
-  FERRY_CHECK(!failed_, "{}", failure_);
-  // The fused kernel writes f32 rows; a bf16 out (the backend's matmul input dtype, at larger steps) takes the
-  // all-reduce and then the backend's norm.
-  if (small_norm_ && weight.dtype == DType::F32 && out.dtype == DType::F32 &&
-      small_norm_(static_cast<float*>(delta.data), static_cast<float*>(residual.data), static_cast<float*>(out.data),
-                  static_cast<const float*>(weight.data), delta.rows(), delta.cols(), eps, stream_)) {
-    return;
-  }
-  all_reduce_sum(delta);
-  backend.add_rms_norm(out, residual, delta, weight, eps);
-}
-
-void NcclCommunicator::matmul_all_reduce_add_rms_norm(Backend& backend, const Tensor& out, const Tensor& residual,
-                                                      const Tensor& delta, const Tensor& x, const Tensor& w,
-                                                      const Tensor& weight, float eps) {
-  FERRY_CHECK(!failed_, "{}", failure_);
-  if (small_matmul_norm_ && small_matmul_norm_(backend, out, residual, delta, x, w, weight, eps)) return;
-  backend.matmul(delta, x, w, Tensor{});
-  all_reduce_add_rms_norm(backend, out, residual, delta, weight, eps);
-}
-
 void NcclCommunicator::all_gather_inplace(const Tensor& buf) {
   FERRY_ASSERT(buf.dtype == DType::F32 && buf.device == Device::Cuda && buf.numel() % world() == 0);
   FERRY_CHECK(!failed_, "{}", failure_);

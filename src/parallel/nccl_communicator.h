@@ -45,10 +45,6 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return link_->rank(); }
   int world() const override { return link_->world(); }
   void all_reduce_sum(const Tensor& x) override;
-  void all_reduce_add_rms_norm(Backend& backend, const Tensor& out, const Tensor& residual, const Tensor& delta,
-                               const Tensor& weight, float eps) override;
-  void matmul_all_reduce_add_rms_norm(Backend& backend, const Tensor& out, const Tensor& residual, const Tensor& delta,
-                                      const Tensor& x, const Tensor& w, const Tensor& weight, float eps) override;
   void all_gather_inplace(const Tensor& buf) override;
   void broadcast(std::vector<uint8_t>& bytes) override;
   void barrier() override;
@@ -57,21 +53,10 @@ class NcclCommunicator final : public Communicator {
 
   // Small messages: `small(x, n, stream)` sums x ([n] f32 on this rank's device) over the ranks when it takes
   // the size (returns true), else NCCL does. engine/tp_setup installs the peer all-reduce
-  // (backends/cuda/peer_all_reduce.h) here on every rank alike, before the first step.
+  // (backends/cuda/comm/peer_all_reduce.h) here on every rank alike, before the first step (and hands it to the
+  // CUDA backend too, whose sublayer ends fuse it with the residual add and norm).
   using SmallAllReduce = std::function<bool(float* x, size_t n, CUstream_st* stream)>;
   void set_small_all_reduce(SmallAllReduce small) { small_ = std::move(small); }
-  // The same for all_reduce_add_rms_norm: `small_norm(delta, residual, out, weight, rows, cols, eps, stream)`
-  // does the fused all-reduce + residual add + RMSNorm when it takes the shape (returns true).
-  using SmallAllReduceNorm = std::function<bool(float* delta, float* residual, float* out, const float* weight,
-                                                int64_t rows, int64_t cols, float eps, CUstream_st* stream)>;
-  void set_small_all_reduce_norm(SmallAllReduceNorm small) { small_norm_ = std::move(small); }
-  // And for matmul_all_reduce_add_rms_norm as a whole: `matmul_norm(backend, out, residual, delta, x, w, weight,
-  // eps)` runs the projection and the fused all-reduce + add + norm when it takes the shapes (returns true; the
-  // projection may push its rows to the peers itself), else the projection and all_reduce_add_rms_norm run.
-  using SmallMatmulAllReduceNorm =
-      std::function<bool(Backend& backend, const Tensor& out, const Tensor& residual, const Tensor& delta,
-                         const Tensor& x, const Tensor& w, const Tensor& weight, float eps)>;
-  void set_small_matmul_all_reduce_norm(SmallMatmulAllReduceNorm small) { small_matmul_norm_ = std::move(small); }
 
  private:
   [[noreturn]] void die(const std::string& why) noexcept;  // the watchdog's and the link's way out
@@ -82,8 +67,6 @@ class NcclCommunicator final : public Communicator {
   std::chrono::seconds timeout_;
   ncclComm* comm_ = nullptr;
   SmallAllReduce small_;
-  SmallAllReduceNorm small_norm_;
-  SmallMatmulAllReduceNorm small_matmul_norm_;
   std::atomic<bool> stop_{false}, failed_{false};
   std::atomic<int64_t> step_started_ns_{0};  // steady-clock ns when the current step began; 0: idle
   std::mutex fail_mu_;

@@ -20,6 +20,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "fixtures/numeric.h"
 #include "formats/quant.h"
+#include "ops/communicator.h"
 
 namespace ferry {
 namespace {
@@ -294,24 +295,44 @@ TEST(PeerAllReduce, FusedAddRmsNormMatchesHost) {
   }
 }
 
-// A row-parallel projection that pushes its own rows (CudaBackend::matmul_peer_push, MatvecParams::peer_push:
-// the epilogues of matvec versions 9 and 10), then run_add_rms_norm(pushed = true), against matmul then
-// run_add_rms_norm(pushed = false) on the same inputs: delta, residual and out the same bits on every rank. One
-// CudaBackend per GPU; BF16 (version 9) 4096 x 2048 and Q8_0 (version 10) 4096 x 4096 shards; the two paths
-// alternate over 3 calls each, so pushed and self-pushed calls share the call counter and the buffer sets.
+// A group of `world` ranks whose reductions all go through the peer all-reduce the backend holds: any call that
+// reaches the communicator fails the test.
+class PeerOnlyGroup final : public Communicator {
+ public:
+  explicit PeerOnlyGroup(int world) : world_(world) {}
+  int rank() const override { return 0; }
+  int world() const override { return world_; }
+  void all_reduce_sum(const Tensor&) override { ADD_FAILURE() << "all_reduce_sum reached the communicator"; }
+  void all_gather_inplace(const Tensor&) override { ADD_FAILURE() << "all_gather_inplace reached the communicator"; }
+  void broadcast(std::vector<uint8_t>&) override {}
+  void barrier() override {}
+  void abort(const std::string&) noexcept override {}
+
+ private:
+  int world_;
+};
+
+// A row-parallel sublayer end at one token (CudaBackend::sublayer_end with the peer all-reduce attached: the
+// projection pushes its own rows from the streamed matvec's epilogue, MatvecParams::peer_push, then
+// run_add_rms_norm(pushed = true)) against matmul then run_add_rms_norm(pushed = false) on the same inputs: delta,
+// residual and out the same bits on every rank. One CudaBackend per GPU; BF16 (stream_half) 4096 x 2048 and Q8_0
+// (stream_quant) 4096 x 4096 shards; the two paths alternate over 3 calls each, so pushed and self-pushed calls
+// share the call counter and the buffer sets.
 TEST(PeerAllReduce, MatvecPushEqualsSelfPush) {
   const int world = gpu_count();
   if (world < 2) GTEST_SKIP() << "needs 2 GPUs, found " << world;
   const int n = std::min(world, PeerAllReduce::kMaxWorld);
   std::vector<std::unique_ptr<CudaBackend>> gpu;
-  std::vector<std::unique_ptr<PeerAllReduce>> peer;
+  std::vector<std::shared_ptr<PeerAllReduce>> peer;
   std::vector<std::vector<DeviceBuffer>> keep(static_cast<size_t>(n));
+  PeerOnlyGroup group(n);
   for (int r = 0; r < n; ++r) {
     CK(cudaSetDevice(r));
     CudaBackendOptions o;
     o.device_index = r;
     gpu.push_back(std::make_unique<CudaBackend>(o));
-    peer.push_back(std::make_unique<PeerAllReduce>(r, n));
+    peer.push_back(std::make_shared<PeerAllReduce>(r, n));
+    gpu.back()->attach_peer_all_reduce(peer.back());
   }
   std::vector<PeerAllReduce*> all;
   for (auto& p : peer) all.push_back(p.get());
@@ -342,7 +363,6 @@ TEST(PeerAllReduce, MatvecPushEqualsSelfPush) {
         quantize_row(t, f.data() + i * cols, bytes.data() + size_t(i) * row_bytes(t, cols), cols);
       CK(cudaSetDevice(r));
       w[size_t(r)] = gpu[size_t(r)]->prepare_weight(Tensor::make(t, {dim, cols}, bytes.data()), keep[size_t(r)]);
-      ASSERT_TRUE(gpu[size_t(r)]->matmul_pushes(1, w[size_t(r)])) << "no streamed matvec for " << dim << "x" << cols;
       x[size_t(r)] = upload(r, DType::F32, {1, cols}, nullptr);
       norm[size_t(r)] = upload(r, DType::F32, {dim}, norm_w.data());
       res_a[size_t(r)] = upload(r, DType::F32, {1, dim}, residual.data());
@@ -364,12 +384,13 @@ TEST(PeerAllReduce, MatvecPushEqualsSelfPush) {
           const Tensor& res = (pushed ? res_a : res_b)[size_t(r)];
           const Tensor& out = (pushed ? out_a : out_b)[size_t(r)];
           if (pushed) {
-            b.matmul_peer_push(delta, x[size_t(r)], w[size_t(r)], peer[size_t(r)]->push_target());
+            b.sublayer_end({.out = out, .residual = res, .delta = delta, .x = x[size_t(r)], .w = w[size_t(r)],
+                            .norm = norm[size_t(r)], .eps = 1e-5f, .group = &group});
           } else {
             b.matmul(delta, x[size_t(r)], w[size_t(r)], Tensor{});
+            peer[size_t(r)]->run_add_rms_norm(delta.ptr<float>(), res.ptr<float>(), out.ptr<float>(),
+                                              norm[size_t(r)].ptr<float>(), 1, dim, 1e-5f, b.stream(), false);
           }
-          peer[size_t(r)]->run_add_rms_norm(delta.ptr<float>(), res.ptr<float>(), out.ptr<float>(),
-                                            norm[size_t(r)].ptr<float>(), 1, dim, 1e-5f, b.stream(), pushed);
         }
       }
       for (int r = 0; r < n; ++r) {

@@ -34,20 +34,20 @@ constexpr int kDecodeSteps = 8;
 
 std::string fixture(const std::string& name) { return test::source_dir() + "/tests/fixtures/models/" + name; }
 
-std::unique_ptr<Backend> make_backend(bool fused, CpuKernels kernels, bool norm_in_matmul = false) {
+std::unique_ptr<Backend> make_backend(bool fused, CpuKernels kernels, bool defer_norms = false) {
   CpuBackendOptions o;
   o.kernels = kernels;
   o.n_threads = 1;
   o.simd = detect_simd();
-  if (fused) return std::make_unique<test::FusingCpuBackend>(o, norm_in_matmul);
+  if (fused) return std::make_unique<test::FusingCpuBackend>(o, defer_norms);
   return std::make_unique<CpuBackend>(o);
 }
 
 RankModel make_rank(const ModelFile& f, int rank, int world, Communicator* comm, bool fused, CpuKernels kernels,
-                    bool norm_in_matmul = false) {
+                    bool defer_norms = false) {
   const ShardPlan plan = make_shard_plan(f.config, rank, world);
   RankModel rm;
-  rm.backend = make_backend(fused, kernels, norm_in_matmul);
+  rm.backend = make_backend(fused, kernels, defer_norms);
   ModelWeights w = load_sharded_weights(plan, *f.weights, f.gguf_names, *rm.backend);
   rm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *rm.backend, KvCacheShape{kBlocks, kBlock}, 64,
                                           ParallelContext{comm, plan.vocab});
@@ -134,9 +134,9 @@ INSTANTIATE_TEST_SUITE_P(Models, FusedProjections,
                            return s;
                          });
 
-// Each layer's attention norm inside its q|k|v projection (Backend::norm_in_matmul, CUDA's path at one token): a
-// CPU backend that claims it at every step makes the model start every layer with rms_norm_matmul and end every
-// layer but the last without next_norm (the residual complete, xb left to the next layer). Same logits as the fused
+// Each layer's attention norm inside its q|k|v projection (CUDA's path at one token): a CPU backend whose layer tails
+// leave the next norm unwritten at every step (the residual complete, xb holding other values) makes every layer's
+// rms_norm_matmul compute its own. Same logits as the fused
 // path (rel L2 <= 1e-6: the same ops on the same values), and the counters show that path ran at every step.
 TEST(FusedProjections, NormInProjectionMatchesFused) {
   for (const char* name : {"tiny-llama", "tiny-qwen2", "tiny-qwen3"}) {
@@ -144,7 +144,7 @@ TEST(FusedProjections, NormInProjectionMatchesFused) {
     const ModelFile f = open_model(fixture(name));
     RankModel ref = make_rank(f, 0, 1, nullptr, true, CpuKernels::Fast);
     const RunResult want = run_model(*ref.model, f.config.vocab_size);
-    RankModel got = make_rank(f, 0, 1, nullptr, true, CpuKernels::Fast, /*norm_in_matmul=*/true);
+    RankModel got = make_rank(f, 0, 1, nullptr, true, CpuKernels::Fast, /*defer_norms=*/true);
     const RunResult have = run_model(*got.model, f.config.vocab_size);
     ASSERT_EQ(have.logits.size(), want.logits.size());
     EXPECT_LE(test::rel_l2(have.logits, want.logits), 1e-6);

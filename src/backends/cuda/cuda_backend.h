@@ -103,20 +103,21 @@ class CudaBackend final : public Backend {
   void add_rms_norm(const Tensor& out, const Tensor& residual, const Tensor& delta, const Tensor& weight,
                     float eps) override;
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) override;
-  // At one token where the plan streams w with the norm in its prologue (MatmulPlan::in_norm): one launch, normed
-  // left unwritten. Otherwise Backend's composition.
+  // The decode-layer fusion (decode_fusion.cpp), decided there and nowhere else:
+  // rms_norm_matmul: at one token where the plan streams w with the norm in its prologue (MatmulPlan::in_norm), one
+  // launch, normed left unwritten; where the sublayer end before it wrote normed, the projection alone.
   void rms_norm_matmul(const Tensor& out, const Tensor& normed, const Tensor& x, const Tensor& norm_weight, float eps,
                        const Tensor& w, const Tensor& bias) override;
-  bool norm_in_matmul(int64_t n_tokens, const Tensor& w) const override;
-  // Tensor parallelism's row-parallel projections before a peer all-reduce (engine/tp_setup): whether matmul at n
-  // tokens on w stores its rows from a streamed matvec's epilogue that can push them to the peers
-  // (MatmulPlan::peer_push), and that matmul with the push (MatvecParams::peer_push; out (1, w.rows()) f32, x (1,
-  // w.cols()) f32).
-  bool matmul_pushes(int64_t n_tokens, const Tensor& w) const;
-  void matmul_peer_push(const Tensor& out, const Tensor& x, const Tensor& w, const PeerAllReduce::PushTarget& target);
-  // At one token where the plan streams all three weights (decode_fusion.cpp): wo, then gate|up with the FFN norm
-  // in its prologue, then down with the residual add in its epilogue. Otherwise Backend's composition.
+  // sublayer_end: across ranks with the peer all-reduce attached, its fused reduce + add + norm (after a projection
+  // that pushes its rows to the peers from its epilogue where the plan allows: MatmulPlan::peer_push).
+  void sublayer_end(const SublayerEnd& s) override;
+  // attn_out_ffn: one rank, one token, all three weights streamed: wo, then gate|up with the FFN norm in its
+  // prologue and SwiGLU in its epilogue, then down with the residual add; the next norm left to the next
+  // rms_norm_matmul where its plan takes it in the prologue. Otherwise Backend's composition.
   void attn_out_ffn(const AttnOutFfn& a) override;
+  // Tensor parallelism's one-shot all-reduce over peer memory (engine/tp_setup, on every rank alike), for the
+  // sublayer ends; without it they reduce through the group's all_reduce_sum.
+  void attach_peer_all_reduce(std::shared_ptr<PeerAllReduce> peer) { peer_ = std::move(peer); }
   // MatvecParams::stream for a weight of type t (CudaTune::ring_quant / ring_half; every copy evict-first).
   cuda_ops::WeightStream weight_stream(DType t) const;
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeOrdering ordering) override;
@@ -160,6 +161,11 @@ class CudaBackend final : public Backend {
   void ensure(DeviceBuffer& buf, size_t bytes);
   // Throws (and clears) the errors kernels reported since the last check; call after a stream sync.
   void check_device_errors();
+  // sublayer_end's peer paths (decode_fusion.cpp): false where the shapes or dtypes do not fit them.
+  bool peer_sublayer_end(const SublayerEnd& s);
+  // matmul with its output rows pushed into the peers' slots (MatvecParams::peer_push; out (1, w.rows()) f32,
+  // x (1, w.cols()) f32), where plan(1, w).peer_push.
+  void matmul_peer_push(const Tensor& out, const Tensor& x, const Tensor& w, const PeerAllReduce::PushTarget& target);
 
   CudaBackendOptions options_;
   std::string device_name_;
@@ -169,6 +175,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda_ops::CublasLtGemm> gemm_;
   std::unique_ptr<cuda_ops::Sm90Gemm> sm90_gemm_;  // ferry's Hopper GEMM (options_.hopper_gemm)
   std::unique_ptr<cuda_ops::WgSkinnyGemm> wg_skinny_;  // the 33..255-token wgmma GEMM (options_.hopper_gemm)
+  std::shared_ptr<PeerAllReduce> peer_;  // attach_peer_all_reduce; null at one rank
   cuda_ops::DeviceErrors* errors_ = nullptr;  // mapped pinned host memory, written by kernels
   DeviceBuffer gemm_workspace_;  // cuBLASLt workspace
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path

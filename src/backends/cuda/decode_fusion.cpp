@@ -1,9 +1,10 @@
 // The CUDA backend's decode-layer fusion, in one place: at one token, where the matmul plan (matmul/plan.h) streams
 // the weights with the epilogues it names, a layer's attention norm runs in its q|k|v matvec's prologue
 // (rms_norm_matmul), its tail after the attention is three launches (attn_out_ffn: wo; gate|up with the FFN norm in
-// the prologue and the SwiGLU in the epilogue; down with the residual add), and a tensor-parallel row projection
-// pushes its rows to the peers (matmul_peer_push). Each op falls back to Backend's composition of single ops where
-// the plan does not take the shapes; the fused forms give the same bits.
+// the prologue and the SwiGLU in the epilogue; down with the residual add, the next norm left to the next layer's
+// q|k|v matvec), and across ranks a sublayer end is the peer all-reduce's fused reduce + add + norm, its projection
+// pushing its rows to the peers where the plan allows (sublayer_end). Each op falls back to Backend's composition of
+// single ops where the plan does not take the shapes; the fused forms give the same bits.
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_backend.h"
@@ -14,15 +15,18 @@
 #include "backends/cuda/matmul/plan.h"
 #include "backends/cuda/matmul/stream_quant.cuh"
 #include "core/check.h"
+#include "ops/communicator.h"
 
 namespace ferry {
 
-bool CudaBackend::norm_in_matmul(int64_t n_tokens, const Tensor& w) const { return plan(n_tokens, w).in_norm; }
-
 void CudaBackend::rms_norm_matmul(const Tensor& out, const Tensor& normed, const Tensor& x, const Tensor& norm_weight,
                                   float eps, const Tensor& w, const Tensor& bias) {
+  if (take_written_norm(normed, x, norm_weight)) {  // the sublayer end before wrote it
+    matmul(out, normed, w, bias);
+    return;
+  }
   const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; };
-  if (!norm_in_matmul(x.rows(), w) || x.dtype != DType::F32 || !aligned(x) || norm_weight.dtype != DType::F32 ||
+  if (!plan(x.rows(), w).in_norm || x.dtype != DType::F32 || !aligned(x) || norm_weight.dtype != DType::F32 ||
       !aligned(norm_weight) || out.dtype != DType::F32 || (!bias.empty() && bias.dtype != DType::F32)) {
     Backend::rms_norm_matmul(out, normed, x, norm_weight, eps, w, bias);
     return;
@@ -49,14 +53,39 @@ void CudaBackend::rms_norm_matmul(const Tensor& out, const Tensor& normed, const
                    stream_);
 }
 
-bool CudaBackend::matmul_pushes(int64_t n_tokens, const Tensor& w) const {
-  return plan(n_tokens, w).peer_push && w.rows() <= int64_t(PeerAllReduce::kMaxBytes / 4);
+void CudaBackend::sublayer_end(const SublayerEnd& s) {
+  FERRY_ASSERT(s.group != nullptr);
+  if (s.group->world() > 1 && peer_ && peer_sublayer_end(s)) {
+    note_written_norm(s.out, s.residual, s.norm);
+    return;
+  }
+  Backend::sublayer_end(s);
+}
+
+bool CudaBackend::peer_sublayer_end(const SublayerEnd& s) {
+  // The fused kernel writes f32 rows; a bf16 out (the matmul input dtype at larger steps) takes the all-reduce and
+  // then the backend's norm.
+  const auto f32 = [](const Tensor& t) { return t.dtype == DType::F32; };
+  if (!f32(s.out) || !f32(s.residual) || !f32(s.delta) || !f32(s.norm) ||
+      !peer_->fits_add_rms_norm(s.delta.rows(), s.delta.cols()))
+    return false;
+  // kLamport only: a one-token projection on a streamed matvec pushes its output rows into the peers' slots from
+  // its epilogue, and the all-reduce only polls (the same bits). Every rank decides alike: the same protocol, the
+  // same shapes.
+  const bool push = peer_->protocol() == PeerProtocol::kLamport && f32(s.x) && s.x.rows() == 1 &&
+                    plan(1, s.w).peer_push && s.w.rows() <= int64_t(PeerAllReduce::kMaxBytes / 4);
+  if (push) {
+    matmul_peer_push(s.delta, s.x, s.w, peer_->push_target());
+  } else {
+    matmul(s.delta, s.x, s.w, Tensor{});
+  }
+  peer_->run_add_rms_norm(s.delta.ptr<float>(), s.residual.ptr<float>(), s.out.ptr<float>(), s.norm.ptr<float>(),
+                          s.delta.rows(), s.delta.cols(), s.eps, stream_, /*pushed=*/push);
+  return true;
 }
 
 void CudaBackend::matmul_peer_push(const Tensor& out, const Tensor& x, const Tensor& w,
                                    const PeerAllReduce::PushTarget& target) {
-  FERRY_CHECK(matmul_pushes(x.rows(), w), "matmul_peer_push: matmul at {} tokens on {} {}x{} runs no streamed matvec",
-              x.rows(), dtype_name(w.dtype), w.rows(), w.cols());
   require_cuda(out, "matmul_peer_push output");
   require_cuda(x, "matmul_peer_push input");
   require_cuda(w, "matmul_peer_push weight");
@@ -82,11 +111,11 @@ void CudaBackend::matmul_peer_push(const Tensor& out, const Tensor& x, const Ten
 
 namespace {
 
-// Whether attn_out_ffn's three streamed launches take the layer: one token, f32 operands 16-byte aligned, every
-// weight streamed by the quantized matvec, gate|up with its SwiGLU and its input norm in that kernel.
+// Whether attn_out_ffn's three streamed launches take the layer: one rank, one token, f32 operands 16-byte aligned,
+// every weight streamed by the quantized matvec, gate|up with its SwiGLU and its input norm in that kernel.
 bool three_launch_tail(const Backend::AttnOutFfn& a, const cuda_ops::MatmulPlan& wo, const cuda_ops::MatmulPlan& gate_up,
                        const cuda_ops::MatmulPlan& down) {
-  if (a.attn.rows() != 1) return false;
+  if (a.group->world() != 1 || a.attn.rows() != 1) return false;
   for (const Tensor* t : {&a.attn, &a.residual, &a.delta, &a.act, &a.ffn_norm})
     if (t->dtype != DType::F32 || reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
   const auto streamed = [](const cuda_ops::MatmulPlan& p) {
@@ -99,6 +128,7 @@ bool three_launch_tail(const Backend::AttnOutFfn& a, const cuda_ops::MatmulPlan&
 }  // namespace
 
 void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
+  FERRY_ASSERT(a.group != nullptr);
   if (!three_launch_tail(a, plan(1, a.wo), plan(1, a.w_gate_up), plan(1, a.w_down))) {
     Backend::attn_out_ffn(a);
     return;
@@ -106,9 +136,11 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
   {
     // delta = attn . wo^T; act = SwiGLU of w_gate|w_up . (rms_norm(residual + delta) * ffn_norm), the norm in the
     // matvec's prologue; delta' = act . w_down^T with residual += delta (deferred) row by row before delta' is
-    // stored over it; then out = rms_norm(residual += delta') * next_norm, or without next_norm residual += delta'
-    // in the same rows (MatvecResidualAdd::add_out) and out unwritten (the next rms_norm_matmul norms). The same
-    // roundings in the same order as Backend::attn_out_ffn; ffn_in and gate_up are left unwritten.
+    // stored over it; then out = rms_norm(residual += delta') * next_norm, or, where the next layer's q|k|v matvec
+    // takes the norm in its prologue, residual += delta' in the same rows (MatvecResidualAdd::add_out) and out
+    // unwritten. The same roundings in the same order as Backend::attn_out_ffn; ffn_in and gate_up are left
+    // unwritten.
+    const bool defer_norm = !a.next_w.empty() && plan(1, a.next_w).in_norm;
     const int64_t dim = a.wo.rows(), hidden = a.w_down.cols();
     FERRY_ASSERT(a.attn.cols() == a.wo.cols() && a.w_gate_up.rows() == 2 * hidden && a.w_gate_up.cols() == dim &&
                  a.w_down.rows() == dim && a.residual.numel() == dim && a.delta.numel() == dim &&
@@ -157,12 +189,17 @@ void CudaBackend::attn_out_ffn(const AttnOutFfn& a) {
                        {.w = weight_view(a.w_down), .x = act.ptr<float>(), .bias = nullptr,
                         .out = a.delta.ptr<float>(), .n_tokens = 1, .kernel = cuda_ops::MatvecKernel::kStreamQuant,
                         .residual_add = {.residual = a.residual.ptr<float>(), .delta = a.delta.ptr<float>(),
-                                         .add_out = a.next_norm.empty()},
+                                         .add_out = defer_norm},
                         .stamps = matvec_stamps("attn_out_ffn down+add", a.w_down),
                         .stream = weight_stream(a.w_down.dtype), .one_level_acts = options_.tune.act_levels == 1},
                        stream_);
     }
-    if (!a.next_norm.empty()) add_rms_norm(a.out, a.residual, a.delta, a.next_norm, a.eps);
+    if (defer_norm) {
+      forget_written_norm();
+    } else {
+      add_rms_norm(a.out, a.residual, a.delta, a.next_norm, a.eps);
+      note_written_norm(a.out, a.residual, a.next_norm);
+    }
   }
 }
 
