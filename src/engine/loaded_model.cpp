@@ -84,6 +84,7 @@ void fill_info(LoadedModel& m, const EngineOptions& o) {
   info.n_params = c.n_params();
   info.kv_bytes = m.model->kv_bytes();
   info.facts = m.file.facts;
+  for (auto& fact : m.backend->facts()) info.facts.push_back(std::move(fact));
   for (const auto& [name, t] : m.file.tensors) {
     info.weight_bytes += t.nbytes();
     info.tensors.push_back({name, std::string(dtype_name(t.dtype)), t.shape_str(), t.nbytes()});

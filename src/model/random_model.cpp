@@ -31,6 +31,9 @@ constexpr Shape kShapes[] = {
     {"llama3-70b", Arch::Llama, 80, 8192, 64, 8, 128, 28672, 128256, 8192, 500000.0f, false},
     // Llama-3's depth, vocabulary and GQA ratio at 1/8 the width: a CPU stand-in for llama3-8b (--tp 2 and 4).
     {"llama3-mini", Arch::Llama, 32, 512, 8, 2, 64, 1792, 128256, 8192, 500000.0f, false},
+    // Every matrix row a whole number of 256-value super-blocks, small enough for the CPU reference kernels: the
+    // K-quant mixes as they lay out the 8B model (tests/cuda/e2e_test.cpp).
+    {"llama3-micro", Arch::Llama, 4, 256, 4, 2, 64, 768, 4096, 2048, 500000.0f, false},
 };
 
 // xorshift-style generator: fast, deterministic, no global state.

@@ -13,6 +13,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "ferry/sampling.h"
@@ -82,6 +84,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+  // What a user may want to know of how the backend holds and reads the model (key, value), e.g. the device bytes
+  // of the prepared weights; `ferry bench` and `ferry inspect` print them. Default: nothing.
+  virtual std::vector<std::pair<std::string, std::string>> facts() const { return {}; }
 
   // ---- memory ----
   virtual DeviceBuffer alloc(size_t bytes) = 0;

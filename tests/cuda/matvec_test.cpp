@@ -75,7 +75,7 @@ class CudaMatvec : public CudaOpsTest {
         EXPECT_LE(err, 1e-2) << dtype_name(type) << " backend (cuBLASLt) n=" << n;
     }
     // Every kernel that takes the shape, directly (the prepared weight's layout: weight_layout.cuh).
-    const bool split = type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
+    const bool split = cuda_ops::is_split_type(type);
     const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), n_out, n_in,
                                     split ? cuda_ops::scales_offset(type, n_out, n_in) : 0};
     for (const cuda_ops::MatvecKernel kernel : kKernels) {
@@ -227,7 +227,8 @@ TEST(MatmulPlan, KernelByTokenCount) {  // host only
 }
 
 TEST_F(CudaMatvec, EveryTypeEveryTokenCount) {
-  for (const DType t : {DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+  for (const DType t : {DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (int64_t n = 1; n <= 16; ++n) {
       const double err = run(t, n, 70, 768, n % 3 == 0, 1000 + uint32_t(n));
       EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n;
@@ -242,7 +243,8 @@ TEST_F(CudaMatvec, OddShapesAndTiles) {
   // 33 rows: a partial warp; 2304 = 72 blocks; 16640 > one M=1 tile (16384 values); 4352 with n = 16: five
   // 1024-value tiles, the last one partial.
   for (const Shape s : {Shape{33, 2304}, Shape{1, 256}, Shape{257, 16640}, Shape{19, 4352}}) {
-    for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+    for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K,
+                          DType::Q6_K}) {
       for (const int64_t n : {1, 5, 16}) {
         const double err = run(t, n, s.n_out, s.n_in, true, 7 + uint32_t(n));
         EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n << " " << s.n_out << "x" << s.n_in;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cuda/matmul/matvec_tiled.cuh"
 #include "backends/cuda/matmul/matvec_tiled_paths.cuh"
 #include "backends/cuda/matmul/weight_repack.h"
 #include "fixtures/numeric.h"
@@ -29,7 +30,7 @@ constexpr size_t kMaxPartial = 160 * 1024;
 
 std::vector<uint8_t> device_layout(DType t, const std::vector<uint8_t>& gguf, int64_t rows, int64_t cols) {
   std::vector<uint8_t> out(prepared_bytes(t, rows, cols) + 16, 0xEE);
-  if (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1) {
+  if (is_split_type(t)) {
     std::vector<uint8_t> q, s;
     split_blocks(t, gguf.data(), rows, cols, q, s);
     std::memcpy(out.data(), q.data(), q.size());
@@ -162,7 +163,8 @@ TEST(CudaMatvecV5Emulation, EveryTypeMatchesTheReference) {
   const Shape shapes[] = {{70, 768, 132}, {1000, 512, 7}, {33, 2304, 132}, {1, 256, 132}, {300, 4096, 132}};
   double worst = 0, worst_q = 0;
   for (const Shape sh : shapes) {
-    for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+    for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                          DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
       for (const int n : {1, 2, 3, 5, 16}) {
         const uint32_t seed = uint32_t(sh.rows * 31 + n);
         const std::vector<float> f = test::random_floats(size_t(sh.rows * sh.cols), seed, 0.5f);
@@ -172,8 +174,7 @@ TEST(CudaMatvecV5Emulation, EveryTypeMatchesTheReference) {
         std::vector<float> x = test::random_floats(size_t(n * sh.cols), seed + 1);
         for (size_t i = 0; i < x.size(); ++i) x[i] += 0.3f * float((i % size_t(sh.cols)) % 7) - 0.9f;
         const std::vector<uint8_t> dev = device_layout(t, gguf, sh.rows, sh.cols);
-        const bool split = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1;
-        const WeightView w{dev.data(), sh.rows, sh.cols, split ? scales_offset(t, sh.rows, sh.cols) : 0};
+        const WeightView w{dev.data(), sh.rows, sh.cols, is_split_type(t) ? scales_offset(t, sh.rows, sh.cols) : 0};
         const std::vector<uint8_t> scratch = prepass(x, n, sh.cols);
         std::vector<float> got;
         ASSERT_TRUE(visit_decoder(t, [&]<class D>() { got = emulate_n<D>(w, x, scratch, n, sh.sms); }));
@@ -184,7 +185,8 @@ TEST(CudaMatvecV5Emulation, EveryTypeMatchesTheReference) {
         const double e = test::rel_l2(got, ref);
         EXPECT_LE(e, 1e-4) << dtype_name(t) << " n=" << n << " " << sh.rows << "x" << sh.cols;
         worst = std::max(worst, e);
-        const bool quant = split || t == DType::Q4_K;
+        // The integer (dp4a) paths quantize the activations; the others read them as f32.
+        const bool quant = tiled_quantizes_acts(t);
         if (quant) {
           std::vector<float> xq = dequantized(scratch, n, sh.cols), ref_q(ref.size());
           cpu.matmul(Tensor::make(DType::F32, {n, sh.rows}, ref_q.data()),

@@ -19,7 +19,7 @@ namespace {
 // The device bytes of a (rows, cols) weight of native type t, built on the host.
 std::vector<uint8_t> device_layout(DType t, const std::vector<uint8_t>& gguf, int64_t rows, int64_t cols) {
   std::vector<uint8_t> out(prepared_bytes(t, rows, cols) + 16, 0xEE);
-  if (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1) {
+  if (is_split_type(t)) {
     std::vector<uint8_t> q, s;
     split_blocks(t, gguf.data(), rows, cols, q, s);
     std::memcpy(out.data(), q.data(), q.size());
@@ -32,7 +32,8 @@ std::vector<uint8_t> device_layout(DType t, const std::vector<uint8_t>& gguf, in
 
 TEST(CudaWeightLayout, DecodersReproduceDequantizeRow) {
   const int64_t rows = 3, cols = 768;
-  for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+  for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     std::mt19937 rng(uint32_t(t) + 1);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     std::vector<float> f(size_t(rows * cols));
@@ -41,8 +42,7 @@ TEST(CudaWeightLayout, DecodersReproduceDequantizeRow) {
     for (int64_t r = 0; r < rows; ++r)
       quantize_row(t, f.data() + r * cols, gguf.data() + size_t(r) * row_bytes(t, cols), cols);
     const std::vector<uint8_t> dev = device_layout(t, gguf, rows, cols);
-    const WeightView w{dev.data(), rows, cols,
-                       (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1) ? scales_offset(t, rows, cols) : 0};
+    const WeightView w{dev.data(), rows, cols, is_split_type(t) ? scales_offset(t, rows, cols) : 0};
     const bool ok = visit_decoder(t, [&]<class D>() {
       for (int64_t r = 0; r < rows; ++r) {
         std::vector<float> ref(static_cast<size_t>(cols)), got(static_cast<size_t>(cols), 0.0f);

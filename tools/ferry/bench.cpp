@@ -124,8 +124,18 @@ Runner add_bench(CLI::App& app) {
     const double flop_unit = gpu ? 1e12 : 1e9;  // TFLOP/s on the GPU, GFLOP/s on the CPU
     const RooflineModel rm = roofline_model(i, (int64_t(i.context) + eo.block_size - 1) / eo.block_size * eo.block_size);
     const int step_tokens = std::min(eo.max_step_tokens, i.context);
-    std::printf("ceilings: %.1f GB/s, %.2f %s (%s)\n\n", ceil.bytes_per_s / 1e9, ceil.flops_per_s / flop_unit,
+    std::printf("ceilings: %.1f GB/s, %.2f %s (%s)\n", ceil.bytes_per_s / 1e9, ceil.flops_per_s / flop_unit,
                 gpu ? "TFLOP/s" : "GFLOP/s", ceil.source.c_str());
+    // How the backend holds the weights and which ones the prefill GEMMs read (Backend::facts).
+    for (const auto& [k, v] : i.facts) {
+      if (k == "cuda.weight_bytes") {
+        std::printf("weights on the device: %.1f MiB (the file's tensors: %.1f MiB)\n", std::atof(v.c_str()) / 1048576.0,
+                    double(i.weight_bytes) / 1048576.0);
+      } else if (k.rfind("cuda.", 0) == 0) {
+        std::printf("%s: %s\n", k.c_str() + 5, v.c_str());
+      }
+    }
+    std::printf("\n");
 
     std::printf("| %-28s | %10s | %8s | %-14s | %7s | %6s | %18s | %8s | %8s | %7s | %9s | %6s | %-7s |\n", "model",
                 "size", "params", "backend", "threads", "test", "t/s", "GB/s", gpu ? "TFLOP/s" : "GFLOP/s", "FLOP/B",

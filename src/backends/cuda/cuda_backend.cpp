@@ -45,9 +45,7 @@ void require_cuda(const Tensor& t, const char* what) {
 
 WeightView weight_view(const Tensor& w) {
   return WeightView{static_cast<const uint8_t*>(w.data), w.rows(), w.cols(),
-                    (w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0 || w.dtype == DType::Q4_1)
-                        ? scales_offset(w.dtype, w.rows(), w.cols())
-                        : 0};
+                    is_split_type(w.dtype) ? scales_offset(w.dtype, w.rows(), w.cols()) : 0};
 }
 
 namespace {
@@ -55,15 +53,11 @@ namespace {
 constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's recommendation for Hopper
 constexpr size_t kUploadBatchBytes = size_t(64) << 20;    // host staging per prepare_weight batch
 
-// Values per 16-byte chunk of a native type (cols must be a multiple).
+// Values per decoding chunk of a native type (cols must be a multiple).
 int64_t chunk_vals(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::F16:
-    case DType::BF16: return 8;
-    case DType::Q8_0: return 16;
-    default: return 32;
-  }
+  int64_t vals = 0;
+  visit_decoder(t, [&]<class D>() { vals = D::kVals; });
+  return vals;
 }
 
 // The optional bf16 copy of a prepared weight (CudaBackendOptions::prefill_bf16_weights) lives in the same
@@ -174,6 +168,16 @@ CudaBackend::~CudaBackend() {
 
 std::string CudaBackend::name() const { return "cuda"; }
 
+std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
+  std::vector<std::pair<std::string, std::string>> f;
+  f.emplace_back("cuda.weight_bytes", std::to_string(weight_bytes_));
+  if (widened_bytes_ > 0) f.emplace_back("cuda.widened_weights", fmt::format("{} bytes dequantized to f32", widened_bytes_));
+  f.emplace_back("cuda.prefill_weights",
+                 copy_bytes_ > 0 ? fmt::format("bf16 copies of the quantized weights ({} bytes)", copy_bytes_)
+                                 : std::string("the weights as prepared (quantized ones dequantized per GEMM)"));
+  return f;
+}
+
 DeviceBuffer CudaBackend::alloc(size_t bytes) {
   const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
   FERRY_CHECK(rounded >= bytes, "CUDA allocation of {} bytes overflows", bytes);
@@ -216,6 +220,8 @@ Tensor CudaBackend::prepare_weight(const Tensor& host, std::vector<DeviceBuffer>
     }
     dev.dtype = DType::F32;
     dev.data = buf.data();
+    weight_bytes_ += buf.bytes();
+    widened_bytes_ += buf.bytes();
     keep.push_back(std::move(buf));
     return dev;
   }
@@ -227,8 +233,8 @@ Tensor CudaBackend::prepare_weight(const Tensor& host, std::vector<DeviceBuffer>
   const size_t copy_at = bf16_copy_offset(host.dtype, rows, cols);
   DeviceBuffer buf = alloc(bf16_copy ? copy_at + size_t(rows) * size_t(cols) * 2 : prepared_bytes(host.dtype, rows, cols));
   auto* base = static_cast<uint8_t*>(buf.data());
-  if (host.dtype == DType::Q8_0 || host.dtype == DType::Q4_0 || host.dtype == DType::Q4_1) {
-    const size_t nb = size_t(cols / kQBlock);
+  if (is_split_type(host.dtype)) {
+    const size_t nb = size_t(cols / split_block_vals(host.dtype));
     const size_t qrow = nb * size_t(split_qbytes(host.dtype)), srow = nb * size_t(split_sbytes(host.dtype));
     const size_t soff = scales_offset(host.dtype, rows, cols);
     const int64_t batch = std::max<int64_t>(1, int64_t(kUploadBatchBytes / host.row_bytes()));
@@ -240,10 +246,12 @@ Tensor CudaBackend::prepare_weight(const Tensor& host, std::vector<DeviceBuffer>
       FERRY_CUDA_CHECK(cudaMemcpyAsync(base + soff + size_t(r0) * srow, scales.data(), scales.size(),
                                        cudaMemcpyHostToDevice, s));
     }
-  } else {  // F32, F16, BF16, Q4_K: the stored bytes as they are
+  } else {  // F32, F16, BF16, Q4_K, Q5_K: the stored bytes as they are
     FERRY_CUDA_CHECK(cudaMemcpyAsync(base, host.data, host.nbytes(), cudaMemcpyHostToDevice, s));
   }
   dev.data = buf.data();
+  weight_bytes_ += bf16_copy ? copy_at : buf.bytes();
+  if (bf16_copy) copy_bytes_ += buf.bytes() - copy_at;
   if (bf16_copy) dequantize_to_bf16(host.dtype, weight_view(dev), reinterpret_cast<uint16_t*>(base + copy_at), s);
   keep.push_back(std::move(buf));
   return dev;

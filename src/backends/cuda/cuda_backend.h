@@ -4,8 +4,8 @@
 //
 //  - Memory: cudaMalloc-backed DeviceBuffers; out of memory is a ferry::Error naming what was asked and what
 //    is free.
-//  - Weights: uploaded once by prepare_weight, in the layout of matmul/weight_layout.cuh (GGUF blocks, or split
-//    quants/scales for Q8_0/Q4_0/Q4_1; other block types become F32).
+//  - Weights: uploaded once by prepare_weight, in the layout of matmul/weight_layout.cuh (GGUF blocks for Q4_K/Q5_K,
+//    split quants/scales for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q6_K; Q2_K, Q3_K and the others become F32).
 //  - matmul: the kernel and its epilogues come from the one matmul plan (matmul/plan.h); bf16 in, fp32 out for
 //    the GEMMs. Decode-layer fusion is decided in decode_fusion.cpp, from the same plan.
 //  - Errors found by kernels in device-side inputs (bad token id, slot, row, block id) are reported at the
@@ -77,6 +77,9 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::Cuda; }
   std::string name() const override;
+  // cuda.weight_bytes (the prepared weights' device bytes, bf16 copies apart), cuda.widened_weights (those
+  // dequantized to f32 at load: Q2_K, Q3_K), cuda.prefill_weights (which weights the prefill GEMMs read).
+  std::vector<std::pair<std::string, std::string>> facts() const override;
 
   DeviceBuffer alloc(size_t bytes) override;
   DType kv_dtype() const override { return DType::BF16; }  // the attention kernels read bf16 K/V
@@ -176,6 +179,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda_ops::Sm90Gemm> sm90_gemm_;  // ferry's Hopper GEMM (options_.hopper_gemm)
   std::unique_ptr<cuda_ops::WgSkinnyGemm> wg_skinny_;  // the 33..255-token wgmma GEMM (options_.hopper_gemm)
   std::shared_ptr<PeerAllReduce> peer_;  // attach_peer_all_reduce; null at one rank
+  size_t weight_bytes_ = 0, widened_bytes_ = 0, copy_bytes_ = 0;  // prepare_weight's allocations (facts())
   cuda_ops::DeviceErrors* errors_ = nullptr;  // mapped pinned host memory, written by kernels
   DeviceBuffer gemm_workspace_;  // cuBLASLt workspace
   DeviceBuffer w_bf16_;          // (n_out, n_in) bf16: a weight dequantized for the GEMM path

@@ -30,11 +30,15 @@ namespace {
 
 constexpr int kWarps = 4;     // warps per block
 constexpr int kUnroll = 2;    // chunks per row and lane loaded ahead
-// Output rows per warp (they share every activation read); Q4_K's decode needs more registers.
+// Output rows per warp (they share every activation read); the K-quants' decode needs more registers.
 template <class D>
 constexpr int kRowsPerWarp = 4;
 template <>
 constexpr int kRowsPerWarp<DecodeQ4K> = 2;
+template <>
+constexpr int kRowsPerWarp<DecodeQ5K> = 2;
+template <>
+constexpr int kRowsPerWarp<DecodeQ6K> = 2;
 constexpr int kTileBudget = 16384;  // tokens x values staged at once (~74 KB of shared memory)
 constexpr int kTileAlign = 256;     // tiles start at multiples of this many values (a Q4_K super-block)
 
@@ -290,8 +294,7 @@ const char* matvec_kernel_name(MatvecKernel k) {
 }
 
 size_t matvec_scratch_bytes(DType wtype, MatvecKernel kernel, int n_tokens, int64_t n_in) {
-  const bool quant = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1 || wtype == DType::Q4_K;
-  return kernel == MatvecKernel::kTiled && quant ? matvec_tiled_scratch_bytes(n_tokens, n_in) : 0;
+  return kernel == MatvecKernel::kTiled && tiled_quantizes_acts(wtype) ? matvec_tiled_scratch_bytes(n_tokens, n_in) : 0;
 }
 
 bool matvec_kernel_applies(MatvecKernel kernel, DType wtype, int n_tokens, int64_t rows, int64_t cols) {

@@ -377,8 +377,7 @@ void launch_tokens(const MatvecParams& p, cudaStream_t stream) {
 }  // namespace
 
 void matvec_tiled(DType wtype, const MatvecParams& p, cudaStream_t stream) {
-  const bool quant = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1 || wtype == DType::Q4_K;
-  if (quant) {
+  if (tiled_quantizes_acts(wtype)) {
     FERRY_CUDA_REQUIRE(p.scratch != nullptr && reinterpret_cast<uintptr_t>(p.scratch) % 16 == 0);
     FERRY_CUDA_REQUIRE(p.w.cols % 32 == 0);
     const int64_t n_blocks = int64_t(p.n_tokens) * (p.w.cols / 32);

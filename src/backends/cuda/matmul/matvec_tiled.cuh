@@ -4,8 +4,9 @@
 //  - BF16 weights, 2..16 tokens (cols % 32 == 0): tensor cores (mma.sync m16n8k16, weights as A, tokens as
 //    B); each activation is split into bf16 hi + lo (x = hi + lo + O(2^-17 x)), so the weight is read once
 //    for all tokens and the result keeps ~fp32 activations.
-//  - Q8_0 / Q4_0 / Q4_1 / Q4_K: integer dot products (dp4a) against activations quantized once per call by a
-//    pre-pass into `scratch` as two int8 levels per 32-value block (layout below): x ~= dx (q1 + q2 / 256).
+//  - Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K: integer dot products (dp4a) against activations
+//    quantized once per call by a pre-pass into `scratch` as two int8 levels per 32-value block (layout below):
+//    x ~= dx (q1 + q2 / 256).
 //  - F32 / F16 / BF16 at 1 token (and F32 / F16 at any count): fp32 FMA, activations read as f32.
 #pragma once
 
@@ -27,6 +28,11 @@ struct MatvecParams;
 //         (dx / 256, dx/256 * Σ v over values 0..15, dx/256 * Σ v over 16..31, int Σ v over all 32 as bits)
 //   with v = 256 q1 + q2, so the quantized activation is x~ = (dx / 256) v (relative error ~2e-5 on
 //   Gaussian data; all-zero blocks give dx = 0, q = 0). Every sum of products is exact in int32.
+// The weight types whose kTiled path reads that scratch (the integer paths).
+inline bool tiled_quantizes_acts(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
+         t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
 inline size_t matvec_tiled_scratch_bytes(int n_tokens, int64_t n_in) {
   const size_t planes = (2 * size_t(n_tokens) * size_t(n_in) + 15) / 16 * 16;
   return planes + size_t(n_tokens) * size_t(n_in / 32) * 16;

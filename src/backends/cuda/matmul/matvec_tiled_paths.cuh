@@ -95,7 +95,8 @@ FERRY_HD inline int dp4a(uint32_t a, uint32_t b, int c) {
 #endif
 }
 
-// Float path (F32, F16, BF16): f32 activations straight from x.
+// Float path (F32, F16, BF16): f32 activations straight from x, run by run (v[r * kRunLen + j] is column
+// run_start(c, r) + j).
 template <class D>
 struct FloatPath {
   using Raw = typename D::Raw;
@@ -104,14 +105,18 @@ struct FloatPath {
   FERRY_HD static int64_t units(int64_t cols) { return D::chunks(cols); }
   FERRY_HD static inline X load_x(Ctx x, int64_t k, int t, int64_t c) {
     X r;
-    const float* src = x + size_t(t) * size_t(k) + size_t(c) * D::kVals;
 FERRY_UNROLL
-    for (int i = 0; i < D::kVals / 4; ++i) {
-      const uint4 u = load16(src + 4 * i);
-      r.v[4 * i] = bits_to_float(u.x);
-      r.v[4 * i + 1] = bits_to_float(u.y);
-      r.v[4 * i + 2] = bits_to_float(u.z);
-      r.v[4 * i + 3] = bits_to_float(u.w);
+    for (int run = 0; run < D::kRuns; ++run) {
+      const float* src = x + size_t(t) * size_t(k) + size_t(D::run_start(c, run));
+FERRY_UNROLL
+      for (int i = 0; i < D::kRunLen / 4; ++i) {
+        const uint4 u = load16(src + 4 * i);
+        float* v = r.v + run * D::kRunLen + 4 * i;
+        v[0] = bits_to_float(u.x);
+        v[1] = bits_to_float(u.y);
+        v[2] = bits_to_float(u.z);
+        v[3] = bits_to_float(u.w);
+      }
     }
     return r;
   }
@@ -226,14 +231,135 @@ FERRY_UNROLL
     const float dmin = half_bits_to_float(uint16_t(w.head.x >> 16));
     const int g = 2 * (w.k / 2);
     float sc0, mn0, sc1, mn1;
-    DecodeQ4K::scale_min(w.head, g, &sc0, &mn0);
-    DecodeQ4K::scale_min(w.head, g + 1, &sc1, &mn1);
+    k_scale_min(w.head, g, &sc0, &mn0);
+    k_scale_min(w.head, g + 1, &sc1, &mn1);
     const bool second = (w.k % 2) != 0;
     const float s_a = second ? x.ma.z : x.ma.y, s_b = second ? x.mb.z : x.mb.y;
     float r = (d * sc0) * x.ma.x * float(sa);
     r = fma_hd((d * sc1) * x.mb.x, float(sb), r);
     r = fma_hd(-dmin * mn0, s_a, r);
     return fma_hd(-dmin * mn1, s_b, r);
+  }
+};
+
+// Bit i of each of the four nibbles of `bits` (bits 0..3) moved to bit 4 of byte i: Q5's high bits as byte offsets.
+FERRY_HD inline uint32_t spread_bit4(uint32_t bits) {
+  return ((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25);
+}
+
+// Q5_0 / Q5_1 (split layout): a chunk = one block's 16 quant bytes, the 5th bits from qh (value j: bit j).
+template <bool kHasMin>
+struct Q5Path {
+  using Raw = typename DecodeQ5<kHasMin>::Raw;
+  using X = typename Q4Path<kHasMin>::X;
+  using Ctx = ActView;
+  FERRY_HD static int64_t units(int64_t cols) { return cols / 32; }
+  FERRY_HD static inline X load_x(const Ctx& a, int64_t k, int t, int64_t c) { return Q4Path<kHasMin>::load_x(a, k, t, c); }
+  FERRY_HD static inline float dot(const Raw& w, const X& x) {
+    const uint32_t q[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+    const uint32_t a0[4] = {x.h0.x, x.h0.y, x.h0.z, x.h0.w}, a1[4] = {x.h1.x, x.h1.y, x.h1.z, x.h1.w};
+    const uint32_t b0[4] = {x.l0.x, x.l0.y, x.l0.z, x.l0.w}, b1[4] = {x.l1.x, x.l1.y, x.l1.z, x.l1.w};
+    int sh = 0, sl = 0;
+FERRY_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = (q[i] & 0x0F0F0F0Fu) | spread_bit4((w.qh >> (4 * i)) & 0xFu);
+      const uint32_t hi = ((q[i] >> 4) & 0x0F0F0F0Fu) | spread_bit4((w.qh >> (16 + 4 * i)) & 0xFu);
+      sh = dp4a(hi, a1[i], dp4a(lo, a0[i], sh));
+      sl = dp4a(hi, b1[i], dp4a(lo, b0[i], sl));
+    }
+    const int s = sh * 256 + sl;
+    const float d = half_bits_to_float(uint16_t(w.s & 0xFFFF));
+    if constexpr (kHasMin) {
+      const float m = half_bits_to_float(uint16_t(w.s >> 16));
+      return fma_hd(d * x.m.x, float(s), m * (x.m.y + x.m.z));
+    } else {
+      return d * x.m.x * float(s - 16 * meta_isum(x.m));  // Σ (q - 16) v, exact in int32
+    }
+  }
+};
+
+// Q5_K (GGUF blocks): Q4_K's chunks with the 5th bits from qh (bit 2 (k/2) for the low nibbles, + 1 for the high).
+struct Q5KPath {
+  using Raw = DecodeQ5K::Raw;
+  using X = Q4KPath::X;
+  using Ctx = ActView;
+  FERRY_HD static int64_t units(int64_t cols) { return cols / 32; }
+  FERRY_HD static inline X load_x(const Ctx& a, int64_t k, int t, int64_t c) { return Q4KPath::load_x(a, k, t, c); }
+  FERRY_HD static inline float dot(const Raw& w, const X& x) {
+    const int g = 2 * (w.k / 2);
+    const uint32_t q[4] = {w.q.x, w.q.y, w.q.z, w.q.w}, h[4] = {w.qh.x, w.qh.y, w.qh.z, w.qh.w};
+    const uint32_t ah[4] = {x.ah.x, x.ah.y, x.ah.z, x.ah.w}, bh[4] = {x.bh.x, x.bh.y, x.bh.z, x.bh.w};
+    const uint32_t al[4] = {x.al.x, x.al.y, x.al.z, x.al.w}, bl[4] = {x.bl.x, x.bl.y, x.bl.z, x.bl.w};
+    int sa = 0, sb = 0, ta = 0, tb = 0;
+FERRY_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t qa = (q[i] & 0x0F0F0F0Fu) | (((h[i] >> g) & 0x01010101u) << 4);
+      const uint32_t qb = ((q[i] >> 4) & 0x0F0F0F0Fu) | (((h[i] >> (g + 1)) & 0x01010101u) << 4);
+      sa = dp4a(qa, ah[i], sa);
+      sb = dp4a(qb, bh[i], sb);
+      ta = dp4a(qa, al[i], ta);
+      tb = dp4a(qb, bl[i], tb);
+    }
+    sa = sa * 256 + ta;
+    sb = sb * 256 + tb;
+    const float d = half_bits_to_float(uint16_t(w.head.x & 0xFFFF));
+    const float dmin = half_bits_to_float(uint16_t(w.head.x >> 16));
+    float sc0, mn0, sc1, mn1;
+    k_scale_min(w.head, g, &sc0, &mn0);
+    k_scale_min(w.head, g + 1, &sc1, &mn1);
+    const bool second = (w.k % 2) != 0;
+    const float s_a = second ? x.ma.z : x.ma.y, s_b = second ? x.mb.z : x.mb.y;
+    float r = (d * sc0) * x.ma.x * float(sa);
+    r = fma_hd((d * sc1) * x.mb.x, float(sb), r);
+    r = fma_hd(-dmin * mn0, s_a, r);
+    return fma_hd(-dmin * mn1, s_b, r);
+  }
+};
+
+// Q6_K (split layout): chunk c = (super-block c / 4, k = c % 4), DecodeQ6K's four runs of 16 values; run r lies in
+// the 32-value activation block 8 (c / 4) + 4 (k / 2) + r, its half k % 2. Per run: d sc_r (dx2 S_r - 32 Σx).
+struct Q6KPath {
+  using Raw = DecodeQ6K::Raw;
+  struct X { uint4 h[4], l[4]; float4 m[4]; };
+  using Ctx = ActView;
+  FERRY_HD static int64_t units(int64_t cols) { return cols / 64; }
+  FERRY_HD static inline X load_x(const Ctx& a, int64_t k, int t, int64_t c) {
+    const int kk = int(c % 4);
+    const int64_t b0 = (c / 4) * 8 + 4 * (kk / 2);  // the activation block of run 0
+    X x;
+FERRY_UNROLL
+    for (int r = 0; r < 4; ++r) {
+      const size_t off = size_t(t) * size_t(k) + size_t(b0 + r) * 32 + 16 * size_t(kk % 2);
+      x.h[r] = ldg16(a.hi + off);
+      x.l[r] = ldg16(a.lo + off);
+      x.m[r] = ldg_meta(&a.meta[size_t(t) * size_t(k / 32) + size_t(b0 + r)]);
+    }
+    return x;
+  }
+  FERRY_HD static inline float dot(const Raw& w, const X& x) {
+    const uint32_t qa[4] = {w.a.x, w.a.y, w.a.z, w.a.w}, qb[4] = {w.b.x, w.b.y, w.b.z, w.b.w};
+    const uint32_t qh[4] = {w.h.x, w.h.y, w.h.z, w.h.w};
+    const float d = half_bits_to_float(w.d);
+    float r = 0.0f;
+FERRY_UNROLL
+    for (int run = 0; run < 4; ++run) {
+      const uint32_t h4[4] = {x.h[run].x, x.h[run].y, x.h[run].z, x.h[run].w};
+      const uint32_t l4[4] = {x.l[run].x, x.l[run].y, x.l[run].z, x.l[run].w};
+      int sh = 0, sl = 0;
+FERRY_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t src = run % 2 == 0 ? qa[i] : qb[i];
+        const uint32_t nib = run < 2 ? (src & 0x0F0F0F0Fu) : ((src >> 4) & 0x0F0F0F0Fu);
+        const uint32_t q = nib | (((qh[i] >> (2 * run)) & 0x03030303u) << 4);  // 0..63 per byte
+        sh = dp4a(q, h4[i], sh);
+        sl = dp4a(q, l4[i], sl);
+      }
+      const float sc = float(int8_t(uint8_t(w.sc >> (8 * run))));
+      // The dx2-scaled sum of the run's 16 activations: the first or second half of its block (meta y or z).
+      const float sum_x = w.k % 2 != 0 ? x.m[run].z : x.m[run].y;
+      r = fma_hd(d * sc, fma_hd(x.m[run].x, float(sh * 256 + sl), -32.0f * sum_x), r);
+    }
+    return r;
   }
 };
 
@@ -246,16 +372,22 @@ template <> struct PathOf<DecodeQ8_0> { using type = Q8Path; };
 template <> struct PathOf<DecodeQ4<false>> { using type = Q4Path<false>; };
 template <> struct PathOf<DecodeQ4<true>> { using type = Q4Path<true>; };
 template <> struct PathOf<DecodeQ4K> { using type = Q4KPath; };
+template <> struct PathOf<DecodeQ5<false>> { using type = Q5Path<false>; };
+template <> struct PathOf<DecodeQ5<true>> { using type = Q5Path<true>; };
+template <> struct PathOf<DecodeQ5K> { using type = Q5KPath; };
+template <> struct PathOf<DecodeQ6K> { using type = Q6KPath; };
 
 // Rows per group and units per lane in flight of the CUDA-core kernel, sized to stay within 128 registers
-// without spills (ptxas -v, sm_90a): fewer for 32-value chunks, Q4_K's extra header registers and many tokens.
+// without spills (ptxas -v, sm_90a): fewer for 32-value chunks, Q4_K's extra header registers and many tokens;
+// the float-decoded K-quants (64-value chunks, or a header and high bits) two rows, one unit.
 template <class D, int kTok>
 struct CoreShape {
   static constexpr bool kQuant = !std::is_same_v<typename PathOf<D>::type, FloatPath<D>>;
   static constexpr bool k32 = D::kVals >= 32;
   static constexpr bool kQ4K = std::is_same_v<D, DecodeQ4K>;
-  static constexpr int kR = kTok == 16 && kQuant ? 2 : 4;
-  static constexpr int kU = kTok >= 8 || kQ4K ? 1 : (kTok == 4 || k32 || (kQuant && kTok == 2) ? 2 : 4);
+  static constexpr bool kHeavy = std::is_same_v<D, DecodeQ5K> || std::is_same_v<D, DecodeQ6K>;
+  static constexpr int kR = (kTok == 16 && kQuant) || kHeavy ? 2 : 4;
+  static constexpr int kU = kTok >= 8 || kQ4K || kHeavy ? 1 : (kTok == 4 || k32 || (kQuant && kTok == 2) ? 2 : 4);
 };
 
 // Host-chosen work split (matvec_tiled.cu's file comment).

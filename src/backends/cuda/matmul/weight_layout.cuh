@@ -6,19 +6,18 @@
 // repacked types: only this backend's kernels read them.
 //
 //  F32, F16, BF16: row-major as stored (rows x cols). cols % kValsPerChunk == 0 (4 for F32, 8 for F16/BF16).
-//  Q8_0, Q4_0, Q4_1: repacked, "quants then scales": [rows x nb x kQBytes] quant bytes (row-major, block after
-//    block: 32 bytes for Q8_0, 16 bytes for Q4_0/Q4_1, in GGUF's order within a block), then, starting at
-//    scales_offset(), rows x nb scales: fp16 d for Q8_0/Q4_0, fp16 pairs (d, m) for Q4_1. Why: the GGUF
-//    blocks are 34/18/20 bytes, so a block's quants are not 16-byte aligned; split, every lane reads its
-//    quants with one 16-byte load and the scales of a warp's 32 blocks are one coalesced 64/128-byte read.
-//    Same bytes as GGUF (plus < 256 bytes of padding), so the memory footprint is unchanged.
-//  Q4_K: GGUF's 144-byte super-blocks, unchanged: 144 = 9 x 16, so rows and blocks stay 16-byte aligned. Matvec
-//    kStreamQuant streams them as stored (a stage of whole rows is one bulk copy; a lane's 8 quant bytes and its
-//    super-block's 16-byte header are one LDS.64 and one broadcast LDS.128): no repack, so the register-load matvecs, dequantize and the
-//    embedding read the same bytes. (A repack to per-group scale/min bytes would cost +2.8% bytes and save ~10 of
-//    the quantized stream's ~43 instructions per lane, row and segment: docs/perf-log.md "## 2026-11-30: Q4_K in the streamed matvec, and 16 consumer warps", not done.)
-//  Any other type that dequantize_row knows (Q5_0, Q5_1, Q6_K, ...): dequantized to F32 on the host by
-//    prepare_weight (exact values, 4 bytes per weight) and prepared as F32: correct, not fast.
+//  Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K: repacked, "quants then scales": [rows x nb x split_qbytes] quant bytes
+//    (row-major, block after block, in GGUF's order within a block: 32 bytes for Q8_0, 16 for Q4_0/Q4_1/Q5_0/Q5_1,
+//    Q6_K's ql[128] then qh[64]), then, starting at scales_offset(), rows x nb records of split_sbytes: fp16 d
+//    (Q8_0/Q4_0), fp16 (d, m) (Q4_1), d + qh[4] (Q5_0), (d, m) + qh[4] (Q5_1), Q6_K's int8 scales[16] + fp16 d.
+//    Why: the GGUF blocks are 34/18/20/22/24/210 bytes, so a block's quants are not 16-byte aligned; split, every
+//    lane reads its quants with 16-byte loads. Same bytes as GGUF (plus < 256 bytes of padding).
+//  Q4_K, Q5_K: GGUF's 144- / 176-byte super-blocks, unchanged: 144 = 9 x 16 and 176 = 11 x 16, so rows and blocks
+//    stay 16-byte aligned. Matvec kStreamQuant streams Q4_K as stored (a stage of whole rows is one bulk copy; a
+//    lane's 8 quant bytes and its super-block's 16-byte header are one LDS.64 and one broadcast LDS.128): no
+//    repack, so the register-load matvecs, dequantize and the embedding read the same bytes.
+//  Any other type that dequantize_row knows (Q2_K, Q3_K, ...): dequantized to F32 on the host by prepare_weight
+//    (exact values, 4 bytes per weight) and prepared as F32: correct, not fast.
 //
 // Decoding unit: a "chunk" = one 16-byte load of quant data (for Q4_K plus the 16-byte block header),
 // giving kRuns runs of kRunLen consecutive values each; run r of chunk c starts at column run_start(c, r).
@@ -48,30 +47,51 @@
 
 namespace ferry::cuda_ops {
 
-inline constexpr int kQBlock = 32;      // values per Q8_0/Q4_0/Q4_1 block
-inline constexpr int kKBlock = 256;     // values per Q4_K super-block
+inline constexpr int kQBlock = 32;      // values per Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 block
+inline constexpr int kKBlock = 256;     // values per K-quant super-block
 inline constexpr int kQ4KBytes = 144;   // bytes per Q4_K super-block
+inline constexpr int kQ5KBytes = 176;   // bytes per Q5_K super-block
 inline constexpr size_t kScalesAlign = 256;
 
 // Weight types the kernels read natively (everything else becomes F32 at prepare time).
 inline bool is_native_weight_type(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_0 ||
-         t == DType::Q4_1 || t == DType::Q4_K;
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0: case DType::Q4_1:
+    case DType::Q5_0: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
 }
 
-// Quant bytes per 32-value block in the split layouts (Q8_0, Q4_0, Q4_1).
-inline constexpr int split_qbytes(DType t) { return t == DType::Q8_0 ? 32 : 16; }
-// Scale bytes per block in the split layouts.
-inline constexpr int split_sbytes(DType t) { return t == DType::Q4_1 ? 4 : 2; }
+// The "quants then scales" layouts.
+inline constexpr bool is_split_type(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
+         t == DType::Q6_K;
+}
+// Values per block of a split layout.
+inline constexpr int split_block_vals(DType t) { return t == DType::Q6_K ? kKBlock : kQBlock; }
+// Quant bytes per block in the split layouts.
+inline constexpr int split_qbytes(DType t) { return t == DType::Q8_0 ? 32 : t == DType::Q6_K ? 192 : 16; }
+// Scale-record bytes per block in the split layouts.
+inline constexpr int split_sbytes(DType t) {
+  switch (t) {
+    case DType::Q4_1: return 4;
+    case DType::Q5_0: return 6;
+    case DType::Q5_1: return 8;
+    case DType::Q6_K: return 18;
+    default: return 2;
+  }
+}
+// Whether a GGUF block of a split type starts with its scale record (else it ends with it: Q6_K).
+inline constexpr bool split_scales_first(DType t) { return t != DType::Q6_K; }
 // Byte offset of the scales region of a split-layout weight of rows x cols.
 inline size_t scales_offset(DType t, int64_t rows, int64_t cols) {
-  const size_t q = size_t(rows) * size_t(cols / kQBlock) * size_t(split_qbytes(t));
+  const size_t q = size_t(rows) * size_t(cols / split_block_vals(t)) * size_t(split_qbytes(t));
   return (q + kScalesAlign - 1) / kScalesAlign * kScalesAlign;
 }
 // Total device bytes of a prepared weight of a native type.
 inline size_t prepared_bytes(DType t, int64_t rows, int64_t cols) {
-  if (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1)
-    return scales_offset(t, rows, cols) + size_t(rows) * size_t(cols / kQBlock) * size_t(split_sbytes(t));
+  if (is_split_type(t))
+    return scales_offset(t, rows, cols) + size_t(rows) * size_t(cols / split_block_vals(t)) * size_t(split_sbytes(t));
   return size_t(rows) * row_bytes(t, cols);
 }
 
@@ -221,6 +241,18 @@ FERRY_UNROLL
   }
 };
 
+// Q4_K's 6-bit scales and mins (ggml's get_scale_min_k4 over the 12 scale bytes, header bytes 4..15): Q4_K, Q5_K.
+FERRY_HD inline void k_scale_min(const uint4& head, int j, float* sc, float* mn) {
+  const auto sb = [&](int i) { return int(byte_of(head, 4 + i)); };
+  if (j < 4) {
+    *sc = float(sb(j) & 63);
+    *mn = float(sb(j + 4) & 63);
+  } else {
+    *sc = float((sb(j + 4) & 0xF) | ((sb(j - 4) >> 6) << 4));
+    *mn = float((sb(j + 4) >> 4) | ((sb(j) >> 6) << 4));
+  }
+}
+
 // Q4_K (GGUF blocks): chunk c = (super-block c / 8, k = c % 8); with c64 = k / 2, h = k % 2 it reads quant
 // bytes 32 c64 + 16 h .. +15; low nibbles are values 64 c64 + 16 h + j (group 2 c64), high nibbles values
 // 64 c64 + 32 + 16 h + j (group 2 c64 + 1).
@@ -241,30 +273,138 @@ struct DecodeQ4K {
     r.k = k;
     return r;
   }
-  // ggml's get_scale_min_k4 over the 12 scale bytes (header bytes 4..15).
-  FERRY_HD static inline void scale_min(const uint4& head, int j, float* sc, float* mn) {
-    const auto sb = [&](int i) { return int(byte_of(head, 4 + i)); };
-    if (j < 4) {
-      *sc = float(sb(j) & 63);
-      *mn = float(sb(j + 4) & 63);
-    } else {
-      *sc = float((sb(j + 4) & 0xF) | ((sb(j - 4) >> 6) << 4));
-      *mn = float((sb(j + 4) >> 4) | ((sb(j) >> 6) << 4));
-    }
-  }
   FERRY_HD static inline void decode(const Raw& r, float* v) {
     const float d = half_bits_to_float(uint16_t(r.head.x & 0xFFFF));
     const float dmin = half_bits_to_float(uint16_t(r.head.x >> 16));
     const int g = 2 * (r.k / 2);
     float sc0, mn0, sc1, mn1;
-    scale_min(r.head, g, &sc0, &mn0);
-    scale_min(r.head, g + 1, &sc1, &mn1);
+    k_scale_min(r.head, g, &sc0, &mn0);
+    k_scale_min(r.head, g + 1, &sc1, &mn1);
     const float d0 = d * sc0, m0 = dmin * mn0, d1 = d * sc1, m1 = dmin * mn1;
 FERRY_UNROLL
     for (int i = 0; i < 16; ++i) {
       const uint8_t b = byte_of(r.q, i);
       v[i] = d0 * float(b & 0xF) - m0;
       v[16 + i] = d1 * float(b >> 4) - m1;
+    }
+  }
+};
+
+// Q5_0 / Q5_1 split: a chunk is one block's 16 quant bytes and its record (d [, m], qh); run 0 = values 0..15
+// (low nibbles, high bit j of qh), run 1 = values 16..31 (high nibbles, high bit 16 + j).
+template <bool kHasMin>
+struct DecodeQ5 {
+  static constexpr int kRuns = 2, kRunLen = 16, kVals = 32;
+  struct Raw { uint4 q; uint32_t s; uint32_t qh; };  // s: d (Q5_0), or d | m << 16 (Q5_1)
+  FERRY_HD static inline int64_t chunks(int64_t cols) { return cols / 32; }
+  FERRY_HD static inline int64_t run_start(int64_t c, int r) { return c * 32 + r * 16; }
+  FERRY_HD static inline Raw load(const WeightView& w, int64_t row, int64_t c) {
+    const int64_t block = row * (w.cols / kQBlock) + c;
+    Raw r;
+    r.q = load16(w.data + size_t(block) * 16);
+    if constexpr (kHasMin) {  // 8-byte records: (d, m), qh
+      const uint32_t* rec = reinterpret_cast<const uint32_t*>(w.data + w.scales) + 2 * block;
+      r.s = load_scalar(rec);
+      r.qh = load_scalar(rec + 1);
+    } else {  // 6-byte records: d, qh as two halves
+      const uint16_t* rec = reinterpret_cast<const uint16_t*>(w.data + w.scales) + 3 * block;
+      r.s = load_scalar(rec);
+      r.qh = uint32_t(load_scalar(rec + 1)) | uint32_t(load_scalar(rec + 2)) << 16;
+    }
+    return r;
+  }
+  FERRY_HD static inline void decode(const Raw& r, float* v) {
+    const float d = half_bits_to_float(uint16_t(r.s & 0xFFFF));
+    const float m = kHasMin ? half_bits_to_float(uint16_t(r.s >> 16)) : -16.0f * d;
+FERRY_UNROLL
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t b = byte_of(r.q, i);
+      v[i] = fmaf(d, float((b & 0xF) | (((r.qh >> i) & 1) << 4)), m);
+      v[16 + i] = fmaf(d, float((b >> 4) | (((r.qh >> (16 + i)) & 1) << 4)), m);
+    }
+  }
+};
+
+// Q5_K (GGUF blocks: 16-byte header as Q4_K's, qh[32], qs[128]): chunk c = (super-block c / 8, k = c % 8); with
+// c64 = k / 2, h = k % 2 it reads quant bytes 32 c64 + 16 h .. +15 and qh bytes 16 h .. +15; low nibbles are values
+// 64 c64 + 16 h + j (group 2 c64, high bit 2 c64 of qh[16 h + j]), high nibbles values 64 c64 + 32 + 16 h + j
+// (group 2 c64 + 1, high bit 2 c64 + 1).
+struct DecodeQ5K {
+  static constexpr int kRuns = 2, kRunLen = 16, kVals = 32;
+  struct Raw { uint4 head; uint4 q; uint4 qh; int k; };
+  FERRY_HD static inline int64_t chunks(int64_t cols) { return cols / 32; }
+  FERRY_HD static inline int64_t run_start(int64_t c, int r) {
+    const int k = int(c % 8);
+    return (c / 8) * kKBlock + 64 * (k / 2) + 16 * (k % 2) + 32 * r;
+  }
+  FERRY_HD static inline Raw load(const WeightView& w, int64_t row, int64_t c) {
+    const uint8_t* block = w.data + (size_t(row) * size_t(w.cols / kKBlock) + size_t(c / 8)) * kQ5KBytes;
+    const int k = int(c % 8);
+    Raw r;
+    r.head = load16(block);
+    r.qh = load16(block + 16 + 16 * (k % 2));
+    r.q = load16(block + 48 + 32 * (k / 2) + 16 * (k % 2));
+    r.k = k;
+    return r;
+  }
+  FERRY_HD static inline void decode(const Raw& r, float* v) {
+    const float d = half_bits_to_float(uint16_t(r.head.x & 0xFFFF));
+    const float dmin = half_bits_to_float(uint16_t(r.head.x >> 16));
+    const int g = 2 * (r.k / 2);
+    float sc0, mn0, sc1, mn1;
+    k_scale_min(r.head, g, &sc0, &mn0);
+    k_scale_min(r.head, g + 1, &sc1, &mn1);
+    const float d0 = d * sc0, m0 = dmin * mn0, d1 = d * sc1, m1 = dmin * mn1;
+FERRY_UNROLL
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t b = byte_of(r.q, i), h = byte_of(r.qh, i);
+      v[i] = d0 * float((b & 0xF) | (((h >> g) & 1) << 4)) - m0;
+      v[16 + i] = d1 * float((b >> 4) | (((h >> (g + 1)) & 1) << 4)) - m1;
+    }
+  }
+};
+
+// Q6_K split (per super-block: ql[128] qh[64] quants; int8 scales[16], fp16 d record): chunk c = (super-block
+// c / 4, k = c % 4); with half n = k / 2 and l0 = 16 (k % 2) it reads ql bytes 64 n + l0 .. +15 (a) and
+// 64 n + 32 + l0 .. +15 (b) and qh bytes 32 n + l0 .. +15; run r is values 128 n + l0 + 32 r + j: the low nibbles
+// of a (r 0) and b (r 1), the high nibbles of a (r 2) and b (r 3), each with qh bits 2r..2r+1 above them, minus 32,
+// times d and scale 8 n + k % 2 + 2 r.
+struct DecodeQ6K {
+  static constexpr int kRuns = 4, kRunLen = 16, kVals = 64;
+  struct Raw { uint4 a; uint4 b; uint4 h; uint32_t sc; uint16_t d; int k; };  // sc: the 4 runs' int8 scales
+  FERRY_HD static inline int64_t chunks(int64_t cols) { return cols / 64; }
+  FERRY_HD static inline int64_t run_start(int64_t c, int r) {
+    const int k = int(c % 4);
+    return (c / 4) * kKBlock + 128 * (k / 2) + 16 * (k % 2) + 32 * r;
+  }
+  FERRY_HD static inline Raw load(const WeightView& w, int64_t row, int64_t c) {
+    const int64_t block = row * (w.cols / kKBlock) + c / 4;
+    const int k = int(c % 4), n = k / 2, l0 = 16 * (k % 2);
+    const uint8_t* q = w.data + size_t(block) * 192;
+    const uint8_t* rec = w.data + w.scales + size_t(block) * 18;
+    Raw r;
+    r.a = load16(q + 64 * n + l0);
+    r.b = load16(q + 64 * n + 32 + l0);
+    r.h = load16(q + 128 + 32 * n + l0);
+    const int s0 = 8 * n + k % 2;
+    r.sc = uint32_t(load_scalar(rec + s0)) | uint32_t(load_scalar(rec + s0 + 2)) << 8 |
+           uint32_t(load_scalar(rec + s0 + 4)) << 16 | uint32_t(load_scalar(rec + s0 + 6)) << 24;
+    r.d = load_scalar(reinterpret_cast<const uint16_t*>(rec + 16));
+    r.k = k;
+    return r;
+  }
+  FERRY_HD static inline void decode(const Raw& r, float* v) {
+    const float d = half_bits_to_float(r.d);
+    float ds[4];
+FERRY_UNROLL
+    for (int q = 0; q < 4; ++q) ds[q] = d * float(int8_t(uint8_t(r.sc >> (8 * q))));
+FERRY_UNROLL
+    for (int i = 0; i < 16; ++i) {
+      const int a = byte_of(r.a, i), b = byte_of(r.b, i), h = byte_of(r.h, i);
+      v[i] = ds[0] * float(((a & 0xF) | ((h & 3) << 4)) - 32);
+      v[16 + i] = ds[1] * float(((b & 0xF) | (((h >> 2) & 3) << 4)) - 32);
+      v[32 + i] = ds[2] * float(((a >> 4) | (((h >> 4) & 3) << 4)) - 32);
+      v[48 + i] = ds[3] * float(((b >> 4) | (((h >> 6) & 3) << 4)) - 32);
     }
   }
 };
@@ -279,7 +419,11 @@ bool visit_decoder(DType t, F&& f) {
     case DType::Q8_0: f.template operator()<DecodeQ8_0>(); return true;
     case DType::Q4_0: f.template operator()<DecodeQ4<false>>(); return true;
     case DType::Q4_1: f.template operator()<DecodeQ4<true>>(); return true;
+    case DType::Q5_0: f.template operator()<DecodeQ5<false>>(); return true;
+    case DType::Q5_1: f.template operator()<DecodeQ5<true>>(); return true;
     case DType::Q4_K: f.template operator()<DecodeQ4K>(); return true;
+    case DType::Q5_K: f.template operator()<DecodeQ5K>(); return true;
+    case DType::Q6_K: f.template operator()<DecodeQ6K>(); return true;
     default: return false;
   }
 }
