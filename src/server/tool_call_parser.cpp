@@ -92,7 +92,10 @@ void ToolCallParser::step_content(ParsedText& out, bool at_end) {
       else if (at_end) out.content += std::exchange(pending_, {});
       return;
     }
-    const bool start = at_start_;
+    const std::string_view rest = std::string_view(pending_).substr(i);
+    const std::string_view marker = open_marker(format_);
+    if (at_start_ && !at_end && rest.size() < marker.size() && marker.starts_with(rest)) return;  // the marker may come
+    const bool start = at_start_ && !rest.starts_with(marker);  // "[TOOL_CALLS]" is a marker, not a bare "["
     at_start_ = false;
     if (drop_blanks_) {
       drop_blanks_ = false;
@@ -329,7 +332,7 @@ void ToolCallParser::end_call(ParsedText& out) {
   announce(out);
   calls_.push_back({id_, name_, args_});
   call_text_.clear();
-  announced_ = false;
+  announced_ = name_done_ = args_done_ = args_open_ = false;
   if (call_depth_ == 1) mode_ = Mode::AfterCall;
 }
 
