@@ -72,10 +72,11 @@ ParsedText ToolCallParser::finish() {
     case Mode::Content: step_content(out, true); break;
     case Mode::AfterCall: step_after_call(out, true); break;
     case Mode::AfterMarker: fail(out); break;  // a marker and nothing after it
-    case Mode::Json:
+    case Mode::Json:  // cut off (max_tokens): the complete calls stay, the open one is dropped
       if (!committed_) revert(out);
-      else if (!call_text_.empty() || stack_.size() < call_depth_ - 1 || format_ != ToolCallFormat::Mistral) fail(out);
-      break;  // Mistral: a list cut after a whole call keeps its calls
+      else truncated_ = !call_text_.empty() || format_ != ToolCallFormat::Mistral;
+      mode_ = Mode::Plain;
+      break;
     case Mode::Plain: break;
   }
   out.content += pending_;

@@ -10,8 +10,9 @@
 // A call is {"name": "...", "arguments" (Llama 3: "parameters"): {...}}. Output that only looks like the start
 // of a bare call (Llama3 / Mistral: the first non-blank byte is "{" / "[") is held back until its first key
 // says: "name" (or the arguments key) commits it; anything else, or invalid JSON, hands the held text back as
-// content. A committed call that turns out malformed (bad JSON, no name, cut off at max_tokens) makes
-// failed() true; the text after the fault is content. Memory is bounded by the output's length.
+// content. A committed call that turns out malformed (bad JSON, no name) makes failed() true; the text after
+// the fault is content. Output that ends inside a call (max_tokens) drops that call and keeps the complete
+// ones (truncated()). Memory is bounded by the output's length.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +50,8 @@ class ToolCallParser {
   ParsedText finish();  // the end of the output: held-back text and a call left open are settled
 
   const std::vector<ToolCall>& calls() const { return calls_; }  // the complete calls so far
-  bool failed() const { return failed_; }
+  bool failed() const { return failed_; }          // a call was malformed
+  bool truncated() const { return truncated_; }    // the output ended inside a call (dropped; the others stay)
 
  private:
   enum class Mode { Content, AfterMarker, Json, AfterCall, Plain };
@@ -100,6 +102,7 @@ class ToolCallParser {
 
   std::vector<ToolCall> calls_;
   bool failed_ = false;
+  bool truncated_ = false;
 };
 
 }  // namespace ferry::server

@@ -189,9 +189,18 @@ TEST(ToolCallParser, PlainTextAndLookalikes) {
 }
 
 TEST(ToolCallParser, MalformedAndCutOff) {
-  // Cut off inside the arguments (max_tokens): failed, no call.
+  // Cut off inside the second call's arguments (max_tokens): the first call stays, the open one is dropped.
+  const std::string one = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n";
+  for (const ToolCallFormat f : {ToolCallFormat::Hermes}) {
+    ToolCallParser p(f, 1);
+    (void)p.feed(one + "<tool_call>\n{\"name\": \"g\", \"arguments\": {\"a\": ");
+    (void)p.finish();
+    EXPECT_FALSE(p.failed());
+    EXPECT_TRUE(p.truncated());
+    ASSERT_EQ(p.calls().size(), 1u);
+    EXPECT_EQ(p.calls()[0].name, "f");
+  }
   const Parsed cut = parse(ToolCallFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": ", 1);
-  EXPECT_TRUE(cut.failed);
   EXPECT_TRUE(cut.calls.empty());
   ASSERT_EQ(cut.from_deltas.size(), 1u);  // the stream had announced it
   // Bad JSON after the marker: failed, the rest is content.
