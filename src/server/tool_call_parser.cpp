@@ -146,9 +146,11 @@ void ToolCallParser::step_json(ParsedText& out) {
     const char c = pending_[i++];
     if (!committed_) held_ += c;
     scan_char(c, out);
+    // After every byte, not every piece: what a fault later hands back (and which fragments went out before
+    // it) must not depend on where the stream was split.
+    if (mode_ == Mode::Json) announce(out);
   }
   pending_.erase(0, i);
-  if (mode_ == Mode::Json) announce(out);
 }
 
 void ToolCallParser::begin_call() {
@@ -206,7 +208,7 @@ void ToolCallParser::scan_char(char c, ParsedText& out) {
       case Slot::Value:
         value_start_ = call_text_.size() - 1;
         value_is_string_ = c == '"';
-        args_open_ = is_arguments_key(format_, key_) && (c == '{' || c == '[');
+        args_open_ = !args_done_ && is_arguments_key(format_, key_) && (c == '{' || c == '[');  // the first one counts
         if (c == '"') {
           in_string_ = true;
           slot_ = Slot::InString;
@@ -232,6 +234,11 @@ void ToolCallParser::scan_char(char c, ParsedText& out) {
       case Slot::InContainer:
         return fault(out);
     }
+  }
+  if (c == '"' && !call_text_.empty()) {  // a string inside a nested value: brackets in it are text
+    in_string_ = true;
+    string_is_key_ = false;
+    return;
   }
   if (c == '{' || c == '[') {
     if (call_text_.empty()) {  // outside a call: a call opens at its depth, Mistral's list at depth 0
@@ -289,6 +296,7 @@ void ToolCallParser::end_value(size_t end, ParsedText& out) {
     if (!v.is_string() || v.get<std::string>().empty()) return fault(out);
     name_ = v.get<std::string>();
     name_done_ = true;
+    announce(out);
   } else if (is_arguments_key(format_, key_) && !args_done_) {
     if (value_is_string_) {  // arguments given as a JSON string holding the object
       const auto v = nlohmann::json::parse(text, nullptr, false);
@@ -347,20 +355,20 @@ void ToolCallParser::step_after_call(ParsedText& out, bool at_end) {
     } else if (!at_end && kHermesClose.starts_with(rest)) {
       return;  // the close tag may still come
     }
-  } else if (format_ == ToolCallFormat::Llama3) {
+  } else if (format_ == ToolCallFormat::Llama3) {  // "; {" : another call; anything else: content
     if (rest.empty() && !at_end) return;
-    if (!rest.empty() && rest[0] == ';') {  // another call follows
+    if (!after_semicolon_ && !rest.empty() && rest[0] == ';') {
       pending_.erase(0, i + 1);
-      while (!pending_.empty() && blank(pending_[0])) pending_.erase(0, 1);
-      if (pending_.empty() && !at_end) {
-        mode_ = Mode::AfterMarker;
-        return;
-      }
-      if (!pending_.empty() && pending_[0] == '{') {
-        enter_json();
-        return;
-      }
+      after_semicolon_ = true;
+      return;
     }
+    if (after_semicolon_ && !rest.empty() && rest[0] == '{') {
+      after_semicolon_ = false;
+      pending_.erase(0, i);
+      enter_json();
+      return;
+    }
+    after_semicolon_ = false;
   }
   mode_ = Mode::Content;
   drop_blanks_ = true;

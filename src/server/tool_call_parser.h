@@ -81,6 +81,7 @@ class ToolCallParser {
   std::string pending_;     // unconsumed text
   bool at_start_ = true;    // nothing but blanks seen so far
   bool drop_blanks_ = false; // after a call: blanks before the next call or text are dropped
+  bool after_semicolon_ = false;  // Llama 3: a ";" after a call, waiting for the next "{"
   bool committed_ = false;  // a bare start became a call (or a marker opened one)
   std::string held_;        // a bare start's raw text, handed back as content if it is not a call
   size_t call_depth_ = 1;   // nesting at which a call object's keys live (Mistral: 2, inside the list)

@@ -5,6 +5,7 @@
 // complete call's id, name and arguments); every complete call's arguments are a JSON object.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -16,6 +17,12 @@ namespace {
 
 using namespace ferry::server;
 
+// Says which property broke, then crashes (the fuzzer keeps the input).
+[[noreturn]] void broken(const char* what) {
+  std::fprintf(stderr, "chat_output_fuzz: %s\n", what);
+  __builtin_trap();
+}
+
 struct Collected {
   std::string reasoning, content;
   std::vector<ToolCall> calls;
@@ -26,10 +33,10 @@ void take(Collected& c, const ChatDelta& d) {
   c.content += d.content;
   for (const ToolCallDelta& t : d.calls) {
     if (!t.id.empty()) {
-      if (t.index != c.calls.size()) __builtin_trap();
+      if (t.index != c.calls.size()) broken("a new call's index is not the next one");
       c.calls.push_back({t.id, t.name, t.arguments});
     } else {
-      if (c.calls.empty() || t.index + 1 != c.calls.size()) __builtin_trap();
+      if (c.calls.empty() || t.index + 1 != c.calls.size()) broken("an arguments fragment of a call not open");
       c.calls.back().arguments += t.arguments;
     }
   }
@@ -61,20 +68,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool whole_called = false, split_called = false;
   const Collected whole = run(o, text, text.size() + 1, whole_msg, whole_called);
   const Collected split = run(o, text, piece, split_msg, split_called);
-  if (whole.content != split.content || whole.reasoning != split.reasoning || whole_called != split_called ||
-      whole.calls.size() != split.calls.size())
-    __builtin_trap();
+  if (whole.content != split.content) broken("content differs whole / in pieces");
+  if (whole.reasoning != split.reasoning) broken("reasoning differs whole / in pieces");
+  if (whole_called != split_called || whole.calls.size() != split.calls.size()) broken("calls differ whole / in pieces");
   for (size_t i = 0; i < whole.calls.size(); ++i)
-    if (whole.calls[i].name != split.calls[i].name || whole.calls[i].arguments != split.calls[i].arguments) __builtin_trap();
-  if (split_msg.reasoning.value_or("") != split.reasoning) __builtin_trap();
+    if (whole.calls[i].name != split.calls[i].name || whole.calls[i].arguments != split.calls[i].arguments)
+      broken("a call differs whole / in pieces");
+  if (split_msg.reasoning.value_or("") != split.reasoning) broken("message reasoning is not the streamed one");
   if (split_called) {
-    if (split_msg.tool_calls.size() > split.calls.size()) __builtin_trap();
+    if (split_msg.tool_calls.size() > split.calls.size()) broken("more message calls than streamed ones");
     for (size_t i = 0; i < split_msg.tool_calls.size(); ++i) {
       const ToolCall& c = split_msg.tool_calls[i];
-      if (c.id != split.calls[i].id || c.name != split.calls[i].name || c.arguments != split.calls[i].arguments) __builtin_trap();
-      if (!nlohmann::json::parse(c.arguments, nullptr, false).is_object()) __builtin_trap();
+      if (c.id != split.calls[i].id || c.name != split.calls[i].name || c.arguments != split.calls[i].arguments)
+        broken("a message call is not the streamed one");
+      if (!nlohmann::json::parse(c.arguments, nullptr, false).is_object()) broken("arguments are not a JSON object");
     }
-    if (split_msg.content.value_or("") != split.content) __builtin_trap();
+    if (split_msg.content.value_or("") != split.content) broken("message content is not the streamed one");
   }
   return 0;
 }

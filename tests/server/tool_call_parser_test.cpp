@@ -188,6 +188,22 @@ TEST(ToolCallParser, PlainTextAndLookalikes) {
   EXPECT_EQ(parse(ToolCallFormat::Mistral, R"([{"name": "a", "arguments": {}}])").calls.at(0).id.size(), 9u);
 }
 
+// Reproduction (chat_output fuzz): strings inside nested arguments were not tracked, so a bracket in one
+// closed the arguments early.
+TEST(ToolCallParser, BracketsInsideNestedStrings) {
+  const std::string args = R"({"text": "a } b ] {", "list": ["x]", {"k": "}\"}"}]})";
+  for (const ToolCallFormat f : {ToolCallFormat::Hermes, ToolCallFormat::Mistral}) {
+    const std::string call = R"({"name": "f", "arguments": )" + args + "}";
+    const std::string text = f == ToolCallFormat::Hermes ? "<tool_call>" + call + "</tool_call>" : "[" + call + "]";
+    for (const size_t piece : {size_t(0), size_t(1), size_t(4)}) {
+      const Parsed p = parse(f, text, piece);
+      ASSERT_EQ(p.calls.size(), 1u) << text;
+      EXPECT_EQ(p.calls[0].arguments, args);
+      EXPECT_EQ(p.from_deltas[0].arguments, args);
+    }
+  }
+}
+
 TEST(ToolCallParser, MalformedAndCutOff) {
   // Cut off inside the second call's arguments (max_tokens): the first call stays, the open one is dropped.
   const std::string one = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n";
