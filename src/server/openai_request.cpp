@@ -149,6 +149,10 @@ void parse_messages(const json& body, ParsedRequest& r) {
     const std::string text = content == m.end() ? std::string() : message_content(*content, name + ".content");
     tm["content"] = content == m.end() || content->is_null() ? json(nullptr) : json(text);
     if (calls != nullptr) tm["tool_calls"] = parse_tool_calls(*calls, name + ".tool_calls");
+    if (const json* rc = r_name == "assistant" ? field(m, "reasoning_content") : nullptr) {  // Qwen3's template reads it
+      if (!rc->is_string()) bad(name + ".reasoning_content", "must be a string");
+      tm["reasoning_content"] = *rc;
+    }
     if (r_name == "tool") {
       if (const json* id = field(m, "tool_call_id")) {
         if (!id->is_string()) bad(name + ".tool_call_id", "must be a string");

@@ -34,7 +34,7 @@ struct ParsedRequest {
   std::string model;                      // "" when absent
   std::vector<ChatTurn> messages;         // chat: 1+ turns (roles system/user/assistant/tool; developer -> system)
   // chat: the same messages as the chat template reads them: {"role", "content" (null when absent), and
-  // "tool_calls" (arguments as JSON objects), "tool_call_id", "name" where given}
+  // "tool_calls" (arguments as JSON objects), "tool_call_id", "name", an assistant's "reasoning_content" where given}
   nlohmann::ordered_json template_messages;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
   ToolRequest tools;                      // tools, tool_choice, parallel_tool_calls

@@ -151,6 +151,7 @@ TEST(OpenAIRequest, BadParametersAreNamed) {
       {"chat_template_kwargs", R"("chat_template_kwargs": {"messages": []})"},
       {"reasoning_format", R"("reasoning_format": "hidden")"},
       {"include_reasoning", R"("include_reasoning": "no")"},
+      {"messages[1].reasoning_content", R"("messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "reasoning_content": 1}])"},
       {"stream", R"("stream": "yes")"},
       {"stream_options", R"("stream_options": {"include_usage": true})"},
       {"logprobs", R"("logprobs": 3)"},
@@ -184,13 +185,14 @@ TEST(OpenAIRequest, ToolsHistoryAndChoices) {
       {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"a\": 1}"}}]},
       {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+      {"role": "assistant", "content": "It is 18 C.", "reasoning_content": "The tool said 18."},
       {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "not json"}}]}],
     "tools": [{"type": "function", "function": {"name": "get_weather", "strict": true,
       "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "a": {"type": "integer"}}}}}],
     "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": false,
     "n": 3, "user": "u1", "metadata": {"k": "v"}, "store": false, "chat_template_kwargs": {"enable_thinking": false},
     "reasoning_format": "none", "include_reasoning": false, "service_tier": "auto"})");
-  ASSERT_EQ(r.template_messages.size(), 4u);
+  ASSERT_EQ(r.template_messages.size(), 5u);
   EXPECT_TRUE(r.template_messages[1]["content"].is_null());
   const auto& args = r.template_messages[1]["tool_calls"][0]["function"]["arguments"];
   ASSERT_TRUE(args.is_object());  // the template's tojson gets the object
@@ -198,7 +200,8 @@ TEST(OpenAIRequest, ToolsHistoryAndChoices) {
   EXPECT_EQ(r.template_messages[1]["tool_calls"][0]["id"], "call_1");
   EXPECT_EQ(r.template_messages[2]["role"], "tool");
   EXPECT_EQ(r.template_messages[2]["tool_call_id"], "call_1");
-  EXPECT_EQ(r.template_messages[3]["tool_calls"][0]["function"]["arguments"], "not json");  // kept as text
+  EXPECT_EQ(r.template_messages[3]["reasoning_content"], "The tool said 18.");  // for templates that read it
+  EXPECT_EQ(r.template_messages[4]["tool_calls"][0]["function"]["arguments"], "not json");  // kept as text
   ASSERT_EQ(r.tools.functions.size(), 1u);
   EXPECT_EQ(r.tools.functions[0].name, "get_weather");
   EXPECT_EQ(r.tools.functions[0].parameters["properties"].begin().key(), "city");
