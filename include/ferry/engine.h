@@ -41,6 +41,8 @@ struct EngineOptions {
   bool device_sampling = true;           // draw tokens on the device where the backend can (false: on the host)
   bool pipelined_decode = true;          // Engine::generate launches step t + 1 before reading step t's token
                                          // (device sampling only; the same tokens either way)
+  std::string chat_template;             // Jinja text that replaces the model's own chat template ("" : the
+                                         // model's; `ferry serve --chat-template FILE`, as vLLM and llama-server)
   Env env;                               // the environment's settings (core/env.h): the CLI reads them once with
                                          // Env::read(); default-constructed, every variable at its default
 };

@@ -64,6 +64,11 @@ enum class OutputFormatKind { Text, JsonObject, JsonSchema, Regex, Gbnf };
 struct OutputFormat {
   OutputFormatKind kind = OutputFormatKind::Text;
   std::string text;  // JsonSchema: the schema (JSON text); Regex: the pattern; Gbnf: the grammar; else unused
+  // JsonSchema only: each value is written between the literal texts `prefix` and `suffix`, 1..max_repeats
+  // values in a row separated by `separator` (max_repeats 0: any number): a chat template's tool-call markup,
+  // e.g. prefix "<tool_call>\n", suffix "\n</tool_call>", separator "\n".
+  std::string prefix, suffix, separator;
+  int32_t max_repeats = 1;
 };
 
 // One generation request. Every field is validated by submit(), which throws ferry::Error naming the bad one.
@@ -165,6 +170,12 @@ class ServingEngine {
   std::string detokenize(std::span<const int32_t> tokens) const;
   bool has_chat_template() const;
   std::string apply_chat_template(const std::vector<ChatTurn>& turns, bool add_generation_prompt) const;
+  // The template rendered over a whole context given as a JSON object's text: messages with tool_calls and
+  // tool turns, tools, add_generation_prompt, extra variables (enable_thinking); transformers' defaults fill the
+  // rest (chat_template.h). Throws ferry::Error for bad JSON or a template that raises.
+  std::string render_chat_template(std::string_view context_json) const;
+  // The chat template's Jinja text ("" without one): the server picks its tool-call and reasoning formats by it.
+  std::string chat_template_source() const;
 
   // Queues a request. Throws ferry::Error for a bad request (naming the field: prompt too long for the context,
   // bad sampling parameter, ...), QueueFull when the waiting queue is full, ferry::Error after shutdown().

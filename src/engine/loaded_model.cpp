@@ -170,6 +170,7 @@ std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn
   m.tokenizer = std::make_unique<Tokenizer>(m.file.vocab);
   FERRY_CHECK(m.tokenizer->vocab_size() <= c.vocab_size, "{}: tokenizer has {} tokens but the model only {}",
               o.model_path, m.tokenizer->vocab_size(), c.vocab_size);
+  if (!o.chat_template.empty()) m.file.vocab.chat_template = o.chat_template;  // the caller's replaces the model's
   if (m.file.vocab.chat_template) {
     const Vocab& v = m.file.vocab;
     const auto tok_text = [&](int32_t id) {

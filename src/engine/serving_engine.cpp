@@ -21,6 +21,7 @@
 #include "engine/scheduler.h"
 #include "engine/step_profile.h"
 #include "grammar/grammar_cache.h"
+#include "grammar/wrapped_schema.h"
 
 namespace ferry {
 
@@ -565,6 +566,21 @@ std::string ServingEngine::apply_chat_template(const std::vector<ChatTurn>& turn
   return impl_->m->apply_chat_template(turns, add_generation_prompt);
 }
 
+std::string ServingEngine::render_chat_template(std::string_view context_json) const {
+  FERRY_CHECK(impl_->m->chat_template != nullptr, "{}: the model has no chat template", impl_->m->info.path);
+  nlohmann::ordered_json context;
+  try {
+    context = nlohmann::ordered_json::parse(context_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("chat template context: not valid JSON (") + e.what() + ")");
+  }
+  return impl_->m->chat_template->render(context);
+}
+
+std::string ServingEngine::chat_template_source() const {
+  return impl_->m->chat_template ? impl_->m->chat_template->source() : std::string();
+}
+
 std::shared_ptr<RequestHandle> ServingEngine::submit(GenerationRequest r) {
   Impl& s = *impl_;
   const int32_t context = s.m->context;
@@ -597,7 +613,13 @@ std::shared_ptr<RequestHandle> ServingEngine::submit(GenerationRequest r) {
                                          : r.format.kind == OutputFormatKind::JsonSchema ? grammar::ConstraintKind::JsonSchema
                                          : r.format.kind == OutputFormatKind::Regex ? grammar::ConstraintKind::Regex
                                                                                     : grammar::ConstraintKind::Gbnf;
-    seq->matcher = std::make_unique<grammar::GrammarMatcher>(s.grammar_cache().get(kind, r.format.text));
+    const OutputFormat& f = r.format;
+    const bool wrapped = kind == grammar::ConstraintKind::JsonSchema &&
+                         (!f.prefix.empty() || !f.suffix.empty() || f.max_repeats != 1);
+    seq->matcher = std::make_unique<grammar::GrammarMatcher>(
+        wrapped ? s.grammar_cache().get(grammar::ConstraintKind::Gbnf,
+                                        grammar::wrapped_json_schema_gbnf(f.text, {f.prefix, f.suffix, f.separator, f.max_repeats}))
+                : s.grammar_cache().get(kind, f.text));
   }
   seq->id = s.next_id.fetch_add(1);
   seq->n_prompt = int32_t(r.prompt.size());

@@ -18,7 +18,9 @@ uint32_t GrammarBuilder::rule_id(std::string_view name) {
 
 uint32_t GrammarBuilder::fresh_rule(std::string_view base) {
   for (size_t n = names_.size();; ++n) {
-    const std::string name = std::string(base) + "-" + std::to_string(n);
+    // '#' is not a name character of GBNF text, so a generated rule never takes the name of a rule the text
+    // defines further down (root ::= ("a")* then root-1 ::= ... was "defined twice").
+    const std::string name = std::string(base) + "#" + std::to_string(n);
     if (!ids_.contains(name)) return rule_id(name);
   }
 }

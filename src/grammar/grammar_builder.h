@@ -20,7 +20,7 @@ class GrammarBuilder {
  public:
   // The id of the rule called name (created undefined on first mention).
   uint32_t rule_id(std::string_view name);
-  // A fresh helper rule named "<base>-<n>".
+  // A fresh helper rule named "<base>#<n>" (never a name GBNF text can define).
   uint32_t fresh_rule(std::string_view base);
   void define(uint32_t rule, Alternatives alternatives);
   bool defined(uint32_t rule) const;

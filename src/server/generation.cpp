@@ -4,6 +4,7 @@
 
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
+#include "server/reasoning_parser.h"
 
 namespace ferry::server {
 
@@ -29,13 +30,39 @@ void check_prompt(const std::vector<int32_t>& prompt, Endpoint endpoint, const M
                    param, "context_length_exceeded");
 }
 
-GenerationRequest build_generation_request(const ParsedRequest& parsed, const ServingEngine& engine,
-                                           const ModelFacts& facts, uint64_t seed) {
-  GenerationRequest g;
+namespace {
+
+// The template's context for a chat request: the tools it renders itself, or the Hermes fallback.
+ChatContext chat_context(const ParsedRequest& parsed, const ModelFacts& facts) {
+  ChatContext c;
+  c.kwargs = parsed.template_kwargs;
+  const bool tools = parsed.tools.active();
+  bool history_has_tools = false;
+  for (const auto& m : parsed.template_messages) history_has_tools |= m["role"] == "tool" || m.contains("tool_calls");
+  if (facts.tool_template.renders_tools) {
+    c.messages = parsed.template_messages;
+    if (tools) c.tools = parsed.tools.tools;
+  } else if (tools || history_has_tools) {
+    c.messages = hermes_fallback_messages(parsed.template_messages, tools ? &parsed.tools : nullptr);
+  } else {
+    c.messages = parsed.template_messages;
+  }
+  return c;
+}
+
+}  // namespace
+
+GenerationPlan build_generation_request(const ParsedRequest& parsed, const ServingEngine& engine,
+                                        const ModelFacts& facts, uint64_t seed) {
+  GenerationPlan plan;
+  GenerationRequest& g = plan.request;
+  std::string prompt_text;
   try {
     if (parsed.endpoint == Endpoint::Chat) {
       // The template's markers are special tokens; the messages' content is text (chat_prompt.h).
-      g.prompt = tokenize_chat(engine, parsed.messages, facts.parse_special_in_content);
+      ChatPrompt p = tokenize_chat(engine, chat_context(parsed, facts), facts.parse_special_in_content);
+      g.prompt = std::move(p.tokens);
+      prompt_text = std::move(p.text);
     } else if (parsed.prompt_text) {
       g.prompt = engine.tokenize(*parsed.prompt_text, true, false);
     } else {
@@ -57,7 +84,23 @@ GenerationRequest build_generation_request(const ParsedRequest& parsed, const Se
   g.logprobs = parsed.logprobs;
   g.format = parsed.format;
   g.logit_bias = parsed.logit_bias;
-  return g;
+  if (parsed.endpoint != Endpoint::Chat) return plan;
+
+  const ToolCallFormat format = facts.tool_template.renders_tools ? facts.tool_template.format : ToolCallFormat::Hermes;
+  if (parsed.tools.active()) plan.output.tools = format;
+  if (parsed.tools.forced()) {
+    if (parsed.format.kind != OutputFormatKind::Text)
+      throw ApiError(400, "'tool_choice': a required or named tool call cannot be combined with a response_format",
+                     "tool_choice");
+    g.format = forced_tool_call_format(format, parsed.tools);
+  }
+  // A constrained output starts with its first token: no reasoning block is written before it.
+  plan.output.split_reasoning = facts.template_thinks && parsed.split_reasoning.value_or(facts.split_reasoning) &&
+                                g.format.kind == OutputFormatKind::Text;
+  plan.output.starts_in_reasoning = plan.output.split_reasoning && prompt_opens_reasoning(prompt_text);
+  plan.output.include_reasoning = parsed.include_reasoning;
+  plan.output.id_seed = g.sampling.seed ^ 0x7f4a7c159e3779b9ull;
+  return plan;
 }
 
 }  // namespace ferry::server

@@ -8,7 +8,9 @@
 
 #include "core/check.h"  // ferry::Error, which serving.h uses
 #include "ferry/serving.h"
+#include "server/chat_output.h"
 #include "server/openai_request.h"
+#include "server/tool_format.h"
 
 namespace ferry::server {
 
@@ -17,14 +19,25 @@ struct ModelFacts {
   int context = 0;                 // tokens per sequence
   int vocab_size = 0;
   bool parse_special_in_content = false;  // message content may hold special tokens (else: plain text)
+  ToolTemplateTraits tool_template;       // the chat template's tool-call markup (tool_format.h)
+  bool template_thinks = false;           // its output may carry a <think> block (reasoning_parser.h)
+  bool split_reasoning = true;            // the server's default for reasoning_format (--reasoning-format)
+};
+
+// What a request becomes: the engine request of each choice (choice i: seed + i) and how its output is read.
+struct GenerationPlan {
+  GenerationRequest request;  // choice 0's
+  ChatOutputOptions output;   // chat: reasoning split and tool-call parsing (id_seed: choice 0's)
 };
 
 // 404 model_not_found when `model` is not empty and not one of facts.names.
 void check_model(const std::string& model, const ModelFacts& facts);
 
-// Fills a GenerationRequest. `seed` is used when the request gave none.
-GenerationRequest build_generation_request(const ParsedRequest& parsed, const ServingEngine& engine,
-                                           const ModelFacts& facts, uint64_t seed);
+// Fills a GenerationPlan. `seed` is used when the request gave none. A forced tool call (tool_choice required or
+// a function) becomes the request's format (forced_tool_call_format), so it cannot be combined with a
+// response_format (400).
+GenerationPlan build_generation_request(const ParsedRequest& parsed, const ServingEngine& engine,
+                                        const ModelFacts& facts, uint64_t seed);
 
 // The checks on a tokenized prompt (split out for unit tests): 1 .. context-1 tokens, ids < vocab_size.
 void check_prompt(const std::vector<int32_t>& prompt, Endpoint endpoint, const ModelFacts& facts);

@@ -10,7 +10,7 @@
 namespace ferry::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // key order kept: schemas and tool arguments are rendered as sent
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw ApiError(400, "'" + param + "': " + message, param);
@@ -90,10 +90,48 @@ std::string message_content(const json& v, const std::string& name) {
   return out;
 }
 
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments": "<JSON>"}}].
+// For the chat template the arguments become the object they encode (templates apply tojson to them), as
+// vLLM and transformers do; text that is not a JSON object stays a string.
+json parse_tool_calls(const json& v, const std::string& name) {
+  if (!v.is_array()) bad(name, "must be a list");
+  json out = json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& c = v[i];
+    const std::string cname = name + "[" + std::to_string(i) + "]";
+    if (!c.is_object()) bad(cname, "must be an object");
+    const json* fn = field(c, "function");
+    if (fn == nullptr || !fn->is_object()) bad(cname + ".function", "is required and must be an object");
+    const json* fname = field(*fn, "name");
+    if (fname == nullptr || !fname->is_string()) bad(cname + ".function.name", "is required and must be a string");
+    json call = json::object();
+    if (const json* id = field(c, "id")) {
+      if (!id->is_string()) bad(cname + ".id", "must be a string");
+      call["id"] = *id;
+    }
+    call["type"] = "function";
+    json args = json::object();
+    if (const json* a = field(*fn, "arguments")) {
+      if (a->is_string()) {
+        json parsed = json::parse(a->get<std::string>(), nullptr, false);
+        args = parsed.is_object() ? std::move(parsed) : *a;
+      } else if (a->is_object()) {
+        args = *a;
+      } else {
+        bad(cname + ".function.arguments", "must be a string of JSON");
+      }
+    }
+    call["function"] = {{"name", *fname}, {"arguments", std::move(args)}};
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 void parse_messages(const json& body, ParsedRequest& r) {
   const json* msgs = field(body, "messages");
   if (msgs == nullptr) bad("messages", "is required");
   if (!msgs->is_array() || msgs->empty()) bad("messages", "must be a non-empty list");
+  r.template_messages = json::array();
   for (size_t i = 0; i < msgs->size(); ++i) {
     const json& m = (*msgs)[i];
     const std::string name = "messages[" + std::to_string(i) + "]";
@@ -102,12 +140,52 @@ void parse_messages(const json& body, ParsedRequest& r) {
     if (role == nullptr || !role->is_string()) bad(name + ".role", "is required and must be a string");
     std::string r_name = role->get<std::string>();
     if (r_name == "developer") r_name = "system";
-    if (r_name != "system" && r_name != "user" && r_name != "assistant")
-      bad(name + ".role", "must be one of system, developer, user, assistant, got " + role->dump());
+    if (r_name != "system" && r_name != "user" && r_name != "assistant" && r_name != "tool")
+      bad(name + ".role", "must be one of system, developer, user, assistant, tool, got " + role->dump());
+    json tm = {{"role", r_name}};
+    const json* calls = r_name == "assistant" ? field(m, "tool_calls") : nullptr;
     const auto content = m.find("content");
-    if (content == m.end()) bad(name + ".content", "is required");
-    r.messages.push_back({r_name, message_content(*content, name + ".content")});
+    if (content == m.end() && calls == nullptr) bad(name + ".content", "is required");
+    const std::string text = content == m.end() ? std::string() : message_content(*content, name + ".content");
+    tm["content"] = content == m.end() || content->is_null() ? json(nullptr) : json(text);
+    if (calls != nullptr) tm["tool_calls"] = parse_tool_calls(*calls, name + ".tool_calls");
+    if (const json* rc = r_name == "assistant" ? field(m, "reasoning_content") : nullptr) {  // Qwen3's template reads it
+      if (!rc->is_string()) bad(name + ".reasoning_content", "must be a string");
+      tm["reasoning_content"] = *rc;
+    }
+    if (r_name == "tool") {
+      if (const json* id = field(m, "tool_call_id")) {
+        if (!id->is_string()) bad(name + ".tool_call_id", "must be a string");
+        tm["tool_call_id"] = *id;
+      }
+    }
+    if (const json* n = field(m, "name")) {
+      if (!n->is_string()) bad(name + ".name", "must be a string");
+      tm["name"] = *n;
+    }
+    r.messages.push_back({r_name, text});
+    r.template_messages.push_back(std::move(tm));
   }
+}
+
+// chat_template_kwargs (vLLM, llama-server): variables for the chat template, e.g. {"enable_thinking": false};
+// reasoning_format (llama-server): "none" leaves <think> blocks in the content; include_reasoning (vLLM).
+void parse_chat_options(const json& body, ParsedRequest& r) {
+  if (const json* k = field(body, "chat_template_kwargs")) {
+    if (!k->is_object()) bad("chat_template_kwargs", "must be an object");
+    for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+      if (k->contains(reserved)) bad("chat_template_kwargs", std::string("may not set \"") + reserved + "\"");
+    r.template_kwargs = *k;
+  }
+  if (const json* f = field(body, "reasoning_format")) {
+    if (!f->is_string()) bad("reasoning_format", "must be a string");
+    const std::string v = f->get<std::string>();
+    if (v == "none") r.split_reasoning = false;
+    else if (v == "auto" || v == "deepseek" || v == "parsed") r.split_reasoning = true;
+    else bad("reasoning_format", "must be one of none, auto, deepseek, parsed, got " + f->dump());
+  }
+  if (const json* v = field(body, "include_reasoning")) r.include_reasoning = boolean(*v, "include_reasoning");
+  r.tools = parse_tool_request(body);
 }
 
 void parse_prompt(const json& body, ParsedRequest& r) {
@@ -195,14 +273,18 @@ void parse_sampling(const json& body, ParsedRequest& r) {
 }
 
 void reject_unsupported(const json& body) {
-  if (const json* n = field(body, "n"); n != nullptr && integer(*n, "n", 1, 1 << 20) != 1) bad("n", "only n = 1 is supported");
   if (const json* n = field(body, "best_of"); n != nullptr && integer(*n, "best_of", 1, 1 << 20) != 1) bad("best_of", "only best_of = 1 is supported");
   if (const json* e = field(body, "echo"); e != nullptr && boolean(*e, "echo")) bad("echo", "echo is not supported");
-  if (const json* t = field(body, "tools"); t != nullptr && !(t->is_array() && t->empty())) bad("tools", "tools are not supported");
+  if (field(body, "functions") != nullptr || field(body, "function_call") != nullptr)
+    bad(field(body, "functions") ? "functions" : "function_call", "the deprecated functions API is not supported; send tools");
+  // Accepted and not used, as OpenAI accepts them: checked for their type only.
+  if (const json* u = field(body, "user"); u != nullptr && !u->is_string()) bad("user", "must be a string");
+  if (const json* m = field(body, "metadata"); m != nullptr && !m->is_object()) bad("metadata", "must be an object");
+  if (const json* s = field(body, "store"); s != nullptr) boolean(*s, "store");
 }
 
-// body_text: the schema is read again from it in declared order (properties are generated in that order).
-void parse_response_format(const json& body, std::string_view body_text, ParsedRequest& r) {
+// The schema keeps its declared key order (properties are generated in that order).
+void parse_response_format(const json& body, ParsedRequest& r) {
   const json* f = field(body, "response_format");
   if (f == nullptr) return;
   if (!f->is_object()) bad("response_format", "must be an object");
@@ -227,9 +309,7 @@ void parse_response_format(const json& body, std::string_view body_text, ParsedR
       bad("response_format.json_schema.schema", "must be an object");
     r.format.kind = OutputFormatKind::JsonSchema;
     // no schema: any JSON value
-    r.format.text = schema == nullptr ? "{}"
-                                      : nlohmann::ordered_json::parse(body_text.begin(), body_text.end())["response_format"]
-                                                                     ["json_schema"]["schema"].dump();
+    r.format.text = schema == nullptr ? "{}" : schema->dump();
   } else if (t == "regex") {
     r.format = {OutputFormatKind::Regex, text_field("regex")};
   } else if (t == "grammar") {
@@ -259,10 +339,15 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text, const
       if (!m->is_string()) bad("model", "must be a string");
       r.model = m->get<std::string>();
     }
-    if (endpoint == Endpoint::Chat) parse_messages(body, r);
-    else parse_prompt(body, r);
+    if (endpoint == Endpoint::Chat) {
+      parse_messages(body, r);
+      parse_chat_options(body, r);
+    } else {
+      parse_prompt(body, r);
+    }
     reject_unsupported(body);
-    parse_response_format(body, body_text, r);
+    if (const json* n = field(body, "n")) r.n = int32_t(integer(*n, "n", 1, limits.max_n));
+    parse_response_format(body, r);
     if (const json* b = field(body, "logit_bias")) {
       if (!b->is_object()) bad("logit_bias", "must be an object of token id -> bias");
       if (b->size() > kMaxLogitBias) bad("logit_bias", "at most " + std::to_string(kMaxLogitBias) + " entries");

@@ -10,9 +10,12 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ferry/engine.h"
 #include "ferry/sampling.h"
 #include "ferry/serving.h"
+#include "server/tool_request.h"
 
 namespace ferry::server {
 
@@ -23,12 +26,22 @@ struct RequestLimits {
   size_t max_stop_strings = 16;
   size_t max_stop_bytes = 1024;   // per stop string
   int32_t max_top_logprobs = 20;
+  int32_t max_n = 16;             // choices per request
 };
 
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::Chat;
   std::string model;                      // "" when absent
-  std::vector<ChatTurn> messages;         // chat: 1+ turns (roles system/user/assistant; developer -> system)
+  std::vector<ChatTurn> messages;         // chat: 1+ turns (roles system/user/assistant/tool; developer -> system)
+  // chat: the same messages as the chat template reads them: {"role", "content" (null when absent), and
+  // "tool_calls" (arguments as JSON objects), "tool_call_id", "name", an assistant's "reasoning_content" where given}
+  nlohmann::ordered_json template_messages;
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
+  ToolRequest tools;                      // tools, tool_choice, parallel_tool_calls
+  std::optional<bool> split_reasoning;    // reasoning_format: none -> false, auto/deepseek/parsed -> true; absent:
+                                          // the server's default
+  bool include_reasoning = true;          // vLLM's include_reasoning: false drops reasoning_content
+  int32_t n = 1;                          // choices
   std::optional<std::string> prompt_text; // completions: a string prompt
   std::vector<int32_t> prompt_tokens;     // completions: a prompt given as token ids (not range-checked here)
   SamplingParams sampling;                // OpenAI defaults (temperature 1, top_p 1, top_k/min_p off)

@@ -71,44 +71,76 @@ json logprobs_json(Endpoint endpoint, std::span<const GeneratedToken> tokens, si
           {"text_offset", std::move(offsets)}};
 }
 
-json full_response(const ResponseMeta& meta, const std::string& text, FinishReason finish, const RequestUsage& usage,
-                   const std::optional<json>& logprobs) {
-  json choice = {{"index", 0}};
-  if (meta.endpoint == Endpoint::Chat) choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
-  else choice["text"] = text;
-  choice["logprobs"] = logprobs ? *logprobs : json(nullptr);
-  choice["finish_reason"] = finish_reason_name(finish);
-  return {{"id", meta.id},
-          {"object", meta.endpoint == Endpoint::Chat ? "chat.completion" : "text_completion"},
-          {"created", meta.created},
-          {"model", meta.model},
-          {"choices", json::array({std::move(choice)})},
-          {"usage", usage_json(usage)}};
+namespace {
+
+json message_json(const ChatMessageOut& m) {
+  json msg = {{"role", "assistant"}, {"content", m.content ? json(*m.content) : json(nullptr)}, {"refusal", nullptr}};
+  if (m.reasoning) msg["reasoning_content"] = *m.reasoning;
+  if (!m.tool_calls.empty()) {
+    json calls = json::array();
+    for (const ToolCall& c : m.tool_calls)
+      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    msg["tool_calls"] = std::move(calls);
+  }
+  return msg;
 }
 
-json stream_chunk(const ResponseMeta& meta, const std::string& text, bool role_delta, std::optional<FinishReason> finish,
-                  const std::optional<json>& logprobs) {
-  json choice = {{"index", 0}};
+json object_name(const ResponseMeta& meta, bool chunk) {
+  if (meta.endpoint != Endpoint::Chat) return "text_completion";
+  return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+}  // namespace
+
+json full_response(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices, const RequestUsage& usage) {
+  json list = json::array();
+  for (const ChoiceResult& c : choices) {
+    json choice = {{"index", c.index}};
+    if (meta.endpoint == Endpoint::Chat) choice["message"] = message_json(c.message);
+    else choice["text"] = c.text;
+    choice["logprobs"] = c.logprobs ? *c.logprobs : json(nullptr);
+    choice["finish_reason"] = c.finish_reason;
+    list.push_back(std::move(choice));
+  }
+  return {{"id", meta.id},       {"object", object_name(meta, false)}, {"created", meta.created},
+          {"model", meta.model}, {"choices", std::move(list)},         {"usage", usage_json(usage)}};
+}
+
+json stream_chunk(const ResponseMeta& meta, const ChunkChoice& c) {
+  json choice = {{"index", c.index}};
   if (meta.endpoint == Endpoint::Chat) {
     json delta = json::object();
-    if (role_delta) delta = {{"role", "assistant"}, {"content", ""}};
-    else if (!text.empty() || !finish) delta["content"] = text;
+    if (c.role) delta = {{"role", "assistant"}, {"content", ""}};
+    if (!c.delta.reasoning.empty()) delta["reasoning_content"] = c.delta.reasoning;
+    if (!c.delta.content.empty()) delta["content"] = c.delta.content;
+    if (!c.delta.calls.empty()) {
+      json calls = json::array();
+      for (const ToolCallDelta& d : c.delta.calls) {
+        json call = {{"index", d.index}};
+        if (!d.id.empty()) {
+          call["id"] = d.id;
+          call["type"] = "function";
+          call["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+        } else {
+          call["function"] = {{"arguments", d.arguments}};
+        }
+        calls.push_back(std::move(call));
+      }
+      delta["tool_calls"] = std::move(calls);
+    }
     choice["delta"] = std::move(delta);
   } else {
-    choice["text"] = text;
+    choice["text"] = c.delta.content;
   }
-  choice["logprobs"] = logprobs ? *logprobs : json(nullptr);
-  choice["finish_reason"] = finish ? json(finish_reason_name(*finish)) : json(nullptr);
-  return {{"id", meta.id},
-          {"object", meta.endpoint == Endpoint::Chat ? "chat.completion.chunk" : "text_completion"},
-          {"created", meta.created},
-          {"model", meta.model},
+  choice["logprobs"] = c.logprobs ? *c.logprobs : json(nullptr);
+  choice["finish_reason"] = c.finish_reason ? json(*c.finish_reason) : json(nullptr);
+  return {{"id", meta.id}, {"object", object_name(meta, true)}, {"created", meta.created}, {"model", meta.model},
           {"choices", json::array({std::move(choice)})}};
 }
 
 json usage_chunk(const ResponseMeta& meta, const RequestUsage& usage) {
   return {{"id", meta.id},
-          {"object", meta.endpoint == Endpoint::Chat ? "chat.completion.chunk" : "text_completion"},
+          {"object", object_name(meta, true)},
           {"created", meta.created},
           {"model", meta.model},
           {"choices", json::array()},

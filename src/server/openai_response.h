@@ -7,11 +7,13 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"  // ferry::Error, which serving.h uses
 #include "ferry/serving.h"
+#include "server/chat_output.h"
 #include "server/openai_request.h"
 
 namespace ferry::server {
@@ -36,14 +38,30 @@ nlohmann::json usage_json(const RequestUsage& usage);
 // "top_logprobs": [{token: logprob}], "text_offset"} with offsets counted from `text_offset0`.
 nlohmann::json logprobs_json(Endpoint endpoint, std::span<const GeneratedToken> tokens, size_t text_offset0 = 0);
 
-// The whole (non-streaming) response.
-nlohmann::json full_response(const ResponseMeta& meta, const std::string& text, FinishReason finish,
-                             const RequestUsage& usage, const std::optional<nlohmann::json>& logprobs);
+// One choice of a whole (non-streaming) response.
+struct ChoiceResult {
+  int32_t index = 0;
+  ChatMessageOut message;       // chat: content (null for tool calls only), reasoning_content, tool_calls
+  std::string text;             // completions
+  std::string finish_reason;    // finish_reason_name(), or "tool_calls"
+  std::optional<nlohmann::json> logprobs;
+};
 
-// One stream chunk. Chat: delta {"role": "assistant", "content": ""} when `role_delta`, else {"content": text}
-// (or {} when text is empty and finish is set). `finish` set: the chunk carries finish_reason.
-nlohmann::json stream_chunk(const ResponseMeta& meta, const std::string& text, bool role_delta,
-                            std::optional<FinishReason> finish, const std::optional<nlohmann::json>& logprobs);
+// The whole response: chat {"message": {"role", "content", "refusal": null, ["reasoning_content"],
+// ["tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}]]}}, completions {"text"}.
+nlohmann::json full_response(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices, const RequestUsage& usage);
+
+// One choice's piece of a stream chunk. Chat: delta {"role": "assistant", "content": ""} when `role`, else the
+// delta's content / reasoning_content / tool_calls ([{"index", "id", "type", "function": {"name",
+// "arguments"}}] on a call's first piece, [{"index", "function": {"arguments"}}] after), {} when it has none.
+struct ChunkChoice {
+  int32_t index = 0;
+  bool role = false;
+  ChatDelta delta;              // completions: delta.content is the text
+  std::optional<std::string> finish_reason;
+  std::optional<nlohmann::json> logprobs;
+};
+nlohmann::json stream_chunk(const ResponseMeta& meta, const ChunkChoice& choice);
 
 // The final usage chunk of stream_options.include_usage: empty choices, usage filled.
 nlohmann::json usage_chunk(const ResponseMeta& meta, const RequestUsage& usage);

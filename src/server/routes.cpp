@@ -1,9 +1,11 @@
 #include "server/routes.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -76,10 +78,26 @@ struct Progress {
   }
 };
 
+// One choice of a request: its engine request (submitted lazily, see submit_rest) and what came back so far.
+struct Choice {
+  std::shared_ptr<RequestHandle> handle;   // null until submitted
+  std::optional<ChatOutputParser> parser;  // chat: reasoning / tool calls
+  std::optional<Progress> progress;
+  std::string text;                        // completions: the text so far
+  std::vector<GeneratedToken> tokens;      // with logprobs
+  RequestUpdate last;                      // the last update (finish, usage, error)
+  bool finished = false;
+  bool role_sent = false;                  // streaming chat: its role delta went out
+  size_t text_offset = 0;                  // streaming completions: logprobs text offsets
+};
+
 struct Submitted {
-  std::shared_ptr<RequestHandle> handle;
-  ResponseMeta meta;
   ParsedRequest parsed;
+  GenerationPlan plan;
+  ResponseMeta meta;
+  std::vector<Choice> choices;  // parsed.n of them
+  bool rest_submitted = false;  // choices 1..n-1
+  bool queue_full = false;      // one of them found the waiting queue full
 };
 
 // A prompt text longer than max_prompt_bytes holds more tokens than the context, whatever it says.
@@ -100,7 +118,51 @@ uint64_t cache_partition(const RouteContext& ctx, const httplib::Request& req, c
   return std::hash<std::string>{}(key + '\n' + cache_salt) | 1;  // never 0
 }
 
-Submitted submit(RouteContext& ctx, Endpoint endpoint, const httplib::Request& req, const std::string& body) {
+std::shared_ptr<RequestHandle> submit_one(RouteContext& ctx, GenerationRequest g) {
+  try {
+    return ctx.engine.submit(std::move(g));
+  } catch (const QueueFull& e) {
+    throw ApiError(429, std::string("the server is busy: ") + e.what(), "", "queue_full");
+  } catch (const Error& e) {  // a parameter the engine rejects, or shutdown
+    if (ctx.draining.load()) throw ApiError(503, "the server is shutting down", "", "server_shutting_down");
+    throw ApiError(400, e.what());
+  }
+}
+
+// Choice i (i >= 1): choice 0's request with seed + i; its output parsed with its own call ids.
+void submit_choice(RouteContext& ctx, Submitted& s, size_t i, Clock::time_point arrival) {
+  GenerationRequest g = s.plan.request;
+  g.sampling.seed += i;
+  Choice& c = s.choices[i];
+  c.handle = submit_one(ctx, std::move(g));
+  c.progress.emplace(Progress{ctx.metrics, arrival});
+  if (s.meta.endpoint == Endpoint::Chat) {
+    ChatOutputOptions o = s.plan.output;
+    o.id_seed += i;
+    c.parser.emplace(o);
+  }
+}
+
+// Choices 1..n-1 go in once choice 0 has its first token (or ended): its prompt's K/V blocks are then in the
+// prefix cache and the other choices share them instead of computing the prompt again. A choice refused for a
+// full queue ends the request (429, or an error event when streaming).
+void submit_rest(RouteContext& ctx, Submitted& s, Clock::time_point arrival) {
+  if (s.rest_submitted) return;
+  s.rest_submitted = true;
+  for (size_t i = 1; i < s.choices.size(); ++i) {
+    try {
+      submit_choice(ctx, s, i, arrival);
+    } catch (const ApiError&) {
+      s.queue_full = true;
+      for (Choice& c : s.choices)
+        if (c.handle) c.handle->cancel();
+      return;
+    }
+  }
+}
+
+Submitted submit(RouteContext& ctx, Endpoint endpoint, const httplib::Request& req, const std::string& body,
+                 Clock::time_point arrival) {
   if (ctx.draining.load()) throw ApiError(503, "the server is shutting down", "", "server_shutting_down");
   Submitted s;
   s.parsed = parse_request(endpoint, body, ctx.limits);
@@ -111,105 +173,195 @@ Submitted submit(RouteContext& ctx, Endpoint endpoint, const httplib::Request& r
   check_model(s.parsed.model, ctx.facts);
   std::random_device rd;  // per request: a fresh seed when the request gave none (OpenAI: nondeterministic)
   const uint64_t seed = (uint64_t(rd()) << 32) ^ rd();
-  GenerationRequest g = build_generation_request(s.parsed, ctx.engine, ctx.facts, seed);
-  g.cache_salt = cache_partition(ctx, req, s.parsed.cache_salt);
-  try {
-    s.handle = ctx.engine.submit(std::move(g));
-  } catch (const QueueFull& e) {
-    throw ApiError(429, std::string("the server is busy: ") + e.what(), "", "queue_full");
-  } catch (const Error& e) {  // a parameter the engine rejects, or shutdown
-    if (ctx.draining.load()) throw ApiError(503, "the server is shutting down", "", "server_shutting_down");
-    throw ApiError(400, e.what());
-  }
-  s.meta = {response_id(endpoint, s.handle->id(), ctx.id_salt), unix_seconds(),
+  s.plan = build_generation_request(s.parsed, ctx.engine, ctx.facts, seed);
+  s.plan.request.cache_salt = cache_partition(ctx, req, s.parsed.cache_salt);
+  s.choices.resize(size_t(s.parsed.n));
+  s.meta.endpoint = endpoint;
+  submit_choice(ctx, s, 0, arrival);
+  s.meta = {response_id(endpoint, s.choices[0].handle->id(), ctx.id_salt), unix_seconds(),
             s.parsed.model.empty() ? ctx.facts.names.front() : s.parsed.model, endpoint};
+  if (s.choices.size() == 1) s.rest_submitted = true;
+  else if (!ctx.engine.options().prefix_caching) submit_rest(ctx, s, arrival);  // nothing to share: all at once
   return s;
+}
+
+// Takes in one update of choice i. Returns true when it was choice 0's first news (time to submit the rest).
+bool absorb(Submitted& s, size_t i, RequestUpdate& u) {
+  Choice& c = s.choices[i];
+  c.progress->on_update(u);
+  if (s.parsed.logprobs >= 0) c.tokens.insert(c.tokens.end(), u.tokens.begin(), u.tokens.end());
+  c.text += u.text;
+  c.finished = u.finished;
+  const bool news = !u.tokens.empty() || u.finished;
+  c.last.finish = u.finish;
+  c.last.error = u.error;
+  c.last.usage = u.usage;
+  return i == 0 && news;
+}
+
+// Waits a little for any live choice; fills `u` and returns its index, or -1 when none had news.
+int poll_choices(Submitted& s, RequestUpdate& u) {
+  size_t live = 0;
+  for (const Choice& c : s.choices) live += c.handle && !c.finished;
+  const auto timeout = live <= 1 ? kPollInterval : std::chrono::milliseconds(5);
+  for (size_t i = 0; i < s.choices.size(); ++i) {
+    Choice& c = s.choices[i];
+    if (c.handle && !c.finished && c.handle->wait(u, timeout)) return int(i);
+  }
+  return -1;
+}
+
+bool all_finished(const Submitted& s) {
+  for (const Choice& c : s.choices)
+    if (!c.finished && (c.handle || !s.rest_submitted)) return false;
+  return true;
+}
+
+// The request's usage: the prompt once, the cached prompt tokens of the choice that had the most, the
+// completion tokens of every choice.
+RequestUsage total_usage(const Submitted& s) {
+  RequestUsage u = s.choices[0].last.usage;
+  u.completion_tokens = 0;
+  for (const Choice& c : s.choices) {
+    u.cached_prompt_tokens = std::max(u.cached_prompt_tokens, c.last.usage.cached_prompt_tokens);
+    u.completion_tokens += c.last.usage.completion_tokens;
+  }
+  return u;
+}
+
+std::string finish_reason_of(const Choice& c) {
+  if (c.parser && c.last.finish == FinishReason::Stop && c.parser->called_tools()) return "tool_calls";
+  return finish_reason_name(c.last.finish);
 }
 
 void respond_whole(RouteContext& ctx, Submitted& s, const httplib::Request& req, Clock::time_point arrival,
                    httplib::Response& res) {
-  Progress progress{ctx.metrics, arrival};
-  std::string text;
-  std::vector<GeneratedToken> tokens;
   RequestUpdate u;
   Clock::time_point next_check = Clock::now() + kPollInterval;
-  for (;;) {
-    const bool news = s.handle->wait(u, kPollInterval);
+  while (!all_finished(s)) {
+    const int i = poll_choices(s, u);
     // A client that closed its connection gets nothing: cancel now so its blocks go back within a step
     // (checked every kPollInterval whether tokens are coming or not).
-    if (!u.finished && Clock::now() >= next_check) {
+    if (Clock::now() >= next_check) {
       next_check = Clock::now() + kPollInterval;
-      if (ctx.client_gone && ctx.client_gone(req)) s.handle->cancel();
+      if (ctx.client_gone && ctx.client_gone(req))
+        for (Choice& c : s.choices)
+          if (c.handle) c.handle->cancel();
     }
-    if (!news) continue;
-    progress.on_update(u);
-    text += u.text;
-    if (s.parsed.logprobs >= 0) tokens.insert(tokens.end(), u.tokens.begin(), u.tokens.end());
-    if (u.finished) break;
+    if (i >= 0 && absorb(s, size_t(i), u)) submit_rest(ctx, s, arrival);
   }
-  if (u.finish == FinishReason::Error) throw ApiError(500, "generation failed: " + u.error);
-  if (u.finish == FinishReason::Cancelled) throw ApiError(503, "the request was cancelled (the server is shutting down)");
-  std::optional<json> lp;
-  if (s.parsed.logprobs >= 0) lp = logprobs_json(s.meta.endpoint, tokens);
-  send_json(res, 200, full_response(s.meta, text, u.finish, u.usage, lp));
+  if (s.queue_full) throw ApiError(429, "the server is busy: no room for all n choices", "", "queue_full");
+  std::vector<ChoiceResult> results;
+  for (size_t i = 0; i < s.choices.size(); ++i) {
+    Choice& c = s.choices[i];
+    if (c.last.finish == FinishReason::Error) throw ApiError(500, "generation failed: " + c.last.error);
+    if (c.last.finish == FinishReason::Cancelled) throw ApiError(503, "the request was cancelled (the server is shutting down)");
+    ChoiceResult r;
+    r.index = int32_t(i);
+    if (c.parser) {
+      c.parser->feed(c.text);
+      c.parser->finish();
+      r.message = c.parser->message();
+    } else {
+      r.text = c.text;
+    }
+    r.finish_reason = finish_reason_of(c);
+    if (s.parsed.logprobs >= 0) r.logprobs = logprobs_json(s.meta.endpoint, c.tokens);
+    results.push_back(std::move(r));
+  }
+  send_json(res, 200, full_response(s.meta, results, total_usage(s)));
 }
 
 // Streams SSE chunks from a chunked content provider (runs on the HTTP worker thread after the handler
-// returned). A failed write means the client left: the request is cancelled and its blocks freed.
+// returned). A failed write means the client left: the request is cancelled and its blocks freed. Each
+// choice's chunks carry its index; a chat choice's first chunk is its role delta.
 void respond_stream(RouteContext& ctx, Submitted s, Clock::time_point arrival, httplib::Response& res) {
-  struct State {
-    Submitted s;
-    Progress progress;
-    bool role_sent = false;
-    size_t text_offset = 0;
-  };
-  auto st = std::make_shared<State>(State{std::move(s), Progress{ctx.metrics, arrival}});
+  auto st = std::make_shared<Submitted>(std::move(s));
   ctx.metrics.stream_started();
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [st, error_on_cancel = ctx.stream_error_on_cancel](size_t, httplib::DataSink& sink) {
-        const ResponseMeta& meta = st->s.meta;
-        const ParsedRequest& p = st->s.parsed;
-        const auto write = [&](const std::string& bytes) { return sink.write(bytes.data(), bytes.size()); };
-        if (meta.endpoint == Endpoint::Chat && !st->role_sent) {
-          if (!write(sse_data(stream_chunk(meta, "", true, std::nullopt, std::nullopt)))) return false;
-          st->role_sent = true;
-        }
+      [st, &ctx, arrival, error_on_cancel = ctx.stream_error_on_cancel](size_t, httplib::DataSink& sink) {
+        Submitted& s = *st;
+        const ResponseMeta& meta = s.meta;
+        const auto write = [&](const nlohmann::json& chunk) {
+          const std::string bytes = sse_data(chunk);
+          return sink.write(bytes.data(), bytes.size());
+        };
+        const auto end_stream = [&] {
+          if (!sink.write(sse_done().data(), sse_done().size())) return false;
+          sink.done();
+          return true;
+        };
         RequestUpdate u;
-        for (;;) {
-          if (!st->s.handle->wait(u, kPollInterval)) {
+        while (!all_finished(s)) {
+          for (size_t i = 0; i < s.choices.size(); ++i) {  // role deltas first
+            Choice& c = s.choices[i];
+            if (meta.endpoint != Endpoint::Chat || !c.handle || c.role_sent) continue;
+            if (!write(stream_chunk(meta, {.index = int32_t(i), .role = true}))) return false;
+            c.role_sent = true;
+          }
+          const int i = poll_choices(s, u);
+          if (i < 0) {
             if (!sink.is_writable()) return false;
             continue;
           }
-          st->progress.on_update(u);
-          std::optional<json> lp;
-          if (p.logprobs >= 0 && !u.tokens.empty()) lp = logprobs_json(meta.endpoint, u.tokens, st->text_offset);
-          if (!u.text.empty() || lp) {
-            if (!write(sse_data(stream_chunk(meta, u.text, false, std::nullopt, lp)))) return false;
-            st->text_offset += u.text.size();
+          if (absorb(s, size_t(i), u)) submit_rest(ctx, s, arrival);
+          if (s.queue_full) {
+            if (!write(error_json(429, "the server is busy: no room for all n choices", "", "queue_full"))) return false;
+            return end_stream();
+          }
+          Choice& c = s.choices[size_t(i)];
+          ChunkChoice chunk{.index = int32_t(i)};
+          if (c.parser) {
+            chunk.delta = c.parser->feed(u.text);
+            if (u.finished) {
+              ChatDelta rest = c.parser->finish();
+              chunk.delta.reasoning += rest.reasoning;
+              chunk.delta.content += rest.content;
+              for (ToolCallDelta& d : rest.calls) {
+                if (!chunk.delta.calls.empty() && chunk.delta.calls.back().index == d.index && d.id.empty())
+                  chunk.delta.calls.back().arguments += d.arguments;
+                else
+                  chunk.delta.calls.push_back(std::move(d));
+              }
+            }
+          } else {
+            chunk.delta.content = u.text;
+          }
+          if (s.parsed.logprobs >= 0 && !u.tokens.empty()) chunk.logprobs = logprobs_json(meta.endpoint, u.tokens, c.text_offset);
+          c.text_offset += u.text.size();
+          if (!chunk.delta.empty() || chunk.logprobs) {
+            if (!write(stream_chunk(meta, chunk))) return false;
           }
           if (!u.finished) continue;
           if (u.finish == FinishReason::Error) {
-            if (!write(sse_data(error_json(500, "generation failed: " + u.error)))) return false;
-          } else if (u.finish == FinishReason::Cancelled && error_on_cancel) {
-            // A truncated stream must not read as a success to a client that only looks for [DONE].
-            if (!write(sse_data(error_json(503, "the request was cancelled (the server is shutting down)", "", "request_cancelled"))))
-              return false;
-          } else if (!write(sse_data(stream_chunk(meta, "", false, u.finish, std::nullopt)))) {
-            return false;
+            if (!write(error_json(500, "generation failed: " + u.error))) return false;
+            for (Choice& other : s.choices)
+              if (other.handle) other.handle->cancel();
+            return end_stream();
           }
-          if (p.include_usage && !write(sse_data(usage_chunk(meta, u.usage)))) return false;
-          if (!write(sse_done())) return false;
-          sink.done();
-          return true;
+          if (u.finish == FinishReason::Cancelled && error_on_cancel) {
+            // A truncated stream must not read as a success to a client that only looks for [DONE].
+            if (!write(error_json(503, "the request was cancelled (the server is shutting down)", "", "request_cancelled")))
+              return false;
+            for (Choice& other : s.choices)
+              if (other.handle) other.handle->cancel();
+            return end_stream();
+          }
+          if (!write(stream_chunk(meta, {.index = i, .finish_reason = finish_reason_of(c)}))) return false;
         }
+        if (s.parsed.include_usage && !write(usage_chunk(meta, total_usage(s)))) return false;
+        return end_stream();
       },
       [st, &metrics = ctx.metrics](bool) {
         // Runs when the response is released, whether it completed or the client went away.
-        if (!st->s.handle->finished()) st->s.handle->cancel();
-        if (!st->progress.finish_counted) st->progress.finish(FinishReason::Cancelled, 0, Clock::now());
+        for (Choice& c : st->choices) {
+          if (!c.handle) continue;
+          if (!c.handle->finished()) c.handle->cancel();
+          if (!c.progress->finish_counted) c.progress->finish(FinishReason::Cancelled, 0, Clock::now());
+        }
         metrics.stream_ended();
       });
 }
@@ -245,7 +397,7 @@ void handle_generation(RouteContext& ctx, Endpoint endpoint, const httplib::Requ
                        const httplib::ContentReader& reader) {
   const Clock::time_point arrival = Clock::now();
   try {
-    Submitted s = submit(ctx, endpoint, req, read_body(ctx, req, reader));
+    Submitted s = submit(ctx, endpoint, req, read_body(ctx, req, reader), arrival);
     if (s.parsed.stream) respond_stream(ctx, std::move(s), arrival, res);
     else respond_whole(ctx, s, req, arrival, res);
   } catch (const ApiError& e) {

@@ -28,6 +28,7 @@ struct ServerOptions {
   AccessPolicy access;                   // API keys, Host, CORS (host is copied in)
   bool stream_error_on_cancel = true;    // a cancelled stream ends with an error event, not finish_reason "abort"
   bool parse_special_in_content = false; // special-token text in chat messages is parsed as tokens (else text)
+  bool split_reasoning = true;           // <think> blocks go to reasoning_content (--reasoning-format none: content)
 };
 
 class HttpServer {

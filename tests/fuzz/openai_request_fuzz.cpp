@@ -10,6 +10,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/sse.h"
+#include "server/tool_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ferry::server;
@@ -28,8 +29,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::string text;
       for (const auto& m : r.messages) text += m.content;  // arbitrary bytes: the builders must not throw
       const ResponseMeta meta{"id", 0, r.model, e};
-      (void)sse_data(full_response(meta, text, ferry::FinishReason::Stop, {}, std::nullopt));
-      (void)sse_data(stream_chunk(meta, text, false, std::nullopt, std::nullopt));
+      ChoiceResult choice{.text = text, .finish_reason = "stop"};
+      choice.message.content = text;
+      (void)sse_data(full_response(meta, {choice}, {}));
+      ChunkChoice chunk;
+      chunk.delta.content = text;
+      (void)sse_data(stream_chunk(meta, chunk));
+      if (r.n < 1 || r.n > 16 || r.tools.functions.size() > kMaxTools) __builtin_trap();
+      if (r.tools.forced()) {  // the forced-call grammar's schema is built for any accepted tools
+        for (const ToolCallFormat f : {ToolCallFormat::Hermes, ToolCallFormat::Llama3, ToolCallFormat::Mistral})
+          (void)forced_tool_call_format(f, r.tools);
+      }
     } catch (const ApiError& err) {
       if (err.status() != 400) __builtin_trap();
     }

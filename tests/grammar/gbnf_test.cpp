@@ -149,5 +149,10 @@ TEST(GrammarCache, SameConstraintSameGrammarBoundedSize) {
   EXPECT_THROW(cache.get(ConstraintKind::Gbnf, "root ::= nope"), Error);
 }
 
+// Reproduction: a group's generated rule took the name of a rule defined further down the text.
+TEST(Gbnf, GeneratedRulesNeverTakeALaterRulesName) {
+  EXPECT_NO_THROW(parse_gbnf("root ::= (\"a\")* root-1\nroot-1 ::= \"b\" (\"c\")?\nroot-2 ::= \"d\"\n"));
+}
+
 }  // namespace
 }  // namespace ferry::grammar

@@ -71,8 +71,8 @@ TEST(OpenAIRequest, LogitBias) {
   const ParsedRequest r = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}],
       "logit_bias": {"5": -100, "17": 2.5}})");
   ASSERT_EQ(r.logit_bias.size(), 2u);
-  EXPECT_EQ(r.logit_bias[0], (std::pair<int32_t, float>{17, 2.5f}));  // nlohmann's objects iterate keys sorted
-  EXPECT_EQ(r.logit_bias[1], (std::pair<int32_t, float>{5, -100.0f}));
+  EXPECT_EQ(r.logit_bias[0], (std::pair<int32_t, float>{5, -100.0f}));  // in the order sent
+  EXPECT_EQ(r.logit_bias[1], (std::pair<int32_t, float>{17, 2.5f}));
 }
 
 TEST(OpenAIRequest, DefaultsAreOpenAIs) {
@@ -130,7 +130,28 @@ TEST(OpenAIRequest, BadParametersAreNamed) {
       {"stop", R"("stop": 5)"},
       {"stop", R"("stop": ["a", 1])"},
       {"stop", R"("stop": ["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"])"},
-      {"n", R"("n": 2)"},
+      {"n", R"("n": 0)"},
+      {"n", R"("n": 17)"},
+      {"n", R"("n": 1.5)"},
+      {"tools", R"("tools": {})"},
+      {"tools[0].type", R"("tools": [{"type": "retrieval"}])"},
+      {"tools[0].function", R"("tools": [{"type": "function"}])"},
+      {"tools[0].function.name", R"("tools": [{"type": "function", "function": {"name": "bad name"}}])"},
+      {"tools[0].function.parameters", R"("tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}])"},
+      {"tools", R"("tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}])"},
+      {"tool_choice", R"("tool_choice": "always")"},
+      {"tool_choice", R"("tool_choice": "required")"},
+      {"tool_choice", R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}})"},
+      {"tool_choice", R"("tool_choice": 3)"},
+      {"parallel_tool_calls", R"("parallel_tool_calls": "yes")"},
+      {"functions", R"("functions": [{"name": "f"}])"},
+      {"user", R"("user": 5)"},
+      {"metadata", R"("metadata": [1])"},
+      {"chat_template_kwargs", R"("chat_template_kwargs": [1])"},
+      {"chat_template_kwargs", R"("chat_template_kwargs": {"messages": []})"},
+      {"reasoning_format", R"("reasoning_format": "hidden")"},
+      {"include_reasoning", R"("include_reasoning": "no")"},
+      {"messages[1].reasoning_content", R"("messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "reasoning_content": 1}])"},
       {"stream", R"("stream": "yes")"},
       {"stream_options", R"("stream_options": {"include_usage": true})"},
       {"logprobs", R"("logprobs": 3)"},
@@ -155,6 +176,53 @@ TEST(OpenAIRequest, BadParametersAreNamed) {
     EXPECT_EQ(e.param(), param) << field;
     EXPECT_NE(std::string(e.what()).find(param), std::string::npos) << e.what();
   }
+}
+
+// Tools, tool_choice, tool-call history, n and the chat options, as the openai client sends them.
+TEST(OpenAIRequest, ToolsHistoryAndChoices) {
+  const ParsedRequest r = parse_request(Endpoint::Chat, R"({"messages": [
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"a\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+      {"role": "assistant", "content": "It is 18 C.", "reasoning_content": "The tool said 18."},
+      {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "not json"}}]}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "strict": true,
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "a": {"type": "integer"}}}}}],
+    "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": false,
+    "n": 3, "user": "u1", "metadata": {"k": "v"}, "store": false, "chat_template_kwargs": {"enable_thinking": false},
+    "reasoning_format": "none", "include_reasoning": false, "service_tier": "auto"})");
+  ASSERT_EQ(r.template_messages.size(), 5u);
+  EXPECT_TRUE(r.template_messages[1]["content"].is_null());
+  const auto& args = r.template_messages[1]["tool_calls"][0]["function"]["arguments"];
+  ASSERT_TRUE(args.is_object());  // the template's tojson gets the object
+  EXPECT_EQ(args.begin().key(), "city");  // in the order sent
+  EXPECT_EQ(r.template_messages[1]["tool_calls"][0]["id"], "call_1");
+  EXPECT_EQ(r.template_messages[2]["role"], "tool");
+  EXPECT_EQ(r.template_messages[2]["tool_call_id"], "call_1");
+  EXPECT_EQ(r.template_messages[3]["reasoning_content"], "The tool said 18.");  // for templates that read it
+  EXPECT_EQ(r.template_messages[4]["tool_calls"][0]["function"]["arguments"], "not json");  // kept as text
+  ASSERT_EQ(r.tools.functions.size(), 1u);
+  EXPECT_EQ(r.tools.functions[0].name, "get_weather");
+  EXPECT_EQ(r.tools.functions[0].parameters["properties"].begin().key(), "city");
+  EXPECT_EQ(r.tools.choice, ToolChoice::Function);
+  EXPECT_EQ(r.tools.forced_name, "get_weather");
+  EXPECT_FALSE(r.tools.parallel);
+  EXPECT_TRUE(r.tools.forced());
+  EXPECT_EQ(r.n, 3);
+  EXPECT_EQ(r.template_kwargs["enable_thinking"], false);
+  EXPECT_EQ(r.split_reasoning, false);
+  EXPECT_FALSE(r.include_reasoning);
+
+  const ParsedRequest none = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"})");
+  EXPECT_FALSE(none.tools.active());
+  const ParsedRequest aut = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}]})");
+  EXPECT_EQ(aut.tools.choice, ToolChoice::Auto);  // tools without tool_choice: auto
+  EXPECT_EQ(aut.tools.functions[0].parameters, nlohmann::ordered_json({{"type", "object"}}));
+  const ParsedRequest empty = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": []})");
+  EXPECT_FALSE(empty.tools.active());
 }
 
 TEST(OpenAIRequest, BadMessagesAndPrompts) {

@@ -30,28 +30,66 @@ TEST(OpenAIResponse, ErrorShape) {
 TEST(OpenAIResponse, ChatWholeAndChunks) {
   const ResponseMeta meta{"chatcmpl-1", 123, "m", Endpoint::Chat};
   const RequestUsage usage{.prompt_tokens = 10, .cached_prompt_tokens = 4, .completion_tokens = 3};
-  const json whole = full_response(meta, "hi", FinishReason::Stop, usage, std::nullopt);
+  ChoiceResult hi{.finish_reason = "stop"};
+  hi.message.content = "hi";
+  const json whole = full_response(meta, {hi}, usage);
   EXPECT_EQ(whole["object"], "chat.completion");
   EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(whole["choices"][0]["message"]["content"], "hi");
   EXPECT_TRUE(whole["choices"][0]["message"].contains("refusal") && whole["choices"][0]["message"]["refusal"].is_null());
+  EXPECT_FALSE(whole["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_FALSE(whole["choices"][0]["message"].contains("reasoning_content"));
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
   EXPECT_TRUE(whole["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(whole["usage"]["total_tokens"], 13);
   EXPECT_EQ(whole["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
 
-  const json role = stream_chunk(meta, "", true, std::nullopt, std::nullopt);
+  const json role = stream_chunk(meta, {.role = true});
   EXPECT_EQ(role["object"], "chat.completion.chunk");
   EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
   EXPECT_TRUE(role["choices"][0]["finish_reason"].is_null());
-  const json text = stream_chunk(meta, "ab", false, std::nullopt, std::nullopt);
+  ChunkChoice ab;
+  ab.delta.content = "ab";
+  const json text = stream_chunk(meta, ab);
   EXPECT_EQ(text["choices"][0]["delta"], json({{"content", "ab"}}));
-  const json last = stream_chunk(meta, "", false, FinishReason::Length, std::nullopt);
+  const json last = stream_chunk(meta, {.finish_reason = "length"});
   EXPECT_EQ(last["choices"][0]["delta"], json::object());
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
   const json u = usage_chunk(meta, usage);
   EXPECT_TRUE(u["choices"].is_array() && u["choices"].empty());
   EXPECT_EQ(u["usage"]["completion_tokens"], 3);
+}
+
+// Tool calls, reasoning and several choices, in OpenAI's shapes.
+TEST(OpenAIResponse, ToolCallsReasoningAndChoices) {
+  const ResponseMeta meta{"chatcmpl-2", 1, "m", Endpoint::Chat};
+  ChoiceResult call{.index = 0, .finish_reason = "tool_calls"};
+  call.message.reasoning = "think";
+  call.message.tool_calls = {{"call_1", "get_weather", R"({"city": "Paris"})"}};
+  ChoiceResult plain{.index = 1, .finish_reason = "stop"};
+  plain.message.content = "ok";
+  const json whole = full_response(meta, {call, plain}, {});
+  ASSERT_EQ(whole["choices"].size(), 2u);
+  const json& m = whole["choices"][0]["message"];
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["reasoning_content"], "think");
+  EXPECT_EQ(m["tool_calls"][0], json({{"id", "call_1"}, {"type", "function"},
+                                      {"function", {{"name", "get_weather"}, {"arguments", R"({"city": "Paris"})"}}}}));
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(whole["choices"][1]["index"], 1);
+  EXPECT_EQ(whole["choices"][1]["message"]["content"], "ok");
+
+  ChunkChoice first{.index = 1};
+  first.delta.reasoning = "hm";
+  first.delta.calls = {{0, "call_1", "get_weather", ""}, {1, "", "", "{\"a\""}};
+  const json c = stream_chunk(meta, first);
+  EXPECT_EQ(c["choices"][0]["index"], 1);
+  const json& d = c["choices"][0]["delta"];
+  EXPECT_EQ(d["reasoning_content"], "hm");
+  EXPECT_FALSE(d.contains("content"));
+  EXPECT_EQ(d["tool_calls"][0], json({{"index", 0}, {"id", "call_1"}, {"type", "function"},
+                                      {"function", {{"name", "get_weather"}, {"arguments", ""}}}}));
+  EXPECT_EQ(d["tool_calls"][1], json({{"index", 1}, {"function", {{"arguments", "{\"a\""}}}}));
 }
 
 TEST(OpenAIResponse, LogprobShapes) {

@@ -149,7 +149,7 @@ TEST_F(ServeE2E, CurlErrors) {
   };
   expect_error(curl(u + "/v1/chat/completions", std::string("{\"messages\": [")), 400, "");
   expect_error(curl(u + "/v1/chat/completions", std::string(R"({"messages": [{"role": "user", "content": "x"}], "top_p": 7})")), 400, "top_p");
-  expect_error(curl(u + "/v1/chat/completions", std::string(R"({"messages": [{"role": "user", "content": "x"}], "n": 2})")), 400, "n");
+  expect_error(curl(u + "/v1/chat/completions", std::string(R"({"messages": [{"role": "user", "content": "x"}], "n": 17})")), 400, "n");
   expect_error(curl(u + "/v1/completions", std::string(R"({"prompt": "x", "model": "gpt-5"})")), 404, "model");
   expect_error(curl(u + "/v1/nothing"), 404, "");
   expect_error(curl(u + "/v1/completions", std::string(R"({"prompt": [999999999]})")), 400, "prompt");
@@ -195,6 +195,48 @@ TEST_F(ServeE2E, OpenAIPythonClient) {
   while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   const int status = pclose(p);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+}
+
+// The agent features (tools, structured output, n, reasoning) through the openai client: with the model's own
+// template (SmolLM2's renders no tools: the Hermes fallback), with Qwen2.5's tool template (renders them) and
+// with a DeepSeek-R1 distill's template (opens a <think> block), from ../shared/testdata.
+std::string run_agent_script(const std::string& kind, const std::string& url) {
+  const std::string python = std::string(FERRY_BINARY_DIR) + "/.venv-test/bin/python";
+  const std::string cmd = "timeout 300 " + python + " " + source_dir() + "/tests/server/openai_agent_test.py " + kind + " " +
+                          url + " 2>&1; echo \"exit=$?\"";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  pclose(p);
+  return out;
+}
+
+TEST_F(ServeE2E, OpenAIClientAgentFeatures) {
+  if (!fs::exists(std::string(FERRY_BINARY_DIR) + "/.venv-test/bin/python")) GTEST_SKIP() << "no test venv";
+  const std::string out = run_agent_script("tools", server_->url());
+  EXPECT_NE(out.find("exit=0"), std::string::npos) << out;
+}
+
+TEST(ServeE2ETemplates, OpenAIClientToolTemplateAndReasoning) {
+  std::string why;
+  if (!have_prerequisites(why)) GTEST_SKIP() << why;
+  if (!fs::exists(std::string(FERRY_BINARY_DIR) + "/.venv-test/bin/python")) GTEST_SKIP() << "no test venv";
+  const auto data = shared_testdata();
+  if (!data) GTEST_SKIP() << "no ../shared/testdata";
+  {
+    ServeProcess qwen({"--chat-template", *data + "/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"});
+    ASSERT_GT(qwen.port(), 0);
+    const std::string out = run_agent_script("tools", qwen.url());
+    EXPECT_NE(out.find("exit=0"), std::string::npos) << out;
+    EXPECT_EQ(qwen.terminate(30), 0);
+  }
+  ServeProcess r1({"--chat-template", *data + "/chat-templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"});
+  ASSERT_GT(r1.port(), 0);
+  const std::string out = run_agent_script("reasoning", r1.url());
+  EXPECT_NE(out.find("exit=0"), std::string::npos) << out;
+  EXPECT_EQ(r1.terminate(30), 0);
 }
 
 // A tiny waiting queue: extra requests get 429 with Retry-After; SIGTERM with requests in flight (grace 0:

@@ -34,6 +34,8 @@ struct ServeOptions {
   server::ServerOptions http;  // access, connection limits and stream behaviour (host/port/threads above)
   std::vector<std::string> api_key_files;
   bool stream_abort_as_finish = false;
+  std::string chat_template_file;    // replaces the model's chat template
+  std::string reasoning_format = "auto";
 };
 
 // Every API key: --api-key, one per non-empty line of each --api-key-file, and FERRY_API_KEY.
@@ -84,11 +86,20 @@ int run_serve(ServeOptions& o, const Env& env) {
   o.serving.prefix_caching = !o.no_prefix_cache;
   o.serving.graph_warmup = !o.no_graph_warmup;
   o.serving.async_scheduling = !o.no_async_scheduling;
-  ServingEngine engine(o.model.engine_options(path, env), o.serving);
+  EngineOptions engine_options = o.model.engine_options(path, env);
+  if (!o.chat_template_file.empty()) {
+    std::ifstream in(o.chat_template_file, std::ios::binary);
+    FERRY_CHECK(in.good() && std::filesystem::is_regular_file(o.chat_template_file),
+                "serve: cannot read --chat-template {}", o.chat_template_file);
+    engine_options.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    FERRY_CHECK(!engine_options.chat_template.empty(), "serve: --chat-template {} is empty", o.chat_template_file);
+  }
+  ServingEngine engine(engine_options, o.serving);
   const ModelInfo& info = engine.info();
   server::ServerOptions so = o.http;
   so.access.api_keys = api_keys(o, env);
   so.stream_error_on_cancel = !o.stream_abort_as_finish;
+  so.split_reasoning = o.reasoning_format != "none";
   so.host = o.host;
   so.port = o.port;
   so.http_threads = o.http_threads;
@@ -185,6 +196,11 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--max-connections-per-client", c.max_connections_per_client, "open connections per client address (more get 503)")->check(CLI::Range(1, 1 << 20));
   app.add_flag("--parse-special-in-content", h.parse_special_in_content,
                "special-token text in chat message content becomes special tokens (default: plain text, so users cannot forge turns)");
+  app.add_option("--chat-template", o->chat_template_file,
+                 "a Jinja chat template file that replaces the model's (its tool-call markup is read from it)");
+  app.add_option("--reasoning-format", o->reasoning_format,
+                 "auto: <think> blocks of thinking models go to reasoning_content; none: they stay in the content")
+      ->check(CLI::IsMember({"auto", "none"}));
   app.add_flag("--stream-abort-as-finish", o->stream_abort_as_finish,
                "a cancelled stream ends with finish_reason \"abort\" and [DONE] (default: an error event first)");
   return [o](const Env& env) { return run_serve(*o, env); };
