@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "model/batch_codec.h"
+#include "model/moe_ffn.h"
 
 namespace ferry {
 
@@ -542,6 +543,12 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     comm_->matmul_all_reduce_add_rms_norm(backend_, xb, x, delta, flat(attn), L.wo, L.ffn_norm, c.rms_eps);
     observe("attn_out", l, delta);
     observe("ffn_norm", l, xb);
+    if (L.is_moe()) {  // the experts' FFN as one op, then x += delta and the next norm (model/moe_ffn.h)
+      run_moe_ffn(backend_, *comm_, c, L, xb, x, delta,
+                  l + 1 < c.n_layers ? weights_.layers[size_t(l) + 1].attn_norm : Tensor{});
+      observe("ffn_out", l, delta);
+      continue;
+    }
     if (!L.w_gate_up.empty()) {
       backend_.matmul_swiglu(act, gate_up, xb, L.w_gate_up);  // SwiGLU in the matmul where the backend can
     } else {

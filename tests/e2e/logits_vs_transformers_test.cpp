@@ -50,7 +50,7 @@ TEST_P(LogitsVsTransformers, FastKernelsKeepKlBelow1e3) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LogitsVsTransformers,
-                         ::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2"));
+                         ::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-qwen3moe", "tiny-mixtral", "smollm2"));
 
 }  // namespace
 }  // namespace ferry
