@@ -22,8 +22,6 @@ std::string arch_name(Arch a) {
   return "?";
 }
 
-const char* moe_norm_name(MoeNorm n) { return n == MoeNorm::Softmax ? "softmax" : "renormalize"; }
-
 bool ModelConfig::is_moe_layer(int layer) const {
   return n_experts > 0 && std::find(dense_layers.begin(), dense_layers.end(), layer) == dense_layers.end();
 }

@@ -59,7 +59,6 @@ struct ModelConfig {
 };
 
 std::string arch_name(Arch a);
-const char* moe_norm_name(MoeNorm n);  // "softmax", "renormalize"
 ModelConfig config_from_gguf(const GgufFile& gguf);
 ModelConfig config_from_hf(const nlohmann::json& config);
 

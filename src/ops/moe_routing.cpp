@@ -7,6 +7,8 @@
 
 namespace ferry {
 
+const char* moe_norm_name(MoeNorm n) { return n == MoeNorm::Softmax ? "softmax" : "renormalize"; }
+
 MoeRoutes route_moe(const float* logits, int64_t n, int n_experts, int top_k, MoeNorm norm) {
   FERRY_CHECK(n_experts > 0 && top_k >= 1 && top_k <= n_experts, "moe routing: top-{} of {} experts", top_k, n_experts);
   MoeRoutes r;

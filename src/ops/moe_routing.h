@@ -13,6 +13,7 @@ namespace ferry {
 // Renormalize divides the chosen probabilities by their sum (Mixtral's softmax over the chosen logits; Qwen3-MoE
 // with norm_topk_prob), Softmax keeps them as they are (Qwen3-MoE without it).
 enum class MoeNorm { Softmax, Renormalize };
+const char* moe_norm_name(MoeNorm n);  // "softmax", "renormalize"
 
 struct MoeRoutes {
   int64_t n_tokens = 0;
