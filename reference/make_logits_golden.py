@@ -189,7 +189,7 @@ def run_model(name, model, prompts, tok, source):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="tiny-llama,tiny-qwen3,tiny-qwen2,smollm2")
+    ap.add_argument("--models", default="tiny-llama,tiny-qwen3,tiny-qwen2,tiny-qwen3moe,tiny-mixtral,smollm2")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(2)
