@@ -138,6 +138,9 @@ def run_model(name, model, prompts, tok, source):
                       + {"tiny-llama": "stored as float32",
                          "tiny-qwen3": "stored as bfloat16, upcast exactly to float32",
                          "tiny-qwen2": "stored as float16 (q/k/v biases), upcast exactly to float32",
+                         "tiny-qwen3moe": "stored as bfloat16 (8 experts, top-3, not renormalized; layer 1 "
+                                          "dense), upcast exactly to float32",
+                         "tiny-mixtral": "stored as float32 (6 experts, top-2)",
                          "smollm2": "Q4_1 in the GGUF, dequantized exactly to float32"}[name],
              "logits_file": f"{name}.bin",
              "logits_layout": "float32 LE; prompt-major, position-major, vocab contiguous; "
@@ -186,7 +189,7 @@ def run_model(name, model, prompts, tok, source):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="tiny-llama,tiny-qwen3,tiny-qwen2,smollm2")
+    ap.add_argument("--models", default="tiny-llama,tiny-qwen3,tiny-qwen2,tiny-qwen3moe,tiny-mixtral,smollm2")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(2)

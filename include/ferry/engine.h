@@ -54,6 +54,11 @@ struct ModelInfo {
   int context = 0;                       // the context this engine was opened with
   int model_context = 0;                 // the model's own maximum
   int64_t n_params = 0;
+  int n_experts = 0, n_experts_used = 0;  // mixture of experts (0: dense), experts per token
+  int expert_hidden_dim = 0;
+  int64_t n_active_params = 0;           // parameters one token runs (= n_params for a dense model)
+  size_t active_bytes = 0;               // weight bytes one token reads: all but the embedding table and the
+                                         // experts it is not routed to (expert bytes * used / experts)
   size_t weight_bytes = 0;               // bytes of all tensors in the file(s)
   size_t kv_bytes = 0;                   // bytes of the KV cache allocated
   std::vector<std::pair<std::string, std::string>> facts;                  // metadata for inspect

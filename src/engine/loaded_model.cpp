@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "core/env.h"
 #include "engine/tp_setup.h"
+#include "model/moe_names.h"
 #include "parallel/random_weights.h"
 
 namespace ferry {
@@ -85,10 +86,19 @@ void fill_info(LoadedModel& m, const EngineOptions& o) {
   info.kv_bytes = m.model->kv_bytes();
   info.facts = m.file.facts;
   for (auto& fact : m.backend->facts()) info.facts.push_back(std::move(fact));
+  info.n_experts = c.n_experts;
+  info.n_experts_used = c.n_experts_used;
+  info.expert_hidden_dim = c.expert_hidden_dim;
+  info.n_active_params = c.n_active_params();
+  double active = 0;
   for (const auto& [name, t] : m.file.tensors) {
+    const bool expert = name.find("_exps.") != std::string::npos || parse_hf_expert_name(name).has_value();
+    const bool embedding = !c.tied_embeddings && (name == "token_embd.weight" || name == "model.embed_tokens.weight");
+    if (!embedding) active += expert ? double(t.nbytes()) * c.n_experts_used / c.n_experts : double(t.nbytes());
     info.weight_bytes += t.nbytes();
     info.tensors.push_back({name, std::string(dtype_name(t.dtype)), t.shape_str(), t.nbytes()});
   }
+  info.active_bytes = size_t(active);
 }
 
 }  // namespace

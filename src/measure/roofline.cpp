@@ -37,6 +37,12 @@ RooflineModel roofline_model(const ModelInfo& info, int64_t kv_capacity_tokens) 
   // Tied embeddings: the table is the output head, streamed on logits steps (and gathered a row per token).
   m.head_weight_bytes = output > 0 ? output : embedding;
   m.layer_weight_bytes = std::max(0.0, double(info.weight_bytes) - embedding - output);
+  if (info.n_experts > 0) {
+    // Mixture of experts: the bytes and FLOPs of the experts one token is routed to (a decode step's; a prompt step
+    // of many tokens touches more experts, so its byte count here is a lower bound). active_bytes holds the head.
+    m.hidden_dim = info.n_experts_used * info.expert_hidden_dim;
+    m.layer_weight_bytes = std::max(0.0, double(info.active_bytes) - m.head_weight_bytes);
+  }
   m.embedding_row_bytes = info.vocab_size > 0 ? embedding / info.vocab_size : 0;
   m.kv_bytes_per_token = kv_capacity_tokens > 0 ? double(info.kv_bytes) / double(kv_capacity_tokens) : 0;
   m.logits_row_bytes = 4.0 * info.vocab_size;

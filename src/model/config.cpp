@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -16,8 +17,13 @@ std::string arch_name(Arch a) {
     case Arch::Llama: return "llama";
     case Arch::Qwen2: return "qwen2";
     case Arch::Qwen3: return "qwen3";
+    case Arch::Qwen3Moe: return "qwen3moe";
   }
   return "?";
+}
+
+bool ModelConfig::is_moe_layer(int layer) const {
+  return n_experts > 0 && std::find(dense_layers.begin(), dense_layers.end(), layer) == dense_layers.end();
 }
 
 void ModelConfig::validate() const {
@@ -40,6 +46,15 @@ void ModelConfig::validate() const {
   FERRY_CHECK(rope_theta > 0 && std::isfinite(rope_theta), "model config: rope theta {} invalid", rope_theta);
   FERRY_CHECK(rope_scaling.factor > 0 && std::isfinite(rope_scaling.factor), "model config: rope scaling factor {} invalid",
               rope_scaling.factor);
+  FERRY_CHECK(n_experts >= 0 && n_experts <= 4096, "model config: {} experts is out of range (0..4096)", n_experts);
+  FERRY_CHECK(n_experts > 0 || arch != Arch::Qwen3Moe, "model config: a qwen3moe model needs experts (expert count 0)");
+  if (n_experts > 0) {
+    FERRY_CHECK(n_experts_used >= 1 && n_experts_used <= n_experts,
+                "model config: {} experts per token with {} experts (need 1..{})", n_experts_used, n_experts, n_experts);
+    positive(expert_hidden_dim, "expert_hidden_dim");
+    for (int l : dense_layers)
+      FERRY_CHECK(l >= 0 && l < n_layers, "model config: dense layer {} outside the {} layers", l, n_layers);
+  }
 }
 
 std::vector<float> ModelConfig::rope_inv_freq() const {
@@ -72,11 +87,24 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
   return f;
 }
 
-int64_t ModelConfig::n_params() const {
-  const int64_t attn = int64_t(dim) * head_dim * (2 * n_heads + 2 * n_kv_heads);
-  const int64_t ffn = 3 * int64_t(dim) * hidden_dim;
-  return int64_t(n_layers) * (attn + ffn + 2 * dim) + int64_t(vocab_size) * dim * (tied_embeddings ? 1 : 2) + dim;
+namespace {
+
+// The parameters of the model with `experts` of each MoE layer's experts counted (all of them, or those one token runs).
+int64_t params_with_experts(const ModelConfig& c, int experts) {
+  const int64_t attn = int64_t(c.dim) * c.head_dim * (2 * c.n_heads + 2 * c.n_kv_heads);
+  int64_t total = int64_t(c.vocab_size) * c.dim * (c.tied_embeddings ? 1 : 2) + c.dim;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int64_t ffn = c.is_moe_layer(l) ? int64_t(experts) * 3 * c.dim * c.expert_hidden_dim + int64_t(c.n_experts) * c.dim
+                                          : 3 * int64_t(c.dim) * c.hidden_dim;
+    total += attn + ffn + 2 * c.dim;
+  }
+  return total;
 }
+
+}  // namespace
+
+int64_t ModelConfig::n_params() const { return params_with_experts(*this, n_experts); }
+int64_t ModelConfig::n_active_params() const { return params_with_experts(*this, n_experts_used); }
 
 namespace {
 
@@ -101,12 +129,12 @@ ModelConfig config_from_gguf(const GgufFile& g) {
     c.arch = Arch::Qwen2;
     c.rope_ordering = RopeOrdering::Neox;
     c.qkv_bias = true;
-  } else if (arch == "qwen3") {
-    c.arch = Arch::Qwen3;
+  } else if (arch == "qwen3" || arch == "qwen3moe") {
+    c.arch = arch == "qwen3" ? Arch::Qwen3 : Arch::Qwen3Moe;
     c.rope_ordering = RopeOrdering::Neox;
     c.qk_norm = true;
   } else {
-    fail("{}: unknown architecture '{}' (ferry runs llama, qwen2, qwen3)", g.name(), arch);
+    fail("{}: unknown architecture '{}' (ferry runs llama, qwen2, qwen3, qwen3moe)", g.name(), arch);
   }
   const std::string p = arch + ".";
   c.name = g.get_string("general.name", arch);
@@ -133,6 +161,16 @@ ModelConfig config_from_gguf(const GgufFile& g) {
     fail("{}: unsupported rope scaling type '{}'", g.name(), scaling);
   }
   // Llama 3.1+ GGUFs carry the llama3 scaling as a rope_freqs.weight tensor of per-pair divisors.
+  // Experts (qwen3moe; llama with expert tensors: Mixtral). A layer without a router (ffn_gate_inp) is dense.
+  c.n_experts = meta_int(g, p + "expert_count", 0);
+  if (c.n_experts > 0) {
+    c.n_experts_used = meta_int(g, p + "expert_used_count", 0);
+    c.expert_hidden_dim = meta_int(g, p + "expert_feed_forward_length", c.hidden_dim);
+    c.moe_norm = g.get_bool(p + "expert_weights_norm", true) ? MoeNorm::Renormalize : MoeNorm::Softmax;
+    FERRY_CHECK(c.n_layers > 0 && c.n_layers <= (1 << 24), "{}: block_count {} is out of range", g.name(), c.n_layers);
+    for (int l = 0; l < c.n_layers; ++l)
+      if (!g.find_tensor(fmt::format("blk.{}.ffn_gate_inp.weight", l))) c.dense_layers.push_back(l);
+  }
   c.validate();
   return c;
 }
@@ -175,11 +213,13 @@ ModelConfig config_from_hf(const nlohmann::json& j) {
   } else if (type == "qwen2") {
     c.arch = Arch::Qwen2;
     c.qkv_bias = true;
-  } else if (type == "qwen3") {
-    c.arch = Arch::Qwen3;
+  } else if (type == "qwen3" || type == "qwen3_moe") {
+    c.arch = type == "qwen3" ? Arch::Qwen3 : Arch::Qwen3Moe;
     c.qk_norm = true;
+  } else if (type == "mixtral") {
+    c.arch = Arch::Llama;
   } else {
-    fail("config.json: unknown model_type '{}' (ferry runs llama, mistral, qwen2, qwen3)", type);
+    fail("config.json: unknown model_type '{}' (ferry runs llama, mistral, mixtral, qwen2, qwen3, qwen3_moe)", type);
   }
   c.rope_ordering = RopeOrdering::Neox;  // Hugging Face weights use rotate_half
   c.name = type;
@@ -198,6 +238,32 @@ ModelConfig config_from_hf(const nlohmann::json& j) {
   c.tied_embeddings = json_get<bool>(j, "tie_word_embeddings", false);
   if (c.arch == Arch::Qwen2) c.qkv_bias = json_get<bool>(j, "attention_bias", true);
   if (c.arch == Arch::Llama) c.qkv_bias = json_get<bool>(j, "attention_bias", false);
+  if (type == "mixtral") {  // top-k of the router, softmax over the chosen logits
+    c.n_experts = json_require<int>(j, "num_local_experts");
+    c.n_experts_used = json_require<int>(j, "num_experts_per_tok");
+    c.expert_hidden_dim = c.hidden_dim;
+    c.moe_norm = MoeNorm::Renormalize;
+  } else if (c.arch == Arch::Qwen3Moe) {  // softmax, top-k, renormalized with norm_topk_prob
+    // the Hub's checkpoints say num_experts; transformers 5 writes its alias num_local_experts
+    c.n_experts = j.contains("num_experts") ? json_require<int>(j, "num_experts") : json_require<int>(j, "num_local_experts");
+    c.n_experts_used = json_require<int>(j, "num_experts_per_tok");
+    c.expert_hidden_dim = json_require<int>(j, "moe_intermediate_size");
+    c.moe_norm = json_get<bool>(j, "norm_topk_prob", false) ? MoeNorm::Renormalize : MoeNorm::Softmax;
+    // transformers: layer l is sparse unless listed in mlp_only_layers, and only when (l + 1) % decoder_sparse_step == 0
+    const int step = json_get<int>(j, "decoder_sparse_step", 1);
+    FERRY_CHECK(step >= 1 && step <= c.n_layers + 1, "config.json: decoder_sparse_step {} is out of range", step);
+    std::vector<int> only;
+    if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+      FERRY_CHECK(j["mlp_only_layers"].is_array(), "config.json: 'mlp_only_layers' must be a list of layer indices");
+      for (const auto& v : j["mlp_only_layers"]) {
+        FERRY_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < c.n_layers,
+                    "config.json: mlp_only_layers entry {} is not a layer of the {}", v.dump(), c.n_layers);
+        only.push_back(v.get<int>());
+      }
+    }
+    for (int l = 0; l < c.n_layers; ++l)
+      if (std::find(only.begin(), only.end(), l) != only.end() || (l + 1) % step != 0) c.dense_layers.push_back(l);
+  }
   // rope_scaling (transformers <5) or rope_parameters (transformers 5) describe the scaling.
   const nlohmann::json* rs = nullptr;
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rs = &j["rope_scaling"];

@@ -27,6 +27,8 @@ constexpr NameRow kLayerNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},               // Qwen3-MoE router
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},  // Mixtral router
 };
 
 // The llama.cpp names whose pre-tokenizer regexes ferry knows (tokenizer/pre_tokenizer_regexes.cpp), in the
@@ -51,7 +53,7 @@ std::string gguf_tensor_name(const std::string& hf, bool tied_embeddings) {
         if (rest == r.hf) return "blk." + std::to_string(layer) + "." + r.gguf;
     }
   }
-  fail("tensor '{}' has no GGUF name (ferry converts Llama, Qwen2 and Qwen3 weights)", hf);
+  fail("tensor '{}' has no GGUF name (ferry converts Llama, Mixtral, Qwen2, Qwen3 and Qwen3-MoE weights)", hf);
 }
 
 std::string hf_tensor_name(const std::string& g) {
@@ -87,6 +89,12 @@ void set_gguf_config(GgufWriter& w, const ModelConfig& c) {
   w.set(p + "rope.freq_base", GgufValue::f32(c.rope_theta));
   w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(c.rope_dims)));
   w.set(p + "vocab_size", GgufValue::u32(uint32_t(c.vocab_size)));
+  if (c.n_experts > 0) {  // a layer without ffn_gate_inp is dense (config_from_gguf)
+    w.set(p + "expert_count", GgufValue::u32(uint32_t(c.n_experts)));
+    w.set(p + "expert_used_count", GgufValue::u32(uint32_t(c.n_experts_used)));
+    w.set(p + "expert_feed_forward_length", GgufValue::u32(uint32_t(c.expert_hidden_dim)));
+    w.set(p + "expert_weights_norm", GgufValue::boolean(c.moe_norm == MoeNorm::Renormalize));
+  }
   if (c.rope_scaling.kind == RopeScalingKind::Linear) {
     w.set(p + "rope.scaling.type", GgufValue::str("linear"));
     w.set(p + "rope.scaling.factor", GgufValue::f32(c.rope_scaling.factor));

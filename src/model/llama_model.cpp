@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "model/batch_codec.h"
+#include "model/moe_ffn.h"
 
 namespace ferry {
 
@@ -534,6 +535,12 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
                            .eps = c.rms_eps, .group = comm_});
     observe("attn_out", l, delta);
     observe("ffn_norm", l, xb);
+    if (L.is_moe()) {  // the experts' FFN as one op, then x += delta and the next norm (model/moe_ffn.h)
+      run_moe_ffn(backend_, *comm_, c, L, xb, x, delta,
+                  l + 1 < c.n_layers ? weights_.layers[size_t(l) + 1].attn_norm : Tensor{});
+      observe("ffn_out", l, delta);
+      continue;
+    }
     if (!L.w_gate_up.empty()) {
       backend_.matmul_swiglu(act, gate_up, xb, L.w_gate_up);  // SwiGLU in the matmul where the backend can
     } else {

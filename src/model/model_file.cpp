@@ -9,6 +9,7 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/fp8_weights.h"
+#include "model/moe_names.h"
 
 namespace ferry {
 namespace {
@@ -146,6 +147,26 @@ void check_config_against_tensors(const ModelFile& m) {
   if (const Tensor* t = find(up))
     FERRY_CHECK(t->n_dims == 2 && t->shape[0] == c.hidden_dim,
                 "{}: tensor '{}' is {}, but the config says intermediate size {}", m.path, up, t->shape_str(), c.hidden_dim);
+  // Experts: the first MoE layer's router and up projection(s) against the expert count and size.
+  for (int l = 0; l < c.n_layers && c.n_experts > 0; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    const ExpertNames en{g, c.arch == Arch::Llama, l};
+    const Tensor* r = find(en.router());
+    FERRY_CHECK(r != nullptr, "{}: the config says {} experts, but the router '{}' is missing", m.path, c.n_experts,
+                en.router());
+    FERRY_CHECK(r->n_dims == 2 && r->shape[0] == c.n_experts && r->shape[1] == c.dim,
+                "{}: router '{}' is {}, but the config says {} experts of hidden size {}", m.path, en.router(),
+                r->shape_str(), c.n_experts, c.dim);
+    const std::string up_name = g ? en.stacked(ExpertProj::Up) : en.per_expert(c.n_experts - 1, ExpertProj::Up);
+    const Tensor* u = find(up_name);
+    FERRY_CHECK(u != nullptr, "{}: the config says {} experts, but tensor '{}' is missing", m.path, c.n_experts, up_name);
+    const bool ok = g ? u->n_dims == 3 && u->shape[0] == c.n_experts && u->shape[1] == c.expert_hidden_dim &&
+                            u->shape[2] == c.dim
+                      : u->n_dims == 2 && u->shape[0] == c.expert_hidden_dim && u->shape[1] == c.dim;
+    FERRY_CHECK(ok, "{}: tensor '{}' is {}, but the config says {} experts of {} hidden units over dim {}", m.path,
+                up_name, u->shape_str(), c.n_experts, c.expert_hidden_dim, c.dim);
+    break;
+  }
 }
 
 ModelFile open_model_metadata(const std::string& path) {

@@ -105,6 +105,7 @@ DType QuantPlanner::type_for(const TensorShapeInfo& t) const {
   const bool matrix = t.n_dims >= 2 && t.name.size() >= 6 && t.name.compare(t.name.size() - 6, 6, "weight") == 0 &&
                       !contains(t.name, "_norm.weight");
   if (!matrix) return DType::F32;
+  if (contains(t.name, "ffn_gate_inp.weight")) return DType::F32;  // an MoE router: llama.cpp never quantizes it
   DType type = mix_type(t.name);
   const bool is_output = t.name == "output.weight" || (!has_output_ && t.name == "token_embd.weight");
   // llama.cpp: an output whose rows are not whole super-blocks of the mix is Q8_0.

@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/fp8_weights.h"
 #include "model/gguf_export.h"
+#include "model/moe_names.h"
 #include "model/quant_mix.h"
 #include "tokenizer/vocab.h"
 
@@ -37,6 +38,7 @@ struct Source {
   std::optional<SafetensorsModel> folder;
   std::vector<float> rope_divisors;  // rope_freqs.weight of a converted Llama-3 folder
   std::map<std::string, std::vector<float>> fp8_weights;  // FP8 weights of a folder, dequantized: (rows, cols) f32
+  std::map<std::string, std::vector<uint8_t>> stacked;    // a folder's experts stacked as GGUF holds them
   std::vector<SourceTensor> tensors;
   int n_layers = 0;
 };
@@ -87,8 +89,14 @@ Source open_folder_source(const std::string& dir, GgufWriter& w) {
   set_gguf_config(w, config);
   set_gguf_vocab(w, vocab_from_hf(dir), config.vocab_size);
   const std::optional<Fp8Scheme> fp8 = fp8_scheme(st.config());
+  // per-expert tensors of each (layer, projection): gathered, then stacked into one (E, rows, cols) tensor
+  std::map<std::pair<int, ExpertProj>, std::map<int, std::string>> experts;
   for (const std::string& hf : st.names()) {
     if (fp8 && is_fp8_side_tensor(hf)) continue;  // a scale, read with its weight
+    if (const std::optional<HfExpertTensor> ex = parse_hf_expert_name(hf)) {
+      experts[{ex->layer, ex->proj}][ex->expert] = hf;
+      continue;
+    }
     const std::string name = gguf_tensor_name(hf, config.tied_embeddings);
     if (name.empty()) continue;
     SourceTensor src;
@@ -105,6 +113,25 @@ Source open_folder_source(const std::string& dir, GgufWriter& w) {
     const bool qk = name.find(".attn_q.") != std::string::npos || name.find(".attn_k.") != std::string::npos;
     if (config.arch == Arch::Llama && qk) src.qk_head_dim = config.head_dim;
     s.tensors.push_back(std::move(src));
+  }
+  for (const auto& [key, by_expert] : experts) {
+    const std::string name = ExpertNames{true, false, key.first}.stacked(key.second);
+    FERRY_CHECK(int(by_expert.size()) == config.n_experts && by_expert.rbegin()->first == config.n_experts - 1,
+                "{}: layer {} has {} experts for '{}', the config says {}", dir, key.first, by_expert.size(), name,
+                config.n_experts);
+    const SafetensorsTensor& first = st.get(by_expert.begin()->second);
+    FERRY_CHECK(first.n_dims == 2, "{}: expert tensor '{}' is not a matrix", dir, by_expert.begin()->second);
+    check_readable(dir, by_expert.begin()->second, first.dtype);
+    const size_t bytes = size_t(first.shape[0]) * row_bytes(first.dtype, first.shape[1]);
+    std::vector<uint8_t>& buf = s.stacked[name];
+    buf.resize(bytes * by_expert.size());
+    for (const auto& [e, hf] : by_expert) {
+      const SafetensorsTensor& t = st.get(hf);
+      FERRY_CHECK(t.dtype == first.dtype && t.n_dims == 2 && t.shape[0] == first.shape[0] && t.shape[1] == first.shape[1],
+                  "{}: expert tensor '{}' differs in type or shape from expert 0's", dir, hf);
+      std::memcpy(buf.data() + size_t(e) * bytes, t.data, bytes);
+    }
+    s.tensors.push_back({name, {int64_t(by_expert.size()), first.shape[0], first.shape[1]}, first.dtype, buf.data()});
   }
   s.rope_divisors = rope_freq_divisors(config);
   if (!s.rope_divisors.empty()) {

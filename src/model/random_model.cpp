@@ -21,6 +21,7 @@ struct Shape {
   int n_layers, dim, n_heads, n_kv_heads, head_dim, hidden_dim, vocab_size, context;
   float rope_theta;
   bool tied;
+  int n_experts = 0, n_experts_used = 0, expert_hidden_dim = 0;  // mixture of experts (every layer), or 0
 };
 
 constexpr Shape kShapes[] = {
@@ -31,9 +32,16 @@ constexpr Shape kShapes[] = {
     {"llama3-70b", Arch::Llama, 80, 8192, 64, 8, 128, 28672, 128256, 8192, 500000.0f, false},
     // Llama-3's depth, vocabulary and GQA ratio at 1/8 the width: a CPU stand-in for llama3-8b (--tp 2 and 4).
     {"llama3-mini", Arch::Llama, 32, 512, 8, 2, 64, 1792, 128256, 8192, 500000.0f, false},
+    // Mixtures of experts: hidden_dim is the dense FFN size of the config (unused when every layer is MoE).
+    {"qwen3-30b-a3b", Arch::Qwen3Moe, 48, 2048, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, false, 128, 8, 768},
+    {"mixtral-8x7b", Arch::Llama, 32, 4096, 32, 8, 128, 14336, 32000, 32768, 1000000.0f, false, 8, 2, 14336},
+    // Qwen3-30B-A3B's routing (128 experts, top-8, 768-unit experts) and heads at 1/2 the width and 1/6 the depth:
+    // a CPU stand-in for benchmarks and tests of the expert kernels.
+    {"qwen3-moe-mini", Arch::Qwen3Moe, 8, 1024, 16, 4, 64, 3072, 32000, 8192, 1000000.0f, false, 128, 8, 768},
+    {"tiny-moe", Arch::Qwen3Moe, 2, 64, 4, 2, 16, 128, 512, 256, 10000.0f, false, 8, 2, 64},
     // Every matrix row a whole number of 256-value super-blocks, small enough for the CPU reference kernels: the
     // K-quant mixes as they lay out the 8B model (tests/cuda/e2e_test.cpp).
-    {"llama3-micro", Arch::Llama, 4, 256, 4, 2, 64, 768, 4096, 2048, 500000.0f, false},
+    {"llama3-micro", Arch::Llama, 4, 256, 4, 2, 64, 768, 4096, 2048, 500000.0f, false, 0, 0, 0},
 };
 
 // xorshift-style generator: fast, deterministic, no global state.
@@ -151,6 +159,19 @@ std::vector<RandomTensor> random_model_tensors(const ModelConfig& c, DType wt, u
     }
     matrix(b + "attn_output.weight", c.dim, q_dim, wt, residual * fan_in(q_dim));
     norm(b + "ffn_norm.weight", c.dim);
+    if (c.is_moe_layer(l)) {  // the router (F32, as llama.cpp keeps it), then the experts stacked: (E, rows, cols)
+      const int64_t E = c.n_experts, H = c.expert_hidden_dim;
+      matrix(b + "ffn_gate_inp.weight", E, c.dim, DType::F32, fan_in(c.dim));
+      const auto experts = [&](const std::string& name, int64_t rows, int64_t cols, float peaked_scale) {
+        matrix(name, E * rows, cols, wt, peaked_scale);
+        out.back().n_dims = 3;
+        out.back().outer = E;
+      };
+      experts(b + "ffn_gate_exps.weight", H, c.dim, fan_in(c.dim));
+      experts(b + "ffn_up_exps.weight", H, c.dim, fan_in(c.dim));
+      experts(b + "ffn_down_exps.weight", c.dim, H, residual * fan_in(H));
+      continue;
+    }
     matrix(b + "ffn_gate.weight", c.hidden_dim, c.dim, wt, fan_in(c.dim));
     matrix(b + "ffn_up.weight", c.hidden_dim, c.dim, wt, fan_in(c.dim));
     matrix(b + "ffn_down.weight", c.dim, c.hidden_dim, wt, residual * fan_in(c.hidden_dim));
@@ -189,7 +210,11 @@ ModelConfig random_model_config(const std::string& shape) {
     c.max_context = s.context;
     c.rope_theta = s.rope_theta;
     c.tied_embeddings = s.tied;
-    c.qk_norm = s.arch == Arch::Qwen3;
+    c.qk_norm = s.arch == Arch::Qwen3 || s.arch == Arch::Qwen3Moe;
+    c.n_experts = s.n_experts;
+    c.n_experts_used = s.n_experts_used;
+    c.expert_hidden_dim = s.expert_hidden_dim;
+    c.moe_norm = MoeNorm::Renormalize;  // Qwen3-30B-A3B (norm_topk_prob) and Mixtral alike
     c.rope_ordering = s.arch == Arch::Llama ? RopeOrdering::Interleaved : RopeOrdering::Neox;
     c.validate();
     return c;
@@ -277,6 +302,9 @@ void add_random_tensors(GgufWriter& w, const std::vector<RandomTensor>& tensors,
     const int nt = t.n_dims == 1 ? 1 : n_threads;
     if (t.n_dims == 1) {
       w.add_tensor(t.name, t.type, {t.cols}, [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, 1, 0, t.cols, dst, nt); });
+    } else if (t.n_dims == 3) {
+      w.add_tensor(t.name, t.type, {t.outer, t.rows / t.outer, t.cols},
+                   [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, t.rows, 0, t.cols, dst, nt); });
     } else {
       w.add_tensor(t.name, t.type, {t.rows, t.cols},
                    [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, t.rows, 0, t.cols, dst, nt); });
@@ -291,7 +319,8 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
   FERRY_CHECK(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q8_0 || wt == DType::Q4_0 ||
                   wt == DType::Q4_1,
               "ferry gen writes f32, f16, bf16, q8_0, q4_0 or q4_1 weights, not {}", dtype_name(wt));
-  FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0,
+  FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0 &&
+                  c.expert_hidden_dim % 32 == 0,
               "shape dims must be multiples of 32 for block formats");
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   GgufWriter w;
@@ -304,6 +333,8 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
     };
     stand_in("token_embd.weight");
     if (!c.tied_embeddings) stand_in("output.weight");
+    for (int l = 0; l < c.n_layers; ++l)  // the config reader finds an MoE layer by its router
+      if (c.is_moe_layer(l)) stand_in("blk." + std::to_string(l) + ".ffn_gate_inp.weight");
   } else {
     add_random_tensors(w, random_model_tensors(c, wt, seed, init), n_threads);
   }
@@ -312,7 +343,8 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
 
 void write_random_model(const std::string& path, const ModelConfig& c, const QuantTarget& target, uint64_t seed,
                         int n_threads, RandomInit init) {
-  FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0,
+  FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0 &&
+                  c.expert_hidden_dim % 32 == 0,
               "shape dims must be multiples of 32 for block formats");
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<RandomTensor> tensors = random_model_tensors(c, DType::F32, seed, init);

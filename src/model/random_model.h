@@ -22,7 +22,7 @@ const char* random_init_name(RandomInit init);  // "flat", "peaked"
 // Throws ferry::Error naming the known inits.
 RandomInit parse_random_init(const std::string& name);
 
-std::vector<std::string> random_model_shapes();  // tiny, smollm2-135m, llama3-8b, qwen3-8b, llama3-70b
+std::vector<std::string> random_model_shapes();  // tiny, smollm2-135m, llama3-8b, ..., qwen3-30b-a3b, mixtral-8x7b
 // The config of a named shape; throws ferry::Error listing the known names.
 ModelConfig random_model_config(const std::string& shape);
 
@@ -59,13 +59,20 @@ struct RandomTensor {
   std::string name;
   DType type = DType::F32;
   int n_dims = 2;
-  int64_t rows = 1, cols = 1;
+  int64_t rows = 1, cols = 1;  // a 3-D tensor (n_dims 3: stacked experts) is (outer, rows / outer, cols)
   float scale = 0.02f, mean = 0.0f;
   uint64_t seed = 0;
   float tie_scale = 0.0f;
   uint64_t tie_seed = 0;
   int64_t tie_row_shift = 0;
+  int64_t outer = 1;  // n_dims 3: the experts stacked in rows
 };
+// A view of t's shape over data: (cols), (rows, cols) or (outer, rows / outer, cols).
+inline Tensor random_tensor_view(const RandomTensor& t, void* data) {
+  if (t.n_dims == 1) return Tensor::make(t.type, {t.cols}, data, Device::Cpu);
+  if (t.n_dims == 3) return Tensor::make(t.type, {t.outer, t.rows / t.outer, t.cols}, data, Device::Cpu);
+  return Tensor::make(t.type, {t.rows, t.cols}, data, Device::Cpu);
+}
 // Every tensor of the model in file order.
 std::vector<RandomTensor> random_model_tensors(const ModelConfig& config, DType weight_type, uint64_t seed,
                                                RandomInit init = RandomInit::Flat);

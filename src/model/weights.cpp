@@ -3,6 +3,7 @@
 #include "core/check.h"
 #include "formats/quant.h"
 #include "model/fuse_weights.h"
+#include "model/moe_names.h"
 
 namespace ferry {
 namespace {
@@ -55,6 +56,29 @@ struct Loader {
     size_t i = 0;
     for (const auto& part : parts) out.named.emplace_back(part.first, *hosts[i++]);
     return prepared;
+  }
+
+  // A mixture-of-experts projection: E matrices of (rows, cols), each prepared on its own. GGUF: slices of the
+  // stacked (E, rows, cols) tensor `stacked`; Hugging Face: the tensors per_expert(e).
+  std::vector<Tensor> experts(const ExpertNames& names, ExpertProj proj, int64_t rows, int64_t cols) {
+    const int E = config.n_experts;
+    std::vector<Tensor> out_experts;
+    if (names.gguf) {
+      const std::string name = names.stacked(proj);
+      const Tensor& t = require(name, {E, rows, cols});
+      FERRY_CHECK(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16 ||
+                      (is_quantized(t.dtype) && t.dtype != DType::Q8_1 && t.dtype != DType::Q8_K),
+                  "{}: tensor '{}' has type {}, which ferry cannot multiply", source.describe(), name, dtype_name(t.dtype));
+      out.named.emplace_back(name, t);
+      for (int e = 0; e < E; ++e) {
+        const Tensor slice = Tensor::make(t.dtype, {rows, cols}, static_cast<char*>(t.data) + size_t(e) * size_t(rows) *
+                                                                                                 row_bytes(t.dtype, cols));
+        out_experts.push_back(backend.prepare_weight(slice, out.storage));
+      }
+    } else {
+      for (int e = 0; e < E; ++e) out_experts.push_back(matrix(names.per_expert(e, proj), rows, cols));
+    }
+    return out_experts;
   }
 
   // A vector (norm weight, bias) as host f32; listed in `named`.
@@ -145,6 +169,14 @@ ModelWeights load_weights(const ModelConfig& c, const WeightSource& source, bool
     }
     L.wo = ld.matrix(nm.layer(l, "attn_output.weight", "self_attn.o_proj.weight"), c.dim, q_dim);
     L.ffn_norm = ld.vector(nm.layer(l, "ffn_norm.weight", "post_attention_layernorm.weight"), c.dim);
+    if (c.is_moe_layer(l)) {
+      const ExpertNames en{gguf_names, c.arch == Arch::Llama, l};
+      L.ffn_gate_inp = ld.matrix(en.router(), c.n_experts, c.dim);
+      L.ffn_gate_exps = ld.experts(en, ExpertProj::Gate, c.expert_hidden_dim, c.dim);
+      L.ffn_up_exps = ld.experts(en, ExpertProj::Up, c.expert_hidden_dim, c.dim);
+      L.ffn_down_exps = ld.experts(en, ExpertProj::Down, c.dim, c.expert_hidden_dim);
+      continue;
+    }
     const std::string gate_name = nm.layer(l, "ffn_gate.weight", "mlp.gate_proj.weight");
     const std::string up_name = nm.layer(l, "ffn_up.weight", "mlp.up_proj.weight");
     if (fuse) L.w_gate_up = ld.fused_matrix({{gate_name, c.hidden_dim}, {up_name, c.hidden_dim}}, c.dim);

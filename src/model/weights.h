@@ -26,6 +26,14 @@ struct LayerWeights {
   Tensor w_gate;     // (hidden_dim, dim)
   Tensor w_up;       // (hidden_dim, dim)
   Tensor w_down;     // (dim, hidden_dim)
+  // Mixture of experts (config.is_moe_layer(l)); w_gate, w_up, w_down are empty then. E = n_experts,
+  // H = expert_hidden_dim. Each expert's matrix is prepared on its own (GGUF: a slice of the stacked 3-D tensor
+  // (E, H, dim) blk.N.ffn_gate_exps.weight; Hugging Face: the expert's own tensor).
+  Tensor ffn_gate_inp;                // (E, dim) router, stored type
+  std::vector<Tensor> ffn_gate_exps;  // E x (H, dim), stored type
+  std::vector<Tensor> ffn_up_exps;    // E x (H, dim)
+  std::vector<Tensor> ffn_down_exps;  // E x (dim, H)
+  bool is_moe() const { return !ffn_gate_inp.empty(); }
   // Fused projections (model/fuse_weights.h), made at load when the backend wants_fused_projections() and the
   // parts share a type; then the separate tensors above are empty (not kept).
   Tensor wqkv;       // ((n_heads + 2*n_kv_heads)*head_dim, dim): rows of wq, then wk, then wv; stored type

@@ -20,6 +20,7 @@
 #include "ferry/sampling.h"
 #include "core/tensor.h"
 #include "ops/attention_meta.h"
+#include "ops/moe_routing.h"
 
 namespace ferry {
 
@@ -77,6 +78,19 @@ struct QkvEpilogueArgs {  // every field defaults to empty / 0, so callers name 
   Tensor v_cache{};    // out: same shape: each token's v at its slot
   Tensor k_out{};      // optional out: (n, KVH, D) f32 copy of the normed, rotated k (debug observer), or empty
   Tensor v_out{};      // optional out: (n, KVH, D) f32 copy of v, or empty
+};
+
+// Arguments of Backend::moe_ffn (fill with designated initializers). E = n_experts, H = one expert's hidden units,
+// k = top_k; n = tokens of the step.
+struct MoeFfnArgs {
+  Tensor out{};                       // (n, dim) f32: per token, sum over its k experts of weight * expert(x)
+  Tensor x{};                         // (n, dim) f32: the normed FFN input
+  Tensor router{};                    // (E, dim), any matmul weight type: logits = x · routerᵀ
+  std::span<const Tensor> gate_exps;  // E x (H, dim), matmul weights (prepare_weight'ed one by one)
+  std::span<const Tensor> up_exps;    // E x (H, dim)
+  std::span<const Tensor> down_exps;  // E x (dim, H)
+  int top_k = 0;
+  MoeNorm norm = MoeNorm::Renormalize;
 };
 
 class Backend {
@@ -233,6 +247,11 @@ class Backend {
     matmul(gate_up, x, w_gate_up, Tensor{});
     swiglu_fused(out, gate_up);
   }
+  // A mixture-of-experts FFN as one op: route each token (route_moe over x · routerᵀ), then out[t] = sum over
+  // its k experts e of weight * down_e(silu(gate_e(x[t])) * up_e(x[t])). The default composes matmul, gather_rows
+  // and swiglu per routed expert (its tokens gathered, each expert's weights read once), routing and the weighted
+  // sum on the host (ops/moe_ffn.cpp): correct on any backend, not capturable in a step graph.
+  virtual void moe_ffn(const MoeFfnArgs& a);
   // out: (m, cols) = x[rows[i]] for i < m; rows: (m) i32
   virtual void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) = 0;
 

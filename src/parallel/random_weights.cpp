@@ -49,6 +49,7 @@ class RandomShardSource final : public WeightSource {
     switch (s.kind) {
       case ShardKind::Replicated:
         made = host_tensor(t->type, t->n_dims, t->rows, t->cols, false);
+        made.first = random_tensor_view(*t, made.second.get());  // stacked experts keep their 3-D shape
         fill_random_part(*t, 0, t->rows, 0, t->cols, made.second.get(), nt);
         break;
       case ShardKind::Rows:
@@ -137,6 +138,7 @@ const Tensor* RandomWeightSource::find(const std::string& name) const {
   if (t == nullptr) return nullptr;
   if (auto it = made_.find(name); it != made_.end()) return &it->second.first;
   auto made = host_tensor(t->type, t->n_dims, t->rows, t->cols, false);
+  made.first = random_tensor_view(*t, made.second.get());
   fill_random_part(*t, 0, t->rows, 0, t->cols, made.second.get(), t->n_dims == 1 ? 1 : gen_threads());
   return &made_.emplace(name, std::move(made)).first->second.first;
 }
@@ -188,9 +190,7 @@ ModelFile open_random_model(const std::string& path) {
   std::vector<RandomTensor> tensors = random_model_tensors(config, type, seed, init);
   file.tensors.clear();
   for (const RandomTensor& t : tensors) {
-    const Tensor view = t.n_dims == 1 ? Tensor::make(t.type, {t.cols}, nullptr, Device::Cpu)
-                                      : Tensor::make(t.type, {t.rows, t.cols}, nullptr, Device::Cpu);
-    file.tensors.emplace_back(t.name, view);
+    file.tensors.emplace_back(t.name, random_tensor_view(t, nullptr));
   }
   file.weights = std::make_unique<RandomWeightSource>(path, std::move(tensors));
   file.gguf_names = true;

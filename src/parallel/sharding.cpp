@@ -39,6 +39,9 @@ Role role_of(const std::string& name) {
 ShardPlan make_shard_plan(const ModelConfig& c, int rank, int world) {
   FERRY_CHECK(world >= 1 && world <= 1024, "--tp {} out of range (1..1024)", world);
   FERRY_CHECK(rank >= 0 && rank < world, "tensor-parallel rank {} outside a world of {}", rank, world);
+  FERRY_CHECK(world == 1 || c.n_experts == 0,
+              "--tp {}: mixture-of-experts models ({} experts) run at --tp 1 only for now (splitting the experts "
+              "across ranks is not implemented)", world, c.n_experts);
   FERRY_CHECK(c.n_heads % world == 0, "--tp {}: the model's {} attention heads do not divide into {} equal parts", world,
               c.n_heads, world);
   FERRY_CHECK(c.n_kv_heads % world == 0,

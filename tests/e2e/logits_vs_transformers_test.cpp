@@ -8,6 +8,8 @@
 
 #include "ferry/engine.h"
 #include "fixtures/golden_logits.h"
+#include "fixtures/test_paths.h"
+#include "model/quantize_model.h"
 
 namespace ferry {
 namespace {
@@ -50,7 +52,36 @@ TEST_P(LogitsVsTransformers, FastKernelsKeepKlBelow1e3) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LogitsVsTransformers,
-                         ::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2"));
+                         ::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-qwen3moe", "tiny-mixtral", "smollm2"));
+
+// The MoE fixtures as GGUF files written by `ferry quantize ... F32` (experts stacked into 3-D ffn_*_exps tensors,
+// Mixtral's q/k rows permuted for interleaved RoPE): the same golden logits at the same tolerances.
+class MoeGgufVsTransformers : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeGgufVsTransformers, F32GgufMatchesWithin1e3AndGreedyAgrees) {
+  auto g = test::load_golden_logits(GetParam());
+  ASSERT_TRUE(g.has_value());
+  const std::string gguf = test::temp_path(GetParam() + "-golden-f32.gguf");
+  quantize_model({g->model_path, gguf, "F32", 2, {}});
+  g->model_path = gguf;
+  for (KernelSet kernels : {KernelSet::Reference, KernelSet::Fast}) {
+    Engine engine = make_engine(*g, kernels);
+    const test::LogitAgreement a = test::compare_scores(*g, [&](const auto& p) { return engine.score(p); });
+    std::printf("%s gguf %s: %s\n", GetParam().c_str(), kernels == KernelSet::Reference ? "reference" : "fast",
+                a.summary().c_str());
+    EXPECT_LE(a.max_rel_l2, 1e-3);
+    EXPECT_EQ(a.argmax_same, a.positions);
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    for (size_t i = 0; i < g->prompts.size(); ++i) {
+      engine.reset();
+      const GenerateResult r = engine.generate(g->prompts[i], greedy, int(g->greedy[i].size()), nullptr, false);
+      EXPECT_EQ(r.tokens, g->greedy[i]) << "greedy continuation of prompt " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MoeGgufVsTransformers, ::testing::Values("tiny-qwen3moe", "tiny-mixtral"));
 
 }  // namespace
 }  // namespace ferry

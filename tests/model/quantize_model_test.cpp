@@ -112,8 +112,9 @@ TEST_P(FixtureQuantize, Q4_K_MMatchesItsDequantizedWeights) {
   EXPECT_LE(err_ref, 1e-5);
   EXPECT_LE(err_fast, 2e-2);
   // The fixtures' 64-wide rows make every K type fall back to Q5_0 / Q8_0 (QuantMix.TinyFixtureShapeFallsBack);
-  // measured: tiny-llama 0.12, tiny-qwen2 0.33 (its Q5_0 alone: 0.33, Q8_0 0.02), tiny-qwen3 0.13.
-  EXPECT_LE(err_src, 0.4);
+  // measured: tiny-llama 0.12, tiny-qwen2 0.33 (its Q5_0 alone: 0.33, Q8_0 0.02), tiny-qwen3 0.13, tiny-qwen3moe
+  // 0.37, tiny-mixtral 0.52 (MoE: a quantized router flips near-tied expert choices, which moves whole rows).
+  EXPECT_LE(err_src, model == "tiny-mixtral" ? 0.6 : 0.4);
   EXPECT_GT(err_src, 0.0);  // the weights did change
 }
 
@@ -129,7 +130,8 @@ TEST_P(FixtureQuantize, TokenizerEncodesLikeTheFolder) {
   EXPECT_EQ(int(gguf.vocab.tokens.size()), gguf.config.vocab_size);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureQuantize, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureQuantize,
+                         ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -29,6 +29,12 @@ Runner add_inspect(CLI::App& app) {
                 "ffn hidden   %d\nvocab        %d\ncontext      %d\nweights      %.2f MiB\n",
                 double(i.n_params) / 1e6, i.n_layers, i.dim, i.n_heads, i.n_kv_heads, i.head_dim, i.hidden_dim,
                 i.vocab_size, i.model_context, double(i.weight_bytes) / (1 << 20));
+    if (i.n_experts > 0) {
+      std::printf("experts      %d of %d hidden units, %d per token\nactive       %.2f M parameters, %.2f MiB of weights "
+                  "per token\n",
+                  i.n_experts, i.expert_hidden_dim, i.n_experts_used, double(i.n_active_params) / 1e6,
+                  double(i.active_bytes) / (1 << 20));
+    }
     std::map<std::string, std::pair<int, size_t>> by_type;
     for (const auto& t : i.tensors) {
       auto& e = by_type[t.dtype];

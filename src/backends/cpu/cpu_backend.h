@@ -56,6 +56,9 @@ class CpuBackend final : public Backend {
   void qkv_epilogue(const QkvEpilogueArgs& a) override;
   void swiglu_fused(const Tensor& out, const Tensor& gate_up) override;
   void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) override;
+  // Mixture-of-experts FFN (moe_ffn.cpp): plain loops per token (Reference), or tokens grouped by expert through the
+  // fast matmul, each routed expert's weights read once per step (Fast).
+  void moe_ffn(const MoeFfnArgs& a) override;
   // Sampling "on the device" is the reference Sampler per row, rows spread over the thread pool (sampling.cpp):
   // the serving engine then draws rows here, in parallel, as it does on a GPU.
   bool supports_sampling() const override { return true; }
@@ -99,6 +102,7 @@ class CpuBackend final : public Backend {
     std::vector<float> cos_sin;      // [n][half][2]: cos, sin of positions[t] * inv_freq[i]
   };
   RopeTable rope_table_;  // rope's cache: q and k of every layer of a step share one table
+  std::vector<float> moe_scratch_;  // moe_ffn (Fast): router logits, an expert's token block, gate, up, slot outputs
   std::vector<float> qkv_scratch_;  // qkv_epilogue: (n, 2, n_kv_heads, head_dim) f32 k and v when k_out/v_out are empty
 };
 

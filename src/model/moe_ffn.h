@@ -1,0 +1,18 @@
+// The FFN of a mixture-of-experts layer in the forward pass: one Backend::moe_ffn (routing, the routed experts,
+// the weighted sum: how it is fused is the backend's business), then the residual add and the next norm.
+#pragma once
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "ops/backend.h"
+#include "ops/communicator.h"
+
+namespace ferry {
+
+// ffn_in: (n, dim) the normed FFN input (f32 or the backend's matmul input dtype); residual: (n, dim) f32, += the
+// experts' output; delta: (n, dim) f32, the experts' output; next_norm: (dim) f32, the next layer's attention norm
+// (ffn_in <- rms_norm(residual) * next_norm), or empty for the last layer (delta is then only summed over ranks).
+void run_moe_ffn(Backend& backend, Communicator& comm, const ModelConfig& c, const LayerWeights& L,
+                 const Tensor& ffn_in, const Tensor& residual, const Tensor& delta, const Tensor& next_norm);
+
+}  // namespace ferry
