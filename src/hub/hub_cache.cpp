@@ -97,9 +97,13 @@ std::vector<CachedModel> list_cached_models(const fs::path& cache) {
     std::set<std::string> commits;
     std::vector<std::pair<std::string, std::string>> snapshots;  // (revision shown, commit)
     std::error_code e2;
-    for (const auto& r : fs::recursive_directory_iterator(repo_dir.path() / "refs", e2)) {
-      if (!r.is_regular_file()) continue;
-      const std::string rev = r.path().lexically_relative(repo_dir.path() / "refs").generic_string();
+    std::vector<std::string> revisions;
+    for (const auto& r : fs::recursive_directory_iterator(repo_dir.path() / "refs", e2))
+      if (r.is_regular_file()) revisions.push_back(r.path().lexically_relative(repo_dir.path() / "refs").generic_string());
+    std::sort(revisions.begin(), revisions.end(), [](const std::string& a, const std::string& b) {
+      return (a == "main") != (b == "main") ? a == "main" : a < b;  // main names its snapshot when others share it
+    });
+    for (const std::string& rev : revisions) {
       if (!is_valid_revision(rev)) continue;
       try {
         const std::string commit = cached_commit(cache, {repo, rev, ""});
