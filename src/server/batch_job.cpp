@@ -99,6 +99,10 @@ BatchSummary run_batch(ServingEngine& engine, const BatchJobOptions& o,
   std::set<std::string> seen;
   for (std::string_view line : lines) {
     auto parsed = parse_batch_line(line);
+    if (auto* e = std::get_if<BatchLineError>(&parsed); e && e->custom_id && done.count(*e->custom_id)) {
+      ++sum.skipped;  // its error is in the output already
+      continue;
+    }
     if (auto* b = std::get_if<BatchLine>(&parsed)) {
       if (done.count(b->custom_id)) {
         ++sum.skipped;
