@@ -22,6 +22,15 @@ namespace ferry {
 
 enum class KernelSet { Fast, Reference };
 
+// Where loading a model is: `stage` "mapping" (the file's tensors mapped and checked), then "repacking" (CPU:
+// weights prepared in the kernels' layouts) or "uploading" (CUDA: weights copied to the GPU); `done` of `total`
+// bytes of the file's tensors. Tensor-parallel ranks load at once: the callback may be called from several threads.
+struct LoadProgress {
+  std::string_view stage;
+  uint64_t done = 0, total = 0;
+};
+using LoadProgressFn = std::function<void(const LoadProgress&)>;
+
 struct EngineOptions {
   std::string model_path;                // a .gguf file or a Hugging Face folder
   std::string device = "cpu";            // "cpu" or "cuda" (when built with the CUDA backend)
@@ -43,6 +52,7 @@ struct EngineOptions {
                                          // (device sampling only; the same tokens either way)
   std::string chat_template;             // Jinja text that replaces the model's own chat template ("" : the
                                          // model's; `ferry serve --chat-template FILE`, as vLLM and llama-server)
+  LoadProgressFn on_load_progress;       // empty: loading reports nothing (the CLI draws a progress bar)
   Env env;                               // the environment's settings (core/env.h): the CLI reads them once with
                                          // Env::read(); default-constructed, every variable at its default
 };

@@ -27,6 +27,9 @@ struct RandomModelSpec {
                                     // (per-channel, 128x128 blocks, per-tensor; src/model/random_fp8_folder.h)
   uint64_t seed = 1;
   int n_threads = 0;                // 0: all cores
+  // After each tensor of a GGUF is made and written (done of count; for a progress line). The fp8 folders do not
+  // report.
+  std::function<void(int done, int count)> on_tensor;
 };
 
 // The known shapes: tiny, smollm2-135m, llama3-8b, qwen3-8b, llama3-70b.

@@ -24,6 +24,13 @@ constexpr EnvVarInfo kVariables[] = {
     {"FERRY_CUDA_PROFILE", "0|1", "0", "every CUDA op's GPU time, printed at exit (step graphs off)"},
     {"FERRY_CUDA_STAMPS", "0|1", "0", "the phases inside the last decode attention and matvec launches, at exit"},
     {"FERRY_CUDA_TUNE", "key=value,...", "the measured defaults", "kernel choices for comparisons (docs/cuda.md)"},
+    // huggingface_hub's names, read as it reads them (models by name, `ferry pull`, `ferry models`).
+    {"HF_HUB_CACHE", "folder", "$HF_HOME/hub", "the Hugging Face cache that `-m org/repo` and `ferry pull` use"},
+    {"HF_HOME", "folder", "$XDG_CACHE_HOME/huggingface or ~/.cache/huggingface", "the Hugging Face home (its hub/ is the cache)"},
+    {"HF_TOKEN", "token", "unset", "the token `ferry pull` sends for gated and private repos (besides --token)"},
+    {"HF_ENDPOINT", "URL", "https://huggingface.co", "the Hub `ferry pull` downloads from"},
+    {"XDG_CACHE_HOME", "folder", "~/.cache", "where HF_HOME is when unset"},
+    {"HOME", "folder", "the user's home", "where ~/.cache is"},
 };
 
 std::optional<std::string> get(const char* name) {
@@ -101,6 +108,12 @@ Env Env::read() {
   e.mpi.local_rank = first("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID");
   e.mpi.local_size = first("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS");
   e.nccl_nvls_set = get("NCCL_NVLS_ENABLE").has_value();
+  e.hub.hf_home = get("HF_HOME");
+  e.hub.hf_hub_cache = get("HF_HUB_CACHE");
+  e.hub.hf_token = get("HF_TOKEN");
+  e.hub.hf_endpoint = get("HF_ENDPOINT");
+  e.hub.xdg_cache_home = get("XDG_CACHE_HOME");
+  e.hub.home = get("HOME");
   return e;
 }
 

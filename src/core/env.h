@@ -35,6 +35,17 @@ struct MpiEnv {
   std::optional<std::string> rank, size, local_rank, local_size;
 };
 
+// The Hugging Face cache and Hub variables (huggingface_hub's own names, read as huggingface_hub reads them:
+// the cache is HF_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub).
+struct HubEnv {
+  std::optional<std::string> hf_home;         // HF_HOME
+  std::optional<std::string> hf_hub_cache;    // HF_HUB_CACHE
+  std::optional<std::string> hf_token;        // HF_TOKEN: a token for gated and private repos (`ferry pull`)
+  std::optional<std::string> hf_endpoint;     // HF_ENDPOINT: the Hub's address (default https://huggingface.co)
+  std::optional<std::string> xdg_cache_home;  // XDG_CACHE_HOME
+  std::optional<std::string> home;            // HOME
+};
+
 struct Env {
   std::optional<std::string> simd;        // FERRY_SIMD: scalar | avx2 | avx512 (unset: the best this CPU runs)
   std::optional<std::string> models_dir;  // FERRY_MODELS_DIR: where the default model is looked for
@@ -51,12 +62,14 @@ struct Env {
   bool cuda_stamps = false;               // FERRY_CUDA_STAMPS=1: phases inside the last decode launches, at exit
   CudaTune cuda_tune;                     // FERRY_CUDA_TUNE: kernel choices for comparisons (core/cuda_tune.h)
   MpiEnv mpi;                             // mpirun's variables
+  HubEnv hub;                             // huggingface_hub's variables (the model cache, `ferry pull`)
   bool nccl_nvls_set = false;             // NCCL_NVLS_ENABLE is set (the launcher sets it to 0 otherwise)
 
   static Env read();  // parses the process environment; call once and pass the result down
 };
 
-// One declared variable: its name, its type or values, its default and what it does (README.md's table).
+// One declared variable: its name, its type or values, its default and what it does (README.md's table). Names
+// without the FERRY_ prefix are other tools' standard variables that ferry reads the same way (huggingface_hub's).
 struct EnvVarInfo {
   std::string_view name, values, fallback, meaning;
 };

@@ -12,6 +12,7 @@
 #endif
 #include "core/check.h"
 #include "core/env.h"
+#include "engine/load_progress.h"
 #include "engine/tp_setup.h"
 #include "model/moe_names.h"
 #include "parallel/random_weights.h"
@@ -165,7 +166,21 @@ std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn
   auto loaded = std::make_unique<LoadedModel>();
   LoadedModel& m = *loaded;
   // "random:SHAPE[:TYPE[:SEED]]": a random-weight model generated in memory, each rank its shard (parallel/random_weights.h).
-  m.file = is_random_model_path(o.model_path) ? open_random_model(o.model_path) : open_model(o.model_path);
+  const bool random = is_random_model_path(o.model_path);
+  if (o.on_load_progress) o.on_load_progress({"mapping", 0, 0});
+  m.file = random ? open_random_model(o.model_path) : open_model(o.model_path);
+  uint64_t file_bytes = 0;
+  for (const auto& [name, t] : m.file.tensors) file_bytes += t.nbytes();
+  if (o.on_load_progress) o.on_load_progress({"mapping", file_bytes, file_bytes});
+  // The random source is generated per rank (load_sharded_weights looks for its type): not wrapped.
+  ProgressWeightSource* progress = nullptr;
+  if (o.on_load_progress && !random && file_bytes > 0) {
+    auto wrapped = std::make_unique<ProgressWeightSource>(std::move(m.file.weights),
+                                                          o.device == "cuda" ? "uploading" : "repacking", file_bytes,
+                                                          o.on_load_progress);
+    progress = wrapped.get();
+    m.file.weights = std::move(wrapped);
+  }
   const ModelConfig& c = m.file.config;
   m.context = resolve_context(o, c);
   // Tensor parallelism (o.tp > 1; engine/tp_setup.h): this rank's shard and its communicator. Sizing gets
@@ -173,6 +188,7 @@ std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn
   ParallelModel pm = build_parallel_model(
       o, m.file, [&](int device_index, int n_threads) { return make_backend(o, m.file, device_index, n_threads); },
       [&](const ModelConfig& local) { return kv_shape_for(o, local, m.context, sizing); });
+  if (progress != nullptr) m.file.weights = progress->finish();
   m.backend = std::move(pm.backend);
   m.model = std::move(pm.model);
   m.tp = std::move(pm.tp);

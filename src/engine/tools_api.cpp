@@ -45,9 +45,10 @@ void gen_random_model(const RandomModelSpec& spec) {
     FERRY_CHECK(!spec.path.empty(), "no output folder for the random model");
     write_random_fp8_folder(spec.path, config, *fp8, spec.seed, spec.n_threads);
   } else if (const std::optional<DType> type = checked_weight_type(spec)) {
-    write_random_model(spec.path, config, *type, spec.seed, spec.n_threads);
+    write_random_model(spec.path, config, *type, spec.seed, spec.n_threads, true, RandomInit::Flat, spec.on_tensor);
   } else {
-    write_random_model(spec.path, config, parse_quant_target(spec.weight_type), spec.seed, spec.n_threads);
+    write_random_model(spec.path, config, parse_quant_target(spec.weight_type), spec.seed, spec.n_threads,
+                       RandomInit::Flat, spec.on_tensor);
   }
 }
 

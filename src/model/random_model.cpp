@@ -297,17 +297,30 @@ void set_random_model_metadata(GgufWriter& w, const ModelConfig& c) {
   w.set("tokenizer.chat_template", GgufValue::str(v.chat_template));
 }
 
-void add_random_tensors(GgufWriter& w, const std::vector<RandomTensor>& tensors, int n_threads) {
-  for (const RandomTensor& t : tensors) {
+// The writer fills tensors in order, one at a time: tensor i done means i + 1 of them are.
+void add_random_tensors(GgufWriter& w, const std::vector<RandomTensor>& tensors, int n_threads, const TensorDoneFn& on_tensor) {
+  const int count = int(tensors.size());
+  for (int i = 0; i < count; ++i) {
+    const RandomTensor& t = tensors[size_t(i)];
     const int nt = t.n_dims == 1 ? 1 : n_threads;
+    const auto done = [on_tensor, i, count] {
+      if (on_tensor) on_tensor(i + 1, count);
+    };
     if (t.n_dims == 1) {
-      w.add_tensor(t.name, t.type, {t.cols}, [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, 1, 0, t.cols, dst, nt); });
+      w.add_tensor(t.name, t.type, {t.cols}, [t, nt, done](uint8_t* dst, size_t) {
+        fill_random_part(t, 0, 1, 0, t.cols, dst, nt);
+        done();
+      });
     } else if (t.n_dims == 3) {
-      w.add_tensor(t.name, t.type, {t.outer, t.rows / t.outer, t.cols},
-                   [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, t.rows, 0, t.cols, dst, nt); });
+      w.add_tensor(t.name, t.type, {t.outer, t.rows / t.outer, t.cols}, [t, nt, done](uint8_t* dst, size_t) {
+        fill_random_part(t, 0, t.rows, 0, t.cols, dst, nt);
+        done();
+      });
     } else {
-      w.add_tensor(t.name, t.type, {t.rows, t.cols},
-                   [t, nt](uint8_t* dst, size_t) { fill_random_part(t, 0, t.rows, 0, t.cols, dst, nt); });
+      w.add_tensor(t.name, t.type, {t.rows, t.cols}, [t, nt, done](uint8_t* dst, size_t) {
+        fill_random_part(t, 0, t.rows, 0, t.cols, dst, nt);
+        done();
+      });
     }
   }
 }
@@ -315,7 +328,7 @@ void add_random_tensors(GgufWriter& w, const std::vector<RandomTensor>& tensors,
 }  // namespace
 
 void write_random_model(const std::string& path, const ModelConfig& c, DType wt, uint64_t seed, int n_threads,
-                        bool with_weights, RandomInit init) {
+                        bool with_weights, RandomInit init, const TensorDoneFn& on_tensor) {
   FERRY_CHECK(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q8_0 || wt == DType::Q4_0 ||
                   wt == DType::Q4_1,
               "ferry gen writes f32, f16, bf16, q8_0, q4_0 or q4_1 weights, not {}", dtype_name(wt));
@@ -336,13 +349,13 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
     for (int l = 0; l < c.n_layers; ++l)  // the config reader finds an MoE layer by its router
       if (c.is_moe_layer(l)) stand_in("blk." + std::to_string(l) + ".ffn_gate_inp.weight");
   } else {
-    add_random_tensors(w, random_model_tensors(c, wt, seed, init), n_threads);
+    add_random_tensors(w, random_model_tensors(c, wt, seed, init), n_threads, on_tensor);
   }
   w.write(path);
 }
 
 void write_random_model(const std::string& path, const ModelConfig& c, const QuantTarget& target, uint64_t seed,
-                        int n_threads, RandomInit init) {
+                        int n_threads, RandomInit init, const TensorDoneFn& on_tensor) {
   FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0 &&
                   c.expert_hidden_dim % 32 == 0,
               "shape dims must be multiples of 32 for block formats");
@@ -356,7 +369,7 @@ void write_random_model(const std::string& path, const ModelConfig& c, const Qua
   set_random_model_metadata(w, c);
   w.set("general.quantization_version", GgufValue::u32(2));
   w.set("general.file_type", GgufValue::u32(target.file_type));
-  add_random_tensors(w, tensors, n_threads);
+  add_random_tensors(w, tensors, n_threads, on_tensor);
   w.write(path);
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,13 +33,16 @@ ModelConfig random_model_config(const std::string& shape);
 // with_weights false: the metadata and vocabulary only (plus one-value stand-ins of token_embd.weight and
 // output.weight that the config reader checks for), for a model whose weights are generated in memory
 // (parallel/random_weights.h).
+// on_tensor(done, count): after each tensor's values are made (for a progress line).
+using TensorDoneFn = std::function<void(int done, int count)>;
 void write_random_model(const std::string& path, const ModelConfig& config, DType weight_type, uint64_t seed,
-                        int n_threads = 0, bool with_weights = true, RandomInit init = RandomInit::Flat);
+                        int n_threads = 0, bool with_weights = true, RandomInit init = RandomInit::Flat,
+                        const TensorDoneFn& on_tensor = {});
 
 // As above with the matrices typed by a quantization target (model/quant_mix.h: one type or a K-quant mix, the same
 // per-tensor rules as `ferry quantize`, so benchmarks get Q4_K_M-like files); general.file_type is set.
 void write_random_model(const std::string& path, const ModelConfig& config, const QuantTarget& target, uint64_t seed,
-                        int n_threads = 0, RandomInit init = RandomInit::Flat);
+                        int n_threads = 0, RandomInit init = RandomInit::Flat, const TensorDoneFn& on_tensor = {});
 
 // The synthetic byte-level BPE vocabulary of the random models: 4 specials (<|begin_of_text|> = bos 0,
 // <|end_of_text|> = eos 1, <|im_start|>, <|im_end|>), the 256 GPT-2 byte symbols, merges (space+letter, letter

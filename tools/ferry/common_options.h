@@ -4,7 +4,9 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "core/progress.h"
 #include "ferry/engine.h"
+#include "load_progress_bar.h"
 
 namespace ferry::cli {
 
@@ -16,11 +18,14 @@ struct ModelOptions {
   bool reference = false;
   int tp = 1;
   bool batch_invariant = false;
+  bool quiet = false;
 
   void add(CLI::App& app) {
-    app.add_option("-m,--model", model, "model: a .gguf file, a Hugging Face folder, or random:SHAPE[:TYPE[:SEED[:INIT]]] "
-                                        "(random weights made in memory; INIT flat or peaked) (default: "
-                                        "SmolLM2-135M-Instruct Q4_1)");
+    app.add_option("-m,--model", model, "model: a .gguf file, a Hugging Face folder, org/repo[@REVISION][:QUANT] (from "
+                                        "the Hugging Face cache; `ferry pull` fetches it), or "
+                                        "random:SHAPE[:TYPE[:SEED[:INIT]]] (random weights made in memory; INIT flat "
+                                        "or peaked) (default: SmolLM2-135M-Instruct Q4_1)");
+    app.add_flag("-q,--quiet", quiet, "no progress lines while the model loads");
     app.add_option("--device", device, "cpu")->check(CLI::IsMember({"cpu", "cuda"}));
     app.add_option("-t,--threads", threads, "CPU threads (0: all)")->check(CLI::Range(0, 1024));
     app.add_option("-c,--ctx", context, "context size in tokens (0: min(model's, 4096))")->check(CLI::Range(0, 1 << 24));
@@ -42,6 +47,7 @@ struct ModelOptions {
     o.kernels = reference ? KernelSet::Reference : KernelSet::Fast;
     o.tp = tp;
     o.batch_invariant = batch_invariant;
+    o.on_load_progress = load_progress_bar(progress_mode(quiet));
     return o;
   }
 };

@@ -22,6 +22,11 @@ int main(int argc, char** argv) {
   add("bench", "measure prompt and generation speed", ferry::cli::add_bench);
   add("score", "write teacher-forced logits of every position of token prompts (float32)", ferry::cli::add_score);
   add("serve", "OpenAI-compatible HTTP server (continuous batching)", ferry::cli::add_serve);
+  add("pull", "download a model from the Hugging Face Hub into its cache (org/repo[@REVISION][:QUANT])",
+      ferry::cli::add_pull);
+  add("models", "list the models in the Hugging Face cache and the models folder", ferry::cli::add_models);
+  add("batch", "run an OpenAI Batch API file (JSONL requests in, JSONL results out) through the serving engine",
+      ferry::cli::add_batch);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
