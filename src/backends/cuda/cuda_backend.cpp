@@ -678,8 +678,7 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
   FERRY_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.data(), slot.host.data(), bytes, cudaMemcpyHostToDevice, stream_));
   FERRY_CUDA_CHECK(cudaEventRecord(slot.copied, stream_));
   // The streaming passes split over blocks at every m (sampling_heuristics.h); their scratch grows like
-  // sample_rows_. sampling_bench, greedy, vocab 128256 (H200, 2026-11-30, 32 parts of 1,024 threads): 1 row 25.7 ->
-  // 8.3 us, 16 rows 25.7 -> 15.2, 64 rows 26.3 -> 50.5 (waves of huge blocks); the plan now sizes the blocks by m.
+  // sample_rows_; the plan sizes the blocks by m (fixed huge blocks ran in waves at many rows: docs/perf-log.md).
   if (sample_parts_.bytes() < cuda_ops::sample_rows_parts_bytes(m)) {
     sample_parts_ = DeviceBuffer();
     sample_parts_ = alloc(cuda_ops::sample_rows_parts_bytes(std::max<int64_t>(m, 256)));

@@ -214,18 +214,15 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   // Rows of sequences with q_len >= 2 (prefill) and with q_len == 1 (decode), in one launch whose blocks take
   // either kind (mixed_attention.cuh); else two launches, each skipping the other's sequences on the device.
   // A step the host knows to be decode-only runs the decode kernel alone: the one-launch kernel carries the
-  // prefill tile's registers, and its instance for Llama-3's batch-1 shape spills 28 bytes. (Measured on the
-  // H200: the decode kernel alone 8.7 us a call at batch 1; tg128 235 either way, docs/perf-log.md.) 2026-11-30: a
-  // graph-replayed decode step had no host mirror and took the one-launch kernel; AttentionMeta::decode_only fixes
-  // that (docs/perf-log.md "## 2026-11-30: the fused q/k/v epilogue and bf16 matmul inputs"). A step the host knows has no decode rows and whose 128-row tiles fill a
-  // wave (long prompts) runs the standalone prefill kernel: its 128-row walk (Q staged in batches, the diagonal's
-  // dead sub-tile skipped) is 2-13% faster than the mixed kernel's (helper pf2, docs/perf-log.md "## 2026-11-30: 128-row prefill tiles").
+  // prefill tile's registers, and its instance for Llama-3's batch-1 shape spills 28 bytes. A graph-replayed
+  // decode step knows it too (AttentionMeta::decode_only; docs/perf-log.md "## 2026-11-30: the fused q/k/v
+  // epilogue and bf16 matmul inputs"). A step the host knows has no decode rows and whose 128-row tiles fill a wave
+  // (long prompts) runs the standalone prefill kernel: its 128-row walk (Q staged in batches, the diagonal's dead
+  // sub-tile skipped) beats the mixed kernel's (docs/perf-log.md "## 2026-11-30: 128-row prefill tiles").
   const int n_sms = sm_count();
   if (p.min_q_len >= 2) {
-    // The wgmma kernel (helper fa3, docs/perf-log.md "## 2026-11-30: prefill attention on wgmma (FlashAttention-3 structure)"; H200, B x L = 16384): head_dim 128 1.29-1.67x the
-    // mma.sync one at L 512..8192; head_dim 64 1.10-1.38x at L 1024..8192 (0.98x at 512). Short prompt-only steps
-    // too (2026-11-30, attention_bench mixed: one 512-token prompt 16.7 us against the one-launch kernel's 25.9).
-    // Not in batch-invariant mode: its bits differ (~4e-4 relative) from the mixed kernel's, which a prompt
+    // The wgmma kernel wherever it applies, short prompt-only steps too (docs/perf-log.md "## 2026-11-30: prefill
+    // attention on wgmma (FlashAttention-3 structure)"). Not in batch-invariant mode: its bits differ (~4e-4 relative) from the mixed kernel's, which a prompt
     // sharing a step with decode rows runs.
     if (flash_prefill_wgmma_supports(p.head_dim) && !p.batch_invariant) {
       flash_prefill_wgmma_attention(p, stream);
@@ -243,10 +240,8 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     decode_split_attention(p, plan, stream);
     return;
   }
-  // Prompt rows beside decode rows: the one-launch kernel. (Measured against the wgmma prefill kernel followed by
-  // the decode kernel, 2026-11-30, attention_bench mixed, H200, us: 460 new + 50 decode rows 51.2 vs 58.3, 460 on a
-  // 512 prefix 70.9 vs 66.9, 230 + 230 + 50 54.6 vs 63.9; in serving 64 x 3 the split path was 0.3% slower: the
-  // one launch overlaps the prompt tiles with the decode blocks, two launches add them.)
+  // Prompt rows beside decode rows: the one-launch kernel, which overlaps the prompt tiles with the decode blocks
+  // where two launches add them (measured against wgmma prefill + decode: docs/perf-log.md, 2026-11-30).
   if (mixed_attention_supports(p, plan)) {
     mixed_attention(p, plan, stream, mixed_config(p, n_sms));
     return;

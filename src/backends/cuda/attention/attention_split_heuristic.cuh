@@ -23,9 +23,9 @@
 //                           writes the output directly (no partials, no merge).
 // The tensor-core kernel (rows 8 or 16 per block: the GQA group padded to the mma tile) has the same unit
 // count for groups up to 8 and keeps 2 blocks per SM (a 96 KB ring per block: 4 warps x 24 KB, 3 tiles of
-// 16 positions at head_dim 128, 6 at 64), so the examples above hold for it unchanged. Measured (H200,
-// attention_bench, % of 4.30 TB/s): this plan at 2 blocks per SM beats 6-tile rings at 1 block per SM (160 KB
-// in flight per SM instead of 128, splits halved) at every shape, by 1-21 points (batch 64, 512: 77 vs 57%).
+// 16 positions at head_dim 128, 6 at 64), so the examples above hold for it unchanged. This plan at 2 blocks per
+// SM beat 6-tile rings at 1 block per SM (160 KB in flight per SM instead of 128, splits halved) at every shape
+// measured (docs/perf-log.md "## 2026-11-30: decode attention on tensor cores").
 #pragma once
 
 #include <algorithm>
@@ -48,10 +48,8 @@ struct DecodeSplitPlan {
   DecodeKernel kernel = DecodeKernel::kCudaCores;
   // Options of the standalone tensor-core kernel (decode_mma.cu; the CUDA-core kernel and the mixed-step kernel
   // ignore them). Neither changes the arithmetic: the output is the same bit for bit either way (the harness
-  // times old against new in one run by turning them off). H200, attention_bench decode, Llama-3-8B heads, % of
-  // 4.30 TB/s, both off -> both on: batch 1 at 4k/8k/16k/32k 31.5/50.0/65.8/78.2 -> 37.9/57.9/73.0/85.6, batch 8 at
-  // 4k 79.7 -> 87.2, batch 64 at 512 79.0 -> 85.9 (early_kv gives about two thirds of it; docs/perf-log.md
-  // "## 2026-11-30: decode attention at batch 1").
+  // times old against new in one run by turning them off; figures: docs/perf-log.md "## 2026-11-30: decode
+  // attention at batch 1").
   bool early_kv = true;        // issue the first ring tiles of positions below kv_len - 1 before griddepcontrol.wait
   bool one_pass_merge = true;  // the last block requests every split's partials and (m, l) at once (else in
                                // dependent batches of 8)

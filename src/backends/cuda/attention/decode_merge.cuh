@@ -57,9 +57,9 @@ struct DecodeBlockPos {
 // each thread first requests its first (row, 4 dims)'s partials of up to kOnePassSplits splits into registers,
 // then the warps load every split's (m, l) once (kept in registers) and form the weights, then the sums run in
 // ascending split order with the same fmaf sequence as the batched merge below (same bits). The batched form
-// waits on ~6 dependent L2 round trips at 32 splits (m; m and l again; 4 batches of 8 partials): ~2-3 us of the
-// ~9 us fixed cost at batch 1 (docs/perf-log.md "## 2026-11-30: decode attention at batch 1"). Registers: 32 float4 (128) on top of the
-// epilogue's; the tensor-core kernel (up to 255 per thread at 2 blocks of 128 threads per SM) has them free here.
+// waits on ~6 dependent L2 round trips at 32 splits (m; m and l again; 4 batches of 8 partials), a large part of
+// the fixed cost at batch 1 (docs/perf-log.md "## 2026-11-30: decode attention at batch 1"). Registers: 32 float4
+// (128) on top of the epilogue's; the tensor-core kernel (up to 255 per thread at 2 blocks of 128 threads per SM) has them free here.
 template <int D, int R, int kWarps>
 __device__ inline void decode_merge_one_pass(const AttentionParams& p, const DecodeBlockPos& b, int64_t n_splits,
                                              int n_used, const DecodeScratch& L, DecodeEpilogueSmem<R, kWarps>& sm) {
@@ -219,8 +219,8 @@ __device__ inline void decode_block_epilogue(const AttentionParams& p, const Dec
     if (lane == 0) sm.inv_l[r] = 1.0f / l_all;
   }
   __syncthreads();
-  // Four dims per thread (float4), the splits' partials loaded kBatch at a time before they are summed: the
-  // merge used to issue one dependent L2 load per split and dim (~20 us of a 22 us call at batch 1, 4k).
+  // Four dims per thread (float4), the splits' partials loaded kBatch at a time before they are summed (one
+  // dependent L2 load per split and dim took most of a batch-1 call: docs/perf-log.md).
   // The sum runs over the splits in ascending order (the same bits whatever the batch).
   constexpr int kBatch = 8;
   for (int idx = threadIdx.x; idx < b.n_rows * D / 4; idx += kThreads) {

@@ -6,8 +6,8 @@
 // Q and P are split into bf16 hi + lo parts (two mmas each), so the products carry ~16 bits of mantissa:
 // the result matches fp32 math on the bf16 K/V to ~1e-5 (plain bf16 Q and P would give ~1e-3).
 // Why: with GQA 4 every K/V byte costs ~8 FP32 FLOPs plus shuffles on CUDA cores, which left the CUDA-core
-// kernel issue-bound at ~59% of the copy bandwidth; on tensor cores a 16-position tile is ~64 mma + 16
-// ldmatrix instructions per warp.
+// kernel issue-bound; on tensor cores a 16-position tile is ~64 mma + 16 ldmatrix instructions per warp
+// (docs/perf-log.md "## 2026-11-30: decode attention on tensor cores").
 // Use plan_decode_split(p, n_sms, DecodeKernel::kTensorCores); decode_split_attention dispatches here.
 #pragma once
 

@@ -39,9 +39,9 @@ __device__ inline void bf16x8_to_float(const uint4& u, float (&f)[8]) {
 }
 
 // kStages: warp iterations in flight (this one and the next kStages - 1). Bandwidth follows the bytes in flight
-// per SM while enough warps compute: 3 stages fit 4 blocks per SM (48 KB each; 16 warps, 128 KB ahead: 59% of
-// 4.30 TB/s at batch 64), 6 stages 2 blocks (96 KB each; 8 warps, 160 KB ahead: batch 1 at 32k 30 -> 40%,
-// batch 8 35 -> 45%, but batch 64 59 -> 45%: half the warps). plan_decode_split picks by the grid.
+// per SM while enough warps compute: 3 stages fit 4 blocks per SM (48 KB each; 16 warps, 128 KB ahead), 6 stages
+// 2 blocks (96 KB each; 8 warps, 160 KB ahead: better at small batches, worse at 64 with half the warps;
+// docs/perf-log.md). plan_decode_split picks by the grid.
 template <int D, int R, int kSteps, int kStagesT>
 struct DecodeShape {
   static constexpr int kLpr = D / 8, kRpw = 32 / kLpr, kKeysPerWarp = kRpw * kSteps;

@@ -22,11 +22,8 @@ namespace ferry::cuda_ops {
 // head_dim 32, 64, 128 or 256 (the tensor-core kernel: 64 and 128; other sizes run on CUDA cores).
 bool decode_split_supports(int head_dim);
 // The kernel the dispatcher runs for these sizes (chosen from head_dim and the GQA group only, never from the
-// batch, so batch-invariant mode keeps one kernel): tensor cores wherever they apply. attention_bench on the
-// H200, Llama-3-8B shape, % of 4.30 TB/s, CUDA cores -> tensor cores: batch 1 at 4k/32k 23 -> 30 / 40 -> 76,
-// batch 8 at 4k 41 -> 78, batch 64 at 640/4k 54 -> 81 / 58 -> 98 (docs/perf-log.md "## 2026-11-30: decode attention on tensor cores"); with the early
-// K/V requests and one-pass merge (DecodeSplitPlan::early_kv, one_pass_merge) batch 1 at 4k/32k 38 / 86, batch 8 at
-// 4k 87, batch 64 at 640 89 ("## 2026-11-30: decode attention at batch 1").
+// batch, so batch-invariant mode keeps one kernel): tensor cores wherever they apply, faster at every batch and
+// depth measured (docs/perf-log.md "## 2026-11-30: decode attention on tensor cores" and "... at batch 1").
 DecodeKernel default_decode_kernel(int head_dim, int group);
 // plan_decode_split (attention_split_heuristic.cuh) for p's sizes with the default kernel, or a given one
 // (tests and the harness; kTensorCores at a head_dim it does not support falls back to kCudaCores). In

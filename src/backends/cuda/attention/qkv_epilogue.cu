@@ -5,14 +5,14 @@
 // warp-shuffle sum, x * scale * w as norm.cu), rotates the pairs (one lane per pair, a * c - b * s /
 // a * s + b * c as rope.cu) and writes the head to q or to its cache slot. At head_dim 64 and 128 with full
 // rotation (every Llama/Qwen model) a head stays in registers instead (qkv_head.cuh's qkv_head_lane: a lane's 2 or
-// 4 contiguous values, one vector load and one vector store; the prompt-step launch was 16.9 us for 23 MB at 512
-// tokens, 34% of the copy bandwidth, with scalar loads, a shared row and scalar stores per head).
+// 4 contiguous values, one vector load and one vector store, where scalar loads, a shared row and scalar stores
+// per head left the prompt-step launch at a third of the copy bandwidth: docs/perf-log.md).
 // Heads per warp (the launcher): 1 while one head per warp fits in one wave of resident blocks, else as many as
 // make the grid one wave. At decode (n = 1, Llama-3-8B: 48 heads of 128) that is 12 blocks of 128 threads, one
 // launch for what took five. At a 512-token prompt step one head per warp was 6,144 blocks (~3 waves of 2,112
-// resident on 132 SMs, each block a chain of latencies: the PDL wait, the double sincos, one load round trip)
-// and measured 15.0 us a call (2026-11-30 serving profile, 39% of 4.30 TB/s); 3 heads per warp make it 2,048
-// blocks, one wave, computing each token's sines 4 times instead of 12.
+// resident on 132 SMs, each block a chain of latencies: the PDL wait, the double sincos, one load round trip;
+// the 2026-11-30 serving profile in docs/perf-log.md); 3 heads per warp make it 2,048 blocks, one wave,
+// computing each token's sines 4 times instead of 12.
 //
 // swiglu_fused: grid (column quads, rows), one float4 of gate and of up per thread (16-byte accesses, as
 // elementwise.cu's swiglu4), scalar when hidden % 4 != 0 or a pointer is not aligned; f32 or bf16 output

@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_norm_kernel(float4* 
   float4* mine = reinterpret_cast<float4*>(p.data[rank]) + int64_t(set) * world * max_units + lo;
   // The sum in rank order, one rank's kV terms at a time. A peer's terms are requested together (kLamport: polled
   // together until none is the sentinel, then given it back), so a peer costs one L2 round trip, not kV in a row
-  // (polling them one by one held ~3.7 us of a call in a decode step: 2026-11-30's phase log).
+  // (polling them one by one held most of a call: docs/perf-log.md, 2026-11-30's phase log).
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   float4 acc[kV];
   for (int r = 0; r < world; ++r) {

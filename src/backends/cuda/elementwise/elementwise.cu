@@ -17,8 +17,8 @@ __global__ void swiglu_kernel(float* out, const float* gate, const float* up, in
   out[i] = silu_mul(gate[i], up[i]);
 }
 
-// Same math, one float4 of each stream per thread (count % 4 == 0, 16-byte aligned pointers): the scalar
-// kernel's 4-byte accesses reached ~55% of the copy bandwidth at 512..8192 x 14336 (fused_ops_bench, H200).
+// Same math, one float4 of each stream per thread (count % 4 == 0, 16-byte aligned pointers), where the scalar
+// kernel's 4-byte accesses reached about half the copy bandwidth (docs/perf-log.md).
 __global__ void swiglu4_kernel(float4* out, const float4* gate, const float4* up, int64_t count4) {
   pdl_allow_dependents();
   pdl_wait();

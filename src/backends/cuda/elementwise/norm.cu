@@ -2,8 +2,8 @@
 //  - vector kernel (cols % 4 == 0, 16-byte aligned rows, cols <= 8192): a row per block of 256 threads
 //    (cols >= 1024) or per warp (cols < 1024, e.g. Qwen3's per-head q/k norm); each thread loads its kV float4s
 //    of the row (and of delta) into registers with all loads issued first, updates the residual, and writes
-//    the scaled values from registers: one pass over memory. The scalar kernel read each row twice with 4-byte
-//    loads (rms_norm 60-80%, add_rms_norm 67-87% of copy bandwidth at 512..8192 x 4096, fused_ops_bench).
+//    the scaled values from registers: one pass over memory (the scalar kernel reads each row twice with 4-byte
+//    loads; both measured in docs/perf-log.md).
 //  - scalar kernel (anything else): a row per block; thread t owns elements t, t + kThreads, ...
 // In both, the sum of squares is fp32 (per thread, then warp shuffles, then one word per warp in shared memory)
 // and every element is read before it is written by the same thread, so out may alias x. Either writes f32 rows

@@ -7,8 +7,8 @@
 //    float4 = two pairs), then the block computes the token's cos/sin into shared memory, then rotates and
 //    stores from registers. Dims past 2 * half are neither read nor written.
 //  - scalar kernel (anything else): a thread per (token, pair), looping over the heads. Its loop made one
-//    dependent 8-byte round trip per head (the stores of head h may alias the loads of head h + 1): 47-80% of
-//    copy bandwidth at 512..8192 x 32 x 128 (fused_ops_bench, H200, 2026-11-29).
+//    dependent 8-byte round trip per head (the stores of head h may alias the loads of head h + 1; its
+//    bandwidth: docs/perf-log.md, 2026-11-29).
 #include "backends/cuda/elementwise/rope.cuh"
 
 #include "backends/cuda/common/launch.cuh"

@@ -5,8 +5,8 @@
 //  - The activations of all n tokens are staged ONCE per block in shared memory (f32, K-tiled when
 //    n x n_in is large), in a padded layout (4 floats of padding after every 32 values) so that a lane's
 //    16-byte reads of "its" chunk are bank-conflict free; each activation read serves the warp's kRows rows.
-//    The first version read activations from L1 with lanes 128 bytes apart (32 lines per warp load): that,
-//    not DRAM, limited Q4_0 to ~10% of the roofline.
+//    (Activations read from L1 with lanes 128 bytes apart, 32 lines per warp load, limited the first version:
+//    docs/perf-log.md.)
 //  - Quantized weights are turned into floats with byte permutes instead of int->float conversions (I2F runs
 //    at 1/4 rate): Q4_0/Q4_1 nibble q becomes the float 0.5 + q/256 (one PRMT), multiplied with x in fp32;
 //    per block Σq·x = 256·S - 128·Σx with Σx (per 32 values) computed while staging. Q8_0 byte q becomes

@@ -87,7 +87,7 @@ __device__ __forceinline__ void dot8(const uint4& c, const float (&x)[8], float&
 // stage and phase are counters. Why: in the row-by-row stream's SASS a row's segment loads
 // are serialized behind the previous segment's FMAs and each row pays a 5-deep shuffle chain before the next
 // row starts (~250 cycles a row): at 4096 columns (2 rows a 16 KB stage) the consumers need ~500 cycles a
-// stage, only ~2x what the roofline allows, against ~3.7x at 14336 columns (95% there, 56-78% at 4096).
+// stage, only ~2x what the roofline allows, against ~3.7x at 14336 columns (docs/perf-log.md).
 //
 // kSwiglu (the stage-batched stream only): w is (2 hidden, cols), the rows of w_gate then those of w_up, and out is (1, hidden) =
 // silu(x . w_gate^T) * (x . w_up^T). The block owns output units [r0, r0 + n_rows) of hidden; a stage holds
@@ -236,8 +236,8 @@ __global__ void __launch_bounds__(kThreads, 1) matvec_stream_kernel(MatvecParams
     const int64_t rows_here = left < plan.rows_per_stage ? left : plan.rows_per_stage;
     const T* st = ring + size_t(s) * size_t(stage_vals);
     // One row after the other. Reducing a stage's rows side by side (8 unrolled row slots, independent FMA
-    // chains and shuffle trees) measured 0.3-0.5x of this loop on every shape (matvec_bench, H200; not
-    // understood yet: read the SASS before trying again).
+    // chains and shuffle trees) was slower than this loop on every shape (docs/perf-log.md; not understood
+    // yet: read the SASS before trying again).
     for (int64_t r = 0; r < rows_here; ++r) {
       float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll

@@ -10,11 +10,11 @@
 //    kernel (a norm, the attention) still runs. Only the consumers wait, then read x once.
 //  - Consumers: 8 warps; warp w owns the 256-value column segments w, w+8, ... of every row and keeps their
 //    activations in registers for the whole kernel (no per-weight activation traffic: a first cut that re-read
-//    x through L1 for every stage ran at 44-56% on 4096-row shapes, 49% at 14336 columns where x no longer
-//    fit the L1 left beside the ring). Per row, a warp reduces its partial (shuffles) into shared memory; the
+//    x through L1 for every stage was slower, most at 14336 columns where x no longer fit the L1 left beside the
+//    ring). Per row, a warp reduces its partial (shuffles) into shared memory; the
 //    8 partials are added in warp order at the end: deterministic, fp32 throughout.
-// Why: the register-load matvecs issue their weight loads from registers; at 4096-6144 rows they sustained 48-69% of 4.30 TB/s.
-// See docs/perf-log.md "## 2026-11-30: the streamed matvec (v7)".
+// Why: the register-load matvecs issue their weight loads from registers and fell well short of the copy
+// bandwidth at 4096-6144 rows (docs/perf-log.md "## 2026-11-30: the streamed matvec (v7)").
 #pragma once
 
 #include <cuda_runtime.h>

@@ -22,8 +22,8 @@
 //  - Per-warp row partials are added in warp order at the end (fixed order: deterministic).
 // Q4_K: its GGUF super-blocks streamed as stored (one bulk copy a stage: 144 = 9 x 16 bytes), a lane = 8 quant bytes
 // (two 32-value groups) plus the super-block's 16-byte header, scales/mins decoded per lane, per-group activation
-// levels and exact int32 sums (stream_quant_math.cuh's Q4_K section); H200: 1.13-1.6x kTiled (docs/perf-log.md
-// "## 2026-11-30: Q4_K in the streamed matvec, and 16 consumer warps"), issue-bound (506 instructions a 8-row stage against Q4_0's 283).
+// levels and exact int32 sums (stream_quant_math.cuh's Q4_K section); faster than kTiled, issue-bound
+// (docs/perf-log.md "## 2026-11-30: Q4_K in the streamed matvec, and 16 consumer warps").
 // Columns: a multiple of 512, 512..16384. Numerics: int32-exact products against the quantized activations,
 // fp32 accumulation per row: relative L2 vs the f32 reference ~2e-5 (the tiled matvec's activation error).
 #pragma once

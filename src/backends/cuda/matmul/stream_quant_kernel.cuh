@@ -89,8 +89,8 @@ __global__ void __launch_bounds__(kThreads, 1) stream_quant_kernel(MatvecParams 
   } else {
     // Every segment's float4s requested before the first is quantized: one round trip to L2 instead of kSegs
     // (the quantization's shuffles kept the compiler from hoisting the loads of segment j + 1 above segment j's).
-    // Measured (2026-11-30): 4096x14336's acts phase stayed ~3.7 us after the wait, tg128 unchanged: each round
-    // trip waited behind the queued weight reads, which the ring cap (WeightStream::ring_inflight) shortens.
+    // The acts phase stayed as long (docs/perf-log.md, 2026-11-30): each round trip waits behind the queued weight
+    // reads, which the ring cap (WeightStream::ring_inflight) shortens.
     float4 xs[kSegs][4];
 #pragma unroll
     for (int j = 0; j < kSegs; ++j) {

@@ -101,7 +101,7 @@ __device__ int32_t scan_find(int64_t vocab, double target, F&& value, SampleSmem
 // which the running `measure` (1 per entry, or its weight) of all larger keys plus T's own first reaches
 // target. *before = the measure of keys > T. Returns 0 when the total never reaches target.
 // warp_hist: (kW, 256) f64 dynamic shared memory, one histogram per warp. One histogram for the block, added
-// to with shared-memory atomics, took ~0.2 ms a pass at a 128K vocabulary (H200, sampling_bench): the first
+// to with shared-memory atomics, was slow at a 128K vocabulary (docs/perf-log.md): the first
 // pass's digit is the key's sign and exponent, shared by nearly every logit, so ~128K atomics (a CAS loop for
 // f64) hit two or three words. Now a warp's lanes with the same digit are added up with shuffles and one lane
 // writes the sum into the warp's own histogram (no atomics), and the histograms are added in warp order.
