@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "core/check.h"
 #include "server/api_error.h"
 #include "server/batch_line.h"
+#include "server/chat_output.h"
+#include "server/generation.h"
 #include "server/openai_response.h"
 
 namespace ferry::server {
@@ -57,6 +60,7 @@ struct InFlight {
   bool logprobs = false;
   std::string text;
   std::vector<GeneratedToken> tokens;
+  std::optional<ChatOutputOptions> chat;  // chat lines: how the output is read (reasoning, tool calls)
 };
 
 // A request's seed when its body gave none: fixed by its custom_id, so a rerun draws the same text.
@@ -144,10 +148,12 @@ BatchSummary run_batch(ServingEngine& engine, const BatchJobOptions& o,
       try {
         ParsedRequest p = parse_request(b.endpoint, b.body, o.limits);
         if (p.stream) throw ApiError(400, "'stream' is not supported in a batch", "stream");
+        if (p.n != 1) throw ApiError(400, "'n' above 1 is not supported in a batch (one line per choice)", "n");
         check_model(p.model, o.facts);
-        GenerationRequest g = build_generation_request(p, engine, o.facts, seed_for(b.custom_id));
+        GenerationPlan plan = build_generation_request(p, engine, o.facts, seed_for(b.custom_id));
+        if (b.endpoint == Endpoint::Chat) f.chat = plan.output;
         try {
-          f.handle = engine.submit(std::move(g));
+          f.handle = engine.submit(std::move(plan.request));
         } catch (const QueueFull& e) {
           if (flying.empty()) throw ApiError(429, std::string("the engine queue is full: ") + e.what(), "", "queue_full");
           break;  // full: wait for some to finish, then submit this line again
@@ -188,9 +194,19 @@ BatchSummary run_batch(ServingEngine& engine, const BatchJobOptions& o,
       } else if (u.finish == FinishReason::Cancelled) {
         emit_api_error(f.custom_id, ApiError(503, "the request was cancelled"));
       } else {
-        std::optional<json> lp;
-        if (f.logprobs) lp = logprobs_json(f.meta.endpoint, f.tokens);
-        emit(batch_response_line(f.custom_id, request_id, 200, full_response(f.meta, f.text, u.finish, u.usage, lp)), true);
+        ChoiceResult r;
+        r.finish_reason = finish_reason_name(u.finish);
+        if (f.chat) {
+          ChatOutputParser parser(*f.chat);
+          parser.feed(f.text);
+          parser.finish();
+          r.message = parser.message();
+          if (u.finish == FinishReason::Stop && parser.called_tools()) r.finish_reason = "tool_calls";
+        } else {
+          r.text = f.text;
+        }
+        if (f.logprobs) r.logprobs = logprobs_json(f.meta.endpoint, f.tokens);
+        emit(batch_response_line(f.custom_id, request_id, 200, full_response(f.meta, {r}, u.usage)), true);
       }
       flying.erase(flying.begin() + std::ptrdiff_t(i));
     }

@@ -12,13 +12,16 @@ Runner add_quantize(CLI::App& app) {
   auto spec = std::make_shared<QuantizeSpec>();
   std::string types;
   for (const auto& t : quantize_type_names()) types += (types.empty() ? "" : ", ") + t;
-  app.add_option("input", spec->input, "a .gguf file or a Hugging Face folder (F32/F16/BF16 safetensors)")->required();
+  app.add_option("input", spec->input,
+                 "a .gguf file, a Hugging Face folder (F32/F16/BF16 safetensors) or a model name (org/repo[:QUANT], "
+                 "from the Hugging Face cache)")->required();
   app.add_option("output", spec->output, "the .gguf file to write")->required();
   app.add_option("type", spec->type, "weight type or mix: " + types)->required();
   app.add_option("-t,--threads", spec->n_threads, "threads (0: all)");
   auto quiet = std::make_shared<bool>(false);
   app.add_flag("-q,--quiet", *quiet, "no progress (only the summary)");
-  return [spec, quiet](const Env&) {
+  return [spec, quiet](const Env& env) {
+    spec->input = resolve_model(spec->input, env);  // a name: its folder or file in the cache
     const auto mib = [](size_t b) { return double(b) / (1024.0 * 1024.0); };
     const ProgressMode mode = progress_mode(*quiet);
     std::unique_ptr<Progress> bar;  // a terminal: one line over the tensors
