@@ -50,6 +50,7 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Backend& backen
   if (any_layer([](const LayerWeights& L) { return !L.wqkv.empty(); }))
     qkv_ = backend.alloc(T * (q_dim + 2 * kv_dim) * 4);
   logits_hidden_ = backend.alloc(T * c.dim * 4);
+  if (any_layer([](const LayerWeights& L) { return L.is_moe(); })) moe_in_ = backend.alloc(T * c.dim * 4);
 
   std::vector<float> inv = c.rope_inv_freq();
   if (!weights_.rope_freqs.empty()) {  // Llama 3.1 GGUF: per-pair divisors stored as a tensor
@@ -535,14 +536,15 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
                              .eps = c.rms_eps, .group = comm_});
       continue;
     }
-    // Row-parallel: partial sums over this rank's heads, summed over the ranks; then x += delta and the ffn norm.
-    backend_.sublayer_end({.out = xb, .residual = x, .delta = delta, .x = flat(attn), .w = L.wo, .norm = L.ffn_norm,
-                           .eps = c.rms_eps, .group = comm_});
+    // Row-parallel: partial sums over this rank's heads, summed over the ranks; then x += delta and the ffn norm
+    // (f32 for an expert layer: Backend::moe_ffn reads f32 activations).
+    const Tensor ffn_in = L.is_moe() ? moe_in_.view(DType::F32, {n, c.dim}) : xb;
+    backend_.sublayer_end({.out = ffn_in, .residual = x, .delta = delta, .x = flat(attn), .w = L.wo,
+                           .norm = L.ffn_norm, .eps = c.rms_eps, .group = comm_});
     observe("attn_out", l, delta);
-    observe("ffn_norm", l, xb);
+    observe("ffn_norm", l, ffn_in);
     if (L.is_moe()) {  // the experts' FFN as one op, then x += delta and the next norm (model/moe_ffn.h)
-      run_moe_ffn(backend_, *comm_, c, L, xb, x, delta,
-                  l + 1 < c.n_layers ? weights_.layers[size_t(l) + 1].attn_norm : Tensor{});
+      run_moe_ffn(backend_, *comm_, c, L, ffn_in, xb, x, delta, next != nullptr ? next->attn_norm : Tensor{});
       observe("ffn_out", l, delta);
       continue;
     }

@@ -204,6 +204,8 @@ class LlamaModel {
   DeviceBuffer x_, xb_, q_, k_, v_, attn_, out_, gate_, up_, logits_hidden_, logits_, inv_freq_buf_;
   // Fused projections' outputs (only when a layer has wqkv / w_gate_up): (n, (H + 2*KVH)*D) and (n, 2*hidden) f32.
   DeviceBuffer qkv_, gate_up_;
+  // Expert layers' FFN input (only when a layer is MoE): (n, dim) f32.
+  DeviceBuffer moe_in_;
   DeviceBuffer inputs_;          // packed step inputs (StepLayout), device
   DeviceBuffer inputs_staging_;  // the same bytes on the host (page-locked on a GPU): the copy source
   DeviceBuffer logits_staging_;  // (rows, vocab) f32 host, page-locked: graph steps copy the logits here
