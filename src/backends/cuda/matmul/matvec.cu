@@ -30,15 +30,17 @@ namespace {
 
 constexpr int kWarps = 4;     // warps per block
 constexpr int kUnroll = 2;    // chunks per row and lane loaded ahead
-// Output rows per warp (they share every activation read); the K-quants' decode needs more registers.
+// Output rows per warp (they share every activation read); Q4_K's decode needs more registers.
 template <class D>
 constexpr int kRowsPerWarp = 4;
 template <>
 constexpr int kRowsPerWarp<DecodeQ4K> = 2;
-template <>
-constexpr int kRowsPerWarp<DecodeQ5K> = 2;
-template <>
-constexpr int kRowsPerWarp<DecodeQ6K> = 2;
+// The types the row-block kernel is built for: the ones it served before the tiled and streamed matvecs (BF16's
+// longest rows still take it, FERRY_CUDA_TUNE=matvec=rows the others); the later types (Q5_0, Q5_1, Q5_K, Q6_K)
+// go to kTiled, and leaving them out keeps this file's instances, the longest compile of the build, few.
+template <class D>
+constexpr bool kRowBlocksBuilt = !std::is_same_v<D, DecodeQ5<false>> && !std::is_same_v<D, DecodeQ5<true>> &&
+                                 !std::is_same_v<D, DecodeQ5K> && !std::is_same_v<D, DecodeQ6K>;
 constexpr int kTileBudget = 16384;  // tokens x values staged at once (~74 KB of shared memory)
 constexpr int kTileAlign = 256;     // tiles start at multiples of this many values (a Q4_K super-block)
 
@@ -302,7 +304,7 @@ bool matvec_kernel_applies(MatvecKernel kernel, DType wtype, int n_tokens, int64
   switch (kernel) {
     case MatvecKernel::kRowBlocks: {
       bool ok = false;
-      visit_decoder(wtype, [&]<class D>() { ok = cols % D::kVals == 0; });
+      visit_decoder(wtype, [&]<class D>() { ok = kRowBlocksBuilt<D> && cols % D::kVals == 0; });
       return ok;
     }
     case MatvecKernel::kTiled: return true;
@@ -336,7 +338,9 @@ void matvec(DType wtype, const MatvecParams& p, cudaStream_t stream) {
     case MatvecKernel::kRowBlocks: break;
   }
   const bool ok = visit_decoder(wtype, [&]<class D>() {
-    if (p.n_tokens == 1) {
+    if constexpr (!kRowBlocksBuilt<D>) {
+      FERRY_CUDA_REQUIRE(false);  // matvec_kernel_applies said no
+    } else if (p.n_tokens == 1) {
       launch_rows<D, 1>(p, stream);
     } else if (p.n_tokens == 2) {
       launch_rows<D, 2>(p, stream);
