@@ -67,7 +67,7 @@ struct OutputFormat {
   // JsonSchema only: each value is written between the literal texts `prefix` and `suffix`, 1..max_repeats
   // values in a row separated by `separator` (max_repeats 0: any number): a chat template's tool-call markup,
   // e.g. prefix "<tool_call>\n", suffix "\n</tool_call>", separator "\n".
-  std::string prefix, suffix, separator;
+  std::string prefix{}, suffix{}, separator{};
   int32_t max_repeats = 1;
 };
 

@@ -29,7 +29,7 @@ struct RandomModelSpec {
   int n_threads = 0;                // 0: all cores
   // After each tensor of a GGUF is made and written (done of count; for a progress line). The fp8 folders do not
   // report.
-  std::function<void(int done, int count)> on_tensor;
+  std::function<void(int done, int count)> on_tensor{};
 };
 
 // The known shapes: tiny, smollm2-135m, llama3-8b, qwen3-8b, llama3-70b.

@@ -161,13 +161,13 @@ class Backend {
   // The end of a sublayer, as one op: a row-parallel projection, the sum of its partial outputs over the
   // tensor-parallel group, the residual add and the next norm. Shapes:
   struct SublayerEnd {
-    Tensor out;       // (n, dim): rms_norm(residual) * norm (f32 or matmul_input_dtype(n)); see next_w
-    Tensor residual;  // (n, dim) f32, updated in place: += delta
-    Tensor delta;     // (n, dim) f32 scratch: x · wᵀ, summed over the group
-    Tensor x;         // (n, n_in): the projection's input
-    Tensor w;         // (dim, n_in): this rank's columns of the row-parallel weight
-    Tensor norm;      // (dim) f32
-    Tensor next_w;    // the weight that projects out next, through rms_norm_matmul(…, out, residual, norm, …,
+    Tensor out{};       // (n, dim): rms_norm(residual) * norm (f32 or matmul_input_dtype(n)); see next_w
+    Tensor residual{};  // (n, dim) f32, updated in place: += delta
+    Tensor delta{};     // (n, dim) f32 scratch: x · wᵀ, summed over the group
+    Tensor x{};         // (n, n_in): the projection's input
+    Tensor w{};         // (dim, n_in): this rank's columns of the row-parallel weight
+    Tensor norm{};      // (dim) f32
+    Tensor next_w{};    // the weight that projects out next, through rms_norm_matmul(…, out, residual, norm, …,
                       // next_w, …), or empty. Given, the backend may leave out unwritten and compute the norm in that
                       // projection instead (its choice; rms_norm_matmul always gives the right result).
     float eps = 0;
@@ -184,20 +184,20 @@ class Backend {
                                float eps, const Tensor& w, const Tensor& bias);
   // A decode layer's tail after the attention, as one op. Shapes as in the ops it composes.
   struct AttnOutFfn {
-    Tensor out;        // (n, dim): the next layer's attention input, rms_norm(residual) * next_norm (f32 or
+    Tensor out{};        // (n, dim): the next layer's attention input, rms_norm(residual) * next_norm (f32 or
                        // matmul_input_dtype(n)); also the FFN's normed input on the way (may alias ffn_in)
-    Tensor residual;   // (n, dim) f32, updated in place: += attn · woᵀ, then += act · w_downᵀ (each summed over group)
-    Tensor delta;      // (n, dim) f32 scratch (a projection's output)
-    Tensor attn;       // (n, q_dim): the o-projection's input
-    Tensor wo;         // (dim, q_dim): this rank's columns
-    Tensor ffn_norm;   // (dim) f32
-    Tensor ffn_in;     // (n, dim) scratch: rms_norm(residual) * ffn_norm, the gate|up input
-    Tensor w_gate_up;  // (2 hidden, dim): this rank's hidden units
-    Tensor gate_up;    // (n, 2 hidden) f32 scratch
-    Tensor act;        // (n, hidden): silu(gate) * up (matmul_swiglu's output dtype)
-    Tensor w_down;     // (dim, hidden): this rank's columns
-    Tensor next_norm;  // (dim) f32: the next layer's attention norm
-    Tensor next_w;     // as SublayerEnd::next_w, for out
+    Tensor residual{};   // (n, dim) f32, updated in place: += attn · woᵀ, then += act · w_downᵀ (each summed over group)
+    Tensor delta{};      // (n, dim) f32 scratch (a projection's output)
+    Tensor attn{};       // (n, q_dim): the o-projection's input
+    Tensor wo{};         // (dim, q_dim): this rank's columns
+    Tensor ffn_norm{};   // (dim) f32
+    Tensor ffn_in{};     // (n, dim) scratch: rms_norm(residual) * ffn_norm, the gate|up input
+    Tensor w_gate_up{};  // (2 hidden, dim): this rank's hidden units
+    Tensor gate_up{};    // (n, 2 hidden) f32 scratch
+    Tensor act{};        // (n, hidden): silu(gate) * up (matmul_swiglu's output dtype)
+    Tensor w_down{};     // (dim, hidden): this rank's columns
+    Tensor next_norm{};  // (dim) f32: the next layer's attention norm
+    Tensor next_w{};     // as SublayerEnd::next_w, for out
     float eps = 0;
     Communicator* group = nullptr;  // as SublayerEnd::group
   };

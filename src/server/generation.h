@@ -19,7 +19,7 @@ struct ModelFacts {
   int context = 0;                 // tokens per sequence
   int vocab_size = 0;
   bool parse_special_in_content = false;  // message content may hold special tokens (else: plain text)
-  ToolTemplateTraits tool_template;       // the chat template's tool-call markup (tool_format.h)
+  ToolTemplateTraits tool_template{};     // the chat template's tool-call markup (tool_format.h)
   bool template_thinks = false;           // its output may carry a <think> block (reasoning_parser.h)
   bool split_reasoning = true;            // the server's default for reasoning_format (--reasoning-format)
 };

@@ -41,10 +41,10 @@ nlohmann::json logprobs_json(Endpoint endpoint, std::span<const GeneratedToken> 
 // One choice of a whole (non-streaming) response.
 struct ChoiceResult {
   int32_t index = 0;
-  ChatMessageOut message;       // chat: content (null for tool calls only), reasoning_content, tool_calls
-  std::string text;             // completions
-  std::string finish_reason;    // finish_reason_name(), or "tool_calls"
-  std::optional<nlohmann::json> logprobs;
+  ChatMessageOut message{};     // chat: content (null for tool calls only), reasoning_content, tool_calls
+  std::string text{};           // completions
+  std::string finish_reason{};  // finish_reason_name(), or "tool_calls"
+  std::optional<nlohmann::json> logprobs{};
 };
 
 // The whole response: chat {"message": {"role", "content", "refusal": null, ["reasoning_content"],
@@ -57,9 +57,9 @@ nlohmann::json full_response(const ResponseMeta& meta, const std::vector<ChoiceR
 struct ChunkChoice {
   int32_t index = 0;
   bool role = false;
-  ChatDelta delta;              // completions: delta.content is the text
-  std::optional<std::string> finish_reason;
-  std::optional<nlohmann::json> logprobs;
+  ChatDelta delta{};            // completions: delta.content is the text
+  std::optional<std::string> finish_reason{};
+  std::optional<nlohmann::json> logprobs{};
 };
 nlohmann::json stream_chunk(const ResponseMeta& meta, const ChunkChoice& choice);
 

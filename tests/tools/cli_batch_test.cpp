@@ -116,7 +116,9 @@ TEST(CliBatch, RunsEveryLineKeepsGoingAndResumes) {
     if (l["custom_id"].is_string()) ++count[l["custom_id"]];
   for (const char* id : {"a", "b", "c", "chat", "badurl", "badparam"}) EXPECT_GE(count[id], 1) << id;
   for (const std::string& id : first_two)
-    if (!id.empty() && id != "a") EXPECT_EQ(count[id], 1) << id << " ran twice";
+    if (!id.empty() && id != "a") {
+      EXPECT_EQ(count[id], 1) << id << " ran twice";
+    }
 }
 
 }  // namespace
