@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/utf8.h"
 #include "grammar/grammar_builder.h"
 
 namespace ferry::grammar {
@@ -10,24 +11,6 @@ namespace ferry::grammar {
 namespace {
 
 constexpr int kMaxNesting = 200;
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
@@ -144,7 +127,7 @@ class Parser {
       while (true) {
         FERRY_CHECK(pos_ < src_.size(), "grammar: unterminated literal at line {}", line());
         if (src_[pos_] == '"') break;
-        append_utf8(bytes, parse_char());
+        utf8_append(bytes, parse_char());
       }
       ++pos_;
       b_.literal(bytes, seq);

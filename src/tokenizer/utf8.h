@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"  // utf8_append
+
 namespace ferry {
 
 inline constexpr uint32_t kReplacementChar = 0xFFFD;
@@ -21,8 +23,6 @@ size_t utf8_sequence_length(std::string_view text, size_t pos);
 // Decodes the well-formed sequence at text[pos] (whose length utf8_sequence_length gave).
 uint32_t utf8_decode(std::string_view text, size_t pos, size_t len);
 
-// Appends the UTF-8 encoding of code point cp (cp must be <= 0x10FFFF and not a surrogate).
-void utf8_append(std::string& out, uint32_t cp);
 
 // Replaces every byte that is not part of a well-formed sequence with U+FFFD.
 std::string utf8_sanitize(std::string_view text);

@@ -495,7 +495,7 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
         if (idx < 0) idx += n;
         if (idx < 0 || idx >= n) return Value::undefined("string index out of range");
         std::string out;
-        append_utf8(out, cps[static_cast<size_t>(idx)]);
+        utf8_append(out, cps[static_cast<size_t>(idx)]);
         return Value::string(out);
       }
       const int64_t n = static_cast<int64_t>(obj.list->size());
@@ -552,7 +552,7 @@ List iterate(const Value& v) {
       List chars;
       for (char32_t cp : decode_utf8(v.s)) {
         std::string c;
-        append_utf8(c, cp);
+        utf8_append(c, cp);
         chars.push_back(Value::string(std::move(c)));
       }
       return chars;

@@ -35,7 +35,7 @@ void dump_string(std::string& out, const std::string& s, bool ensure_ascii) {
           }
           out += buf;
         } else {
-          append_utf8(out, cp);
+          utf8_append(out, cp);
         }
       }
     }

@@ -268,7 +268,7 @@ class Lexer {
             ++i;
           }
           if (cp > 0x10FFFF) error(p, "illegal Unicode character in string literal");
-          append_utf8(out, cp);
+          utf8_append(out, cp);
           break;
         }
         default:
@@ -276,7 +276,7 @@ class Lexer {
             char32_t cp = static_cast<char32_t>(e - '0');
             for (int k = 0; k < 2 && i < src_.size() && src_[i] >= '0' && src_[i] <= '7'; ++k, ++i)
               cp = cp * 8 + static_cast<char32_t>(src_[i] - '0');
-            append_utf8(out, cp);
+            utf8_append(out, cp);
           } else {
             out += '\\';
             out += e;

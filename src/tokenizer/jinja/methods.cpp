@@ -200,7 +200,7 @@ Value string_method(const std::string& s, const std::string& name) {
             out += to;
             --count;
           }
-          if (i < cps.size()) append_utf8(out, cps[i]);
+          if (i < cps.size()) utf8_append(out, cps[i]);
           in.check_string(out);
         }
         return Value::string(out);

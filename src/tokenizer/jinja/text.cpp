@@ -52,28 +52,10 @@ std::vector<char32_t> decode_utf8(std::string_view s) {
   return out;
 }
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | ((cp >> 18) & 0x07));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 std::string encode_utf8(const std::vector<char32_t>& cps) {
   std::string out;
   out.reserve(cps.size());
-  for (char32_t cp : cps) append_utf8(out, cp);
+  for (char32_t cp : cps) utf8_append(out, cp);
   return out;
 }
 

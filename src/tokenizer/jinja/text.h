@@ -6,11 +6,12 @@
 #include <string_view>
 #include <vector>
 
+#include "core/utf8.h"  // utf8_append
+
 namespace ferry::jinja {
 
 std::vector<char32_t> decode_utf8(std::string_view s);  // invalid bytes decode as U+FFFD
 std::string encode_utf8(const std::vector<char32_t>& cps);
-void append_utf8(std::string& out, char32_t cp);
 size_t count_code_points(std::string_view s);
 bool is_py_space(char32_t cp);  // Python's str.isspace()
 std::string py_strip(std::string_view s, bool left, bool right);  // str.strip() with default chars

@@ -293,7 +293,7 @@ std::string repr_string(const std::string& s) {
       std::snprintf(b, sizeof(b), "\\x%02x", static_cast<unsigned>(cp));
       out += b;
     } else {
-      append_utf8(out, cp);
+      utf8_append(out, cp);
     }
   }
   out += quote;
