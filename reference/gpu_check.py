@@ -23,6 +23,12 @@ bug from reference noise: with random weights and logits of std ~2, transformers
 already ~7e-4 mean KL from float32 at 32 layers and ~9.5e-4 at 36 (measured on a CPU with hidden 512),
 so a correct ferry can land near the 1e-3 line against transformers-bf16.
 
+--quant TYPE (a `ferry quantize` type or mix: Q4_K_M, Q6_K, Q8_0, ...) checks a quantized model against its own
+dequantized weights instead: the bf16 folder is quantized by `ferry quantize` to a GGUF of TYPE, transformers loads
+that GGUF (its gguf_file loader dequantizes every tensor to float32 with the gguf package, reverse-permuting Llama's
+q/k rows) and runs in float32, and `ferry score` runs the same GGUF (the Llama shape without its rope scaling here,
+which transformers' GGUF loader does not read). Same thresholds.
+
 --tiny uses small shapes of the same structure (for a quick self-test on a CPU). The model folders go under
 --workdir and are deleted at the end (--keep keeps them). Exit status: 0 pass, 1 fail, 2 error.
 """
@@ -212,6 +218,17 @@ def run_ferry(ferry, model_dir, prompts, device, workdir, threads):
     return flat
 
 
+def quantize(ferry, model_dir, out_path, qtype):
+    cmd = [ferry, "quantize", model_dir, out_path, qtype]
+    log("  $ " + " ".join(cmd))
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    tail = (r.stdout + r.stderr).strip().splitlines()[-3:]
+    sys.stdout.write("".join("    ferry: " + line + "\n" for line in tail))
+    if r.returncode != 0:
+        raise RuntimeError(f"ferry quantize exited with status {r.returncode}")
+    log(f"  {os.path.basename(out_path)}: {os.path.getsize(out_path) / 1e9:.2f} GB")
+
+
 def split_rows(flat, prompts, vocab):
     total = sum(len(p) for p in prompts)
     if flat.size != total * vocab:
@@ -243,6 +260,9 @@ def check_model(name, shapes, args):
     model_dir = os.path.join(args.workdir, name)
     shutil.rmtree(model_dir, ignore_errors=True)
     os.makedirs(model_dir)
+    if args.quant:
+        kwargs = dict(kwargs)
+        kwargs.pop("rope_scaling", None)
     try:
         t = time.time()
         config = make_config(cls_name, kwargs)
@@ -258,13 +278,28 @@ def check_model(name, shapes, args):
         gen = np.random.default_rng(SEED)
         prompts = [gen.integers(0, config.vocab_size, size=n).tolist() for n in PROMPT_LENGTHS]
 
+        ferry_model = model_dir
+        if args.quant:  # the reference is the quantized file's own dequantized weights, in float32
+            del model
+            gc.collect()
+            gguf_name = f"{name}-{args.quant}.gguf"
+            ferry_model = os.path.join(model_dir, gguf_name)
+            t = time.time()
+            quantize(args.ferry, model_dir, ferry_model, args.quant)
+            timings["quantize"] = time.time() - t
+            t = time.time()
+            import transformers
+            model = getattr(transformers, cls_name).from_pretrained(model_dir, gguf_file=gguf_name,
+                                                                    torch_dtype=torch.float32).to(dev)
+            model.eval()
+            timings["dequantize"] = time.time() - t
         t = time.time()
         ref = transformers_logits(model, prompts, dev)
         if dev == "cuda":
             torch.cuda.synchronize()
         timings["transformers"] = time.time() - t
         ref32 = None
-        if args.fp32:
+        if args.fp32 and not args.quant:
             t = time.time()
             model.float()
             ref32 = transformers_logits(model, prompts, dev)
@@ -276,7 +311,7 @@ def check_model(name, shapes, args):
             log(f"  GPU memory still allocated by torch after freeing: {torch.cuda.memory_allocated() / 2**20:.0f} MiB")
 
         t = time.time()
-        got = split_rows(run_ferry(args.ferry, model_dir, prompts, dev, args.workdir, args.threads), prompts,
+        got = split_rows(run_ferry(args.ferry, ferry_model, prompts, dev, args.workdir, args.threads), prompts,
                          config.vocab_size)
         timings["ferry"] = time.time() - t
     finally:
@@ -286,7 +321,8 @@ def check_model(name, shapes, args):
     cmp_dev = dev if dev == "cuda" else "cpu"
     ref_std = float(torch.cat(ref).std())
     result = {"model": name, "seconds": sum(timings.values()), "logit_std": ref_std}
-    log(f"  ferry vs transformers-bf16 (the check), per prompt:")
+    log(f"  ferry vs transformers-{'fp32 on the dequantized ' + args.quant if args.quant else 'bf16'} (the check), "
+        f"per prompt:")
     result["bf16"] = judge(ref, got, cmp_dev, ref_std, verbose=True)
     if ref32 is not None:
         log(f"  against transformers in float32 over the same bf16 weights (the exact forward of this model):")
@@ -332,6 +368,9 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the model folders")
     ap.add_argument("--fp32", action="store_true", help="also compare both against transformers in float32")
     ap.add_argument("--threads", type=int, default=0, help="ferry CPU threads (--device cpu; 0: all)")
+    ap.add_argument("--quant", default="", help="check a `ferry quantize` TYPE of each model against its own "
+                    "dequantized weights (e.g. Q4_K_M, Q6_K)")
+    ap.add_argument("--layers", type=int, default=0, help="override the number of layers (0: the shape's)")
     args = ap.parse_args()
 
     if not os.access(args.ferry, os.X_OK):
@@ -342,6 +381,8 @@ def main():
         return 2
     args.ferry = os.path.abspath(args.ferry)
     shapes = TINY_SHAPES if args.tiny else SHAPES
+    if args.layers > 0:
+        shapes = {k: (c, dict(kw, num_hidden_layers=args.layers)) for k, (c, kw) in shapes.items()}
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     for n in names:
         if n not in shapes:
@@ -368,7 +409,8 @@ def main():
         if "error" in r:
             log(f"  {r['model']:<7} FAIL  error: {r['error']}")
             continue
-        log(f"  {r['model']:<7} vs transformers-bf16: {r['bf16']['line']}  ({r['seconds']:.0f} s)")
+        ref_name = f"transformers-fp32 ({args.quant} dequantized)" if args.quant else "transformers-bf16"
+        log(f"  {r['model']:<7} vs {ref_name}: {r['bf16']['line']}  ({r['seconds']:.0f} s)")
         if "fp32" in r:
             log(f"  {r['model']:<7} vs transformers-fp32: {r['fp32']['line']}  (reported, not judged)")
     log(f"  total {time.time() - t0:.0f} s")

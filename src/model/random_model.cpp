@@ -42,6 +42,9 @@ constexpr Shape kShapes[] = {
     // Every matrix row a whole number of 256-value super-blocks, small enough for the CPU reference kernels: the
     // K-quant mixes as they lay out the 8B model (tests/cuda/e2e_test.cpp).
     {"llama3-micro", Arch::Llama, 4, 256, 4, 2, 64, 768, 4096, 2048, 500000.0f, false, 0, 0, 0},
+    // The decode kernels' column counts (dim and hidden multiples of 2048, where the streamed K-quant matvecs apply)
+    // in a model the CPU reference kernels still run in seconds (tests/cuda/e2e_test.cpp).
+    {"llama3-small", Arch::Llama, 2, 2048, 16, 4, 128, 4096, 4096, 2048, 500000.0f, false, 0, 0, 0},
 };
 
 // xorshift-style generator: fast, deterministic, no global state.

@@ -47,12 +47,15 @@ TEST_P(CudaLogits, MatchTransformers) {
 // `ferry gen`'s llama3-micro shape (4 layers, dim 256, hidden 768: every row whole super-blocks). The GPU's integer
 // paths quantize the activations (two int8 levels per 32 values, ~2e-5 relative): cosine >= 0.9999 at every
 // position and relative L2 <= 1e-2 (random weights give near-flat logits, so argmax is not compared).
-class CudaQuantLogits : public ::testing::TestWithParam<std::string> {};
+// Also on llama3-small (2 layers, dim 2048, hidden 4096), where one token a step runs the streamed quantized matvecs
+// with their fused norm, SwiGLU and residual add (stream_quant.cuh) instead of the tiled ones.
+class CudaQuantLogits : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(CudaQuantLogits, MatchCpuReference) {
   if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const std::string path = ::testing::TempDir() + "ferry-micro-" + GetParam() + ".gguf";
-  gen_random_model({.path = path, .shape = "llama3-micro", .weight_type = GetParam(), .seed = 7, .n_threads = 0});
+  const std::string type = std::get<0>(GetParam()), shape = std::get<1>(GetParam());
+  const std::string path = ::testing::TempDir() + "ferry-" + shape + "-" + type + ".gguf";
+  gen_random_model({.path = path, .shape = shape, .weight_type = type, .seed = 7, .n_threads = 0});
   constexpr size_t kVocab = 4096;
   std::vector<int32_t> tokens;
   for (int i = 0; i < 40; ++i) tokens.push_back(int32_t((i * 7919 + 13) % 4000));
@@ -73,15 +76,19 @@ TEST_P(CudaQuantLogits, MatchCpuReference) {
     test::LogitAgreement a;
     for (size_t p = 0; p < tokens.size(); ++p) a.add(want.data() + p * kVocab, got.data() + p * kVocab, int(kVocab));
     a.finish();
-    std::printf("%s cuda step %d vs cpu reference: %s\n", GetParam().c_str(), step, a.summary().c_str());
-    EXPECT_GE(a.min_cosine, 0.9999) << GetParam() << " step " << step;
-    EXPECT_LE(a.max_rel_l2, 1e-2) << GetParam() << " step " << step;
+    std::printf("%s %s cuda step %d vs cpu reference: %s\n", shape.c_str(), type.c_str(), step, a.summary().c_str());
+    EXPECT_GE(a.min_cosine, 0.9999) << type << " " << shape << " step " << step;
+    EXPECT_LE(a.max_rel_l2, 1e-2) << type << " " << shape << " step " << step;
   }
   std::remove(path.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaQuantLogits,
-                         ::testing::Values("Q4_K_M", "Q5_K_M", "Q6_K", "Q5_0", "Q5_1", "Q8_0", "Q4_0"));
+                         ::testing::Combine(::testing::Values("Q4_K_M", "Q5_K_M", "Q6_K", "Q5_0", "Q5_1", "Q8_0", "Q4_0"),
+                                            ::testing::Values("llama3-micro")));
+INSTANTIATE_TEST_SUITE_P(Streamed, CudaQuantLogits,
+                         ::testing::Combine(::testing::Values("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0"),
+                                            ::testing::Values("llama3-small")));
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaLogits,
                          ::testing::Combine(::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2"),

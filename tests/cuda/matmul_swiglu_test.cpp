@@ -124,16 +124,20 @@ TEST_F(CudaMatmulSwiglu, OneTokenStreamed) {
   }
 }
 
-// n = 1 on Q8_0 / Q4_0 / Q4_K: matvec version 10's SwiGLU form (stream_quant_swiglu). Against the CPU reference
+// n = 1 on Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K: the streamed quantized matvec's SwiGLU form (stream_quant_swiglu). Against the CPU reference
 // (dequantize, fp32 dot, then silu(g) * u) within 1e-4 relative L2 (the int8 activations' ~2e-5), and against the
-// unfused GPU path (matmul on version 10, then swiglu_fused) bit for bit: each row's lane math, shuffle tree and
-// warp order are version 10's whatever rows share its stage.
+// unfused GPU path (matmul on kStreamQuant, then swiglu_fused) bit for bit: each row's lane math, shuffle tree and
+// warp order are the plain kernel's whatever rows share its stage.
 TEST_F(CudaMatmulSwiglu, OneTokenQuantizedStreamed) {
   if (hopper_sm_count() == 0) GTEST_SKIP() << "not a compute capability 9.x device";
   const Case cases[] = {
       {1, 14336, 4096, DType::Q8_0},  // Llama-3-8B: 2 units a stage
       {1, 14336, 4096, DType::Q4_0},  // 4 units a stage
       {1, 14336, 4096, DType::Q4_K},
+      {1, 14336, 4096, DType::Q5_K},
+      {1, 14336, 4096, DType::Q6_K},
+      {1, 1001, 2048, DType::Q6_K},   // a short last stage
+      {1, 1234, 3072, DType::Q5_K},
       {1, 7168, 4096, DType::Q4_0},   // its TP=2 shard
       {1, 1001, 2048, DType::Q8_0},   // units not a multiple of the SM count, a short last stage
       {1, 1234, 3072, DType::Q4_K},   // 6 segments: warps 6-7 idle

@@ -32,7 +32,7 @@ namespace {
 constexpr double kTol = 1e-4;
 constexpr cuda_ops::MatvecKernel kKernels[] = {cuda_ops::MatvecKernel::kRowBlocks, cuda_ops::MatvecKernel::kTiled,
                                               cuda_ops::MatvecKernel::kStreamHalf, cuda_ops::MatvecKernel::kStreamQuant};
-// kStreamQuant's one-level activations (MatvecParams::one_level_acts; the backend's default at one Q8_0/Q4_0 token,
+// kStreamQuant's one-level activations (MatvecParams::one_level_acts; the backend's default at one token,
 // off in these tests' backend: cuda_test_util.h):
 // ~0.5% per value, more on rows whose sum cancels (the host emulation's worst case, 2 x 16384: 1.35e-2).
 constexpr double kOneLevelTol = 3e-2;
@@ -92,8 +92,8 @@ class CudaMatvec : public CudaOpsTest {
                           << " x_scale " << x_scale << " outlier " << outlier;
       worst = std::max(worst, err);
     }
-    // kStreamQuant with one-level activations, where it applies (Q8_0/Q4_0 at one token).
-    if (n == 1 && (type == DType::Q8_0 || type == DType::Q4_0) && cuda_ops::stream_quant_applies(type, 1, n_out, n_in)) {
+    // kStreamQuant with one-level activations, where it applies (one token).
+    if (n == 1 && cuda_ops::stream_quant_applies(type, 1, n_out, n_in)) {
       const Tensor o = poisoned({n, n_out});
       gpu_->synchronize();
       cuda_ops::matvec(type, {.w = view, .x = gx.ptr<float>(), .bias = bias ? gb.ptr<float>() : nullptr,
@@ -143,14 +143,16 @@ TEST(MatmulPlan, MatvecRuleOnLlama3Shapes) {  // host only
   EXPECT_EQ(mv(DType::BF16, 20000, 576), MatvecKernel::kRowBlocks);      // no stream: 576 columns
   EXPECT_EQ(mv(DType::BF16, 4096, 576), MatvecKernel::kTiled);
   EXPECT_EQ(mv(DType::BF16, 4096, 14336, 2), MatvecKernel::kTiled);      // two tokens
-  // Q8_0 / Q4_0 / Q4_K at one token: the quantized stream wherever it applies, kTiled elsewhere.
-  for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+  // Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K at one token: the quantized stream wherever it applies, kTiled elsewhere.
+  for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     EXPECT_EQ(mv(t, 4096, 14336), MatvecKernel::kStreamQuant) << dtype_name(t);
     EXPECT_EQ(mv(t, 28672, 4096), MatvecKernel::kStreamQuant) << dtype_name(t);
     EXPECT_EQ(mv(t, 4096, 768), MatvecKernel::kTiled) << dtype_name(t);  // not a multiple of 512
     EXPECT_EQ(mv(t, 4096, 14336, 3), MatvecKernel::kTiled) << dtype_name(t);
   }
   EXPECT_EQ(mv(DType::Q4_1, 4096, 4096), MatvecKernel::kTiled);
+  EXPECT_EQ(mv(DType::Q6_K, 4096, 1024), MatvecKernel::kTiled);  // Q6_K streams multiples of 2048 columns
+  EXPECT_EQ(mv(DType::Q5_K, 4096, 1024), MatvecKernel::kStreamQuant);
   // FERRY_CUDA_TUNE=matvec=...: the named kernel everywhere it takes the shape.
   EXPECT_EQ(mv(DType::BF16, 28672, 4096, 1, CudaTune{.matvec = MatvecTune::kTiled}), MatvecKernel::kTiled);
   EXPECT_EQ(mv(DType::Q4_0, 4096, 14336, 1, CudaTune{.matvec = MatvecTune::kRows}), MatvecKernel::kRowBlocks);
@@ -322,7 +324,7 @@ TEST_F(CudaMatvec, StreamedShapes) {
   }
 }
 
-// kStreamQuant (Q8_0/Q4_0/Q4_K, one token; stream_quant.cuh) where it applies: 512..16384 columns (1 to 4 segments a
+// kStreamQuant (Q8_0/Q4_0/Q4_K/Q5_K/Q6_K, one token; stream_quant.cuh) where it applies: 512..16384 columns (1 to 4 segments a
 // warp, 3 at 12288, uneven ones at 7168 and 14336), 1, 2, 4 and 8 rows a ring stage, and enough rows a block that
 // the ring wraps several times with a short last stage (e.g. 20000 x 4096: 151-152 rows a block, Q4_0 19 stages
 // of 8 rows through 6 slots). run() checks every kernel against the f32 reference (kTol) on the same data.
@@ -332,20 +334,24 @@ TEST_F(CudaMatvec, StreamQuantShapes) {
   };
   for (const Shape s : {Shape{20000, 4096}, Shape{3001, 14336}, Shape{1500, 7168}, Shape{2100, 2048},
                         Shape{700, 16384}, Shape{900, 12288}, Shape{37, 512}, Shape{6000, 6144}}) {
-    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+      if (t == DType::Q6_K && s.n_in % 2048 != 0) continue;  // Q6_K: multiples of 2048 columns (stream_quant_plan.cuh)
       ASSERT_TRUE(cuda_ops::stream_quant_applies(t, 1, s.n_out, s.n_in)) << dtype_name(t) << " " << s.n_in;
       const double err = run(t, 1, s.n_out, s.n_in, s.n_out % 2 == 0, 17 + uint32_t(s.n_in));
       EXPECT_LE(err, kTol) << dtype_name(t) << " " << s.n_out << "x" << s.n_in;
     }
   }
-  // Q4_K (GGUF super-blocks streamed as stored, stream_quant_math.cuh): odd rows (a short last stage in some
-  // blocks), activations far from 1 and outlier columns.
-  for (const Shape s : {Shape{4103, 4096}, Shape{301, 14336}, Shape{133, 1024}}) {
-    EXPECT_LE(run(DType::Q4_K, 1, s.n_out, s.n_in, true, 23 + uint32_t(s.n_out)), kTol) << s.n_out << "x" << s.n_in;
+  // The K-quants (stream_quant_kquant_math.cuh): odd rows (a short last stage in some blocks), activations far from 1
+  // and outlier columns.
+  for (const DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (const Shape s : {Shape{4103, 4096}, Shape{301, 14336}, Shape{133, 2048}}) {
+      EXPECT_LE(run(t, 1, s.n_out, s.n_in, true, 23 + uint32_t(s.n_out)), kTol)
+          << dtype_name(t) << " " << s.n_out << "x" << s.n_in;
+    }
+    EXPECT_LE(run(t, 1, 40, 2048, true, 90, 1e6f), kTol) << dtype_name(t);
+    EXPECT_LE(run(t, 1, 40, 2048, false, 91, 1e-7f), kTol) << dtype_name(t);
+    EXPECT_LE(run(t, 1, 40, 2048, false, 92, 1.0f, 1000.0f), kTol) << dtype_name(t);
   }
-  EXPECT_LE(run(DType::Q4_K, 1, 40, 2048, true, 90, 1e6f), kTol);
-  EXPECT_LE(run(DType::Q4_K, 1, 40, 2048, false, 91, 1e-7f), kTol);
-  EXPECT_LE(run(DType::Q4_K, 1, 40, 2048, false, 92, 1.0f, 1000.0f), kTol);
   // Deterministic: the same Q4_K call twice gives the same bits.
   {
     const int64_t rows = 2000, cols = 4096;
@@ -373,7 +379,8 @@ TEST_F(CudaMatvec, StreamQuantShapes) {
   EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q8_0, 1, 64, 768));    // not a multiple of 512
   EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q4_0, 1, 64, 32768));  // past 16384 columns
   EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q8_0, 2, 64, 4096));   // more than one token
-  EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q4_1, 1, 64, 4096));   // Q8_0, Q4_0 and Q4_K only
+  EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q4_1, 1, 64, 4096));   // Q8_0, Q4_0 and the K-quants only
+  EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q6_K, 1, 64, 1536));   // Q6_K: multiples of 2048
   EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::Q4_K, 1, 64, 768));    // Q4_K: 512-column segments too
   EXPECT_FALSE(cuda_ops::stream_quant_applies(DType::BF16, 1, 64, 4096));
 }
@@ -381,13 +388,13 @@ TEST_F(CudaMatvec, StreamQuantShapes) {
 // MatvecParams::stream (the producer keeps at most N stages in flight; its copies with an L2 evict_first policy)
 // changes when stages are issued and which L2 lines go first, not what is computed: the same bits as no cap and no
 // policy, for every N from 1 up to past the ring's stage count, with and without the policy, on shapes with one and
-// four segments a warp and a short last stage; kStreamQuant (Q8_0/Q4_0/Q4_K) and kStreamHalf (BF16).
+// four segments a warp and a short last stage; kStreamQuant (Q8_0/Q4_0 and the K-quants) and kStreamHalf (BF16).
 TEST_F(CudaMatvec, WeightStreamSameBits) {
   struct Shape {
     int64_t n_out, n_in;
   };
   for (const Shape s : {Shape{6144, 4096}, Shape{4096, 14336}, Shape{1001, 4096}}) {
-    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::BF16}) {
+    for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::BF16}) {
       const cuda_ops::MatvecKernel kernel =
           t == DType::BF16 ? cuda_ops::MatvecKernel::kStreamHalf : cuda_ops::MatvecKernel::kStreamQuant;
       const std::vector<float> f = random_floats(size_t(s.n_out * s.n_in), 70 + uint32_t(s.n_out), 0.5f);
@@ -397,7 +404,7 @@ TEST_F(CudaMatvec, WeightStreamSameBits) {
       const Tensor gw = gpu_->prepare_weight(Tensor::make(t, {s.n_out, s.n_in}, w.data()), keep_);
       const Tensor gx = upload(DType::F32, {1, s.n_in}, random_floats(size_t(s.n_in), 71));
       const cuda_ops::WeightView view{static_cast<const uint8_t*>(gw.data), s.n_out, s.n_in,
-                                      t == DType::Q4_K || t == DType::BF16 ? 0 : cuda_ops::scales_offset(t, s.n_out, s.n_in)};
+                                      cuda_ops::is_split_type(t) ? cuda_ops::scales_offset(t, s.n_out, s.n_in) : 0};
       std::vector<float> base;
       for (const bool evict_first : {false, true}) {
         for (const int inflight : {0, 1, 2, 3, 5, 40}) {

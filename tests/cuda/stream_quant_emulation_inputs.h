@@ -1,5 +1,5 @@
-// Inputs shared by the matvec v10 host emulation tests (matvec_v10_emulation_test.cpp for Q8_0/Q4_0,
-// matvec_v10_q4k_emulation_test.cpp for Q4_K): the shapes and the weights and activations of each.
+// Inputs shared by the streamed quantized matvec's host emulation tests (stream_quant_emulation_test.cpp for Q8_0/Q4_0,
+// stream_quant_kquant_emulation_test.cpp for the K-quants): the shapes and the weights and activations of each.
 #pragma once
 
 #include <cstdint>

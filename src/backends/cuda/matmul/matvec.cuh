@@ -30,7 +30,7 @@ enum class MatvecKernel {
   // filled before the PDL wait; the consumer warps take a whole stage at once where an instance is compiled, else
   // one row after the other (stream_half.cuh).
   kStreamHalf,
-  // One token on Q8_0/Q4_0/Q4_K: the same stream (two bulk copies a stage, quants and scales) with a dp4a consumer
+  // One token on Q8_0/Q4_0/Q4_K/Q5_K/Q6_K: the same stream (two bulk copies a stage, quants and scales) with a dp4a consumer
   // that quantizes its own activations (stream_quant.cuh).
   kStreamQuant,
 };
@@ -88,7 +88,7 @@ struct MatvecParams {
   // consumed (3), the rows stored (4).
   PhaseStamps stamps{};
   WeightStream stream{};  // kStreamHalf and kStreamQuant: how the producer issues the weight's copies
-  // kStreamQuant on Q8_0/Q4_0: the activations quantized to one int8 level per 32 values (x ~=
+  // kStreamQuant: the activations quantized to one int8 level per 32 values (x ~=
   // max|x| / 127 q, llama.cpp's q8_1 and the CPU fast path's precision: ~5e-3 relative) instead of two (~2e-5):
   // half the dp4a, a lighter prologue. Ignored elsewhere.
   bool one_level_acts = false;

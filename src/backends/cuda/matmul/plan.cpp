@@ -11,7 +11,6 @@ namespace ferry::cuda_ops {
 namespace {
 
 bool half_type(DType t) { return t == DType::BF16 || t == DType::F16; }
-bool streamed_quant_type(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K; }
 
 MatmulKernel choose_kernel(const MatmulShape& s, const MatmulCaps& c) {
   const int64_t n = s.n;
@@ -40,9 +39,7 @@ MatvecKernel choose_matvec(const MatmulShape& s, const MatmulCaps& c) {
     return MatvecKernel::kRowBlocks;
   if (c.tune.matvec != MatvecTune::kRule) return MatvecKernel::kTiled;
   if (n != 1) return MatvecKernel::kTiled;
-  if (streamed_quant_type(s.wtype))
-    return stream_quant_supports(s.wtype, 1, s.rows, s.cols, c.n_sms, c.max_smem) ? MatvecKernel::kStreamQuant
-                                                                                  : MatvecKernel::kTiled;
+  if (stream_quant_supports(s.wtype, 1, s.rows, s.cols, c.n_sms, c.max_smem)) return MatvecKernel::kStreamQuant;
   if (!half_type(s.wtype)) return MatvecKernel::kTiled;
   if (half_stream(s, c, StreamConsumer::kStageBatched)) return MatvecKernel::kStreamHalf;
   if (s.cols >= 7168 && half_stream(s, c, StreamConsumer::kRowByRow)) return MatvecKernel::kStreamHalf;

@@ -1,6 +1,6 @@
 // The producer warp of the streamed quantized matvec (stream_quant_kernel.cuh): a block's rows are contiguous in
 // both regions of the "quants then scales" layout (weight_layout.cuh), so one ring stage of whole rows is two bulk
-// copies completing one mbarrier (one for Q4_K's super-blocks).
+// copies completing one mbarrier (one for Q4_K's and Q5_K's super-blocks).
 #pragma once
 
 #include <cstdint>
@@ -11,14 +11,19 @@
 
 namespace ferry::cuda_ops::streaming {
 
-// Bytes of one row of a split-layout Q8_0/Q4_0 weight of `cols` columns: quants (nb x 32 | 16), fp16 scales
-// (nb x 2). With cols % 256 == 0 both are multiples of 16 (bulk-copy sizes and ring offsets).
+// Bytes of one row of a split-layout weight of `cols` columns: Q8_0/Q4_0 quants (nb x 32 | 16) and fp16 scales
+// (nb x 2), both multiples of 16 (bulk-copy sizes and ring offsets) with cols % 256 == 0; Q6_K quants (nb_k x 192)
+// and scale records (nb_k x 18), the records a multiple of 16 with cols % 2048 == 0 (stream_quant_plan.cuh's
+// stream_cols_ok).
 struct SplitRowBytes {
   int64_t quants, scales;
 };
-// Q4_K streams its GGUF super-blocks as stored: quants = nb_k x 144, scales = 0 (one copy).
+// Q4_K and Q5_K stream their GGUF super-blocks as stored: quants = nb_k x 144 | 176, scales = 0 (one copy).
 __host__ __device__ inline SplitRowBytes split_row_bytes(DType w, int64_t cols) {
-  if (w == DType::Q4_K) return {cols / kKBlock * kQ4KBytes, 0};
+  const int64_t nbk = cols / kKBlock;
+  if (w == DType::Q4_K) return {nbk * kQ4KBytes, 0};
+  if (w == DType::Q5_K) return {nbk * kQ5KBytes, 0};
+  if (w == DType::Q6_K) return {nbk * 192, nbk * 18};  // ql[128] qh[64]; int8 scales[16], fp16 d
   const int64_t nb = cols / kQBlock;
   return {nb * (w == DType::Q8_0 ? 32 : 16), nb * 2};
 }
@@ -51,8 +56,8 @@ struct Ring {
 // on of w. A unit is `runs` weight rows: runs = 1 (a plain matvec: unit u is row u) or 2 (the SwiGLU form: w is
 // (2 hidden, cols), w_gate's rows then w_up's, unit u is rows u and run_offset + u with run_offset = hidden). The slot
 // holds per = rows_per_stage / runs units: run r's rows in slot rows [r per, (r + 1) per), as [rows_per_stage,
-// rb.quants] quant bytes, then [rows_per_stage, nb] fp16 scales (Q8_0/Q4_0's split layout, weight_layout.cuh; Q4_K
-// has no scale region). A stage may hold fewer units (same offsets).
+// rb.quants] quant bytes, then [rows_per_stage, rb.scales] scale bytes (the split layout, weight_layout.cuh; Q4_K
+// and Q5_K have no scale region). A stage may hold fewer units (same offsets).
 __device__ __forceinline__ void load_unit_stage(const WeightView& w, int64_t rows_per_stage, int runs,
                                                 int64_t run_offset, int64_t first, int64_t units, SplitRowBytes rb,
                                                 uint8_t* dst, uint64_t* bar, CopyPolicy pol) {

@@ -13,8 +13,8 @@ namespace {
 // two ring stages, and the shared memory within the device's opt-in limit. plan.stages == 0 otherwise.
 streaming::StreamPlan plan_for(DType wtype, int n_tokens, int64_t units, int64_t cols, int64_t max_cols, bool swiglu,
                         int n_sms, size_t max_smem) {
-  const bool ok = (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K) && n_tokens == 1 &&
-                  units >= 1 && n_sms >= 1 && cols >= quant_stream::kSegVals && cols % quant_stream::kSegVals == 0 && cols <= max_cols &&
+  const bool ok = quant_stream::stream_type(wtype) && n_tokens == 1 && units >= 1 && n_sms >= 1 &&
+                  quant_stream::stream_cols_ok(wtype, cols) && cols <= max_cols &&
                   (!swiglu || quant_stream::stage_rows(wtype, cols) >= 2);
   if (!ok) return streaming::StreamPlan{};
   const streaming::StreamPlan plan = quant_stream::make_plan(wtype, units, cols, streaming::stream_grid(units, n_sms));
@@ -39,9 +39,15 @@ void launch(DType wtype, const MatvecParams& p, int64_t units, bool swiglu, cuda
   const int64_t grid = streaming::stream_grid(units, streaming::device_sm_count());
   const streaming::StreamPlan plan = quant_stream::make_plan(wtype, units, p.w.cols, grid);
   const size_t smem = streaming::one_block_per_sm(quant_stream::smem_bytes(plan, wtype, p.w.cols, swiglu));
-  const Launch fn = wtype == DType::Q8_0   ? (swiglu ? quant_stream::launch_q8_swiglu : quant_stream::launch_q8)
-                    : wtype == DType::Q4_0 ? (swiglu ? quant_stream::launch_q4_swiglu : quant_stream::launch_q4)
-                                           : (swiglu ? quant_stream::launch_q4k_swiglu : quant_stream::launch_q4k);
+  Launch fn = nullptr;
+  switch (wtype) {
+    case DType::Q8_0: fn = swiglu ? quant_stream::launch_q8_swiglu : quant_stream::launch_q8; break;
+    case DType::Q4_0: fn = swiglu ? quant_stream::launch_q4_swiglu : quant_stream::launch_q4; break;
+    case DType::Q4_K: fn = swiglu ? quant_stream::launch_q4k_swiglu : quant_stream::launch_q4k; break;
+    case DType::Q5_K: fn = swiglu ? quant_stream::launch_q5k_swiglu : quant_stream::launch_q5k; break;
+    case DType::Q6_K: fn = swiglu ? quant_stream::launch_q6k_swiglu : quant_stream::launch_q6k; break;
+    default: FERRY_CUDA_REQUIRE(!"stream_quant: a type it does not stream");
+  }
   fn(p, plan, grid, smem, stream);
 }
 
@@ -61,8 +67,8 @@ void stream_quant(DType wtype, const MatvecParams& p, cudaStream_t stream) {
 }
 
 bool stream_quant_in_norm_applies(DType wtype, int64_t cols) {
-  return (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K) && cols >= quant_stream::kSegVals &&
-         cols % quant_stream::kSegVals == 0 && quant_stream::segs_per_warp(cols) == 1 && cols <= kInNormMaxCols;
+  return quant_stream::stream_type(wtype) && quant_stream::stream_cols_ok(wtype, cols) &&
+         quant_stream::segs_per_warp(cols) == 1 && cols <= kInNormMaxCols;
 }
 
 bool stream_quant_swiglu_supports(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols, int n_sms,

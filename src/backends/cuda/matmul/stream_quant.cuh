@@ -1,4 +1,5 @@
-// The streamed quantized matvec (kStreamQuant): out (1, rows) = x (1, cols) . w (rows, cols)^T for Q8_0, Q4_0 and Q4_K weights at one token,
+// The streamed quantized matvec (kStreamQuant): out (1, rows) = x (1, cols) . w (rows, cols)^T for Q8_0, Q4_0, Q4_K, Q5_K and
+// Q6_K weights at one token,
 // the stage-batched stream's streamed, stage-batched design (stream_half.cuh, stream_half.cu) with a dp4a consumer.
 //  - Stream: one block per SM owns a contiguous run of whole rows; a producer warp streams them through a 112 KB
 //    ring of shared-memory stages BEFORE the PDL wait, a stage = two bulk copies (its rows' quants, then their
@@ -10,7 +11,7 @@
 //    owns per segment and quantizes them itself to the tiled matvec's two int8 levels per 32-value block (the block's
 //    max |x| from the partner lane by one shuffle): x ~= dx2 (256 q1 + q2), relative error ~2e-5
 //    (stream_quant_math.cuh). They stay in registers for the whole kernel: 10 registers per segment. With
-//    MatvecParams::one_level_acts (Q8_0/Q4_0; the backend's default) one level, x ~= dx q1 (llama.cpp's q8_1
+//    MatvecParams::one_level_acts (the backend's default) one level, x ~= dx q1 (llama.cpp's q8_1
 //    precision): half the dp4a per weight byte, for a consumer that is otherwise issue-bound at Q4_0.
 //  - Consumers: 8 warps; a "segment" = 512 columns of a row (Q8_0: 16 quant bytes a lane, one LDS.128; Q4_0: 8
 //    bytes, one LDS.64), warp w owns segments w, w + 8, ... (kSegs = ceil(cols / 4096) of them). Per stage all
@@ -20,11 +21,12 @@
 //    per row and segment, and the kRows rows reduced together: a transposing shuffle tree (each step halves the
 //    rows a lane carries: 2 log2(kRows) + 5 - log2(kRows) shuffles for kRows rows instead of 5 kRows).
 //  - Per-warp row partials are added in warp order at the end (fixed order: deterministic).
-// Q4_K: its GGUF super-blocks streamed as stored (one bulk copy a stage: 144 = 9 x 16 bytes), a lane = 8 quant bytes
-// (two 32-value groups) plus the super-block's 16-byte header, scales/mins decoded per lane, per-group activation
-// levels and exact int32 sums (stream_quant_math.cuh's Q4_K section); faster than kTiled, issue-bound
-// (docs/perf-log.md "## 2026-11-30: Q4_K in the streamed matvec, and 16 consumer warps").
-// Columns: a multiple of 512, 512..16384. Numerics: int32-exact products against the quantized activations,
+// The K-quants (stream_quant_kquant_math.cuh): Q4_K and Q5_K stream their GGUF super-blocks as stored (one bulk copy
+// a stage: 144 = 9 x 16, 176 = 11 x 16 bytes), a lane = 8 quant bytes (two 32-value runs; Q5_K also 8 qh bytes) plus
+// the super-block's 16-byte header, scales/mins decoded per lane; Q6_K streams its split layout (ql|qh quants, then
+// the int8-scales + d records: two copies a stage), a lane = 8 ql + 8 qh bytes and its two runs' scales. Per-group
+// activation levels and exact int32 sums; one level (MatvecParams::one_level_acts) as for Q8_0/Q4_0.
+// Columns: a multiple of 512, 512..16384 (Q6_K: of 2048, so its records of a row are whole 16-byte units). Numerics: int32-exact products against the quantized activations,
 // fp32 accumulation per row: relative L2 vs the f32 reference ~2e-5 (the tiled matvec's activation error).
 #pragma once
 
@@ -48,7 +50,7 @@ bool stream_quant_applies(DType wtype, int n_tokens, int64_t rows, int64_t cols)
 // One launch on `stream` (capturable; no scratch). Requires stream_quant_applies and p.w.scales % 16 == 0.
 void stream_quant(DType wtype, const MatvecParams& p, cudaStream_t stream);
 
-// kStreamQuant with SwiGLU fused into its output (CudaBackend::matmul_swiglu at one token on Q8_0/Q4_0/Q4_K), as
+// kStreamQuant with SwiGLU fused into its output (CudaBackend::matmul_swiglu at one token on its types), as
 // the stage-batched stream's stream_half_swiglu does for BF16: p.w (2 hidden, cols), the rows of w_gate then those of w_up (a TP
 // shard keeps that shape with hidden / world); p.x (1, cols) f32; p.out (1, hidden) f32 = silu(x . w_gate^T) *
 // (x . w_up^T); no bias, no add_norm. A stage streams kRows / 2 units' gate rows and the same units' up rows (four

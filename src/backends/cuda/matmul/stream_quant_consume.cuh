@@ -40,13 +40,15 @@ __device__ __forceinline__ float reduce_rows(float (&v)[kRows], int lane) {
   return t;
 }
 
-// A lane's quant words of one row's segment: Q8_0 16 bytes, Q4_0 and Q4_K 8 bytes.
+// A lane's quant words of one row's segment: Q8_0 16 bytes; Q4_0 and Q4_K 8 bytes; Q5_K 8 quant bytes then 8 qh
+// bytes; Q6_K 8 ql bytes then 8 qh bytes.
 template <DType W>
 struct LaneQuants {
-  static constexpr int kWords = W == DType::Q8_0 ? 4 : 2;
+  static constexpr int kWords = W == DType::Q8_0 || W == DType::Q5_K || W == DType::Q6_K ? 4 : 2;
   uint32_t q[kWords];
 };
-// Q4_K: the lane's super-block header words (fp16 d | dmin << 16, then the 12 scale bytes); else empty.
+// Q4_K / Q5_K: the lane's super-block header words (fp16 d | dmin << 16, then the 12 scale bytes). Q6_K: x = its fp16
+// d, y = run A's int8 scale, z = run B's (sign-extended); else unused.
 template <DType W>
 struct alignas(16) LaneHead {
   uint32_t x, y, z, w;
@@ -64,19 +66,29 @@ __device__ __forceinline__ LaneQuants<W> load_quants(const uint8_t* p) {  // p: 
   }
   return r;
 }
+// Q5_K / Q6_K: the 8 quant bytes at q and the 8 qh bytes at qh (shared, 8-byte aligned).
+template <DType W>
+__device__ __forceinline__ LaneQuants<W> load_quants_hi(const uint8_t* q, const uint8_t* qh) {
+  LaneQuants<W> r;
+  const uint2 u = *reinterpret_cast<const uint2*>(q), h = *reinterpret_cast<const uint2*>(qh);
+  r.q[0] = u.x, r.q[1] = u.y, r.q[2] = h.x, r.q[3] = h.y;
+  return r;
+}
 
-// The columns a lane owns in segment seg (stream_quant_math.cuh's order): two runs of 8 values, at c0 and c1. Q8_0:
-// 512 seg + 16 lane + [0, 16); Q4_0: block 16 seg + lane / 2, h = lane % 2: values 8h + [0, 8) and 16 + 8h + [0, 8)
-// of the block; Q4_K: q4k_lane_col's two runs, 32 apart.
+// The columns a lane owns in segment seg (stream_quant_math.cuh's and stream_quant_kquant_math.cuh's order): two runs
+// of 8 values, at c0 and c1. Q8_0: 512 seg + 16 lane + [0, 16); Q4_0: block 16 seg + lane / 2, h = lane % 2: values
+// 8h + [0, 8) and 16 + 8h + [0, 8) of the block; the K-quants: q4k_lane_col's / q6k_lane_col's runs A and B.
 template <DType W>
 __device__ __forceinline__ void lane_runs(int seg, int lane, int64_t& c0, int64_t& c1) {
   constexpr bool kQ4 = W == DType::Q4_0;
-  constexpr bool kQ4K = W == DType::Q4_K;
   const int64_t base = int64_t(seg) * kSegVals;
-  c0 = kQ4    ? base + (lane / 2) * kQBlock + (lane % 2) * 8
-       : kQ4K ? base + q4k_lane_col(lane, 0)
-              : base + lane * kLaneVals;
-  c1 = c0 + (kQ4 ? 16 : kQ4K ? 32 : 8);  // Q4_0: 16 values further; Q4_K: group B; Q8_0: the next 8
+  if constexpr (is_stream_kquant(W)) {
+    c0 = base + (W == DType::Q6_K ? q6k_lane_col(lane, 0) : q4k_lane_col(lane, 0));
+    c1 = c0 + kquant_run_gap(W);
+  } else {
+    c0 = kQ4 ? base + (lane / 2) * kQBlock + (lane % 2) * 8 : base + lane * kLaneVals;
+    c1 = c0 + (kQ4 ? 16 : 8);  // Q4_0: 16 values further; Q8_0: the next 8
+  }
 }
 
 // The lane's four float4s of src in segment seg, in quantize_lane_acts's fetch order (k = 0..3: c0, c0 + 4, c1,
@@ -96,12 +108,11 @@ __device__ __forceinline__ void load_lane_run_vecs(const float* src, int seg, in
 // exists), quantized here. fetch(j, k, col) returns the lane's k-th float4 of segment j, x[col .. col + 4)
 // (k = 0, 1: the run at c0; 2, 3: the run at c1; lane_runs), from wherever x lives (global memory; registers
 // loaded earlier; a norm applied on the fly).
-// kOne: one int8 level (quantize_lane's kOne; Q8_0/Q4_0 only).
+// kOne: one int8 level (quantize_lane's kOne, quantize_lane_kquant's).
 template <DType W, int kSegs, bool kOne = false, class Fetch>
 __device__ __forceinline__ void quantize_lane_acts(LaneAct (&act)[kSegs], int segs_per_row, int warp, int lane,
                                                    Fetch&& fetch) {
   constexpr bool kQ4 = W == DType::Q4_0;
-  constexpr bool kQ4K = W == DType::Q4_K;
 #pragma unroll
   for (int j = 0; j < kSegs; ++j) {
     const int seg = j * kConsumerWarps + warp;
@@ -118,7 +129,7 @@ __device__ __forceinline__ void quantize_lane_acts(LaneAct (&act)[kSegs], int se
 #pragma unroll
       for (int i = 0; i < kLaneVals; ++i) xv[i] = 0.0f;
     }
-    if constexpr (kQ4K) {  // each group's 32 values: 8 on each of 4 lanes (lane ^ 1, lane ^ 2)
+    if constexpr (is_stream_kquant(W)) {  // each group's 32 values: 8 on each of 4 lanes (lane ^ 1, lane ^ 2)
       float am[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int i = 0; i < kLaneVals; ++i) am[i / 8] = fmaxf(am[i / 8], fabsf(xv[i]));
@@ -127,7 +138,7 @@ __device__ __forceinline__ void quantize_lane_acts(LaneAct (&act)[kSegs], int se
         am[g] = fmaxf(am[g], __shfl_xor_sync(0xFFFFFFFFu, am[g], 1));
         am[g] = fmaxf(am[g], __shfl_xor_sync(0xFFFFFFFFu, am[g], 2));
       }
-      act[j] = quantize_lane_q4k(xv, am[0], am[1]);
+      act[j] = quantize_lane_kquant<kOne>(xv, am[0], am[1]);
     } else {
       float amax = 0.0f;
 #pragma unroll
@@ -143,20 +154,28 @@ __device__ __forceinline__ void quantize_lane_acts(LaneAct (&act)[kSegs], int se
 // lane / (32 / kRows)'s sum of the warp's segments. Rows past the stage's last (in a block's last stage) load
 // whatever the slot holds: their sums stay in their own row and the caller never stores them. Segments past the
 // row's last (warp-uniform) load nothing: zero quants, zero scale. kOne: act holds one level (quantize_lane_acts).
+// Slot layout: [kRows, rb.quants] quant bytes, then [kRows, rb.scales] scale bytes (Q8_0/Q4_0: fp16 per 32 values;
+// Q6_K: 18-byte records per super-block; Q4_K/Q5_K: none, their headers are in the super-blocks).
 template <DType W, int kSegs, int kRows, bool kOne = false>
 __device__ __forceinline__ float stage_row_sum(const uint8_t* slot, uint64_t* empty_bar, int64_t cols, int segs_per_row,
                                                const LaneAct (&act)[kSegs], int warp, int lane) {
   constexpr bool kQ4 = W == DType::Q4_0;
-  constexpr bool kQ4K = W == DType::Q4_K;
-  constexpr int kLaneBytes = kQ4 || kQ4K ? 8 : 16;                  // quant bytes a lane loads per segment of a row
-  constexpr int kSegBytes = kQ4K ? kQ4KSegBytes : 32 * kLaneBytes;  // bytes of one segment of a row (Q4_K: + headers)
+  constexpr bool kKQ = is_stream_kquant(W);
+  constexpr bool kQ5K = W == DType::Q5_K, kQ6K = W == DType::Q6_K;
+  constexpr int kLaneBytes = kQ4 ? 8 : 16;  // Q8_0/Q4_0: quant bytes a lane loads per segment of a row
+  // bytes of one segment of a row in the slot's quant region (Q4_K/Q5_K: with their headers)
+  constexpr int kSegBytes = W == DType::Q4_K ? kQ4KSegBytes : kQ5K ? kQ5KSegBytes : kQ6K ? kQ6KSegBytes : 32 * kLaneBytes;
+  constexpr int kSbBytes = kSegBytes / 2;  // the K-quants: one super-block's bytes in the quant region
   const int64_t nb = cols / kQBlock;
   const streaming::SplitRowBytes rb = streaming::split_row_bytes(W, cols);
   const int64_t stage_q = kRows * rb.quants;  // a slot's quant bytes; its scales follow
   [[maybe_unused]] const Q4KLaneSel ksel = q4k_lane_sel(lane);
-  // Q4_K: the lane's super-block of the warp's segment (its header; its quant bytes 16 + 8 (lane % 16) on)
-  const uint8_t* sq = slot + warp * kSegBytes + (kQ4K ? (lane / 16) * kQ4KBytes : lane * kLaneBytes);
+  const int k = lane % 16;  // the K-quants: the lane's place in its super-block
+  // The lane's bytes of the warp's first segment of row 0 (the K-quants: its super-block's start)
+  const uint8_t* sq = slot + warp * kSegBytes + (kKQ ? (lane / 16) * kSbBytes : lane * kLaneBytes);
   const uint16_t* ss = reinterpret_cast<const uint16_t*>(slot + stage_q) + warp * (kSegVals / kQBlock) + lane / 2;
+  // Q6_K: the lane's super-block's scale record in the first segment of row 0
+  [[maybe_unused]] const uint8_t* srec = slot + stage_q + (2 * warp + lane / 16) * kQ6KRecBytes;
   LaneQuants<W> q[kRows][kSegs];
   uint16_t d[kRows][kSegs];
   [[maybe_unused]] LaneHead<W> hd[kRows][kSegs];
@@ -165,19 +184,29 @@ __device__ __forceinline__ float stage_row_sum(const uint8_t* slot, uint64_t* em
 #pragma unroll
     for (int j = 0; j < kSegs; ++j) {
       if (j * kConsumerWarps + warp < segs_per_row) {
-        if constexpr (kQ4K) {
-          const uint8_t* sb = sq + r * rb.quants + j * kConsumerWarps * kSegBytes;
-          q[r][j] = load_quants<W>(sb + 16 + 8 * (lane % 16));
+        const uint8_t* sb = sq + r * rb.quants + j * kConsumerWarps * kSegBytes;
+        if constexpr (W == DType::Q4_K) {
+          q[r][j] = load_quants<W>(sb + 16 + 8 * k);
           hd[r][j] = *reinterpret_cast<const LaneHead<W>*>(sb);  // 16 lanes read the same header: broadcast
+        } else if constexpr (kQ5K) {  // header, qh[32] at 16, qs[128] at 48
+          q[r][j] = load_quants_hi<W>(sb + 48 + 8 * k, sb + 16 + 8 * (k % 4));
+          hd[r][j] = *reinterpret_cast<const LaneHead<W>*>(sb);
+        } else if constexpr (kQ6K) {  // ql[128] then qh[64]; the record: scales[16], d
+          q[r][j] = load_quants_hi<W>(sb + 8 * k, sb + 128 + 32 * (k / 8) + 8 * (k % 4));
+          const uint8_t* rec = srec + r * rb.scales + j * kConsumerWarps * 2 * kQ6KRecBytes;
+          const int s0 = 8 * (k / 8) + (k % 8) / 2;
+          hd[r][j].x = *reinterpret_cast<const uint16_t*>(rec + 16);
+          hd[r][j].y = uint32_t(int32_t(int8_t(rec[s0])));
+          hd[r][j].z = uint32_t(int32_t(int8_t(rec[s0 + 4])));
         } else {
-          q[r][j] = load_quants<W>(sq + r * rb.quants + j * kConsumerWarps * kSegBytes);
+          q[r][j] = load_quants<W>(sb);
           d[r][j] = ss[r * nb + j * kConsumerWarps * (kSegVals / kQBlock)];
         }
       } else {
 #pragma unroll
         for (int i = 0; i < LaneQuants<W>::kWords; ++i) q[r][j].q[i] = 0;
         d[r][j] = 0;
-        if constexpr (kQ4K) hd[r][j] = {0u, 0u, 0u, 0u};
+        if constexpr (kKQ) hd[r][j] = {0u, 0u, 0u, 0u};
       }
     }
   }
@@ -191,13 +220,27 @@ __device__ __forceinline__ float stage_row_sum(const uint8_t* slot, uint64_t* em
     float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < kSegs; ++j) {
-      if constexpr (kQ4K) {  // dx2 (d I_D - dmin I_M); a missing segment has d = dmin = 0
+      if constexpr (W == DType::Q4_K || kQ5K) {  // dx2 (d I_D - dmin I_M); a missing segment has d = dmin = 0
         const LaneHead<W>& h = hd[r][j];
-        const Q4KSums t = dot_q4k_lane(q[r][j].q, act[j], q4k_scale_min(h.y, h.z, h.w, ksel));
+        const uint32_t scmn = q4k_scale_min(h.y, h.z, h.w, ksel);
+        Q4KSums t;
+        if constexpr (kQ5K) {
+          const uint32_t qs[2] = {q[r][j].q[0], q[r][j].q[1]}, qh[2] = {q[r][j].q[2], q[r][j].q[3]};
+          t = dot_q5k_lane<kOne>(qs, qh, act[j], scmn, k / 4);
+        } else {
+          t = dot_q4k_lane<kOne>(q[r][j].q, act[j], scmn);
+        }
         const float dd = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFFu)));
         const float dm = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
         acc = fmaf(fmaf(-dm, float(t.m_a), dd * float(t.d_a)), act[j].scale, acc);
         acc = fmaf(fmaf(-dm, float(t.m_b), dd * float(t.d_b)), act[j].scale_b, acc);
+      } else if constexpr (kQ6K) {  // d (sc_A dx_A S_A + sc_B dx_B S_B); a missing segment has d = 0
+        const LaneHead<W>& h = hd[r][j];
+        const uint32_t ql[2] = {q[r][j].q[0], q[r][j].q[1]}, qh[2] = {q[r][j].q[2], q[r][j].q[3]};
+        const Q6KSums t = dot_q6k_lane<kOne>(ql, qh, act[j], k);
+        const float dd = __half2float(__ushort_as_half(uint16_t(h.x)));
+        const float sa = float(int32_t(h.y)) * act[j].scale, sb = float(int32_t(h.z)) * act[j].scale_b;
+        acc = fmaf(dd, fmaf(sa, float(t.s_a), sb * float(t.s_b)), acc);
       } else {
         int si;
         if constexpr (kQ4) {

@@ -1,5 +1,5 @@
 // The streamed quantized matvec's kernel and its launch (design: stream_quant.cuh); instantiated per weight type in
-// stream_quant_q8_0.cu and stream_quant_q4_0.cu (they compile in parallel).
+// stream_quant_<type>.cu (they compile in parallel).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -21,14 +21,15 @@ using streaming::kThreads;
 using streaming::StreamPlan;
 
 // grid blocks (streaming::block_rows); kSegs = segs_per_warp(cols), kRows = plan.rows_per_stage = stage_rows(W, cols).
-// p.w: Q8_0/Q4_0 quants [rows, nb x 32|16] then at p.w.scales fp16 [rows, nb]; Q4_K [rows, cols / 256] GGUF
-// super-blocks of 144 bytes; p.x (1, cols) f32; p.out (1, rows) f32.
+// p.w: Q8_0/Q4_0 quants [rows, nb x 32|16] then at p.w.scales fp16 [rows, nb]; Q6_K quants [rows, cols / 256 x 192]
+// then at p.w.scales records [rows, cols / 256 x 18]; Q4_K / Q5_K [rows, cols / 256] GGUF super-blocks of 144 / 176
+// bytes; p.x (1, cols) f32; p.out (1, rows) f32.
 // kSwiglu (stream_quant_swiglu): p.w is (2 hidden, cols), w_gate's rows then w_up's; p.out (1, hidden) f32 =
 // silu(x . w_gate^T) * (x . w_up^T) (silu.cuh). The block owns output units (plan.max_rows: the most a block has);
 // a stage holds kRows / 2 units' gate rows then their up rows (streaming::produce_unit_stages with two runs), so both dot
 // products of a unit land in the block and the SwiGLU is applied where it writes: no (1, 2 hidden) intermediate, no
 // swiglu_fused launch. Partials: (warps, 2, max_rows), gate then up.
-// kOne (MatvecParams::one_level_acts; Q8_0/Q4_0): the activations as one int8 level (stream_quant_math.cuh).
+// kOne (MatvecParams::one_level_acts): the activations as one int8 level (stream_quant_math.cuh).
 template <DType W, int kSegs, int kRows, bool kSwiglu = false, bool kOne = false>
 __global__ void __launch_bounds__(kThreads, 1) stream_quant_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
   pdl_allow_dependents();
@@ -160,12 +161,10 @@ void launch_levels(const MatvecParams& p, const StreamPlan& plan, int64_t grid, 
   }
 }
 
-// MatvecParams::one_level_acts picks the instances (Q8_0/Q4_0; Q4_K keeps two levels: stream_quant_applies).
+// MatvecParams::one_level_acts picks the instances.
 template <DType W, bool kSwiglu = false>
 void launch_type(const MatvecParams& p, const StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream) {
-  if constexpr (W != DType::Q4_K) {
-    if (p.one_level_acts) return launch_levels<W, kSwiglu, true>(p, plan, grid, smem, stream);
-  }
+  if (p.one_level_acts) return launch_levels<W, kSwiglu, true>(p, plan, grid, smem, stream);
   launch_levels<W, kSwiglu, false>(p, plan, grid, smem, stream);
 }
 

@@ -7,15 +7,27 @@
 
 #include "backends/cuda/matmul/stream_plan.cuh"
 #include "backends/cuda/matmul/stream_producer.cuh"
-#include "backends/cuda/matmul/stream_quant_math.cuh"
+#include "backends/cuda/matmul/stream_quant_kquant_math.cuh"
 
 namespace ferry::cuda_ops::quant_stream {
 
 inline constexpr int64_t kStageMaxBytes = 20 * 1024;  // a stage's quants + scales at most (unless one row is more)
 inline constexpr int64_t kMaxCols = 16384;             // kSegs <= 4: 40 activation registers a lane
 
+// The weight types kStreamQuant reads.
+constexpr bool stream_type(DType w) {
+  return w == DType::Q8_0 || w == DType::Q4_0 || w == DType::Q4_K || w == DType::Q5_K || w == DType::Q6_K;
+}
+// Column counts it takes for a type: a multiple of 512 (one segment), 512..kMaxCols; Q6_K a multiple of 2048 (its
+// 18-byte scale records of a row then fill whole 16-byte bulk-copy units: stream_producer.cuh).
+constexpr bool stream_cols_ok(DType w, int64_t cols) {
+  return cols >= kSegVals && cols <= kMaxCols && cols % (w == DType::Q6_K ? 4 * kSegVals : kSegVals) == 0;
+}
+
 constexpr int64_t quant_row_bytes(DType w, int64_t cols) {
   if (w == DType::Q4_K) return cols / kKBlock * kQ4KBytes;  // GGUF super-blocks as stored (one region)
+  if (w == DType::Q5_K) return cols / kKBlock * kQ5KBytes;
+  if (w == DType::Q6_K) return cols / kKBlock * (kQ6KQuantBytes + kQ6KRecBytes);  // quants + scale records
   return cols / kQBlock * ((w == DType::Q8_0 ? 32 : 16) + 2);
 }
 
@@ -37,7 +49,8 @@ constexpr int segs_per_warp(int64_t cols) {
 // stages hold row pairs): only those are compiled.
 constexpr bool instance_used_up_to(DType w, int segs, int rows, int64_t max_cols, int min_rows) {
   for (int64_t cols = kSegVals; cols <= max_cols; cols += kSegVals)
-    if (segs_per_warp(cols) == segs && stage_rows(w, cols) == rows && rows >= min_rows) return true;
+    if (stream_cols_ok(w, cols) && segs_per_warp(cols) == segs && stage_rows(w, cols) == rows && rows >= min_rows)
+      return true;
   return false;
 }
 constexpr bool instance_used(DType w, int segs, int rows) { return instance_used_up_to(w, segs, rows, kMaxCols, 1); }
@@ -65,13 +78,17 @@ inline size_t smem_bytes(const streaming::StreamPlan& p, DType w, int64_t cols, 
          size_t(streaming::kConsumerWarps) * size_t(p.max_rows) * (swiglu ? 2 : 1) * sizeof(float);
 }
 
-// One launch of the instance for plan (stream_quant_q8_0.cu, stream_quant_q4_0.cu, stream_quant_q4_k.cu).
+// One launch of the instance for plan (stream_quant_<type>.cu).
 void launch_q8(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
 void launch_q4(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
 void launch_q4k(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q5k(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q6k(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
 // The SwiGLU form's launches (same files).
 void launch_q8_swiglu(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
 void launch_q4_swiglu(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
 void launch_q4k_swiglu(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q5k_swiglu(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
+void launch_q6k_swiglu(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
 
 }  // namespace ferry::cuda_ops::quant_stream

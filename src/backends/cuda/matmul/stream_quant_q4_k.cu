@@ -1,5 +1,5 @@
 // The streamed quantized matvec's Q4_K instances (design: stream_quant.cuh; kernel: stream_quant_kernel.cuh; lane math:
-// stream_quant_math.cuh's Q4_K section).
+// stream_quant_kquant_math.cuh).
 #include "backends/cuda/matmul/stream_quant_kernel.cuh"
 
 namespace ferry::cuda_ops::quant_stream {
