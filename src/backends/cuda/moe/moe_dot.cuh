@@ -22,6 +22,7 @@ __device__ __forceinline__ void warp_dot_rows(const WeightView& w, int64_t row, 
 FERRY_UNROLL
   for (int t = 0; t < kTok; ++t) acc[t] = 0.0f;
   const int64_t chunks = D::chunks(w.cols);
+#pragma unroll 2
   for (int64_t c = lane; c < chunks; c += 32) {
     const typename D::Raw raw = D::load(w, row, c);
     float v[D::kVals];
