@@ -1,11 +1,17 @@
 // Mixture-of-experts models end to end on the GPU (CudaBackend::moe_ffn in every expert layer), on `ferry gen`'s
 // tiny-moe shape (Qwen3-MoE: 2 layers, dim 64, 8 experts of 64 hidden units, top-2), against the CPU reference
 // kernels (plain loops, f32 activations, exact dequantization):
-//  - teacher-forced logits of 40 tokens, the prompt in one step (the grouped GEMM, cuBLASLt/Hopper GEMMs for the
-//    dense parts) and one token a step (the expert matvec): cosine >= 0.9999 at every position and rel L2 <= 1e-2,
-//    as the dense models' CudaQuantLogits (the GPU's integer matvecs quantize activations);
+//  - teacher-forced logits of 40 tokens, the prompt in one step (the grouped GEMM, bf16 GEMMs for the dense parts)
+//    and one token a step (the expert matvec): mean KL <= 1e-3 (issue 24's bar for fast kernels) and cosine >= 0.999
+//    at every position. Looser than the dense CudaQuantLogits' 0.9999: the dense parts' bf16 / int8 activations can
+//    move a near-tie in a router's top-2 (one token, one layer), which changes that position by more than the
+//    arithmetic does; a wrong kernel misses both bounds by far;
 //  - greedy text: 32 tokens after an 8-token prompt (every step <= 16 tokens: f32 activations throughout), the
 //    same tokens as the CPU for f32 and bf16 weights;
+//  - the checked-in transformers fixtures tiny-qwen3moe and tiny-mixtral (issue 24 item 5, the CUDA half): teacher-
+//    forced logits with the prompt in one step and one token a step, mean KL <= 1e-3, cosine >= 0.999 and the same
+//    argmax at >= 99% of positions against transformers float32; and, every step <= 16 tokens (f32 activations),
+//    the 32-token greedy continuation of every prompt equal to transformers';
 //  - decode steps replayed from step graphs (expert layers are captured now) give the op-by-op logits to fp32
 //    noise (rel L2 <= 1e-6 per step), with replays actually happening.
 #ifdef FERRY_HAS_CUDA
@@ -45,7 +51,7 @@ Engine make_engine(const std::string& path, const std::string& device, int step)
   o.model_path = path;
   o.device = device;
   o.kernels = device == "cpu" ? KernelSet::Reference : KernelSet::Fast;
-  o.context = 128;
+  o.context = 256;
   o.max_step_tokens = step;
   return Engine(o);
 }
@@ -67,8 +73,8 @@ TEST_P(CudaMoeLogits, MatchCpuReference) {
     for (size_t p = 0; p < tokens.size(); ++p) a.add(want.data() + p * kVocab, got.data() + p * kVocab, int(kVocab));
     a.finish();
     std::printf("tiny-moe %s cuda step %d vs cpu reference: %s\n", GetParam().c_str(), step, a.summary().c_str());
-    EXPECT_GE(a.min_cosine, 0.9999) << GetParam() << " step " << step;
-    EXPECT_LE(a.max_rel_l2, 1e-2) << GetParam() << " step " << step;
+    EXPECT_GE(a.min_cosine, 0.999) << GetParam() << " step " << step;
+    EXPECT_LE(a.mean_kl, 1e-3) << GetParam() << " step " << step;
   }
   std::remove(path.c_str());
 }
@@ -94,6 +100,32 @@ TEST_P(CudaMoeGreedy, SameTextAsCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaMoeGreedy, ::testing::Values("f32", "bf16"));
+
+class CudaMoeFixtures : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaMoeFixtures, MatchTransformers) {
+  if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const auto g = test::load_golden_logits(GetParam());
+  if (!g) GTEST_SKIP() << "fixture not found";
+  for (const int step : {256, 1}) {
+    Engine engine = make_engine(g->model_path, "cuda", step);
+    const test::LogitAgreement a = test::compare_scores(*g, [&](const auto& p) { return engine.score(p); });
+    std::printf("%s cuda step %d vs transformers: %s\n", GetParam().c_str(), step, a.summary().c_str());
+    EXPECT_LE(a.mean_kl, 1e-3) << GetParam() << " step " << step;
+    EXPECT_GE(a.min_cosine, 0.999) << GetParam() << " step " << step;
+    EXPECT_GE(double(a.argmax_same), 0.99 * double(a.positions)) << GetParam() << " step " << step;
+  }
+  Engine engine = make_engine(g->model_path, "cuda", 16);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  for (size_t i = 0; i < g->prompts.size(); ++i) {
+    engine.reset();
+    const GenerateResult r = engine.generate(g->prompts[i], greedy, int(g->greedy[i].size()), nullptr, false);
+    EXPECT_EQ(r.tokens, g->greedy[i]) << GetParam() << ": greedy continuation of prompt " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaMoeFixtures, ::testing::Values("tiny-qwen3moe", "tiny-mixtral"));
 
 double rel_l2(std::span<const float> got, std::span<const float> ref) {
   double num = 0, den = 0;
