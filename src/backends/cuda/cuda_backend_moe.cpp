@@ -2,8 +2,8 @@
 // holds it): router logits (moe_router_logits, f32 as the CPU reference computes them), softmax top-k
 // (moe_route), the counting sort of the (token, slot) pairs by expert (moe_group), then per projection one launch
 // over the routed experts (moe_experts_matvec up to kMoeDecodeTokens tokens, moe_experts_gemm above): gate into
-// h, up with SwiGLU over h in place, down into y; then out = the routing-weighted sum of y in slot order
-// (moe_combine). Experts nobody chose are not read.
+// h, up with SwiGLU over h in place (one launch for both in the matvec where gate and up share a type), down into
+// y; then out = the routing-weighted sum of y in slot order (moe_combine). Experts nobody chose are not read.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -154,7 +154,8 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   const auto pass = [&](DType type, const MoeExpertWeight* w, int64_t rows, int64_t cols, const float* in, int in_div,
                         float* out, MoeEpilogue epilogue) {
     const MoeExpertsParams p{.experts = w, .rows = rows, .cols = cols, .a = in, .a_div = in_div,
-                             .gate = epilogue == MoeEpilogue::SwiGlu ? out : nullptr, .out = out,
+                             .gate = epilogue == MoeEpilogue::SwiGlu ? out : nullptr,
+                             .up_experts = epilogue == MoeEpilogue::GateUp ? w + E : nullptr, .out = out,
                              .epilogue = epilogue, .offsets = i32(s.offsets), .slots = i32(s.slots),
                              .active = i32(s.active), .tile_expert = i32(s.tile_expert),
                              .tile_begin = i32(s.tile_begin), .counts = i32(s.counts), .max_groups = max_groups};
@@ -165,8 +166,12 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
     }
   };
   const float* x = a.x.ptr<float>();
-  pass(gate_t, experts, H, dim, x, k, f32(s.h), MoeEpilogue::Store);
-  pass(up_t, experts + E, H, dim, x, k, f32(s.h), MoeEpilogue::SwiGlu);
+  if (decode && gate_t == up_t) {  // gate and up rows in one launch
+    pass(gate_t, experts, H, dim, x, k, f32(s.h), MoeEpilogue::GateUp);
+  } else {
+    pass(gate_t, experts, H, dim, x, k, f32(s.h), MoeEpilogue::Store);
+    pass(up_t, experts + E, H, dim, x, k, f32(s.h), MoeEpilogue::SwiGlu);
+  }
   pass(down_t, experts + 2 * E, dim, H, f32(s.h), 1, f32(s.y), MoeEpilogue::Store);
   moe_combine({.out = a.out.ptr<float>(), .y = f32(s.y), .weight = f32(s.weight), .n = n, .dim = dim, .top_k = k},
               stream_);

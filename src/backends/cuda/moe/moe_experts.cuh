@@ -6,7 +6,9 @@
 //    group dotted with the row as it streams by (each routed expert's rows read once a step);
 //  - moe_experts_gemm (prefill): a grouped GEMM over the tiles moe_group listed (kMoeGemmTileM slots of one
 //    expert), weight tiles decoded to f32 in shared memory (SIMT FMA: a correct first landing, not wgmma).
-// Epilogue Store writes the dot; SwiGlu writes silu(gate[s][r]) * dot (the up pass, gate the gate pass's output).
+// Epilogue Store writes the dot; SwiGlu writes silu(gate[s][r]) * dot (the up pass, gate the gate pass's output);
+// GateUp (matvec only) dots each row of `experts` (gate) and of `up_experts` in one launch and writes
+// silu(gate dot) * up dot: both passes of the SwiGLU input in one kernel, h written once.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,7 +24,7 @@ inline constexpr int kMoeGemmTileN = 32;   // weight rows per tile
 inline constexpr int kMoeGemmTileK = 128;  // columns per k-step: every decoder's chunks of a 128-aligned span
                                            // cover exactly that span (moe_gemm_tile.cuh)
 
-enum class MoeEpilogue { Store, SwiGlu };
+enum class MoeEpilogue { Store, SwiGlu, GateUp };
 
 // One expert's prepared weight (matmul/weight_layout.cuh): its data and, for the split layouts, the scales offset.
 struct MoeExpertWeight {
@@ -36,6 +38,7 @@ struct MoeExpertsParams {
   const float* a;                  // (.., cols) f32, rows 16-byte aligned: slot s reads row s / a_div
   int a_div;
   const float* gate;               // SwiGlu: (n_slots, rows) f32, else null; may alias out
+  const MoeExpertWeight* up_experts;  // GateUp: (E) the up projection's experts (same type and shape), else null
   float* out;                      // (n_slots, rows) f32, row = slot
   MoeEpilogue epilogue;
   // moe_group's lists (device)

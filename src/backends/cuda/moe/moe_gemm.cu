@@ -92,7 +92,7 @@ FERRY_UNROLL
 void moe_experts_gemm(DType type, const MoeExpertsParams& p, cudaStream_t stream) {
   if (p.max_groups == 0) return;
   FERRY_CUDA_REQUIRE(p.max_groups <= 65535 && p.rows > 0 && p.cols > 0 && p.a_div >= 1);
-  FERRY_CUDA_REQUIRE(p.epilogue == MoeEpilogue::Store || p.gate != nullptr);
+  FERRY_CUDA_REQUIRE(p.epilogue == MoeEpilogue::Store || (p.epilogue == MoeEpilogue::SwiGlu && p.gate != nullptr));
   const dim3 grid(grid_for(p.rows, kTileN), unsigned(p.max_groups));
   FERRY_CUDA_REQUIRE(visit_decoder(type, [&]<class D>() { launch_pdl(experts_gemm_kernel<D>, grid, dim3(kThreads), 0, stream, p); }));
 }

@@ -15,7 +15,8 @@ constexpr int kWarps = 8;
 template <class D>
 constexpr int kTokens = D::kVals >= 32 ? 4 : 8;
 
-template <class D>
+// kGateUp: the row of the up expert too (MoeEpilogue::GateUp), read after the gate row by the same warp.
+template <class D, bool kGateUp>
 __global__ void __launch_bounds__(kWarps * 32) experts_matvec_kernel(MoeExpertsParams p) {
   pdl_allow_dependents();
   pdl_wait();
@@ -40,11 +41,20 @@ FERRY_UNROLL
     }
     float acc[kTok];
     warp_dot_rows<D, kTok>(w, row, xrow, nb, acc);
+    if constexpr (kGateUp) {
+      const MoeExpertWeight uw = p.up_experts[e];
+      float up[kTok];
+      warp_dot_rows<D, kTok>(WeightView{uw.data, p.rows, p.cols, uw.scales}, row, xrow, nb, up);
 FERRY_UNROLL
-    for (int t = 0; t < kTok; ++t) {
-      if (t < nb && lane == t) {
-        const size_t o = size_t(slot[t]) * size_t(p.rows) + size_t(row);
-        p.out[o] = p.epilogue == MoeEpilogue::SwiGlu ? silu_mul(p.gate[o], acc[t]) : acc[t];
+      for (int t = 0; t < kTok; ++t)
+        if (t < nb && lane == t) p.out[size_t(slot[t]) * size_t(p.rows) + size_t(row)] = silu_mul(acc[t], up[t]);
+    } else {
+FERRY_UNROLL
+      for (int t = 0; t < kTok; ++t) {
+        if (t < nb && lane == t) {
+          const size_t o = size_t(slot[t]) * size_t(p.rows) + size_t(row);
+          p.out[o] = p.epilogue == MoeEpilogue::SwiGlu ? silu_mul(p.gate[o], acc[t]) : acc[t];
+        }
       }
     }
   }
@@ -56,9 +66,14 @@ void moe_experts_matvec(DType type, const MoeExpertsParams& p, cudaStream_t stre
   if (p.max_groups == 0) return;
   FERRY_CUDA_REQUIRE(p.max_groups <= 65535 && p.rows > 0 && p.cols % 4 == 0 && p.a_div >= 1);
   FERRY_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p.a) % 16 == 0);
-  FERRY_CUDA_REQUIRE(p.epilogue == MoeEpilogue::Store || p.gate != nullptr);
+  FERRY_CUDA_REQUIRE(p.epilogue != MoeEpilogue::SwiGlu || p.gate != nullptr);
+  FERRY_CUDA_REQUIRE(p.epilogue != MoeEpilogue::GateUp || p.up_experts != nullptr);
   const dim3 grid(grid_for(p.rows, kWarps), unsigned(p.max_groups));
-  FERRY_CUDA_REQUIRE(visit_decoder(type, [&]<class D>() { launch_pdl(experts_matvec_kernel<D>, grid, dim3(kWarps * 32), 0, stream, p); }));
+  const bool gate_up = p.epilogue == MoeEpilogue::GateUp;
+  FERRY_CUDA_REQUIRE(visit_decoder(type, [&]<class D>() {
+    launch_pdl(gate_up ? experts_matvec_kernel<D, true> : experts_matvec_kernel<D, false>, grid, dim3(kWarps * 32), 0,
+               stream, p);
+  }));
 }
 
 }  // namespace ferry::cuda_ops
