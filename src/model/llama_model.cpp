@@ -214,11 +214,12 @@ const float* LlamaModel::execute_step(const Batch& batch, bool host_logits) {
   // prompt graphs on, every other step too (the caller padded it to a few shapes: set_prompt_graphs).
   const bool decode = n == batch.n_seqs() &&
                       std::all_of(batch.q_len.begin(), batch.q_len.end(), [](int32_t q) { return q == 1; });
-  // Not with expert layers yet: Backend::moe_ffn's composition reads the routing on the host, which a graph
-  // cannot hold (no backend has a device-side MoE op so far).
+  // Expert layers only where the backend's moe_ffn needs no host synchronisation (Backend::moe_ffn's default
+  // composition reads the routing on the host, which a graph cannot hold; the CUDA backend's does not).
   const bool has_experts = std::any_of(weights_.layers.begin(), weights_.layers.end(),
                                        [](const LayerWeights& w) { return w.is_moe(); });
-  if (graphs_on_ && (decode || prompt_graphs_) && m > 0 && !observer_ && !has_experts &&
+  if (graphs_on_ && (decode || prompt_graphs_) && m > 0 && !observer_ &&
+      (!has_experts || backend_.captures_moe_ffn()) &&
       backend_.supports_step_graphs()) {
     const StepLayout L = layout_for(batch, pow2_at_least(std::max(1, batch.max_blocks_per_seq)));
     ensure_logits(size_t(m), true);

@@ -252,6 +252,8 @@ class Backend {
   // and swiglu per routed expert (its tokens gathered, each expert's weights read once), routing and the weighted
   // sum on the host (ops/moe_ffn.cpp): correct on any backend, not capturable in a step graph.
   virtual void moe_ffn(const MoeFfnArgs& a);
+  // Whether moe_ffn runs without host synchronisation (so a step graph can hold it). The default composition does not.
+  virtual bool captures_moe_ffn() const { return false; }
   // out: (m, cols) = x[rows[i]] for i < m; rows: (m) i32
   virtual void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows) = 0;
 

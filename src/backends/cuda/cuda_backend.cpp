@@ -29,6 +29,7 @@
 #include "backends/cuda/matmul/stream_quant.cuh"
 #include "backends/cuda/matmul/weight_layout.cuh"
 #include "backends/cuda/matmul/weight_repack.h"
+#include "backends/cuda/moe/moe_routing.cuh"  // kBadRouterLogit, kBadExpert
 #include "backends/cuda/sampling/sampling.cuh"
 #include "backends/cuda/sampling/token_feedback.cuh"
 #include "backends/cuda/step_graph.h"
@@ -306,6 +307,8 @@ void CudaBackend::check_device_errors() {
   if (bits & kBadTokenId) fail("token id {} out of range of the embedding table", value);
   if (bits & kBadSlot) fail("KV cache slot {} out of range", value);
   if (bits & kBadRow) fail("gather_rows: row {} out of range", value);
+  if (bits & kBadRouterLogit) fail("moe routing: a router logit of token {} is not finite", value);
+  if (bits & kBadExpert) fail("moe routing: expert id {} out of range", value);
   fail("attention: block table entry {} out of range of the KV cache", value);
 }
 

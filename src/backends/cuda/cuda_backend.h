@@ -19,6 +19,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "backends/cuda/comm/peer_all_reduce.h"
 #include "backends/cuda/matmul/plan.h"
@@ -139,6 +141,11 @@ class CudaBackend final : public Backend {
   // SwiGLU inside the matmul where the plan names a kernel for it (MatmulPlan::swiglu; gate_up left unwritten);
   // elsewhere matmul + swiglu_fused.
   void matmul_swiglu(const Tensor& out, const Tensor& gate_up, const Tensor& x, const Tensor& w_gate_up) override;
+  // The mixture-of-experts FFN on the device (cuda_backend_moe.cpp, kernels in moe/): router logits, softmax top-k
+  // and the grouping by expert on the GPU, then the routed experts' gate, up (SwiGLU) and down passes (matvec up to
+  // kMoeDecodeTokens tokens, grouped GEMM above) and the combine in slot order. No host synchronisation: capturable.
+  void moe_ffn(const MoeFfnArgs& a) override;
+  bool captures_moe_ffn() const override { return true; }
 
   // GPU sampling (sampling.cuh; Backend::sample): out (m) i32 on the device = one token per row of logits
   // (m, vocab) f32 on the device, drawn as sampling/sampler.cpp would for params[i] at positions[i] (the Philox
@@ -214,6 +221,15 @@ class CudaBackend final : public Backend {
   // The stamp slots of a streamed quantized matvec launch of `what` on weight w (kind "what type rowsxcols"); {} when
   // off.
   cuda_ops::PhaseStamps matvec_stamps(const char* what, const Tensor& w);
+  // moe_ffn's per-layer expert tables: (3, E) MoeExpertWeight (gate, up, down) in device memory, keyed by the first
+  // gate expert's data; `host` is what was uploaded (rebuilt when the weights behind a key change).
+  struct MoeTable {
+    std::vector<uint8_t> host;
+    DeviceBuffer device;
+  };
+  const MoeTable& moe_table(const MoeFfnArgs& a);
+  std::unordered_map<const void*, MoeTable> moe_tables_;
+  DeviceBuffer moe_scratch_;  // moe_ffn's logits, routes, grouping lists and the slots' hidden and output rows
 };
 
 }  // namespace ferry

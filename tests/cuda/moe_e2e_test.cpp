@@ -1,0 +1,188 @@
+// Mixture-of-experts models end to end on the GPU (CudaBackend::moe_ffn in every expert layer), on `ferry gen`'s
+// tiny-moe shape (Qwen3-MoE: 2 layers, dim 64, 8 experts of 64 hidden units, top-2), against the CPU reference
+// kernels (plain loops, f32 activations, exact dequantization):
+//  - teacher-forced logits of 40 tokens, the prompt in one step (the grouped GEMM, bf16 GEMMs for the dense parts)
+//    and one token a step (the expert matvec): mean KL <= 1e-3 (issue 24's bar for fast kernels) and cosine >= 0.999
+//    at every position. Looser than the dense CudaQuantLogits' 0.9999: the dense parts' bf16 / int8 activations can
+//    move a near-tie in a router's top-2 (one token, one layer), which changes that position by more than the
+//    arithmetic does; a wrong kernel misses both bounds by far;
+//  - greedy text: 32 tokens after an 8-token prompt (every step <= 16 tokens: f32 activations throughout), the
+//    same tokens as the CPU for f32 and bf16 weights;
+//  - the checked-in transformers fixtures tiny-qwen3moe and tiny-mixtral (issue 24 item 5, the CUDA half): teacher-
+//    forced logits with the prompt in one step and one token a step, mean KL <= 1e-3, cosine >= 0.999 and the same
+//    argmax at >= 99% of positions against transformers float32; and, every step <= 16 tokens (f32 activations),
+//    the 32-token greedy continuation of every prompt equal to transformers';
+//  - decode steps replayed from step graphs (expert layers are captured now) give the op-by-op logits to fp32
+//    noise (rel L2 <= 1e-6 per step), with replays actually happening.
+#ifdef FERRY_HAS_CUDA
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "engine/session.h"
+#include "ferry/engine.h"
+#include "ferry/tools.h"
+#include "fixtures/golden_logits.h"
+#include "kv/block_pool.h"
+#include "model/llama_model.h"
+#include "model/model_file.h"
+#include "model/weights.h"
+
+namespace ferry {
+namespace {
+
+constexpr size_t kVocab = 512;  // tiny-moe's
+
+std::string gen_tiny_moe(const std::string& type) {
+  const std::string path = ::testing::TempDir() + "ferry-tiny-moe-" + type + ".gguf";
+  gen_random_model({.path = path, .shape = "tiny-moe", .weight_type = type, .seed = 5, .n_threads = 0});
+  return path;
+}
+
+Engine make_engine(const std::string& path, const std::string& device, int step) {
+  EngineOptions o;
+  o.model_path = path;
+  o.device = device;
+  o.kernels = device == "cpu" ? KernelSet::Reference : KernelSet::Fast;
+  o.context = 256;
+  o.max_step_tokens = step;
+  return Engine(o);
+}
+
+class CudaMoeLogits : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaMoeLogits, MatchCpuReference) {
+  if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string path = gen_tiny_moe(GetParam());
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(int32_t((i * 7919 + 13) % 500));
+  const std::vector<float> want = make_engine(path, "cpu", 64).score(tokens);
+  for (const int step : {64, 1}) {
+    Engine engine = make_engine(path, "cuda", step);
+    EXPECT_EQ(engine.info().backend, "cuda");
+    const std::vector<float> got = engine.score(tokens);
+    ASSERT_EQ(got.size(), want.size());
+    test::LogitAgreement a;
+    for (size_t p = 0; p < tokens.size(); ++p) a.add(want.data() + p * kVocab, got.data() + p * kVocab, int(kVocab));
+    a.finish();
+    std::printf("tiny-moe %s cuda step %d vs cpu reference: %s\n", GetParam().c_str(), step, a.summary().c_str());
+    EXPECT_GE(a.min_cosine, 0.999) << GetParam() << " step " << step;
+    EXPECT_LE(a.mean_kl, 1e-3) << GetParam() << " step " << step;
+  }
+  std::remove(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaMoeLogits, ::testing::Values("f32", "bf16", "q8_0", "q4_0"));
+
+class CudaMoeGreedy : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaMoeGreedy, SameTextAsCpu) {
+  if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string path = gen_tiny_moe(GetParam());
+  const std::vector<int32_t> prompt = {1, 17, 42, 7, 99, 300, 5, 64};
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const auto run = [&](const std::string& device) {
+    Engine engine = make_engine(path, device, 16);
+    return engine.generate(prompt, greedy, 32, [](std::string_view, int32_t) { return true; }, false).tokens;
+  };
+  const std::vector<int32_t> want = run("cpu"), got = run("cuda");
+  ASSERT_EQ(want.size(), 32u);
+  EXPECT_EQ(got, want) << GetParam();
+  std::remove(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaMoeGreedy, ::testing::Values("f32", "bf16"));
+
+class CudaMoeFixtures : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaMoeFixtures, MatchTransformers) {
+  if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const auto g = test::load_golden_logits(GetParam());
+  if (!g) GTEST_SKIP() << "fixture not found";
+  for (const int step : {256, 1}) {
+    Engine engine = make_engine(g->model_path, "cuda", step);
+    const test::LogitAgreement a = test::compare_scores(*g, [&](const auto& p) { return engine.score(p); });
+    std::printf("%s cuda step %d vs transformers: %s\n", GetParam().c_str(), step, a.summary().c_str());
+    EXPECT_LE(a.mean_kl, 1e-3) << GetParam() << " step " << step;
+    EXPECT_GE(a.min_cosine, 0.999) << GetParam() << " step " << step;
+    EXPECT_GE(double(a.argmax_same), 0.99 * double(a.positions)) << GetParam() << " step " << step;
+  }
+  Engine engine = make_engine(g->model_path, "cuda", 16);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  for (size_t i = 0; i < g->prompts.size(); ++i) {
+    engine.reset();
+    const GenerateResult r = engine.generate(g->prompts[i], greedy, int(g->greedy[i].size()), nullptr, false);
+    EXPECT_EQ(r.tokens, g->greedy[i]) << GetParam() << ": greedy continuation of prompt " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaMoeFixtures, ::testing::Values("tiny-qwen3moe", "tiny-mixtral"));
+
+double rel_l2(std::span<const float> got, std::span<const float> ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += double(got[i] - ref[i]) * double(got[i] - ref[i]);
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(num / den);  // NaN in got: NaN, and the comparison fails
+}
+
+struct Runner {
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<BlockPool> pool;
+  std::unique_ptr<Session> session;
+};
+
+Runner make_runner(const ModelFile& f, Backend& backend, bool graphs) {
+  constexpr int32_t kContext = 64, kBlock = 4;
+  Runner r;
+  r.model = std::make_unique<LlamaModel>(f.config, load_weights(f.config, *f.weights, f.gguf_names, backend), backend,
+                                         KvCacheShape{kContext / kBlock, kBlock}, 16);
+  r.model->set_step_graphs(graphs);
+  r.pool = std::make_unique<BlockPool>(kContext / kBlock);
+  r.session = std::make_unique<Session>(*r.model, *r.pool, kContext);
+  return r;
+}
+
+TEST(CudaMoeStepGraph, ReplayMatchesOpByOp) {
+  if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string path = gen_tiny_moe("q8_0");
+  const ModelFile f = open_model(path);
+  CudaBackend backend;
+  Runner eager = make_runner(f, backend, false);
+  Runner graph = make_runner(f, backend, true);
+  const std::vector<int32_t> prompt = {1, 17, 42, 7, 99};
+  const std::span<const float> a0 = eager.session->set_history(prompt);
+  std::vector<float> a(a0.begin(), a0.end());
+  std::span<const float> b = graph.session->set_history(prompt);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_LE(rel_l2(b, a), 1e-6);
+  for (int step = 0; step < 24; ++step) {
+    const int32_t next = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
+    const std::span<const float> ea = eager.session->append(std::vector<int32_t>{next});
+    a.assign(ea.begin(), ea.end());
+    b = graph.session->append(std::vector<int32_t>{next});
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_LE(rel_l2(b, a), 1e-6) << "decode step " << step;
+  }
+  const auto& s = graph.model->graph_stats();
+  std::printf("tiny-moe graph model: %lld captures, %lld replays, %lld op-by-op steps\n", (long long)s.captures,
+              (long long)s.replays, (long long)s.eager);
+  EXPECT_GT(s.captures, 0);
+  EXPECT_GE(s.replays, 24 - s.captures);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace ferry
+
+#endif  // FERRY_HAS_CUDA
