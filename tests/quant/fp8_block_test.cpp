@@ -1,0 +1,94 @@
+// F8_E4M3_B128 (formats/quant.h): ferry's block of FP8 checkpoint weights, 128 e4m3 codes and one f32 scale.
+// dequantize_row must give exactly the f32 product e4m3(q) * d for every code (NaN codes give NaN);
+// quantize_row picks d = amax / 448 and the nearest code of x / d (ties to even, formats/fp8.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/check.h"
+#include "formats/fp8.h"
+#include "formats/quant.h"
+
+namespace ferry {
+namespace {
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(F8Block, TypeInfo) {
+  const DTypeInfo& info = dtype_info(DType::F8_E4M3_B128);
+  EXPECT_EQ(info.name, "f8_e4m3_b128");
+  EXPECT_EQ(info.block_elems, 128);
+  EXPECT_EQ(info.block_bytes, 132);
+  EXPECT_EQ(info.ggml_id, -1);  // internal: never read from or written to a GGUF file
+  EXPECT_TRUE(info.quantized);
+  EXPECT_EQ(dtype_from_name("F8_E4M3_B128"), DType::F8_E4M3_B128);
+  EXPECT_EQ(row_bytes(DType::F8_E4M3_B128, 512), 528u);
+  EXPECT_THROW(row_bytes(DType::F8_E4M3_B128, 200), Error);
+  EXPECT_TRUE(can_quantize(DType::F8_E4M3_B128));
+}
+
+// Every one of the 256 codes, under random scales: bit-identical to fp8_e4m3_to_f32(q) * d.
+TEST(F8Block, DequantizeIsTheF32ProductForEveryCode) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> scale(1e-6f, 3.0f);
+  std::vector<BlockF8E4M3B128> blocks(6);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    for (int i = 0; i < kF8Block; ++i) blocks[b].qs[i] = uint8_t((b % 2) * 128 + i);  // block pairs cover 0..255
+    blocks[b].d = b == 5 ? 1.0f : scale(rng);
+  }
+  std::vector<float> out(blocks.size() * kF8Block);
+  dequantize_row(DType::F8_E4M3_B128, blocks.data(), out.data(), int64_t(out.size()));
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    for (int i = 0; i < kF8Block; ++i) {
+      const float want = fp8_e4m3_to_f32(blocks[b].qs[i]) * blocks[b].d;
+      const float got = out[b * kF8Block + size_t(i)];
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << "code " << int(blocks[b].qs[i]);
+      } else {
+        EXPECT_EQ(bits(got), bits(want)) << "block " << b << " code " << int(blocks[b].qs[i]);
+      }
+    }
+  }
+  EXPECT_EQ(out[5 * kF8Block + 0x7E], -448.0f);  // block 5: codes 128..255, d = 1; code 0xFE is -448
+}
+
+TEST(F8Block, QuantizeUsesAmaxOver448AndNearestCodes) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n = 4 * kF8Block;
+  std::vector<float> x(size_t(n));
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = normal(rng) * (i / kF8Block == 2 ? 1e-3f : 1.0f);
+  for (int i = 0; i < kF8Block; ++i) x[size_t(3 * kF8Block + i)] = 0.0f;  // a block of zeros
+  std::vector<BlockF8E4M3B128> q(size_t(n / kF8Block));
+  quantize_row(DType::F8_E4M3_B128, x.data(), q.data(), n);
+  std::vector<float> back(size_t(n));
+  dequantize_row(DType::F8_E4M3_B128, q.data(), back.data(), n);
+  for (size_t b = 0; b < 3; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < kF8Block; ++i) amax = std::fmax(amax, std::fabs(x[b * kF8Block + size_t(i)]));
+    EXPECT_EQ(q[b].d, amax / 448.0f) << b;
+    for (int i = 0; i < kF8Block; ++i) {
+      const float v = x[b * kF8Block + size_t(i)];
+      EXPECT_EQ(q[b].qs[i], f32_to_fp8_e4m3(v / q[b].d)) << b << " " << i;
+      // e4m3 keeps 3 mantissa bits: within half a step (1/16 relative) of normals, 2^-10 d of subnormals
+      EXPECT_LE(std::fabs(back[b * kF8Block + size_t(i)] - v), std::fabs(v) / 16.0f + q[b].d / 1024.0f) << b << " " << i;
+    }
+    size_t at_max = 0;
+    for (int i = 0; i < kF8Block; ++i)
+      if (std::fabs(x[b * kF8Block + size_t(i)]) == amax) at_max = b * kF8Block + size_t(i);
+    EXPECT_EQ(std::fabs(back[at_max]), 448.0f * q[b].d) << "the block's largest value is code 0x7E times d";
+  }
+  EXPECT_EQ(q[3].d, 0.0f);
+  for (int i = 0; i < kF8Block; ++i) EXPECT_EQ(q[3].qs[i], 0);
+  for (int i = 0; i < kF8Block; ++i) EXPECT_EQ(back[3 * kF8Block + size_t(i)], 0.0f);
+}
+
+}  // namespace
+}  // namespace ferry
