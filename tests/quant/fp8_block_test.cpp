@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/quant_dot.h"
 #include "backends/cpu/simd.h"
 #include "core/check.h"
 #include "formats/fp8.h"
@@ -90,6 +91,29 @@ TEST(F8Block, QuantizeUsesAmaxOver448AndNearestCodes) {
   EXPECT_EQ(q[3].d, 0.0f);
   for (int i = 0; i < kF8Block; ++i) EXPECT_EQ(q[3].qs[i], 0);
   for (int i = 0; i < kF8Block; ++i) EXPECT_EQ(back[3 * kF8Block + size_t(i)], 0.0f);
+}
+
+// The fast dot kernels decode every code exactly: against a unit vector e_i a row's dot is its value i (every other
+// product is +-0), for every code but the two NaNs (which would make every dot NaN: they are zeros here) under two
+// scales, at every SIMD level.
+TEST(F8Block, FastDotDecodesEveryCodeExactly) {
+  BlockF8E4M3B128 row[2];
+  for (int i = 0; i < kF8Block; ++i) row[0].qs[i] = uint8_t(i), row[1].qs[i] = uint8_t(128 + i);
+  row[0].qs[0x7F] = row[1].qs[0x7F] = 0;
+  row[0].d = 0.013f;
+  row[1].d = 3.7e-3f;
+  std::vector<float> want(2 * kF8Block);
+  dequantize_row(DType::F8_E4M3_B128, row, want.data(), 2 * kF8Block);
+  for (SimdLevel level : supported_simd_levels()) {
+    const DotKernels k = select_dot_kernels(level);
+    for (int i = 0; i < 2 * kF8Block; ++i) {
+      std::vector<float> x(2 * kF8Block, 0.0f);
+      x[size_t(i)] = 1.0f;
+      float got = 0.0f;
+      dot_rows(k, DType::F8_E4M3_B128, 2 * kF8Block, row, x.data(), 0, 1, &got);
+      EXPECT_EQ(got, want[size_t(i)]) << simd_level_name(level) << " code " << int(row[i / kF8Block].qs[i % kF8Block]);
+    }
+  }
 }
 
 // CpuBackend::matmul on F8_E4M3_B128 weights: the fast kernels (every SIMD level, rows split over 3 threads)

@@ -71,22 +71,20 @@ __attribute__((target(FERRY_X86_TARGET))) void float_dot(int64_t n, const void* 
   }
 }
 
-// 8 e4m3 codes -> their 8 f32 values, exactly (formats/fp8.h): a normal code's exponent and mantissa shifted into
-// f32 position with the bias moved from 7 to 127; a subnormal (exponent 0) is mantissa * 2^-9, made by a
-// conversion (no f32 denormals, so a DAZ mode cannot zero it); S.1111.111 is NaN.
-FERRY_X86_FN __m256 e4m3x8_to_f32(const uint8_t* p) {
-  const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  const __m256i mag = _mm256_and_si256(q, _mm256_set1_epi32(0x7F));
-  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
-  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(1.0f / 512.0f));
-  const __m256 is_sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
-  __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub, is_sub);
-  v = _mm256_or_ps(v, _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F))));  // NaN: all ones
-  return _mm256_or_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(q, _mm256_set1_epi32(0x80)), 24)));
+// 16 e4m3 codes -> their f16 bit patterns / 256, exactly: S.EEEE.MMM becomes S.0EEEE.MMM0000000, an f16 of the
+// same sign, exponent field and mantissa, whose value is the e4m3 value times 2^-8 (bias 15 instead of 7;
+// subnormals alike: both formats' exponent-0 values are mantissa-scaled, f16 holds them as subnormals, which F16C
+// converts exactly). The NaN codes S.1111.111 become an f16 NaN.
+FERRY_X86_FN __m256i e4m3x16_to_f16_over_256(const uint8_t* p) {
+  const __m256i q = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i mag = _mm256_and_si256(q, _mm256_set1_epi16(0x7F));
+  const __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), _mm256_slli_epi16(_mm256_and_si256(q, _mm256_set1_epi16(0x80)), 8));
+  const __m256i nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F));
+  return _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00)));
 }
 
-// F8_E4M3_B128 weights x NX rows of f32 activations: per block, w = e4m3(q) * d (dequantize_row's f32 product),
-// FMA'd into two accumulators per row.
+// F8_E4M3_B128 weights x NX rows of f32 activations: per block, w = (e4m3(q) / 256) * (256 d), which is exactly
+// e4m3(q) * d (dequantize_row's f32 product: scaling by a power of two is exact; d below 2^119), FMA'd into two accumulators per row.
 template <int NX>
 FERRY_X86_FN void f8_rows(int64_t n, const BlockF8E4M3B128* w, const float* const* x, float* out) {
   __m256 acc0[NX], acc1[NX];
@@ -95,11 +93,12 @@ FERRY_X86_FN void f8_rows(int64_t n, const BlockF8E4M3B128* w, const float* cons
   for (int64_t b = 0; b < nb; ++b) {
     float dv;
     std::memcpy(&dv, &w[b].d, 4);
-    const __m256 d = _mm256_set1_ps(dv);
+    const __m256 d = _mm256_set1_ps(dv * 256.0f);
     const int64_t base = b * kF8Block;
     for (int i = 0; i < kF8Block; i += 16) {
-      const __m256 w0 = _mm256_mul_ps(e4m3x8_to_f32(w[b].qs + i), d);
-      const __m256 w1 = _mm256_mul_ps(e4m3x8_to_f32(w[b].qs + i + 8), d);
+      const __m256i h = e4m3x16_to_f16_over_256(w[b].qs + i);
+      const __m256 w0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), d);
+      const __m256 w1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), d);
       for (int r = 0; r < NX; ++r) {
         acc0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[r] + base + i), acc0[r]);
         acc1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[r] + base + i + 8), acc1[r]);
