@@ -10,7 +10,7 @@
 namespace ferry {
 namespace {
 
-constexpr std::array<DTypeInfo, 22> kInfos = {{
+constexpr std::array<DTypeInfo, 23> kInfos = {{
     {"f32", 1, 4, 0, false},
     {"f16", 1, 2, 1, false},
     {"bf16", 1, 2, 30, false},
@@ -33,6 +33,7 @@ constexpr std::array<DTypeInfo, 22> kInfos = {{
     {"f64", 1, 8, 28, false},
     {"q8_0g4", 32, 64, -1, true},
     {"q8_1g4", 32, 68, -1, true},
+    {"f8_e4m3_b128", 128, 132, -1, true},
 }};
 
 }  // namespace

@@ -16,6 +16,9 @@ enum class DType : uint8_t {
   I8, I16, I32, I64, F64,
   // Internal activation formats of the CPU dot kernels (not GGUF file types; ggml_id -1):
   Q8_0G4, Q8_1G4,
+  // FP8 checkpoint weights kept as stored (not a GGUF file type; ggml_id -1): a block = 128 e4m3 codes then one
+  // f32 scale (formats/quant.h BlockF8E4M3B128), value = e4m3(q) * scale.
+  F8_E4M3_B128,
 };
 
 struct DTypeInfo {

@@ -48,6 +48,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q8_K: return dequantize_q8_k(static_cast<const BlockQ8_K*>(src), dst, nb);
     case DType::Q8_0G4: return dequantize_q8_0g4(static_cast<const BlockQ8_0G4*>(src), dst, nb);
     case DType::Q8_1G4: return dequantize_q8_1g4(static_cast<const BlockQ8_1G4*>(src), dst, nb);
+    case DType::F8_E4M3_B128: return dequantize_f8_e4m3_b128(static_cast<const BlockF8E4M3B128*>(src), dst, nb);
     default: fail("cannot dequantize values of type {}", dtype_name(t));
   }
 }
@@ -58,7 +59,7 @@ bool can_quantize(DType t) {
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
     case DType::Q8_0: case DType::Q8_1: case DType::Q8_K:
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
-    case DType::Q8_0G4: case DType::Q8_1G4:
+    case DType::Q8_0G4: case DType::Q8_1G4: case DType::F8_E4M3_B128:
       return true;
     default:
       return false;
@@ -97,6 +98,7 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q8_K: return quantize_q8_k(src, static_cast<BlockQ8_K*>(dst), nb);
     case DType::Q8_0G4: return quantize_q8_0g4(src, static_cast<BlockQ8_0G4*>(dst), nb);
     case DType::Q8_1G4: return quantize_q8_1g4(src, static_cast<BlockQ8_1G4*>(dst), nb);
+    case DType::F8_E4M3_B128: return quantize_f8_e4m3_b128(src, static_cast<BlockF8E4M3B128*>(dst), nb);
     default: fail("cannot quantize to type {}", dtype_name(t));
   }
 }

@@ -118,6 +118,21 @@ struct BlockQ8_1G4 {
   float s;
 };
 
+// ferry's block of FP8 checkpoint weights (F8_E4M3_B128; not a GGUF type): value i = e4m3(qs[i]) * d, e4m3 as
+// formats/fp8.h decodes it, the product in f32 (what torch computes for weight.to(float32) * scale). Every FP8
+// checkpoint layout maps onto it exactly (model/fp8_weights.h): per-channel (every block of row r carries scale[r]),
+// block-wise with 128-multiple column blocks (block (r, c / 128) carries scale_inv[r / br][c / bc]), per-tensor (every
+// block the one scale). Why 128 codes then the scale: 128 is the checkpoints' block width (DeepSeek-V3, Qwen3-FP8),
+// so no checkpoint scale is ever split or repeated within a block; the codes first keep them at a 4-byte-aligned
+// offset of every block (132 = 33 x 4, the scale too), and the CUDA layout splits codes from scales anyway
+// (backends/cuda/matmul/weight_layout.cuh). 1.03 bytes a weight.
+inline constexpr int kF8Block = 128;  // values per F8_E4M3_B128 block
+struct BlockF8E4M3B128 {
+  uint8_t qs[kF8Block];  // e4m3 codes
+  float d;               // the block's scale
+};
+
+static_assert(sizeof(BlockF8E4M3B128) == 132);
 static_assert(sizeof(BlockQ8_0G4) == 64);
 static_assert(sizeof(BlockQ8_1G4) == 68);
 static_assert(sizeof(BlockQ4_0) == 18);
@@ -134,12 +149,13 @@ static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 
 // src: n values of type t (n / block_elems blocks); dst: n floats. Supports F32, F16, BF16 and all the
-// block formats above (the G4 activation formats included). Throws ferry::Error if n is negative or not a whole number of blocks.
+// block formats above (the G4 activation formats and F8_E4M3_B128 included). Throws ferry::Error if n is negative or not a whole number of blocks.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
 // src: n floats; dst: row_bytes(t, n) bytes. Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
 // Q8_K, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0G4, Q8_1G4 (per group of 4: scale amax / 127, q = round-half-even(x / scale);
-// a group of zeros gets scale 0). Throws ferry::Error for other types or a partial block.
+// a group of zeros gets scale 0), F8_E4M3_B128 (per block: d = amax / 448, q = the nearest e4m3 code of x / d, ties
+// to even; a block of zeros gets d = 0 and codes 0). Throws ferry::Error for other types or a partial block.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
 // Whether quantize_row supports t.

@@ -23,6 +23,7 @@ void dequantize_q6_k(const BlockQ6_K* src, float* dst, int64_t n_blocks);
 void dequantize_q8_k(const BlockQ8_K* src, float* dst, int64_t n_blocks);
 void dequantize_q8_0g4(const BlockQ8_0G4* src, float* dst, int64_t n_blocks);
 void dequantize_q8_1g4(const BlockQ8_1G4* src, float* dst, int64_t n_blocks);
+void dequantize_f8_e4m3_b128(const BlockF8E4M3B128* src, float* dst, int64_t n_blocks);
 
 void quantize_q4_0(const float* src, BlockQ4_0* dst, int64_t n_blocks);
 void quantize_q4_1(const float* src, BlockQ4_1* dst, int64_t n_blocks);
@@ -38,6 +39,7 @@ void quantize_q6_k(const float* src, BlockQ6_K* dst, int64_t n_blocks);
 void quantize_q8_k(const float* src, BlockQ8_K* dst, int64_t n_blocks);
 void quantize_q8_0g4(const float* src, BlockQ8_0G4* dst, int64_t n_blocks);
 void quantize_q8_1g4(const float* src, BlockQ8_1G4* dst, int64_t n_blocks);
+void quantize_f8_e4m3_b128(const float* src, BlockF8E4M3B128* dst, int64_t n_blocks);
 
 // ggml's nearest_int: round half to even through the float magic number; valid for |x| <= 2^22.
 inline int nearest_int(float x) {

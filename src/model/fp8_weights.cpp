@@ -105,7 +105,28 @@ bool is_fp8_side_tensor(const std::string& name) {
   return ends_with(name, "weight_scale_inv") || ends_with(name, "weight_scale") || ends_with(name, "input_scale");
 }
 
-std::vector<float> dequantize_fp8_weight(const SafetensorsModel& st, const std::string& name, const Fp8Scheme& s) {
+namespace {
+
+// An FP8 weight checked against its scale: the codes (rows, cols) row-major and the scales as f32 in the layout's
+// shape (scale_cols columns for block-wise).
+struct CheckedFp8 {
+  const uint8_t* codes = nullptr;
+  int64_t rows = 0, cols = 0;
+  std::vector<float> scale;
+  int64_t scale_cols = 1;
+
+  // The scale of value (r, c).
+  float at(const Fp8Scheme& s, int64_t r, int64_t c) const {
+    switch (s.layout) {
+      case Fp8Layout::BlockWise: return scale[size_t((r / s.block_rows) * scale_cols + c / s.block_cols)];
+      case Fp8Layout::PerChannel: return scale[size_t(r)];
+      case Fp8Layout::PerTensor: return scale[0];
+    }
+    return 1.0f;
+  }
+};
+
+CheckedFp8 check_fp8_weight(const SafetensorsModel& st, const std::string& name, const Fp8Scheme& s) {
   const SafetensorsTensor* w = st.entry(name);
   FERRY_CHECK(w != nullptr, "model folder '{}' has no tensor '{}'", st.dir(), name);
   FERRY_CHECK(w->file_dtype == "F8_E4M3", "model folder '{}': tensor '{}' is {}, not F8_E4M3", st.dir(), name,
@@ -143,25 +164,48 @@ std::vector<float> dequantize_fp8_weight(const SafetensorsModel& st, const std::
               s.layout == Fp8Layout::PerTensor ? std::string("one value")
                                                : "(" + std::to_string(want_rows) + ", " + std::to_string(want_cols) + ")",
               fp8_layout_name(s.layout), rows, cols);
+  CheckedFp8 out;
+  out.codes = w->data;
+  out.rows = rows, out.cols = cols, out.scale_cols = want_cols;
   // scales as f32 (the bytes may be unaligned: dequantize_row reads them through a copy)
   std::vector<uint8_t> raw(sc->nbytes);
   if (!raw.empty()) std::memcpy(raw.data(), sc->data, raw.size());
-  std::vector<float> scale(static_cast<size_t>(numel));
-  dequantize_row(sc->dtype, raw.data(), scale.data(), numel);
+  out.scale.resize(static_cast<size_t>(numel));
+  dequantize_row(sc->dtype, raw.data(), out.scale.data(), numel);
+  return out;
+}
 
+}  // namespace
+
+std::vector<float> dequantize_fp8_weight(const SafetensorsModel& st, const std::string& name, const Fp8Scheme& s) {
+  const CheckedFp8 w = check_fp8_weight(st, name, s);
   const std::array<float, 256> lut = fp8_e4m3_table();
-  std::vector<float> out(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* q = w->data + size_t(r) * size_t(cols);
-    float* y = out.data() + size_t(r) * size_t(cols);
-    for (int64_t c = 0; c < cols; ++c) {
-      float f = 1.0f;
-      switch (s.layout) {
-        case Fp8Layout::BlockWise: f = scale[size_t((r / s.block_rows) * want_cols + c / s.block_cols)]; break;
-        case Fp8Layout::PerChannel: f = scale[size_t(r)]; break;
-        case Fp8Layout::PerTensor: f = scale[0]; break;
-      }
-      y[c] = lut[q[c]] * f;
+  std::vector<float> out(static_cast<size_t>(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const uint8_t* q = w.codes + size_t(r) * size_t(w.cols);
+    float* y = out.data() + size_t(r) * size_t(w.cols);
+    for (int64_t c = 0; c < w.cols; ++c) y[c] = lut[q[c]] * w.at(s, r, c);
+  }
+  return out;
+}
+
+bool fp8_maps_to_blocks(const Fp8Scheme& s, int64_t cols) {
+  return cols > 0 && cols % kF8Block == 0 && (s.layout != Fp8Layout::BlockWise || s.block_cols % kF8Block == 0);
+}
+
+std::vector<uint8_t> fp8_weight_blocks(const SafetensorsModel& st, const std::string& name, const Fp8Scheme& s) {
+  const CheckedFp8 w = check_fp8_weight(st, name, s);
+  FERRY_CHECK(fp8_maps_to_blocks(s, w.cols),
+              "model folder '{}': FP8 weight '{}' of {} columns ({} FP8) does not split into 128-value blocks of one "
+              "scale each", st.dir(), name, w.cols, fp8_layout_name(s.layout));
+  const int64_t nb = w.cols / kF8Block;
+  std::vector<uint8_t> out(size_t(w.rows) * size_t(nb) * sizeof(BlockF8E4M3B128));
+  auto* blocks = reinterpret_cast<BlockF8E4M3B128*>(out.data());
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      BlockF8E4M3B128& blk = blocks[r * nb + b];
+      std::memcpy(blk.qs, w.codes + size_t(r) * size_t(w.cols) + size_t(b) * kF8Block, kF8Block);
+      blk.d = w.at(s, r, b * kF8Block);  // one scale for the whole block (fp8_maps_to_blocks)
     }
   }
   return out;

@@ -1,6 +1,10 @@
-// FP8 checkpoints (Hugging Face safetensors with F8_E4M3 weights) on the CPU reference path: every FP8 weight is
-// dequantized once at load to f32 (e4m3 decoded bit-exactly, formats/fp8.h, times its scale in f32: the value
-// torch computes for weight.to(float32) * scale), and the scale tensors are consumed. The three layouts in use:
+// FP8 checkpoints (Hugging Face safetensors with F8_E4M3 weights). At load every FP8 weight becomes a tensor of
+// ferry's F8_E4M3_B128 blocks (formats/quant.h: 128 e4m3 codes as stored + the f32 scale of those 128 values; 1.03
+// bytes a weight on every backend), its scale tensor consumed; a value is e4m3 decoded bit-exactly (formats/fp8.h)
+// times its scale in f32, the value torch computes for weight.to(float32) * scale. A weight whose rows do not split
+// into 128-value blocks of one scale each (columns not a multiple of 128, or block-wise scales over column blocks
+// that are not a multiple of 128 wide) is dequantized to f32 instead (the same values, 4 bytes a weight; the
+// "fp8" fact of the model file says how many). The three layouts in use:
 //  - block-wise: config.json quantization_config {quant_method: "fp8", weight_block_size: [br, bc]} (DeepSeek-V3,
 //    Qwen3-FP8); W (rows, cols) F8_E4M3 and W_scale_inv (ceil(rows/br), ceil(cols/bc)): w[r][c] = W[r][c] *
 //    scale_inv[r/br][c/bc];
@@ -15,6 +19,7 @@
 // without a quantization_config, another quantization method) is a ferry::Error naming the tensor.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -42,5 +47,13 @@ bool is_fp8_side_tensor(const std::string& name);
 
 // The f32 values of the F8_E4M3 weight `name` ((rows, cols), row-major) with its scale, checked as above.
 std::vector<float> dequantize_fp8_weight(const SafetensorsModel& st, const std::string& name, const Fp8Scheme& scheme);
+
+// Whether a weight of `cols` columns under `scheme` maps exactly onto F8_E4M3_B128 blocks (one scale per block).
+bool fp8_maps_to_blocks(const Fp8Scheme& scheme, int64_t cols);
+
+// The F8_E4M3_B128 bytes of the F8_E4M3 weight `name` (rows, cols): (rows, cols / 128) blocks, row-major; the codes
+// as stored, each block's scale from the layout. Checked as dequantize_fp8_weight; ferry::Error when
+// !fp8_maps_to_blocks(scheme, cols).
+std::vector<uint8_t> fp8_weight_blocks(const SafetensorsModel& st, const std::string& name, const Fp8Scheme& scheme);
 
 }  // namespace ferry

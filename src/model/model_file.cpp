@@ -1,5 +1,6 @@
 #include "model/model_file.h"
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -20,11 +21,13 @@ class FileWeights final : public WeightSource {
  public:
   FileWeights(Owner owner, std::string name) : owner_(std::move(owner)), name_(std::move(name)) {}
   void add(const std::string& tensor, const Tensor& view) { views_[tensor] = view; }
-  // A (rows, cols) f32 tensor the source owns (an FP8 weight dequantized at load).
-  void add_owned(const std::string& tensor, std::vector<float> values, int64_t rows, int64_t cols) {
-    std::vector<float>& v = owned_[tensor] = std::move(values);
+  // A (rows, cols) tensor of type `dtype` the source owns (an FP8 weight converted at load): `bytes` holds
+  // row_bytes(dtype, cols) per row.
+  void add_owned(const std::string& tensor, DType dtype, std::vector<uint8_t> bytes, int64_t rows, int64_t cols) {
+    FERRY_ASSERT(bytes.size() == size_t(rows) * row_bytes(dtype, cols));
+    std::vector<uint8_t>& v = owned_[tensor] = std::move(bytes);
     Tensor t;
-    t.dtype = DType::F32;
+    t.dtype = dtype;
     t.n_dims = 2;
     t.shape = {rows, cols};
     t.data = v.data();
@@ -41,7 +44,7 @@ class FileWeights final : public WeightSource {
   Owner owner_;
   std::string name_;
   std::map<std::string, Tensor> views_;
-  std::map<std::string, std::vector<float>> owned_;  // (rows, cols) f32 each, behind views_ entries
+  std::map<std::string, std::vector<uint8_t>> owned_;  // (rows, cols) of the view's type each, behind views_ entries
 };
 
 std::string value_summary(const GgufValue& v) {
@@ -82,15 +85,26 @@ ModelFile open_hf_folder(const std::string& dir) {
   m.format = ModelFormat::Safetensors;
   auto weights = std::make_unique<FileWeights<SafetensorsModel>>(SafetensorsModel::open(dir), dir);
   const SafetensorsModel& st = weights->owner();
-  // FP8 checkpoints: F8_E4M3 weights dequantized to f32 with their scales (model/fp8_weights.h), the scales consumed.
+  // FP8 checkpoints: F8_E4M3 weights become F8_E4M3_B128 blocks with their scales folded in, or f32 where the
+  // columns do not split into 128-value blocks of one scale (model/fp8_weights.h); the scales are consumed.
   const std::optional<Fp8Scheme> fp8 = fp8_scheme(st.config());
   std::vector<std::string> names;
+  int n_fp8_blocks = 0, n_fp8_f32 = 0;
   for (const std::string& name : st.names()) {
     const SafetensorsTensor* e = st.entry(name);
     if (e->file_dtype == "F8_E4M3") {
       FERRY_CHECK(fp8.has_value(), "model folder '{}': tensor '{}' is F8_E4M3 but config.json declares no "
                   "quantization_config", dir, name);
-      weights->add_owned(name, dequantize_fp8_weight(st, name, *fp8), e->shape[0], e->shape[1]);
+      if (e->n_dims == 2 && fp8_maps_to_blocks(*fp8, e->shape[1])) {
+        weights->add_owned(name, DType::F8_E4M3_B128, fp8_weight_blocks(st, name, *fp8), e->shape[0], e->shape[1]);
+        ++n_fp8_blocks;
+      } else {
+        std::vector<float> values = dequantize_fp8_weight(st, name, *fp8);  // checks the shape
+        std::vector<uint8_t> bytes(values.size() * sizeof(float));
+        std::memcpy(bytes.data(), values.data(), bytes.size());
+        weights->add_owned(name, DType::F32, std::move(bytes), e->shape[0], e->shape[1]);
+        ++n_fp8_f32;
+      }
     } else if (fp8 && is_fp8_side_tensor(name)) {
       continue;  // a scale, read with its weight
     } else {
@@ -106,8 +120,9 @@ ModelFile open_hf_folder(const std::string& dir) {
   if (fp8) {
     const std::string blocks =
         fp8->layout == Fp8Layout::BlockWise ? fmt::format(" {}x{}", fp8->block_rows, fp8->block_cols) : "";
-    m.facts.emplace_back("fp8", fmt::format("{}{} e4m3 weights, dequantized to f32 at load", fp8_layout_name(fp8->layout),
-                                            blocks));
+    m.facts.emplace_back("fp8", fmt::format("{}{} e4m3 weights: {} kept as f8_e4m3_b128, {} dequantized to f32 "
+                                            "(columns not in 128-value blocks of one scale)",
+                                            fp8_layout_name(fp8->layout), blocks, n_fp8_blocks, n_fp8_f32));
   }
   m.weights = std::move(weights);
   return m;

@@ -14,6 +14,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -89,6 +91,62 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaQuantLogits,
 INSTANTIATE_TEST_SUITE_P(Streamed, CudaQuantLogits,
                          ::testing::Combine(::testing::Values("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0"),
                                             ::testing::Values("llama3-small")));
+
+// FP8 checkpoints kept as FP8 on the GPU (F8_E4M3_B128, weight_layout.cuh): a `ferry gen` FP8 folder of the
+// llama3-micro shape in each checkpoint layout gives the CPU reference's logits (the same bounds as
+// CudaQuantLogits: the values are the file's exactly; the GEMM paths round activations to bf16), no weight is
+// widened to f32, and the weights on the GPU take at most 1.05 x the folder's safetensors bytes (FP8 codes, their
+// scales, the bf16 embedding and output matrices; the blocks add 4 bytes of scale per 128 weights).
+class CudaFp8Logits : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaFp8Logits, MatchCpuReferenceAndStayFp8) {
+  if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = ::testing::TempDir() + "ferry-micro-" + GetParam();
+  std::filesystem::remove_all(dir);
+  gen_random_model({.path = dir, .shape = "llama3-micro", .weight_type = GetParam(), .seed = 7, .n_threads = 0});
+  size_t file_bytes = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") file_bytes += size_t(e.file_size());
+  constexpr size_t kVocab = 4096;
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(int32_t((i * 7919 + 13) % 4000));
+  const auto open = [&](const std::string& device, int step) {
+    EngineOptions o;
+    o.model_path = dir;
+    o.device = device;
+    o.kernels = device == "cpu" ? KernelSet::Reference : KernelSet::Fast;
+    o.context = 64;
+    o.max_step_tokens = step;
+    return std::make_unique<Engine>(o);
+  };
+  const std::vector<float> want = open("cpu", 64)->score(tokens);
+  for (const int step : {64, 1}) {  // the prompt in one step (GEMM / skinny paths), and one token a step (matvecs)
+    const std::unique_ptr<Engine> engine = open("cuda", step);
+    size_t gpu_bytes = 0;
+    bool fp8_kept = false;
+    for (const auto& [key, value] : engine->info().facts) {
+      EXPECT_NE(key, "cuda.widened_weights") << value;
+      if (key == "cuda.weight_bytes") gpu_bytes = size_t(std::stoull(value));
+      if (key == "fp8") fp8_kept = value.find(" 0 dequantized to f32") != std::string::npos;
+    }
+    EXPECT_TRUE(fp8_kept) << GetParam();
+    EXPECT_GT(gpu_bytes, 0u);
+    EXPECT_LE(double(gpu_bytes), 1.05 * double(file_bytes)) << GetParam() << ": " << gpu_bytes << " bytes on the GPU";
+    std::printf("%s: %zu weight bytes on the GPU, %zu in the folder's safetensors (%.3fx)\n", GetParam().c_str(),
+                gpu_bytes, file_bytes, double(gpu_bytes) / double(file_bytes));
+    const std::vector<float> got = engine->score(tokens);
+    ASSERT_EQ(got.size(), want.size());
+    test::LogitAgreement a;
+    for (size_t p = 0; p < tokens.size(); ++p) a.add(want.data() + p * kVocab, got.data() + p * kVocab, int(kVocab));
+    a.finish();
+    std::printf("%s cuda step %d vs cpu reference: %s\n", GetParam().c_str(), step, a.summary().c_str());
+    EXPECT_GE(a.min_cosine, 0.9999) << GetParam() << " step " << step;
+    EXPECT_LE(a.max_rel_l2, 1e-2) << GetParam() << " step " << step;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaFp8Logits, ::testing::Values("fp8", "fp8-block", "fp8-tensor"));
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaLogits,
                          ::testing::Combine(::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2"),

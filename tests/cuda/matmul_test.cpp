@@ -59,14 +59,14 @@ class CudaMatmul : public CudaOpsTest {
 
 TEST_F(CudaMatmul, EveryWeightTypeAndTokenCount) {
   for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K,
-                        DType::Q6_K, DType::Q5_0, DType::Q5_1, DType::Q5_K}) {
+                        DType::Q6_K, DType::Q5_0, DType::Q5_1, DType::Q5_K, DType::F8_E4M3_B128}) {
     for (const int64_t n : {1, 3, 16, 100}) check({t, n, 96, 512, false});
   }
 }
 
 TEST_F(CudaMatmul, ShapesThatExerciseTheUnrollTailAndBias) {
   // 2304 = 72 blocks of 32: a lane's last unrolled chunks fall off the row; 4096 x 1000 a Llama-like row.
-  for (const DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_1, DType::BF16, DType::Q4_K}) {
+  for (const DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_1, DType::BF16, DType::Q4_K, DType::F8_E4M3_B128}) {
     check({t, 1, 200, 2304, true});
     check({t, 9, 1000, 4096, false});
     check({t, 17, 130, 2304, true});

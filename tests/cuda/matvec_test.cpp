@@ -230,7 +230,7 @@ TEST(MatmulPlan, KernelByTokenCount) {  // host only
 
 TEST_F(CudaMatvec, EveryTypeEveryTokenCount) {
   for (const DType t : {DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128}) {
     for (int64_t n = 1; n <= 16; ++n) {
       const double err = run(t, n, 70, 768, n % 3 == 0, 1000 + uint32_t(n));
       EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n;
@@ -246,7 +246,7 @@ TEST_F(CudaMatvec, OddShapesAndTiles) {
   // 1024-value tiles, the last one partial.
   for (const Shape s : {Shape{33, 2304}, Shape{1, 256}, Shape{257, 16640}, Shape{19, 4352}}) {
     for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K,
-                          DType::Q6_K}) {
+                          DType::Q6_K, DType::F8_E4M3_B128}) {
       for (const int64_t n : {1, 5, 16}) {
         const double err = run(t, n, s.n_out, s.n_in, true, 7 + uint32_t(n));
         EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n << " " << s.n_out << "x" << s.n_in;

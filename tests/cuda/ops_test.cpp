@@ -4,6 +4,7 @@
 #ifdef FERRY_HAS_CUDA
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "cuda_test_util.h"
@@ -136,7 +137,7 @@ TEST_F(CudaOps, EmbeddingEveryTableType) {
   std::vector<int32_t> ids = {0, 299, 17, 17, 128, 5, 250};
   const int64_t n = int64_t(ids.size());
   for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K,
-                        DType::Q6_K, DType::Q5_0}) {
+                        DType::Q6_K, DType::Q5_0, DType::F8_E4M3_B128}) {
     std::vector<uint8_t> table = make_weight(t, vocab, dim, 10 + uint32_t(t));
     const Tensor ht = Tensor::make(t, {vocab, dim}, table.data());
     std::vector<float> ref(size_t(n * dim));
@@ -145,6 +146,36 @@ TEST_F(CudaOps, EmbeddingEveryTableType) {
     const Tensor out = poisoned({n, dim});
     gpu_->embedding(out, gt, upload(DType::I32, {n}, ids));
     EXPECT_LE(rel_l2(download(out), ref), 1e-6) << dtype_name(t);
+  }
+}
+
+// F8_E4M3_B128 rows hold every e4m3 code but the NaNs (normals, subnormals, both zeros) under f32 scales of
+// several magnitudes: the GPU's decode (f16x2 conversion, then the f32 product) gives the CPU's values bit for bit.
+TEST_F(CudaOps, Fp8EmbeddingIsExactForEveryCode) {
+  const int64_t vocab = 8, dim = 512;  // 4 blocks a row
+  std::vector<BlockF8E4M3B128> blocks(size_t(vocab * dim / kF8Block));
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    for (int i = 0; i < kF8Block; ++i) {
+      const int code = int((b * 131 + size_t(i) * 2 + b % 2) % 256);
+      blocks[b].qs[i] = uint8_t((code & 0x7F) == 0x7F ? code - 1 : code);
+    }
+    blocks[b].d = std::ldexp(1.0f + 0.37f * float(b % 5), int(b % 9) * 6 - 30);
+  }
+  const Tensor ht = Tensor::make(DType::F8_E4M3_B128, {vocab, dim}, blocks.data());
+  std::vector<int32_t> ids = {0, 1, 2, 3, 4, 5, 6, 7, 3};
+  const int64_t n = int64_t(ids.size());
+  std::vector<float> ref(size_t(n * dim));
+  cpu_.embedding(host(DType::F32, {n, dim}, ref), ht, host(DType::I32, {n}, ids));
+  const Tensor gt = gpu_->prepare_weight(ht, keep_);
+  const Tensor out = poisoned({n, dim});
+  gpu_->embedding(out, gt, upload(DType::I32, {n}, ids));
+  const std::vector<float> got = download(out);
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &got[i], 4);
+    std::memcpy(&b, &ref[i], 4);
+    ASSERT_EQ(a, b) << "value " << i << ": " << got[i] << " vs " << ref[i];
   }
 }
 

@@ -33,7 +33,7 @@ std::vector<uint8_t> device_layout(DType t, const std::vector<uint8_t>& gguf, in
 TEST(CudaWeightLayout, DecodersReproduceDequantizeRow) {
   const int64_t rows = 3, cols = 768;
   for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128}) {
     std::mt19937 rng(uint32_t(t) + 1);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     std::vector<float> f(size_t(rows * cols));

@@ -27,7 +27,8 @@ constexpr double kLoose = 1e-2;
 
 const DType kAllWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,
                                  DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1, DType::Q2_K,
-                                 DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K};
+                                 DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K,
+                                 DType::F8_E4M3_B128};
 
 void set_fp16(uint8_t* p, float v) {
   const uint16_t h = f32_to_fp16(v);
@@ -68,6 +69,13 @@ std::vector<uint8_t> random_weight_bytes(DType t, int64_t n, std::mt19937& rng) 
       case DType::Q8_K: {
         const float d = scale(rng);
         std::memcpy(p, &d, 4);
+        break;
+      }
+      case DType::F8_E4M3_B128: {  // every code but the two NaNs (S.1111.111 -> S.1111.110), a sane f32 scale
+        for (int i = 0; i < kF8Block; ++i)
+          if ((p[i] & 0x7F) == 0x7F) p[i] ^= 1;
+        const float d = scale(rng) * 0.01f;
+        std::memcpy(p + kF8Block, &d, 4);
         break;
       }
       default: break;
@@ -182,6 +190,7 @@ TEST(Dot, ActivationTypes) {
   EXPECT_EQ(activation_type(DType::BF16), DType::BF16);
   EXPECT_EQ(activation_type(DType::Q6_K), DType::Q8_K);
   EXPECT_EQ(activation_type(DType::F16), DType::F32);
+  EXPECT_EQ(activation_type(DType::F8_E4M3_B128), DType::F32);
   EXPECT_THROW(activation_type(DType::I32), Error);
 }
 

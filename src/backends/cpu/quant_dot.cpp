@@ -10,7 +10,7 @@ namespace ferry {
 
 DType activation_type(DType wt) {
   switch (wt) {
-    case DType::F32: case DType::F16: return DType::F32;
+    case DType::F32: case DType::F16: case DType::F8_E4M3_B128: return DType::F32;
     case DType::BF16: return DType::BF16;
     case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return DType::Q8_0G4;
     case DType::Q4_1: case DType::Q5_1: return DType::Q8_1G4;

@@ -23,7 +23,9 @@ namespace ferry {
 
 inline constexpr int kMaxDotRows = 4;          // most activation rows (tokens) one call takes
 inline constexpr int kMaxDotWeightRows = 4;    // most weight rows one call takes
-inline constexpr int kNumDotWeightTypes = 15;  // DType::F32 .. DType::Q8_K (the enum's first 15 values)
+// Kernel table size: indexed by the DType value up to F8_E4M3_B128 (F32 .. Q8_K and F8_E4M3_B128 have kernels; the
+// integer and activation types between them stay null).
+inline constexpr int kNumDotWeightTypes = int(DType::F8_E4M3_B128) + 1;
 
 // One tile: out[j * out_stride + i] = dot(weight row i, activation row j), i < n_w, j < n_x.
 struct DotTile {
@@ -54,8 +56,8 @@ struct DotKernels {
 };
 
 // The type activations are converted to for weight type wt: Q8_0G4 for Q4_0/Q5_0/Q8_0, Q8_1G4 for
-// Q4_1/Q5_1, Q8_1 for Q8_1, Q8_K for the K-quants, F32 for F32/F16 weights, BF16 for BF16 weights (as
-// ggml: vdpbf16ps multiplies bf16 pairs). Throws ferry::Error for a type with no dot product (I8, F64, ...).
+// Q4_1/Q5_1, Q8_1 for Q8_1, Q8_K for the K-quants, F32 for F32/F16/F8_E4M3_B128 weights, BF16 for BF16 weights
+// (as ggml: vdpbf16ps multiplies bf16 pairs). Throws ferry::Error for a type with no dot product (I8, F64, ...).
 DType activation_type(DType wt);
 
 // w_row: n values of type wt; x: n floats. Dequantize-then-multiply, float accumulation in order.

@@ -1,10 +1,12 @@
 // Portable dot kernels: integer sums inside each block (inside each group of 4 for the G4 activations),
 // then the scales, in plain C++, one weight row at a time (tile_by_rows). They are the fallback for CPUs
 // without AVX2 and the model the SIMD kernels follow.
+#include <array>
 #include <cstring>
 
 #include "backends/cpu/quant_dot_kernels.h"
 #include "core/fp16.h"
+#include "formats/fp8.h"
 #include "formats/quant.h"
 
 namespace ferry::dot_kernels {
@@ -210,6 +212,24 @@ void dot_q8_k(int64_t n, const void* w, const void* x, size_t xb, int n_x, float
   });
 }
 
+// F8_E4M3_B128 against f32 activations: per block the weight value e4m3(q) * d (the f32 product dequantize_row
+// gives), times x, accumulated in order.
+void dot_f8_e4m3_b128(int64_t n, const void* w, const void* x, size_t xb, int n_x, float* out) {
+  static const std::array<float, 256> lut = fp8_e4m3_table();
+  const auto* blocks = static_cast<const BlockF8E4M3B128*>(w);
+  const int64_t nb = n / kF8Block;
+  for (int j = 0; j < n_x; ++j) {
+    const float* xr = x_row<float>(x, xb, j);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      float d;
+      std::memcpy(&d, &blocks[b].d, 4);
+      for (int i = 0; i < kF8Block; ++i) acc += lut[blocks[b].qs[i]] * d * xr[b * kF8Block + i];
+    }
+    out[j] = acc;
+  }
+}
+
 }  // namespace
 
 void fill_scalar(DotKernels& k) {
@@ -233,6 +253,7 @@ void fill_scalar(DotKernels& k) {
   set(DType::Q5_K, tile_by_rows<dot_q5_k>);
   set(DType::Q6_K, tile_by_rows<dot_q6_k>);
   set(DType::Q8_K, tile_by_rows<dot_q8_k>);
+  set(DType::F8_E4M3_B128, tile_by_rows<dot_f8_e4m3_b128>);
 }
 
 }  // namespace ferry::dot_kernels

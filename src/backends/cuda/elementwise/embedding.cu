@@ -6,7 +6,7 @@
 //    loads and stores are each one contiguous 256/512-byte run. The previous
 //    shape (a block of 128 per token, 16-byte chunks, 8 values and two float4 stores 32 bytes apart per thread)
 //    reached half the copy bandwidth (docs/perf-log.md).
-//  - quantized tables (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): a block per token; its threads walk the row's chunks
+//  - quantized tables (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F8_E4M3_B128): a block per token; its threads walk the row's chunks
 //    (weight_layout.cuh), decode, and store each run with 16-byte stores.
 // An id outside [0, vocab) sets kBadTokenId (reported once per token) and its row is left as is.
 #include "backends/cuda/elementwise/embedding.cuh"

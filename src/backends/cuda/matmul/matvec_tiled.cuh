@@ -7,7 +7,7 @@
 //  - Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K: integer dot products (dp4a) against activations
 //    quantized once per call by a pre-pass into `scratch` as two int8 levels per 32-value block (layout below):
 //    x ~= dx (q1 + q2 / 256).
-//  - F32 / F16 / BF16 at 1 token (and F32 / F16 at any count): fp32 FMA, activations read as f32.
+//  - F32 / F16 / BF16 at 1 token (and F32 / F16 / F8_E4M3_B128 at any count): fp32 FMA, activations read as f32.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -95,7 +95,7 @@ FERRY_HD inline int dp4a(uint32_t a, uint32_t b, int c) {
 #endif
 }
 
-// Float path (F32, F16, BF16): f32 activations straight from x, run by run (v[r * kRunLen + j] is column
+// Float path (F32, F16, BF16, F8_E4M3_B128): f32 activations straight from x, run by run (v[r * kRunLen + j] is column
 // run_start(c, r) + j).
 template <class D>
 struct FloatPath {
@@ -376,6 +376,7 @@ template <> struct PathOf<DecodeQ5<false>> { using type = Q5Path<false>; };
 template <> struct PathOf<DecodeQ5<true>> { using type = Q5Path<true>; };
 template <> struct PathOf<DecodeQ5K> { using type = Q5KPath; };
 template <> struct PathOf<DecodeQ6K> { using type = Q6KPath; };
+template <> struct PathOf<DecodeF8> { using type = FloatPath<DecodeF8>; };
 
 // Rows per group and units per lane in flight of the CUDA-core kernel, sized to stay within 128 registers
 // without spills (ptxas -v, sm_90a): fewer for 32-value chunks, Q4_K's extra header registers and many tokens;
@@ -387,7 +388,8 @@ struct CoreShape {
   static constexpr bool kQ4K = std::is_same_v<D, DecodeQ4K>;
   static constexpr bool kHeavy = std::is_same_v<D, DecodeQ5K> || std::is_same_v<D, DecodeQ6K>;
   static constexpr int kR = (kTok == 16 && kQuant) || kHeavy ? 2 : 4;
-  static constexpr int kU = kTok >= 8 || kQ4K || kHeavy ? 1 : (kTok == 4 || k32 || (kQuant && kTok == 2) ? 2 : 4);
+  static constexpr bool kF8 = std::is_same_v<D, DecodeF8>;  // 16 floats per chunk and token: as the 32-value chunks
+  static constexpr int kU = kTok >= 8 || kQ4K || kHeavy ? 1 : (kTok == 4 || k32 || kF8 || (kQuant && kTok == 2) ? 2 : 4);
 };
 
 // Host-chosen work split (matvec_tiled.cu's file comment).

@@ -12,6 +12,8 @@
 //    (Q8_0/Q4_0), fp16 (d, m) (Q4_1), d + qh[4] (Q5_0), (d, m) + qh[4] (Q5_1), Q6_K's int8 scales[16] + fp16 d.
 //    Why: the GGUF blocks are 34/18/20/22/24/210 bytes, so a block's quants are not 16-byte aligned; split, every
 //    lane reads its quants with 16-byte loads. Same bytes as GGUF (plus < 256 bytes of padding).
+//  F8_E4M3_B128 (FP8 checkpoints): split the same way: the 128 e4m3 codes of every block (rows x cols bytes, so
+//    row-major as the checkpoint stored them), then the blocks' f32 scales (rows x cols / 128). 1.03 bytes a weight.
 //  Q4_K, Q5_K: GGUF's 144- / 176-byte super-blocks, unchanged: 144 = 9 x 16 and 176 = 11 x 16, so rows and blocks
 //    stay 16-byte aligned. Matvec kStreamQuant streams Q4_K as stored (a stage of whole rows is one bulk copy; a
 //    lane's 8 quant bytes and its super-block's 16-byte header are one LDS.64 and one broadcast LDS.128): no
@@ -35,6 +37,7 @@
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #endif
 #ifdef __CUDA_ARCH__  // the device pass only: the host compiler warns about an unknown pragma
 #define FERRY_UNROLL _Pragma("unroll")
@@ -44,6 +47,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "formats/fp8.h"
 
 namespace ferry::cuda_ops {
 
@@ -51,13 +55,15 @@ inline constexpr int kQBlock = 32;      // values per Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 b
 inline constexpr int kKBlock = 256;     // values per K-quant super-block
 inline constexpr int kQ4KBytes = 144;   // bytes per Q4_K super-block
 inline constexpr int kQ5KBytes = 176;   // bytes per Q5_K super-block
+inline constexpr int kF8Vals = 128;     // values per F8_E4M3_B128 block
 inline constexpr size_t kScalesAlign = 256;
 
 // Weight types the kernels read natively (everything else becomes F32 at prepare time).
 inline bool is_native_weight_type(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0: case DType::Q4_1:
-    case DType::Q5_0: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    case DType::Q5_0: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::F8_E4M3_B128: return true;
     default: return false;
   }
 }
@@ -65,12 +71,16 @@ inline bool is_native_weight_type(DType t) {
 // The "quants then scales" layouts.
 inline constexpr bool is_split_type(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-         t == DType::Q6_K;
+         t == DType::Q6_K || t == DType::F8_E4M3_B128;
 }
 // Values per block of a split layout.
-inline constexpr int split_block_vals(DType t) { return t == DType::Q6_K ? kKBlock : kQBlock; }
+inline constexpr int split_block_vals(DType t) {
+  return t == DType::Q6_K ? kKBlock : t == DType::F8_E4M3_B128 ? kF8Vals : kQBlock;
+}
 // Quant bytes per block in the split layouts.
-inline constexpr int split_qbytes(DType t) { return t == DType::Q8_0 ? 32 : t == DType::Q6_K ? 192 : 16; }
+inline constexpr int split_qbytes(DType t) {
+  return t == DType::Q8_0 ? 32 : t == DType::Q6_K ? 192 : t == DType::F8_E4M3_B128 ? kF8Vals : 16;
+}
 // Scale-record bytes per block in the split layouts.
 inline constexpr int split_sbytes(DType t) {
   switch (t) {
@@ -78,11 +88,12 @@ inline constexpr int split_sbytes(DType t) {
     case DType::Q5_0: return 6;
     case DType::Q5_1: return 8;
     case DType::Q6_K: return 18;
+    case DType::F8_E4M3_B128: return 4;
     default: return 2;
   }
 }
 // Whether a GGUF block of a split type starts with its scale record (else it ends with it: Q6_K).
-inline constexpr bool split_scales_first(DType t) { return t != DType::Q6_K; }
+inline constexpr bool split_scales_first(DType t) { return t != DType::Q6_K && t != DType::F8_E4M3_B128; }
 // Byte offset of the scales region of a split-layout weight of rows x cols.
 inline size_t scales_offset(DType t, int64_t rows, int64_t cols) {
   const size_t q = size_t(rows) * size_t(cols / split_block_vals(t)) * size_t(split_qbytes(t));
@@ -409,6 +420,46 @@ FERRY_UNROLL
   }
 };
 
+// Two e4m3 codes (the low and high byte of `pair`) as floats, exactly: on the device through f16x2
+// (cvt.rn.f16x2.e4m3x2 on sm_89+; every e4m3 value, NaN included, is an f16 value), on the host formats/fp8.h.
+FERRY_HD inline void e4m3x2_to_float(uint16_t pair, float* v) {
+#ifdef __CUDA_ARCH__
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair), __NV_E4M3);
+  const float2 f = __half22float2(__half2(h));
+  v[0] = f.x;
+  v[1] = f.y;
+#else
+  v[0] = fp8_e4m3_to_f32(uint8_t(pair & 0xFF));
+  v[1] = fp8_e4m3_to_f32(uint8_t(pair >> 8));
+#endif
+}
+
+// F8_E4M3_B128 split: a chunk is 16 e4m3 codes (an eighth of a block), times the f32 scale of block c / 8: the
+// f32 product e4m3 * scale, as dequantize_row computes it.
+struct DecodeF8 {
+  static constexpr int kRuns = 1, kRunLen = 16, kVals = 16;
+  struct Raw { uint4 q; float d; };
+  FERRY_HD static inline int64_t chunks(int64_t cols) { return cols / 16; }
+  FERRY_HD static inline int64_t run_start(int64_t c, int r) { return c * 16; }
+  FERRY_HD static inline Raw load(const WeightView& w, int64_t row, int64_t c) {
+    const int64_t block = row * (w.cols / kF8Vals) + c / (kF8Vals / 16);
+    Raw r;
+    r.q = load16(w.data + size_t(row) * size_t(w.cols) + size_t(c) * 16);
+    r.d = load_scalar(reinterpret_cast<const float*>(w.data + w.scales) + block);
+    return r;
+  }
+  FERRY_HD static inline void decode(const Raw& r, float* v) {
+    const uint32_t u[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+FERRY_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      e4m3x2_to_float(uint16_t(u[i] & 0xFFFF), v + 4 * i);
+      e4m3x2_to_float(uint16_t(u[i] >> 16), v + 4 * i + 2);
+    }
+FERRY_UNROLL
+    for (int i = 0; i < 16; ++i) v[i] *= r.d;
+  }
+};
+
 // Calls f.template operator()<Decoder>() for the decoder of t (a native type); returns false otherwise.
 template <class F>
 bool visit_decoder(DType t, F&& f) {
@@ -424,6 +475,7 @@ bool visit_decoder(DType t, F&& f) {
     case DType::Q4_K: f.template operator()<DecodeQ4K>(); return true;
     case DType::Q5_K: f.template operator()<DecodeQ5K>(); return true;
     case DType::Q6_K: f.template operator()<DecodeQ6K>(); return true;
+    case DType::F8_E4M3_B128: f.template operator()<DecodeF8>(); return true;
     default: return false;
   }
 }
