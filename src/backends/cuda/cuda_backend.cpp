@@ -29,7 +29,6 @@
 #include "backends/cuda/matmul/stream_quant.cuh"
 #include "backends/cuda/matmul/weight_layout.cuh"
 #include "backends/cuda/matmul/weight_repack.h"
-#include "backends/cuda/moe/moe_routing.cuh"  // kBadRouterLogit, kBadExpert
 #include "backends/cuda/sampling/sampling.cuh"
 #include "backends/cuda/sampling/token_feedback.cuh"
 #include "backends/cuda/step_graph.h"

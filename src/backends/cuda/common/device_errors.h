@@ -13,6 +13,8 @@ enum DeviceErrorBit : uint32_t {
   kBadSlot = 1u << 1,     // store_kv: slot < 0 or >= n_blocks * block_size
   kBadRow = 1u << 2,      // gather_rows: row < 0 or >= rows of x
   kBadBlock = 1u << 3,    // attention: block table entry < 0 or >= n_blocks for a position in use
+  kBadRouterLogit = 1u << 4,  // moe_route: a router logit is not finite (the token routes to expert 0)
+  kBadExpert = 1u << 5,       // moe_group: an expert id outside [0, n_experts) (the slot is left out)
 };
 
 struct DeviceErrors {

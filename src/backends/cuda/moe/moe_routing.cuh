@@ -14,11 +14,6 @@
 
 namespace ferry::cuda_ops {
 
-// The routing kernels' bits of the DeviceErrors word (the next free ones after device_errors.h's).
-inline constexpr DeviceErrorBit kBadRouterLogit = DeviceErrorBit(1u << 4);  // moe_route: a logit is not finite
-inline constexpr DeviceErrorBit kBadExpert = DeviceErrorBit(1u << 5);       // moe_group: an expert id out of range
-static_assert(kBadRouterLogit > kBadBlock && kBadExpert > kBadRouterLogit, "bits after device_errors.h's");
-
 inline constexpr int kMoeMaxExperts = 1024;  // the routing and grouping kernels keep one word per expert in smem
 inline constexpr int kMoeMaxTopK = 32;
 
