@@ -110,7 +110,7 @@ TEST(SpecGenerate, ADraftEqualToTheTargetHasEveryGreedyProposalKept) {
 // distance of two empirical distributions of N draws from the same law over K outcomes: each lies within
 // sqrt(K / N) + t of the law with probability >= 1 - exp(-N t^2 / 2) (McDiarmid: the L1 distance moves by <= 2/N
 // per draw), so || a - b ||_1 <= 2 (sqrt(K / N) + t) fails by chance with probability <= 2 exp(-N t^2 / 2).
-// N = 3000, K = 64, t = 0.09: bound 0.64, false failure <= 1.1e-5. A verify step that kept every proposal would
+// N = 3000, K = 64, t = 0.09: bound 0.47, false failure <= 1.1e-5. A verify step that kept every proposal would
 // follow the draft's greedy text instead of the target's law.
 TEST(SpecGenerate, SampledFirstTokensFollowThePlainDistribution) {
   constexpr int kDraws = 3000, kOutcomes = 64;
@@ -132,7 +132,8 @@ TEST(SpecGenerate, SampledFirstTokensFollowThePlainDistribution) {
     return h;
   };
   Engine plain(options());
-  Engine fast(options({.mode = SpecMode::Draft, .k = 2, .draft_model = fixture("tiny-qwen2")}));
+  // The FP8 copy of the target drafts: its greedy token is often, not always, the one the target samples.
+  Engine fast(options({.mode = SpecMode::Draft, .k = 2, .draft_model = fixture("tiny-llama-fp8-block")}));
   int64_t accepted = 0, proposed = 0;
   const auto a = histogram(plain, 1, nullptr, nullptr);
   const auto b = histogram(fast, 1 + kDraws, &accepted, &proposed);
@@ -143,7 +144,9 @@ TEST(SpecGenerate, SampledFirstTokensFollowThePlainDistribution) {
   for (const auto& [k, n] : both) l1 += std::abs(double(n.first) - double(n.second)) / kDraws;
   EXPECT_LE(both.size(), size_t(kOutcomes));
   EXPECT_LE(l1, bound) << "plain and speculative sampling differ in distribution";
-  EXPECT_GT(proposed, kDraws);                 // the draft proposed in most generations
+  RecordProperty("l1", std::to_string(l1));
+  RecordProperty("accepted_of_proposed", std::to_string(accepted) + "/" + std::to_string(proposed));
+  EXPECT_GE(proposed, kDraws);                 // the draft proposed in every generation
   EXPECT_GT(accepted, 0);                      // some were kept,
   EXPECT_LT(accepted, proposed * 9 / 10);      // many were not: the rule's both sides are exercised
 }

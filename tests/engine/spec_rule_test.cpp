@@ -3,6 +3,7 @@
 // target's draw equals the proposal, then emit the draw; every row's draw sees its own history).
 #include <gtest/gtest.h>
 
+#include "core/check.h"
 #include "engine/ngram_proposer.h"
 #include "engine/spec_verify.h"
 

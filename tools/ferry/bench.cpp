@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <random>
+#include <span>
 
 #ifdef FERRY_HAS_CUDA
 #include <cuda_runtime.h>
@@ -98,28 +100,32 @@ struct CorpusRun {
 };
 
 // Each corpus prompt as a user turn (the chat template where the model has one), n_gen tokens at most, greedy,
-// stopping at end of generation; `reps` passes after one warm-up pass.
-CorpusRun run_corpus(Engine& engine, const std::vector<std::string>& prompts, int n_gen, int reps) {
+// stopping at end of generation; `reps` passes after one warm-up pass. With two engines (plain, speculative) each
+// prompt runs on one and then the other, so a machine whose load changes slows both alike.
+void run_corpus(std::span<Engine* const> engines, std::span<CorpusRun> runs, const std::vector<std::string>& prompts,
+                int n_gen, int reps) {
   SamplingParams greedy;
   greedy.temperature = 0;
-  CorpusRun run;
   for (int r = 0; r <= reps; ++r) {
     for (const std::string& p : prompts) {
-      const bool chat = engine.has_chat_template();
-      const std::vector<int32_t> ids =
-          engine.tokenize(chat ? engine.apply_chat_template({{"user", p}}, true) : p, true, chat);
-      engine.reset();
-      const GenerateResult g = engine.generate(ids, greedy, n_gen, nullptr);
-      if (r == 0) continue;
-      run.tokens += double(g.tokens.size());
-      run.seconds += g.gen_seconds;
-      run.total.tokens.insert(run.total.tokens.end(), g.tokens.begin(), g.tokens.end());
-      run.total.target_steps += g.target_steps;
-      run.total.spec_proposed += g.spec_proposed;
-      run.total.spec_accepted += g.spec_accepted;
+      for (size_t e = 0; e < engines.size(); ++e) {
+        Engine& engine = *engines[e];
+        const bool chat = engine.has_chat_template();
+        const std::vector<int32_t> ids =
+            engine.tokenize(chat ? engine.apply_chat_template({{"user", p}}, true) : p, true, chat);
+        engine.reset();
+        const GenerateResult g = engine.generate(ids, greedy, n_gen, nullptr);
+        if (r == 0) continue;
+        CorpusRun& run = runs[e];
+        run.tokens += double(g.tokens.size());
+        run.seconds += g.gen_seconds;
+        run.total.tokens.insert(run.total.tokens.end(), g.tokens.begin(), g.tokens.end());
+        run.total.target_steps += g.target_steps;
+        run.total.spec_proposed += g.spec_proposed;
+        run.total.spec_accepted += g.spec_accepted;
+      }
     }
   }
-  return run;
 }
 
 }  // namespace
@@ -167,18 +173,19 @@ Runner add_bench(CLI::App& app) {
                     eo.spec.mode == SpecMode::Off ? "" : spec_summary(c.total).c_str());
         std::fflush(stdout);
       };
-      CorpusRun plain;
-      if (eo.spec.mode != SpecMode::Off) {
-        EngineOptions off = eo;
-        off.spec = {};
-        Engine engine(off);
-        plain = run_corpus(engine, prompts, o->n_gen, o->reps);
-        report("plain", plain);
-      }
+      const bool spec = eo.spec.mode != SpecMode::Off;
+      EngineOptions off = eo;
+      off.spec = {};
       Engine engine(eo);
-      const CorpusRun c = run_corpus(engine, prompts, o->n_gen, o->reps);
-      report(std::string(spec_mode_name(eo.spec.mode)).c_str(), c);
-      if (eo.spec.mode != SpecMode::Off) {
+      std::unique_ptr<Engine> plain_engine = spec ? std::make_unique<Engine>(off) : nullptr;
+      std::vector<Engine*> engines = {&engine};
+      if (spec) engines.insert(engines.begin(), plain_engine.get());
+      std::vector<CorpusRun> runs(engines.size());
+      run_corpus(engines, runs, prompts, o->n_gen, o->reps);
+      if (spec) report("plain", runs[0]);
+      report(std::string(spec_mode_name(eo.spec.mode)).c_str(), runs.back());
+      if (spec) {
+        const CorpusRun &plain = runs[0], &c = runs[1];
         std::printf("speed-up: %.2fx generation tok/s; %s\n", (c.tokens / c.seconds) / (plain.tokens / plain.seconds),
                     plain.total.tokens == c.total.tokens ? "the same tokens" : "THE TOKENS DIFFER");
       }
