@@ -167,10 +167,10 @@ Runner add_bench(CLI::App& app) {
     if (!o->corpus.empty()) {
       const std::vector<std::string> prompts = read_corpus(o->corpus);
       if (eo.context == 0) eo.context = 4096;
-      const auto report = [&](const char* label, const CorpusRun& c) {
+      const auto report = [&](const char* label, const CorpusRun& c, bool speculative) {
         std::printf("corpus %-6s: %zu prompts x %d, %.0f tokens in %.2f s: %.1f tok/s%s\n", label, prompts.size(),
                     o->reps, c.tokens, c.seconds, c.seconds > 0 ? c.tokens / c.seconds : 0.0,
-                    eo.spec.mode == SpecMode::Off ? "" : spec_summary(c.total).c_str());
+                    speculative ? spec_summary(c.total).c_str() : "");
         std::fflush(stdout);
       };
       const bool spec = eo.spec.mode != SpecMode::Off;
@@ -182,8 +182,8 @@ Runner add_bench(CLI::App& app) {
       if (spec) engines.insert(engines.begin(), plain_engine.get());
       std::vector<CorpusRun> runs(engines.size());
       run_corpus(engines, runs, prompts, o->n_gen, o->reps);
-      if (spec) report("plain", runs[0]);
-      report(std::string(spec_mode_name(eo.spec.mode)).c_str(), runs.back());
+      if (spec) report("plain", runs[0], false);
+      report(std::string(spec_mode_name(eo.spec.mode)).c_str(), runs.back(), spec);
       if (spec) {
         const CorpusRun &plain = runs[0], &c = runs[1];
         std::printf("speed-up: %.2fx generation tok/s; %s\n", (c.tokens / c.seconds) / (plain.tokens / plain.seconds),
