@@ -82,6 +82,7 @@ void validate_options(const ServingOptions& s) {
 struct ServingEngine::Impl {
   ServingOptions options;
   std::unique_ptr<LoadedModel> m;
+  std::unique_ptr<DraftModel> draft;  // speculation with a draft model: before `live` (its sequences' draft KV)
   std::unique_ptr<BlockManager> blocks;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ModelRunner> runner;
@@ -94,11 +95,10 @@ struct ServingEngine::Impl {
   std::vector<SampleRow> rows;                    // loop thread only: the current step's rows to sample
   bool device_sampling = false;                   // rows without logprobs/penalties are drawn on the device
   bool async_scheduling = false;                  // device_sampling and ServingOptions::async_scheduling
-  // Speculative decoding: the requests' default (EngineOptions::spec), whether this engine verifies at all (the
-  // CPU backend: host-sampled steps without step graphs), and the draft model when one was loaded.
+  // Speculative decoding: the requests' default (EngineOptions::spec) and whether this engine verifies at all (no
+  // step graphs, world 1: the CPU backend).
   SpecOptions spec_default;
   bool spec_supported = false;
-  std::unique_ptr<DraftModel> draft;
   std::vector<int32_t> verify_history;  // loop thread only: a verify chunk's tokens + proposals
   // A launched step not yet postprocessed. With asynchronous scheduling one stays in flight between loop
   // iterations: step k+1 is scheduled and launched before step k is postprocessed (see step()).
