@@ -166,7 +166,6 @@ Runner add_bench(CLI::App& app) {
     o->spec.apply(eo, [&](const std::string& m) { return resolve_model(m, env); });
     if (!o->corpus.empty()) {
       const std::vector<std::string> prompts = read_corpus(o->corpus);
-      if (eo.context == 0) eo.context = 4096;
       const auto report = [&](const char* label, const CorpusRun& c, bool speculative) {
         std::printf("corpus %-6s: %zu prompts x %d, %.0f tokens in %.2f s: %.1f tok/s%s\n", label, prompts.size(),
                     o->reps, c.tokens, c.seconds, c.seconds > 0 ? c.tokens / c.seconds : 0.0,
