@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
+#include "engine/block_manager.h"
 #include "engine/ngram_proposer.h"
 #include "engine/spec_verify.h"
 
@@ -77,6 +78,30 @@ TEST(VerifyPointProposals, KeepsProposalsWhileTheTargetDrawsThemThenEmitsItsOwn)
   // No proposals: a plain decode row.
   EXPECT_EQ(verify_point_proposals({}, [](size_t) { return 8; }, emitted), 0);
   EXPECT_EQ(emitted, (std::vector<int32_t>{8}));
+}
+
+// The KV rollback of a verify step: the table's count steps back to the kept tokens and the blocks holding only
+// rejected ones go back to the pool; nothing else moves (the kept blocks and their ids stay).
+TEST(BlockManagerTruncate, ReleasesOnlyBlocksOfRejectedTokens) {
+  BlockManager blocks(8, 4, false);
+  Sequence seq;
+  seq.tokens.assign(6, 7);  // 5 computed + 1 pending
+  ASSERT_TRUE(blocks.allocate(seq));
+  seq.table.n_tokens = 5;
+  ASSERT_TRUE(blocks.reserve(seq, 5 + 1 + 6));  // the pending token and 6 proposals: 12 tokens, 3 blocks
+  ASSERT_EQ(seq.table.blocks.size(), 3u);
+  const std::vector<int32_t> first_two(seq.table.blocks.begin(), seq.table.blocks.begin() + 2);
+  seq.table.n_tokens = 12;  // the verify step ran
+  blocks.truncate(seq, 8);  // 2 of 6 proposals kept: positions 0..7, two blocks
+  EXPECT_EQ(seq.table.n_tokens, 8);
+  EXPECT_EQ(seq.table.blocks, first_two);
+  EXPECT_EQ(blocks.pool().n_free(), 6);
+  blocks.truncate(seq, 7);  // within the last kept block: no block moves
+  EXPECT_EQ(seq.table.blocks.size(), 2u);
+  EXPECT_EQ(seq.table.n_tokens, 7);
+  blocks.pool().check_invariants();
+  blocks.free(seq);
+  EXPECT_EQ(blocks.pool().n_free(), 8);
 }
 
 }  // namespace
