@@ -31,6 +31,21 @@ struct LoadProgress {
 };
 using LoadProgressFn = std::function<void(const LoadProgress&)>;
 
+// Speculative decoding: each step checks a sequence's last token plus up to k proposed tokens in one target
+// forward (logits of every row) and keeps the proposals the target itself would have drawn there, then one token
+// of its own; the KV of rejected proposals is dropped (engine/spec_verify.h). Same tokens as without it.
+enum class SpecMode { Off, Ngram, Draft };
+struct SpecOptions {
+  SpecMode mode = SpecMode::Off;
+  int k = 4;                // most tokens proposed per step, 1..16 (the count adapts below it: spec_verify.h)
+  std::string draft_model;  // SpecMode::Draft: a model path sharing the target's tokenizer (same vocabulary)
+};
+inline constexpr int kMaxSpecTokens = 16;
+// "off", "ngram", "draft" or "draft:MODEL" with k tokens (ferry::Error on anything else or k outside 1..16).
+// "draft" alone takes draft_model as given (`--draft MODEL`).
+SpecOptions parse_spec(std::string_view text, int k, std::string_view draft_model = {});
+std::string_view spec_mode_name(SpecMode mode);
+
 struct EngineOptions {
   std::string model_path;                // a .gguf file or a Hugging Face folder
   std::string device = "cpu";            // "cpu" or "cuda" (when built with the CUDA backend)
@@ -52,6 +67,8 @@ struct EngineOptions {
                                          // (device sampling only; the same tokens either way)
   std::string chat_template;             // Jinja text that replaces the model's own chat template ("" : the
                                          // model's; `ferry serve --chat-template FILE`, as vLLM and llama-server)
+  SpecOptions spec;                      // speculative decoding in Engine::generate; ServingEngine: the draft
+                                         // model it loads and the requests' default (GenerationRequest::spec)
   LoadProgressFn on_load_progress;       // empty: loading reports nothing (the CLI draws a progress bar)
   Env env;                               // the environment's settings (core/env.h): the CLI reads them once with
                                          // Env::read(); default-constructed, every variable at its default
@@ -91,6 +108,9 @@ struct GenerateResult {
   int n_prompt_computed = 0;     // prompt tokens actually run (the rest came from the KV cache)
   double prompt_seconds = 0;     // time to the first token's logits
   double gen_seconds = 0;        // time spent generating after that
+  int64_t target_steps = 0;      // target forward steps after the prompt (speculation: fewer than the tokens)
+  int64_t spec_proposed = 0;     // tokens proposed to the verify steps (0 without speculation)
+  int64_t spec_accepted = 0;     // of them, the ones the target kept
 };
 
 // on_token(text_piece, token): called as tokens are made (text pieces are whole UTF-8); return false to stop.

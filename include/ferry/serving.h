@@ -84,6 +84,10 @@ struct GenerationRequest {
   // OpenAI's logit_bias: (token id, bias in -100..100) added to the token's logit before sampling (rows with
   // one sample on the host); at most kMaxLogitBias entries.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // Speculative decoding (include/ferry/engine.h): unset: the engine's default (EngineOptions::spec); Draft needs
+  // the engine to have loaded a draft model. Requests with logprobs, logit_bias or a format decode plainly.
+  std::optional<SpecMode> spec;
+  int32_t spec_k = 0;  // most proposals per step, 1..kMaxSpecTokens; 0: the engine's (EngineOptions::spec.k)
 };
 inline constexpr size_t kMaxLogitBias = 1024;
 
@@ -151,6 +155,9 @@ struct ServingStats {
   int64_t graph_replays = 0;          // steps run as one step-graph launch (decode steps on CUDA)
   int64_t overlapped_steps = 0;       // steps launched while the previous one was not yet postprocessed
                                       // (ServingOptions::async_scheduling)
+  int64_t spec_proposed = 0;          // speculative decoding: tokens proposed to verify steps
+  int64_t spec_accepted = 0;          // of them, the ones the target kept
+  int64_t spec_steps = 0;             // sequence steps that verified proposals
   int32_t graph_warmup_steps = 0;     // step graphs recorded at start (ServingOptions::graph_warmup)
   double graph_warmup_seconds = 0;    // and the time that took
   double prefix_hit_rate() const { return prompt_tokens ? double(prompt_tokens_cached) / double(prompt_tokens) : 0.0; }

@@ -58,6 +58,19 @@ void BlockManager::append(Sequence& seq) {
   FERRY_ASSERT(ok);
 }
 
+bool BlockManager::reserve(Sequence& seq, int32_t n_total) { return seq.table.reserve(pool_, n_total, block_size_); }
+
+void BlockManager::truncate(Sequence& seq, int32_t n_keep) {
+  FERRY_ASSERT(n_keep >= 0 && n_keep <= seq.n_computed() && seq.n_inflight == 0 &&
+               int32_t(seq.block_hashes.size()) * block_size_ <= n_keep);
+  const int32_t keep_blocks = blocks_for_tokens(n_keep, block_size_);
+  while (int32_t(seq.table.blocks.size()) > keep_blocks) {
+    pool_.release(seq.table.blocks.back());
+    seq.table.blocks.pop_back();
+  }
+  seq.table.n_tokens = n_keep;
+}
+
 void BlockManager::commit(Sequence& seq) {
   const int32_t bs = block_size_;
   FERRY_ASSERT(seq.n_inflight >= 0 && seq.n_inflight <= seq.n_computed());

@@ -23,6 +23,11 @@ class BlockManager {
   // Decode: room for one more token. False when a new block is needed and none is free.
   bool can_append(const Sequence& seq) const;
   void append(Sequence& seq);  // requires can_append
+  // Speculation: room for n_total tokens in the table; false, changing nothing, when too few blocks are free.
+  bool reserve(Sequence& seq, int32_t n_total);
+  // Speculation: the table keeps the K/V of its first n_keep tokens (<= n_computed, >= the committed full blocks);
+  // the blocks past them go back to the pool (rejected proposals are never copied or hashed).
+  void truncate(Sequence& seq, int32_t n_keep);
   // Registers the full blocks whose K/V are complete (the table's tokens but the n_inflight still being written)
   // under their chained hashes.
   void commit(Sequence& seq);

@@ -7,8 +7,11 @@
 
 #include "core/check.h"
 #include "core/env.h"
+#include "engine/draft_proposer.h"
 #include "engine/loaded_model.h"
+#include "engine/ngram_proposer.h"
 #include "engine/session.h"
+#include "engine/spec_verify.h"
 #include "kv/block_pool.h"
 #include "sampling/sampler.h"
 
@@ -24,6 +27,10 @@ struct Engine::Impl {
   // the token back, detokenizing, the next launch) overlaps the GPU's (docs/perf-log.md "## 2026-11-30: pipelined
   // generation and TP=2 at 1.49x").
   bool pipelined = false;
+  // EngineOptions::spec: the proposer of the one sequence (and the draft model it runs), null when off.
+  std::unique_ptr<DraftModel> draft;
+  std::unique_ptr<Proposer> proposer;
+  int spec_k = 0;
 };
 
 Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
@@ -37,6 +44,17 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   impl_->device_sampling = o.device_sampling && m.model->supports_device_sampling();
   impl_->pipelined = impl_->device_sampling && o.pipelined_decode;
   if (impl_->pipelined) m.model->set_token_feedback(true);
+  impl_->spec_k = o.spec.k;
+  switch (o.spec.mode) {
+    case SpecMode::Off: break;
+    case SpecMode::Ngram: impl_->proposer = std::make_unique<NgramProposer>(); break;
+    case SpecMode::Draft:
+      impl_->draft = load_draft_model(o, m, m.context);
+      impl_->proposer = std::make_unique<DraftProposer>(*impl_->draft);
+      break;
+  }
+  if (impl_->proposer) FERRY_CHECK(o.spec.k >= 1 && o.spec.k <= kMaxSpecTokens, "speculation: k must be in 1..{}, got {}",
+                                   kMaxSpecTokens, o.spec.k);
 }
 
 Engine::~Engine() = default;
@@ -67,7 +85,8 @@ GenerateResult Engine::generate(std::span<const int32_t> prompt, const SamplingP
               "prompt of {} tokens is longer than the context of {} tokens", prompt.size(), m.session->max_context());
   Sampler sampler(params, model.config().vocab_size);  // validates params; the host path's sampler
   // Draw on the device where the backend can (only the id crosses to the host); penalties need the host.
-  const bool on_device = m.device_sampling && !params.penalties_active();
+  // Speculation verifies on the host (the logits of every row of a verify step).
+  const bool on_device = m.device_sampling && !params.penalties_active() && !m.proposer;
   const auto drawn = [](int32_t tok) {
     FERRY_CHECK(tok >= 0, "sampler: every logit is NaN or -inf, nothing to sample");
     return tok;
@@ -109,15 +128,56 @@ GenerateResult Engine::generate(std::span<const int32_t> prompt, const SamplingP
   // prefix).
   const auto runs_step = [&](int i) { return i + 1 < max_tokens && m.session->n_tokens() < m.session->max_context(); };
 
-  if (on_device && m.pipelined) {
+  if (m.proposer) {
+    // Each step runs the last token and up to k proposals (engine/spec_verify.h) and keeps the proposals the
+    // sampler draws itself at their positions; the rows after the first mismatch are truncated away.
+    SpecLength length(m.spec_k);
+    std::vector<int32_t> proposals, run_tokens, emitted, history;
+    std::vector<float> rows;  // (proposals + 1, vocab_size) logits of the verify step
+    const size_t V = size_t(model.config().vocab_size);
+    int32_t tok = max_tokens > 0 ? sampler.sample(logits, m.session->history()) : -1;
+    for (int produced = 0; max_tokens > 0;) {
+      if (!emit(tok)) break;
+      ++produced;
+      if (!runs_step(produced - 1)) break;
+      // Proposals that fit the context and max_tokens (the step emits accepted + 1 tokens).
+      const int32_t n0 = m.session->n_tokens();
+      const int32_t cap = std::min({length.next(), max_tokens - produced - 1, m.session->max_context() - n0 - 1});
+      history.assign(m.session->history().begin(), m.session->history().end());
+      history.push_back(tok);
+      m.proposer->propose(history, std::max(cap, 0), proposals);
+      run_tokens.assign(1, tok);
+      run_tokens.insert(run_tokens.end(), proposals.begin(), proposals.end());
+      m.session->append_all_logits(run_tokens, rows);
+      ++r.target_steps;
+      history.insert(history.end(), proposals.begin(), proposals.end());
+      const int32_t accepted = verify_point_proposals(proposals, [&](size_t i) {
+        return sampler.sample(std::span<const float>(rows).subspan(i * V, V),
+                              std::span<const int32_t>(history).first(size_t(n0) + 1 + i));
+      }, emitted);
+      m.session->truncate(n0 + 1 + accepted);  // the rejected proposals' K/V is dropped
+      r.spec_proposed += int64_t(proposals.size());
+      r.spec_accepted += accepted;
+      length.update(int32_t(proposals.size()), accepted);
+      bool go_on = true;
+      for (int32_t i = 0; i < accepted && go_on; ++i) {
+        go_on = emit(emitted[size_t(i)]);
+        ++produced;
+      }
+      if (!go_on) break;
+      tok = emitted.back();
+    }
+  } else if (on_device && m.pipelined) {
     // Step i + 1 is launched on step i's draw before the host reads that draw: the same steps as the loop below
     // (runs_step of the same history), and a stop drops the step launched on the stopping token.
     int32_t tok = drawn(next);  // token i
     bool in_flight = runs_step(0);
     try {
       if (in_flight) m.session->launch_decode(tok, params);
+      r.target_steps += in_flight ? 1 : 0;
       for (int i = 0; i < max_tokens && emit(tok) && in_flight; ++i) {
         const bool launch = runs_step(i + 1);
+        r.target_steps += launch ? 1 : 0;
         if (launch) m.session->launch_decode(Session::kDrawnByPrevious, params);
         tok = drawn(m.session->collect_decode());
         in_flight = launch;
@@ -134,6 +194,7 @@ GenerateResult Engine::generate(std::span<const int32_t> prompt, const SamplingP
     for (int i = 0; i < max_tokens; ++i) {
       const int32_t tok = on_device ? drawn(next) : sampler.sample(logits, m.session->history());
       if (!emit(tok) || !runs_step(i)) break;
+      ++r.target_steps;
       const int32_t one[1] = {tok};
       if (on_device) {
         next = m.session->append_sampled(one, params);

@@ -37,28 +37,34 @@ void ModelRunner::run(const StepPlan& plan) {
 
 void ModelRunner::launch_sampled(const StepPlan& plan, std::span<const RowSampling> rows) {
   build_batch(plan);
-  FERRY_ASSERT(rows.size() <= batch_.logit_rows.size());
-  row_modes_.assign(rows.begin(), rows.end());
-  row_modes_.resize(batch_.logit_rows.size());  // padding rows: Skip
-  std::vector<int32_t> host_index(rows.size(), -1);
+  FERRY_ASSERT(rows.size() + 1 == first_logit_row_.size());
+  // One setting per logit row: a verify chunk's rows all take its setting (Host); padding rows Skip.
+  row_modes_.assign(batch_.logit_rows.size(), RowSampling{});
+  LaunchedRows launched{.host_index = std::vector<int32_t>(rows.size(), -1), .logit_row = first_logit_row_};
   int32_t h = 0;
-  for (size_t i = 0; i < rows.size(); ++i)
-    if (rows[i].mode == RowMode::Host) host_index[i] = h++;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto first = size_t(first_logit_row_[i]), n = size_t(first_logit_row_[i + 1]) - first;
+    FERRY_CHECK(n == 1 || rows[i].mode == RowMode::Host, "speculative decoding: a verify chunk's rows go to the host");
+    if (rows[i].mode == RowMode::Host) launched.host_index[i] = h;
+    for (size_t r = 0; r < n; ++r) row_modes_[first + r] = rows[i];
+    if (rows[i].mode == RowMode::Host) h += int32_t(n);
+  }
   model_.launch_sampled(batch_, row_modes_);
-  launched_host_index_.push_back(std::move(host_index));
+  launched_.push_back(std::move(launched));
 }
 
 void ModelRunner::collect() {
-  FERRY_CHECK(!launched_host_index_.empty(), "ModelRunner::collect: no step was launched");
-  host_index_ = std::move(launched_host_index_.front());
-  launched_host_index_.pop_front();
+  FERRY_CHECK(!launched_.empty(), "ModelRunner::collect: no step was launched");
+  host_index_ = std::move(launched_.front().host_index);
+  token_row_ = std::move(launched_.front().logit_row);
+  launched_.pop_front();
   device_step_ = true;
   model_.collect_sampled(sampled_);  // pops the model's oldest step even when it throws
 }
 
 int32_t ModelRunner::token(size_t i) const {
   FERRY_ASSERT(device_step_ && i < host_index_.size() && host_index_[i] < 0);
-  return sampled_.tokens[i];
+  return sampled_.tokens[size_t(token_row_[i])];
 }
 
 void ModelRunner::build_batch(const StepPlan& plan) {
@@ -71,6 +77,7 @@ void ModelRunner::build_batch(const StepPlan& plan) {
   b.q_len.clear();
   b.kv_len.clear();
   b.logit_rows.clear();
+  first_logit_row_.clear();
   int32_t mb = 0;
   for (const ScheduledChunk& c : plan.chunks) mb = std::max(mb, int32_t(c.seq->table.blocks.size()));
   b.max_blocks_per_seq = mb;
@@ -79,11 +86,13 @@ void ModelRunner::build_batch(const StepPlan& plan) {
     const ScheduledChunk& c = plan.chunks[s];
     const Sequence& seq = *c.seq;
     const int32_t pos0 = seq.n_computed();
-    FERRY_ASSERT(c.n_tokens > 0 && pos0 + c.n_tokens <= int32_t(seq.tokens.size()));
+    const auto n_known = int32_t(seq.tokens.size());
+    FERRY_ASSERT(c.n_tokens > 0 && pos0 + c.n_tokens <= n_known + c.n_draft && c.n_draft <= int32_t(seq.draft.size()));
+    FERRY_ASSERT(c.n_draft == 0 || (c.sample && pos0 + 1 == n_known));
     const auto row0 = int32_t(b.tokens.size());
     for (int32_t i = 0; i < c.n_tokens; ++i) {
       const int32_t pos = pos0 + i;
-      b.tokens.push_back(seq.tokens[size_t(pos)]);
+      b.tokens.push_back(pos < n_known ? seq.tokens[size_t(pos)] : seq.draft[size_t(pos - n_known)]);
       b.positions.push_back(pos);
       b.slots.push_back(seq.table.slot(pos, bs));
     }
@@ -91,11 +100,17 @@ void ModelRunner::build_batch(const StepPlan& plan) {
     b.q_len.push_back(c.n_tokens);
     b.kv_len.push_back(pos0 + c.n_tokens);
     std::copy(seq.table.blocks.begin(), seq.table.blocks.end(), b.block_tables.begin() + ptrdiff_t(s * size_t(mb)));
-    if (c.sample) b.logit_rows.push_back(row0 + c.n_tokens - 1);
+    if (c.sample) first_logit_row_.push_back(int32_t(b.logit_rows.size()));
+    for (int32_t r = c.n_tokens - c.n_logit_rows(); r < c.n_tokens; ++r) b.logit_rows.push_back(row0 + r);
   }
+  first_logit_row_.push_back(int32_t(b.logit_rows.size()));  // the end of the real rows
   if (padding_.scratch_first < 0 || plan.chunks.empty()) return;
   const bool decode = std::all_of(plan.chunks.begin(), plan.chunks.end(),
                                   [](const ScheduledChunk& c) { return c.n_tokens == 1 && c.sample; });
+  // Prompt padding gives each sequence one logit row: not with verify chunks (the serving engine runs them on
+  // backends without step graphs only).
+  const bool verifies = std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) { return c.n_draft > 0; });
+  FERRY_CHECK(!verifies || !padding_.pad_prompts, "speculative decoding: verify steps are not padded for step graphs yet");
   if (decode && padding_.pad_decodes) pad_decode_step(plan.chunks.size());
   if (!decode && padding_.pad_prompts) pad_prompt_step(plan.chunks.size());
 }
@@ -228,12 +243,14 @@ int32_t ModelRunner::warm_up_graphs(const GraphWarmup& w) {
   return steps;
 }
 
-std::span<const float> ModelRunner::logits(size_t i) const {
+std::span<const float> ModelRunner::logits(size_t i, size_t r) const {
   const auto V = size_t(model_.config().vocab_size);
   if (device_step_) {
     FERRY_ASSERT(i < host_index_.size() && host_index_[i] >= 0);
-    return std::span<const float>(sampled_.host_logits).subspan(size_t(host_index_[i]) * V, V);
+    return std::span<const float>(sampled_.host_logits).subspan((size_t(host_index_[i]) + r) * V, V);
   }
+  FERRY_ASSERT(i + 1 < first_logit_row_.size() && first_logit_row_[i] + int32_t(r) < first_logit_row_[i + 1]);
+  i = size_t(first_logit_row_[i]) + r;
   FERRY_ASSERT((i + 1) * V <= logits_.size());
   return std::span<const float>(logits_).subspan(i * V, V);
 }

@@ -79,7 +79,8 @@ class ModelRunner {
   ModelRunner(LlamaModel& model, const StepPadding& padding);
 
   // Runs the plan's chunks. Afterwards logits(i) is the (vocab_size) row of the i-th chunk that samples (in
-  // plan order). Does not advance the sequences (the caller commits them).
+  // plan order), logits(i, r) the r-th of a verify chunk's 1 + n_draft rows. Does not advance the sequences (the
+  // caller commits them).
   void run(const StepPlan& plan);
   // The same with the logits left on the device (model.supports_device_sampling()), in two halves
   // (LlamaModel::launch_sampled / collect_sampled), so that the host can prepare the next step meanwhile
@@ -89,8 +90,8 @@ class ModelRunner {
   // plan's sequences may change (the batch was copied at launch).
   void launch_sampled(const StepPlan& plan, std::span<const RowSampling> rows);
   void collect();
-  // After run: every row; after collect: the Host rows.
-  std::span<const float> logits(size_t i) const;
+  // After run: every row; after collect: the Host rows. r: the r-th logit row of a verify chunk (after run).
+  std::span<const float> logits(size_t i, size_t r = 0) const;
   // After collect, a Device row: the drawn id (-1: every logit was NaN/-inf).
   int32_t token(size_t i) const;
   // Runs each step-graph key of GraphWarmup once on dummy rows (see above); returns how many steps it ran. Needs
@@ -111,11 +112,18 @@ class ModelRunner {
   LlamaModel& model_;
   StepPadding padding_;
   Batch batch_;
-  std::vector<float> logits_;  // run: (logit rows, vocab_size) row-major; the first n_sampling_chunks are real
+  std::vector<float> logits_;  // run: (logit rows, vocab_size) row-major; the real rows first, in plan order
+  std::vector<int32_t> first_logit_row_;  // (n_sampling_chunks + 1) the chunk's first logit row (a verify chunk:
+                                          // 1 + n_draft rows from there), then the end of the real rows
   std::vector<RowSampling> row_modes_;  // launch_sampled: (logit rows) the rows' settings, padding rows Skip
   SampledStep sampled_;                 // collect: the drawn ids and the Host rows' logits
-  std::vector<int32_t> host_index_;     // collect: (n_sampling_chunks) row of sampled_.host_logits, -1: none
-  std::deque<std::vector<int32_t>> launched_host_index_;  // launch_sampled: host_index_ of each step in flight
+  struct LaunchedRows {
+    std::vector<int32_t> host_index;  // (n_sampling_chunks) the chunk's first row of sampled_.host_logits, -1: none
+    std::vector<int32_t> logit_row;   // first_logit_row_ of the step
+  };
+  std::vector<int32_t> host_index_;     // collect: LaunchedRows::host_index of the step read
+  std::vector<int32_t> token_row_;      // collect: LaunchedRows::logit_row of the step read (its drawn ids' rows)
+  std::deque<LaunchedRows> launched_;   // launch_sampled: the steps in flight, oldest first
   bool device_step_ = false;            // whether the last step read was device-sampled (collect, not run)
 };
 

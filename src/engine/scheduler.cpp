@@ -62,6 +62,18 @@ StepPlan Scheduler::schedule() {
   }
   // The preempted ones were taken newest first and each pushed to the front: the oldest is at the front now.
 
+  // 1b. Proposals of the decodes (a preempted sequence is no longer in the plan's chunks).
+  for (ScheduledChunk& c : plan.chunks) {
+    if (budget == 0) break;
+    Sequence* seq = c.seq;
+    int32_t n = std::min(int32_t(seq->draft.size()), budget);
+    while (n > 0 && !blocks_.reserve(*seq, seq->n_computed() + 1 + n)) --n;  // as many as free blocks hold
+    if (n == 0) continue;
+    c.n_draft = n;
+    c.n_tokens = 1 + n;
+    budget -= n;
+  }
+
   // 2. Prefill chunks of running sequences (they hold blocks for all their tokens since admission).
   for (Sequence* seq : running_) {
     if (budget == 0) break;

@@ -5,6 +5,9 @@
 //     KV block and none is free, the NEWEST running sequence is preempted (its blocks freed, back to the front
 //     of the waiting queue; it recomputes prompt + generated tokens later, mostly from the prefix cache) until
 //     the block is there or the sequence itself was the newest;
+//  1b. decoding sequences with proposals (Sequence::draft) get them verified in the same chunk, oldest first, while
+//     the budget lasts and free blocks hold them (proposals never preempt anything): speculative tokens come after
+//     every sequence's one certain token but before prefill chunks;
 //  2. running sequences still prefilling get chunks of the remaining budget (chunked prefill: a long prompt
 //     never stalls the decodes of step 1);
 //  3. waiting sequences are admitted in order (first come, first served; none jumps the queue) while a slot,
@@ -27,8 +30,11 @@ struct SchedulerLimits {
 
 struct ScheduledChunk {
   Sequence* seq = nullptr;
-  int32_t n_tokens = 0;  // tokens[seq->n_computed() .. + n_tokens) run this step
+  int32_t n_tokens = 0;  // tokens[seq->n_computed() .. + n_tokens) run this step (the proposals past the end)
   bool sample = false;   // the chunk reaches the end of seq->tokens: its last row's logits sample a token
+  int32_t n_draft = 0;   // speculation: the chunk is the pending token + seq->draft[0 .. n_draft) (n_tokens =
+                         // 1 + n_draft), the logits of every row are returned and verified (spec_verify.h)
+  int32_t n_logit_rows() const { return !sample ? 0 : n_draft > 0 ? n_tokens : 1; }
 };
 
 struct StepPlan {

@@ -10,6 +10,10 @@
 // yet complete) and appends a placeholder -(row + 1) for each token it draws on the device, so the next step can
 // already compute that token: its id is filled in on the device (Backend::resolve_placeholders) and on the host
 // when step k is postprocessed. Only completed tokens are hashed into the prefix cache.
+//
+// Speculative decoding: a decoding sequence's chunk may run its pending token and n_draft proposals (`draft`); it
+// advances table.n_tokens over all of them at launch, and its postprocess keeps the K/V of the accepted ones
+// only (BlockManager::truncate): the table's count steps back and whole blocks of rejected tokens are released.
 #pragma once
 
 #include <chrono>
@@ -18,7 +22,9 @@
 #include <optional>
 #include <vector>
 
+#include "engine/proposer.h"
 #include "engine/request_channel.h"
+#include "engine/spec_verify.h"
 #include "grammar/matcher.h"
 #include "sampling/sampler.h"
 #include "engine/text_stream.h"
@@ -54,6 +60,12 @@ struct Sequence {
   std::vector<uint64_t> grammar_mask;
   bool grammar_mask_ready = false;
   std::vector<float> masked_logits;
+  // Speculative decoding (request.spec): the proposer (null: plain decoding), the proposal length, and the
+  // proposals of the next step: they follow `tokens` (not in it); a scheduled chunk verifies its n_draft first ones
+  // (ScheduledChunk), its K/V written after the pending token's, and keeps what the target draws itself.
+  std::unique_ptr<Proposer> proposer;
+  std::optional<SpecLength> spec_length;
+  std::vector<int32_t> draft;
   uint32_t epoch = 0;           // bumped when the block table is reset (preemption): a step launched before
                                 // must not advance the new table
 

@@ -14,11 +14,14 @@
 #include "core/env.h"
 #include "core/thread_pool.h"
 #include "engine/block_manager.h"
+#include "engine/draft_proposer.h"
 #include "engine/loaded_model.h"
 #include "engine/model_runner.h"
+#include "engine/ngram_proposer.h"
 #include "engine/postprocess.h"
 #include "engine/request_queue.h"
 #include "engine/scheduler.h"
+#include "engine/spec_step.h"
 #include "engine/step_profile.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/wrapped_schema.h"
@@ -79,6 +82,7 @@ void validate_options(const ServingOptions& s) {
 struct ServingEngine::Impl {
   ServingOptions options;
   std::unique_ptr<LoadedModel> m;
+  std::unique_ptr<DraftModel> draft;  // speculation with a draft model: before `live` (its sequences' draft KV)
   std::unique_ptr<BlockManager> blocks;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ModelRunner> runner;
@@ -91,6 +95,11 @@ struct ServingEngine::Impl {
   std::vector<SampleRow> rows;                    // loop thread only: the current step's rows to sample
   bool device_sampling = false;                   // rows without logprobs/penalties are drawn on the device
   bool async_scheduling = false;                  // device_sampling and ServingOptions::async_scheduling
+  // Speculative decoding: the requests' default (EngineOptions::spec) and whether this engine verifies at all (no
+  // step graphs, world 1: the CPU backend).
+  SpecOptions spec_default;
+  bool spec_supported = false;
+  std::vector<int32_t> verify_history;  // loop thread only: a verify chunk's tokens + proposals
   // A launched step not yet postprocessed. With asynchronous scheduling one stays in flight between loop
   // iterations: step k+1 is scheduled and launched before step k is postprocessed (see step()).
   struct LaunchedStep {
@@ -120,6 +129,9 @@ struct ServingEngine::Impl {
   void step();
   void launch(StepPlan&& plan, Clock::time_point scheduled);
   void complete_oldest();  // waits for the oldest launched step and postprocesses it
+  // Speculation: the postprocess of a verify chunk (sampling chunk i of the step): the target's draws decide the
+  // kept proposals (spec_verify.h), the rest of the K/V is dropped, the kept tokens and the next are emitted.
+  void postprocess_verify(const ScheduledChunk& c, size_t i, int64_t& new_tokens);
   // Whether the token a row of seq draws now ends its request whatever it is (max_tokens or the context): no
   // later step needs it, so it gets no placeholder.
   bool last_token(const Sequence& seq) const;
@@ -239,6 +251,8 @@ void ServingEngine::Impl::publish_stats(double step_seconds, int64_t new_tokens)
 
 void ServingEngine::Impl::step() {
   const auto t0 = Clock::now();
+  if (spec_supported)
+    for (Sequence* seq : scheduler->running()) propose_draft(*seq, m->context);
   StepPlan plan = scheduler->schedule();
   for (Sequence* seq : plan.admitted) {
     if (seq->admitted_once) continue;
@@ -269,12 +283,49 @@ void ServingEngine::Impl::step() {
   if (options.check_invariants) check_invariants();
 }
 
+void ServingEngine::Impl::postprocess_verify(const ScheduledChunk& c, size_t i, int64_t& new_tokens) {
+  Sequence* seq = c.seq;
+  std::vector<int32_t> emitted;
+  int32_t accepted = 0;
+  try {
+    accepted = verify_chunk(c, i, *runner, *blocks, verify_history, emitted);
+  } catch (const std::exception& e) {
+    finish(seq, FinishReason::Error, {}, {}, fmt::format("sampling failed: {}", e.what()));
+    return;
+  }
+  {
+    std::lock_guard lock(stats_mu);
+    stats.spec_proposed += c.n_draft;
+    stats.spec_accepted += accepted;
+    ++stats.spec_steps;
+  }
+  for (const int32_t tok : emitted) {
+    SampleRow r;
+    r.seq = seq;
+    r.token = tok;
+    try {
+      TokenOutcome out = finish_token(r, *m->tokenizer, m->context);
+      ++new_tokens;
+      if (out.finished) {
+        finish(seq, out.reason, out.text, std::move(out.tokens));
+        return;
+      }
+    } catch (const std::exception& e) {
+      finish(seq, FinishReason::Error, {}, {}, fmt::format("sampling failed: {}", e.what()));
+      return;
+    }
+  }
+  blocks->commit(*seq);  // the kept tokens are in seq->tokens now
+}
+
 void ServingEngine::Impl::launch(StepPlan&& plan, Clock::time_point scheduled) {
   LaunchedStep s;
   s.scheduled = scheduled;
   const auto t1 = Clock::now();
   s.schedule_s = std::chrono::duration<double>(t1 - scheduled).count();
-  s.must_finish = !async_scheduling;
+  // A verify step is postprocessed before the next launch (its rows' tokens decide the next step's).
+  s.must_finish = !async_scheduling || std::any_of(plan.chunks.begin(), plan.chunks.end(),
+                                                   [](const ScheduledChunk& c) { return c.n_draft > 0; });
   if (device_sampling) {
     // A row goes to the device sampler unless its request needs the logits on the host (logprobs) or
     // options the kernel does not do (penalties). Position: the history length, as the host sampler uses.
@@ -282,8 +333,10 @@ void ServingEngine::Impl::launch(StepPlan&& plan, Clock::time_point scheduled) {
       if (!c.sample) continue;
       const GenerationRequest& req = c.seq->request;
       RowSampling& r = s.rows.emplace_back();
+      // Speculating sequences too: their verify steps need every row's logits, and their next proposals the
+      // token of this step (so their steps finish before the next launch, without placeholders).
       const bool host = req.logprobs >= 0 || req.sampling.penalties_active() || c.seq->matcher != nullptr ||
-                        !req.logit_bias.empty();
+                        !req.logit_bias.empty() || c.seq->proposer != nullptr;
       r.mode = host ? RowMode::Host : RowMode::Device;
       r.params = req.sampling;
       r.position = uint64_t(c.seq->tokens.size());
@@ -371,7 +424,7 @@ void ServingEngine::Impl::complete_oldest() {
     Sequence* seq = s.plan.chunks[j].seq;
     if (seq->state == SequenceState::Finished || seq->epoch != s.epoch[j]) continue;
     seq->n_inflight -= s.plan.chunks[j].n_tokens;
-    if (error.empty()) blocks->commit(*seq);
+    if (error.empty() && s.plan.chunks[j].n_draft == 0) blocks->commit(*seq);  // a verify chunk: after it is verified
   }
   int64_t new_tokens = 0;
   if (!error.empty()) {
@@ -380,11 +433,17 @@ void ServingEngine::Impl::complete_oldest() {
   } else {
     size_t row = 0;
     rows.clear();
-    for (const ScheduledChunk& c : s.plan.chunks) {
+    std::vector<std::pair<size_t, size_t>> verifies;  // (chunk, sampling chunk) of the verify chunks
+    for (size_t j = 0; j < s.plan.chunks.size(); ++j) {
+      const ScheduledChunk& c = s.plan.chunks[j];
       if (!c.sample) continue;
       const size_t i = row++;
       Sequence* seq = c.seq;
       if (seq->state == SequenceState::Finished) continue;  // cancelled, or ended by the step before (a wasted row)
+      if (c.n_draft > 0) {
+        if (seq->epoch == s.epoch[j]) verifies.push_back({j, i});
+        continue;
+      }
       SampleRow& r = rows.emplace_back();
       r.seq = seq;
       r.at = s.placeholder_at[i];
@@ -411,6 +470,8 @@ void ServingEngine::Impl::complete_oldest() {
         finish(r.seq, FinishReason::Error, {}, {}, fmt::format("sampling failed: {}", e.what()));
       }
     }
+    for (const auto& [j, i] : verifies)
+      if (s.plan.chunks[j].seq->state != SequenceState::Finished) postprocess_verify(s.plan.chunks[j], i, new_tokens);
   }
   // The step no longer holds its sequences: a finished one that no other launched step names goes now.
   for (const ScheduledChunk& c : s.plan.chunks) {
@@ -528,6 +589,18 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   s.device_sampling = so.device_sampling && eo.device_sampling && s.m->model->supports_device_sampling();
   s.async_scheduling = s.device_sampling && so.async_scheduling;
   s.m->model->set_token_feedback(s.async_scheduling);  // before the warm-up: its graphs resolve placeholders
+  // Speculation verifies steps without step graphs (their shapes are not padded for graphs yet), at world 1: the
+  // CPU backend (CUDA: Engine::generate only).
+  s.spec_default = eo.spec;
+  s.spec_supported = !pad && !s.m->backend->supports_step_graphs() && eo.tp == 1;
+  if (eo.spec.mode != SpecMode::Off) {
+    FERRY_CHECK(s.spec_supported, "serving: speculative decoding runs on the CPU backend (tensor-parallel world 1) "
+                "for now; this engine is on {} (ferry run / chat speculate on CUDA too)", s.m->info.backend);
+    FERRY_CHECK(eo.spec.k >= 1 && eo.spec.k <= kMaxSpecTokens, "serving: speculation k must be in 1..{}, got {}",
+                kMaxSpecTokens, eo.spec.k);
+    if (eo.spec.mode == SpecMode::Draft)
+      s.draft = load_draft_model(eo, *s.m, int64_t(n_pool_blocks) * kv.block_size);
+  }
   // Tensor parallelism: not yet (its steps are captured on first use, as before; the warm-up has not run there).
   if (pad && so.graph_warmup && s.m->backend->supports_step_graphs() && eo.tp == 1) {
     const auto t0 = Clock::now();
@@ -620,6 +693,21 @@ std::shared_ptr<RequestHandle> ServingEngine::submit(GenerationRequest r) {
         wrapped ? s.grammar_cache().get(grammar::ConstraintKind::Gbnf,
                                         grammar::wrapped_json_schema_gbnf(f.text, {f.prefix, f.suffix, f.separator, f.max_repeats}))
                 : s.grammar_cache().get(kind, f.text));
+  }
+  const SpecMode spec = r.spec.value_or(s.spec_default.mode);
+  FERRY_CHECK(r.spec_k >= 0 && r.spec_k <= kMaxSpecTokens, "spec_k: must be in 0..{} (0: the server's), got {}",
+              kMaxSpecTokens, r.spec_k);
+  if (spec != SpecMode::Off) {
+    FERRY_CHECK(s.spec_supported, "speculation: this server runs on {}, where the serving engine does not speculate yet",
+                s.m->info.backend);
+    FERRY_CHECK(spec != SpecMode::Draft || s.draft, "speculation: this server has no draft model (start it with "
+                "--spec draft:MODEL)");
+    // Logprobs, logit_bias and formats sample through paths of their own: such requests decode plainly.
+    if (r.logprobs < 0 && r.logit_bias.empty() && r.format.kind == OutputFormatKind::Text) {
+      if (spec == SpecMode::Ngram) seq->proposer = std::make_unique<NgramProposer>();
+      else seq->proposer = std::make_unique<DraftProposer>(*s.draft);
+      seq->spec_length.emplace(r.spec_k > 0 ? r.spec_k : s.spec_default.k);
+    }
   }
   seq->id = s.next_id.fetch_add(1);
   seq->n_prompt = int32_t(r.prompt.size());

@@ -26,6 +26,7 @@ void Session::reset() {
 }
 
 void Session::truncate(int32_t n_keep) {
+  FERRY_CHECK(n_keep >= 0 && n_keep <= n_tokens(), "truncate: {} tokens of a history of {}", n_keep, n_tokens());
   const int32_t bs = model_.kv_shape().block_size;
   const int32_t keep_blocks = blocks_for_tokens(n_keep, bs);
   while (int32_t(table_.blocks.size()) > keep_blocks) {

@@ -52,6 +52,9 @@ class Session {
   int decode_steps_in_flight() const { return int(inflight_.size()); }
 
   void reset();  // forget the history and give the blocks back
+  // Keeps the first n_keep tokens of the history (<= n_tokens()): the K/V of the rest is forgotten without a copy,
+  // and blocks holding only dropped tokens go back to the pool (a verify step's rejected proposals).
+  void truncate(int32_t n_keep);
   const std::vector<int32_t>& history() const { return history_; }
   int32_t n_tokens() const { return int32_t(history_.size()); }
   int32_t max_context() const { return max_context_; }
@@ -66,7 +69,6 @@ class Session {
   // batch_ = one step of `tokens` at positions pos0, pos0 + 1, ...: logits of every row (all_logits), of the last
   // one (last_logits) or of none.
   void fill_batch(std::span<const int32_t> tokens, int32_t pos0, bool all_logits, bool last_logits);
-  void truncate(int32_t n_keep);
   size_t common_prefix_to_keep(std::span<const int32_t> tokens) const;
 
   LlamaModel& model_;

@@ -84,6 +84,8 @@ GenerationPlan build_generation_request(const ParsedRequest& parsed, const Servi
   g.logprobs = parsed.logprobs;
   g.format = parsed.format;
   g.logit_bias = parsed.logit_bias;
+  g.spec = parsed.spec;
+  g.spec_k = parsed.spec_k;
   if (parsed.endpoint != Endpoint::Chat) return plan;
 
   const ToolCallFormat format = facts.tool_template.renders_tools ? facts.tool_template.format : ToolCallFormat::Hermes;

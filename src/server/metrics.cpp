@@ -164,6 +164,10 @@ std::string ServerMetrics::render(const ServingStats& e, std::chrono::steady_clo
          "counter", double(e.logits_host_bytes));
   metric(out, "ferry_step_graph_replays_total", "engine steps replayed from a recorded step graph", "counter",
          double(e.graph_replays));
+  metric(out, "ferry_spec_proposed_tokens_total", "speculative decoding: tokens proposed to verify steps", "counter",
+         double(e.spec_proposed));
+  metric(out, "ferry_spec_accepted_tokens_total", "speculative decoding: proposed tokens the target kept", "counter",
+         double(e.spec_accepted));
   metric(out, "ferry_overlapped_steps_total",
          "engine steps launched before the previous step's tokens were postprocessed (asynchronous scheduling)",
          "counter", double(e.overlapped_steps));

@@ -384,6 +384,14 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text, const
         bad("cache_salt", "must be a non-empty string of at most 1024 bytes");
       r.cache_salt = v->get<std::string>();
     }
+    if (const json* v = field(body, "spec")) {
+      const std::string mode = v->is_string() ? v->get<std::string>() : std::string();
+      if (mode == "off") r.spec = SpecMode::Off;
+      else if (mode == "ngram") r.spec = SpecMode::Ngram;
+      else if (mode == "draft") r.spec = SpecMode::Draft;
+      else bad("spec", "must be \"off\", \"ngram\" or \"draft\" (the server's draft model)");
+    }
+    if (const json* v = field(body, "spec_k")) r.spec_k = int32_t(integer(*v, "spec_k", 1, kMaxSpecTokens));
     parse_logprobs(body, r, limits);
   } catch (const json::exception& e) {  // a type surprise inside nlohmann (should not happen): still a 400
     throw ApiError(400, std::string("bad request: ") + e.what());

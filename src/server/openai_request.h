@@ -57,6 +57,10 @@ struct ParsedRequest {
   // extensions {"type": "regex", "regex": "..."} and {"type": "grammar", "grammar": "<GBNF>"}.
   OutputFormat format;
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias (-100..100); ids checked by the engine
+  // ferry's extension: "spec": "off" | "ngram" | "draft" (absent: the server's --spec), "spec_k": 1..16 (absent:
+  // the server's --spec-k): speculative decoding for this request, the same tokens as without.
+  std::optional<SpecMode> spec;
+  int32_t spec_k = 0;
 };
 
 // Throws ApiError(400) for malformed JSON (param null) or a bad parameter (param named).

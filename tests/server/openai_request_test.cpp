@@ -47,6 +47,17 @@ TEST(OpenAIRequest, ChatFullParameterSet) {
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_TRUE(r.ignore_eos);
+  EXPECT_FALSE(r.spec.has_value());
+  EXPECT_EQ(r.spec_k, 0);
+}
+
+TEST(OpenAIRequest, SpeculationExtensionFields) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  const ParsedRequest r = parse_request(Endpoint::Chat, "{" + msgs + R"(, "spec": "ngram", "spec_k": 3})");
+  EXPECT_EQ(r.spec, SpecMode::Ngram);
+  EXPECT_EQ(r.spec_k, 3);
+  EXPECT_EQ(parse_request(Endpoint::Chat, "{" + msgs + R"(, "spec": "off"})").spec, SpecMode::Off);
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "x", "spec": "draft"})").spec, SpecMode::Draft);
 }
 
 TEST(OpenAIRequest, ResponseFormats) {
@@ -168,6 +179,10 @@ TEST(OpenAIRequest, BadParametersAreNamed) {
       {"response_format.json_schema", R"("response_format": {"type": "json_schema"})"},
       {"response_format.json_schema.schema", R"("response_format": {"type": "json_schema", "json_schema": {"schema": 1}})"},
       {"response_format.regex", R"("response_format": {"type": "regex"})"},
+      {"spec", R"("spec": "eagle")"},
+      {"spec", R"("spec": 1)"},
+      {"spec_k", R"("spec_k": 0)"},
+      {"spec_k", R"("spec_k": 17)"},
       {"response_format.grammar", R"("response_format": {"type": "grammar", "grammar": 5})"},
   };
   for (const auto& [param, field] : cases) {

@@ -183,6 +183,23 @@ TEST_F(ServeE2E, GreedyTextIsBatchInvariant) {
   EXPECT_EQ(busy, alone);
 }
 
+// The request's "spec" field on a plain CPU server: n-gram speculation gives the same greedy text; a draft the
+// server has not loaded is a 400.
+TEST_F(ServeE2E, SpeculationPerRequestKeepsTheText) {
+  const std::string u = server_->url();
+  const std::string prompt = R"("prompt": "one two three four five, one two three four five, one two three", )";
+  const std::string rest = R"("max_tokens": 24, "temperature": 0, "ignore_eos": true)";
+  const CurlResult plain = curl(u + "/v1/completions", "{" + prompt + rest + "}");
+  const CurlResult spec = curl(u + "/v1/completions", "{" + prompt + rest + R"(, "spec": "ngram", "spec_k": 4})");
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  ASSERT_EQ(spec.status, 200) << spec.body;
+  EXPECT_EQ(json::parse(spec.body)["choices"][0]["text"], json::parse(plain.body)["choices"][0]["text"]);
+  const CurlResult draft = curl(u + "/v1/completions", "{" + prompt + rest + R"(, "spec": "draft"})");
+  EXPECT_EQ(draft.status, 400) << draft.body;
+  const CurlResult metrics = curl(u + "/metrics");
+  EXPECT_NE(metrics.body.find("ferry_spec_proposed_tokens_total"), std::string::npos);
+}
+
 TEST_F(ServeE2E, OpenAIPythonClient) {
   const std::string python = std::string(FERRY_BINARY_DIR) + "/.venv-test/bin/python";
   if (!fs::exists(python))

@@ -132,5 +132,23 @@ TEST_F(CliBench, BadCeilingsAndKernelFilesFailClearly) {
   std::filesystem::remove(bad);
 }
 
+// --corpus with --spec: both sides run every prompt, the speculative one prints its tokens per target step and
+// acceptance, and the tokens are the same; `ferry run --spec` prints them too; a bad --spec is one clear error.
+TEST_F(CliBench, CorpusAndRunWithSpeculation) {
+  const std::string tiny = test::source_dir() + "/tests/fixtures/models/tiny-llama";
+  const std::string corpus = test::source_dir() + "/bench/spec/corpus.txt";
+  test::FerryRun r = run_ferry("bench -m " + tiny + " --corpus " + corpus + " --spec ngram -n 24 -r 1 -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("corpus plain : 6 prompts x 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tokens per target step"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the same tokens"), std::string::npos) << r.output;
+  r = run_ferry("run -m " + tiny + " -p \"a b c a b c a b\" -n 12 --temp 0 -t 2 --spec ngram --spec-k 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokens per target step"), std::string::npos) << r.output;
+  r = run_ferry("run -m " + tiny + " -p x -n 4 --spec eagle");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("'eagle' is not one of off, ngram, draft, draft:MODEL"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace ferry

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <random>
+#include <span>
 
 #ifdef FERRY_HAS_CUDA
 #include <cuda_runtime.h>
@@ -73,11 +75,66 @@ Ceilings bench_ceilings(const std::string& given, const std::string& device, int
   return measure_cpu_ceilings(threads, resolve_simd_level(env.simd)).ceilings;
 }
 
+// The prompts of a --corpus file: blocks of text separated by lines that are exactly "%%".
+std::vector<std::string> read_corpus(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  FERRY_CHECK(in.good(), "--corpus {}: cannot read the file", path);
+  std::vector<std::string> prompts(1);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line == "%%") {
+      prompts.emplace_back();
+    } else {
+      prompts.back() += line + "\n";
+    }
+  }
+  std::erase_if(prompts, [](const std::string& p) { return p.find_first_not_of(" \n\t") == std::string::npos; });
+  FERRY_CHECK(!prompts.empty(), "--corpus {}: no prompt in it (prompts are separated by lines of %%)", path);
+  return prompts;
+}
+
+struct CorpusRun {
+  double tokens = 0, seconds = 0;
+  GenerateResult total;  // target_steps, spec_proposed, spec_accepted summed; tokens: all of them
+};
+
+// Each corpus prompt as a user turn (the chat template where the model has one), n_gen tokens at most, greedy,
+// stopping at end of generation; `reps` passes after one warm-up pass. With two engines (plain, speculative) each
+// prompt runs on one and then the other, so a machine whose load changes slows both alike.
+void run_corpus(std::span<Engine* const> engines, std::span<CorpusRun> runs, const std::vector<std::string>& prompts,
+                int n_gen, int reps) {
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  for (int r = 0; r <= reps; ++r) {
+    for (const std::string& p : prompts) {
+      for (size_t e = 0; e < engines.size(); ++e) {
+        Engine& engine = *engines[e];
+        const bool chat = engine.has_chat_template();
+        const std::vector<int32_t> ids =
+            engine.tokenize(chat ? engine.apply_chat_template({{"user", p}}, true) : p, true, chat);
+        engine.reset();
+        const GenerateResult g = engine.generate(ids, greedy, n_gen, nullptr);
+        if (r == 0) continue;
+        CorpusRun& run = runs[e];
+        run.tokens += double(g.tokens.size());
+        run.seconds += g.gen_seconds;
+        run.total.tokens.insert(run.total.tokens.end(), g.tokens.begin(), g.tokens.end());
+        run.total.target_steps += g.target_steps;
+        run.total.spec_proposed += g.spec_proposed;
+        run.total.spec_accepted += g.spec_accepted;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
   struct Opts {
     ModelOptions model;
+    SpecCliOptions spec;
+    std::string corpus;
     int n_prompt = 128, n_gen = 64, reps = 3;
     std::string ceilings, plot;
     std::vector<std::string> kernels;
@@ -85,6 +142,10 @@ Runner add_bench(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   o->model.add(app);
+  o->spec.add(app);
+  app.add_option("--corpus", o->corpus, "instead of pp/tg: generate (greedy, -n tokens at most) after each prompt of "
+                                        "this file (prompts separated by lines of %%; e.g. bench/spec/corpus.txt), "
+                                        "and with --spec, the same without speculation and the speed-up");
   app.add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0: skip)")->check(CLI::Range(0, 1 << 20));
   app.add_option("-n,--n-gen", o->n_gen, "generated tokens (0: skip)")->check(CLI::Range(0, 1 << 20));
   app.add_option("-r,--repetitions", o->reps, "repetitions per test")->check(CLI::Range(1, 1000));
@@ -102,6 +163,33 @@ Runner add_bench(CLI::App& app) {
     FERRY_CHECK(o->random.empty() || o->model.model.empty(), "use either -m or --random");
     EngineOptions eo = o->model.engine_options(
         o->random.empty() ? resolve_model(o->model.model, env) : "random:" + o->random + ":" + o->random_type, env);
+    o->spec.apply(eo, [&](const std::string& m) { return resolve_model(m, env); });
+    if (!o->corpus.empty()) {
+      const std::vector<std::string> prompts = read_corpus(o->corpus);
+      const auto report = [&](const char* label, const CorpusRun& c, bool speculative) {
+        std::printf("corpus %-6s: %zu prompts x %d, %.0f tokens in %.2f s: %.1f tok/s%s\n", label, prompts.size(),
+                    o->reps, c.tokens, c.seconds, c.seconds > 0 ? c.tokens / c.seconds : 0.0,
+                    speculative ? spec_summary(c.total).c_str() : "");
+        std::fflush(stdout);
+      };
+      const bool spec = eo.spec.mode != SpecMode::Off;
+      EngineOptions off = eo;
+      off.spec = {};
+      Engine engine(eo);
+      std::unique_ptr<Engine> plain_engine = spec ? std::make_unique<Engine>(off) : nullptr;
+      std::vector<Engine*> engines = {&engine};
+      if (spec) engines.insert(engines.begin(), plain_engine.get());
+      std::vector<CorpusRun> runs(engines.size());
+      run_corpus(engines, runs, prompts, o->n_gen, o->reps);
+      if (spec) report("plain", runs[0], false);
+      report(std::string(spec_mode_name(eo.spec.mode)).c_str(), runs.back(), spec);
+      if (spec) {
+        const CorpusRun &plain = runs[0], &c = runs[1];
+        std::printf("speed-up: %.2fx generation tok/s; %s\n", (c.tokens / c.seconds) / (plain.tokens / plain.seconds),
+                    plain.total.tokens == c.total.tokens ? "the same tokens" : "THE TOKENS DIFFER");
+      }
+      return 0;
+    }
     if (eo.context == 0) eo.context = std::max(o->n_prompt, o->n_gen + 1) + 16;
     eo.max_step_tokens = std::max(eo.max_step_tokens, o->n_prompt);
     Engine engine(eo);
@@ -176,14 +264,18 @@ Runner add_bench(CLI::App& app) {
     }
     if (o->n_gen > 0) {
       std::vector<double> rates;
+      GenerateResult last_gen;  // the last repetition: tokens per target step and acceptance
       for (int r = 0; r <= o->reps; ++r) {
         const int32_t first[1] = {tok(rng)};
         engine.reset();
         // n_gen + 1 sampled tokens = n_gen decode steps after the 1-token prompt.
         const GenerateResult res = engine.generate(first, greedy, o->n_gen + 1, nullptr, false);
+        last_gen = res;
         if (r > 0) rates.push_back(double(res.tokens.size() - 1) / res.gen_seconds);
       }
       row({TestKind::Generate, o->n_gen, 0}, stats(rates));
+      if (eo.spec.mode != SpecMode::Off) std::printf("speculation (%s)%s\n", std::string(spec_mode_name(eo.spec.mode)).c_str(),
+                                                    spec_summary(last_gen).c_str());
       // --tp N on GPUs: the collectives' time per step (measured at load by every rank; engine/tp_setup) next to
       // the step time of this test (1 / tokens per second).
       std::string coll, coll_us;

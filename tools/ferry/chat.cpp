@@ -14,17 +14,21 @@ Runner add_chat(CLI::App& app) {
   struct Opts {
     ModelOptions model;
     SamplingOptions sampling;
+    SpecCliOptions spec;
     std::string system;
     int n_predict = 512;
   };
   auto o = std::make_shared<Opts>();
   o->model.add(app);
   o->sampling.add(app);
+  o->spec.add(app);
   app.add_option("--system", o->system, "system message");
   app.add_option("-n,--n-predict", o->n_predict, "most tokens per reply")->check(CLI::Range(1, 1 << 24));
   return [o](const Env& env) {
     o->sampling.params.validate();
-    Engine engine(o->model.engine_options(resolve_model(o->model.model, env), env));
+    EngineOptions eo = o->model.engine_options(resolve_model(o->model.model, env), env);
+    o->spec.apply(eo, [&](const std::string& m) { return resolve_model(m, env); });
+    Engine engine(eo);
     FERRY_CHECK(engine.has_chat_template(), "{}: the model has no chat template", engine.info().path);
     std::vector<ChatTurn> turns;
     if (!o->system.empty()) turns.push_back({"system", o->system});
@@ -57,8 +61,9 @@ Runner add_chat(CLI::App& app) {
       });
       std::printf("\n");
       std::fflush(stdout);
-      std::fprintf(stderr, "[%d new prompt tokens, %zu generated, %.1f tok/s]\n", r.n_prompt_computed, r.tokens.size(),
-                   r.gen_seconds > 0 ? double(r.tokens.size()) / r.gen_seconds : 0.0);
+      std::fprintf(stderr, "[%d new prompt tokens, %zu generated, %.1f tok/s%s]\n", r.n_prompt_computed, r.tokens.size(),
+                   r.gen_seconds > 0 ? double(r.tokens.size()) / r.gen_seconds : 0.0,
+                   o->spec.spec == "off" ? "" : spec_summary(r).c_str());
       turns.push_back({"assistant", r.text});
     }
     return 0;

@@ -12,6 +12,7 @@ Runner add_run(CLI::App& app) {
   struct Opts {
     ModelOptions model;
     SamplingOptions sampling;
+    SpecCliOptions spec;
     std::string prompt, system;
     int n_predict = 128;
     bool chat = false;
@@ -19,6 +20,7 @@ Runner add_run(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   o->model.add(app);
   o->sampling.add(app);
+  o->spec.add(app);
   app.add_option("-p,--prompt", o->prompt, "the prompt")->required();
   app.add_option("-n,--n-predict", o->n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 24));
   app.add_flag("--chat", o->chat, "wrap the prompt in the model's chat template as a user turn");
@@ -26,7 +28,9 @@ Runner add_run(CLI::App& app) {
   return [o](const Env& env) {
     FERRY_CHECK(is_valid_utf8(o->prompt), "the prompt is not valid UTF-8");
     o->sampling.params.validate();
-    Engine engine(o->model.engine_options(resolve_model(o->model.model, env), env));
+    EngineOptions eo = o->model.engine_options(resolve_model(o->model.model, env), env);
+    o->spec.apply(eo, [&](const std::string& m) { return resolve_model(m, env); });
+    Engine engine(eo);
     std::string text = o->prompt;
     bool parse_special = false;
     if (o->chat) {
@@ -47,10 +51,10 @@ Runner add_run(CLI::App& app) {
       return true;
     });
     std::printf("\n");
-    std::fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tok/s) | generation: %zu tokens in %.3f s (%.1f tok/s) | %s\n",
+    std::fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tok/s) | generation: %zu tokens in %.3f s (%.1f tok/s) | %s%s\n",
                  r.n_prompt_computed, r.prompt_seconds, r.prompt_seconds > 0 ? r.n_prompt_computed / r.prompt_seconds : 0.0,
                  r.tokens.size(), r.gen_seconds, r.gen_seconds > 0 ? double(r.tokens.size()) / r.gen_seconds : 0.0,
-                 engine.info().backend.c_str());
+                 engine.info().backend.c_str(), o->spec.spec == "off" ? "" : spec_summary(r).c_str());
     return 0;
   };
 }

@@ -22,6 +22,7 @@ namespace {
 
 struct ServeOptions {
   ModelOptions model;
+  SpecCliOptions spec;  // the requests' default (a request's "spec" / "spec_k" fields override it)
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string model_name;
@@ -87,6 +88,7 @@ int run_serve(ServeOptions& o, const Env& env) {
   o.serving.graph_warmup = !o.no_graph_warmup;
   o.serving.async_scheduling = !o.no_async_scheduling;
   EngineOptions engine_options = o.model.engine_options(path, env);
+  o.spec.apply(engine_options, [&](const std::string& m) { return resolve_model(m, env); });
   if (!o.chat_template_file.empty()) {
     std::ifstream in(o.chat_template_file, std::ios::binary);
     FERRY_CHECK(in.good() && std::filesystem::is_regular_file(o.chat_template_file),
@@ -164,6 +166,7 @@ int run_serve(ServeOptions& o, const Env& env) {
 Runner add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   o->model.add(app);
+  o->spec.add(app);
   app.add_option("--host", o->host, "address to listen on");
   app.add_option("--port", o->port, "TCP port (0: any free port, printed)")->check(CLI::Range(0, 65535));
   app.add_option("--model-name", o->model_name, "the model's name in the API (default: the file name)");
