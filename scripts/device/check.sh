@@ -17,6 +17,7 @@
 #          with `ferry gen` (BF16, Q8_0, Q4_0; FERRY_BENCH_TYPES picks a subset);
 # ab:      the same benchmark alternating this build and the base build (pack.sh's FERRY_PACK_BASE), run only when
 #          named;
+# moe:     the expert-FFN harness and `ferry bench` on mixture-of-experts shapes (FERRY_MOE_MODELS);
 # serve:   `ferry serve --device cuda` on the BF16 model under serve_bench (64 and 256 streaming clients), the SM
 #          clock and board power sampled during each run;
 # placement: kv_placement_bench (decode attention with the KV blocks compact or spread over a serving-sized cache);
@@ -49,9 +50,13 @@ note() { echo "$*" | tee -a "$summary"; }
 t_start=$SECONDS
 stage_done() { note "[$1 stage: $((SECONDS - t_start)) s since start]"; }
 # The Llama-3-8B-shaped random model of weight type $1, made once per machine with `ferry gen` (its log to $2).
+# fp8, fp8-block, fp8-tensor: a Hugging Face FP8 folder instead. $3: another `ferry gen` shape (default llama3-8b).
 model_of() {
-  local m="/tmp/llama3-8b-$1.gguf"
-  [ -f "$m" ] || "$C/ferry" gen --shape llama3-8b --type "$1" -o "$m" -t 16 >> "$2" 2>&1
+  local shape="${3:-llama3-8b}" m
+  case "$1" in
+    fp8*) m="/tmp/$shape-$1"; [ -d "$m" ] || "$C/ferry" gen --shape "$shape" --type "$1" -o "$m" -t 16 >> "$2" 2>&1 ;;
+    *) m="/tmp/$shape-$1.gguf"; [ -f "$m" ] || "$C/ferry" gen --shape "$shape" --type "$1" -o "$m" -t 16 >> "$2" 2>&1 ;;
+  esac
   echo "$m"
 }
 gtest_result() { grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$1" | tr '\n' ' '; }
@@ -64,7 +69,8 @@ if has tests; then
   log="$OUT/tests.log"
   : > "$log"
   # FERRY_TEST_FILTER: a gtest filter for test_cuda (the tests of the kernels that changed); test_e2e then skips.
-  timeout 400 "$C/test_cuda" --gtest_filter="${FERRY_TEST_FILTER:-*}" > "$OUT/t.log" 2>&1; rc=$?
+  # FERRY_TEST_TIMEOUT: seconds for test_cuda (400 by default, so memcheck and the rest of a call still fit).
+  timeout "${FERRY_TEST_TIMEOUT:-400}" "$C/test_cuda" --gtest_filter="${FERRY_TEST_FILTER:-*}" > "$OUT/t.log" 2>&1; rc=$?
   cat "$OUT/t.log" >> "$log"
   note "test_cuda${FERRY_TEST_FILTER:+ ($FERRY_TEST_FILTER)}: $(gtest_result "$OUT/t.log") (exit status $rc)"
   [ "$rc" = 0 ] || tail -5 "$OUT/t.log"
@@ -174,7 +180,7 @@ if has bench; then
       cat "$OUT/b.log" >> "$log"
       note "$(grep -E 'pp512|tg128|rror' "$OUT/b.log" | sed "s/^/[$t, --batch-invariant] /")"
     fi
-    [ "$t" = bf16 ] || has profile || rm -f "$m"  # the BF16 model stays for the serve stage
+    [ "$t" = bf16 ] || has profile || rm -rf "$m"  # the BF16 model stays for the serve stage
     rm -f "$OUT/b.log"
   done
   stage_done bench
@@ -196,6 +202,23 @@ if has ab && [ -x "$C/ferry-base" ]; then
   done
   rm -f "$OUT/b.log"
   stage_done ab
+fi
+
+if has moe; then
+  # Mixtures of experts: the expert-FFN harness (bench/kernels/moe_ffn_bench.cpp: % of 4.30 TB/s over the routed
+  # experts' bytes), then `ferry bench` on `ferry gen` MoE shapes, FERRY_MOE_MODELS "shape:type ..." (default the
+  # qwen3-moe-mini stand-in in Q4_0 and BF16).
+  log="$OUT/moe.log"
+  : > "$log"
+  [ -x "$C/moe_ffn_bench" ] && timeout 120 "$C/moe_ffn_bench" ${FERRY_MOE_BENCH_ARGS:---quick} >> "$log" 2>&1
+  for st in ${FERRY_MOE_MODELS:-qwen3-moe-mini:q4_0 qwen3-moe-mini:bf16}; do
+    m="$(model_of "${st#*:}" "$log" "${st%%:*}")"
+    "$C/ferry" bench --device cuda -m "$m" -p 512 -n 128 -r 3 > "$OUT/b.log" 2>&1
+    cat "$OUT/b.log" >> "$log"
+    note "$(grep -E 'pp512|tg128|rror' "$OUT/b.log" | head -3 | sed "s/^/[$st] /")"
+    rm -rf "$m" "$OUT/b.log"
+  done
+  stage_done moe
 fi
 
 if has serve; then
