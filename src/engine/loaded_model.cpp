@@ -86,6 +86,7 @@ void fill_info(LoadedModel& m, const EngineOptions& o) {
   info.n_params = c.n_params();
   info.kv_bytes = m.model->kv_bytes();
   info.facts = m.file.facts;
+  for (auto& fact : config_facts(c)) info.facts.push_back(std::move(fact));
   for (auto& fact : m.backend->facts()) info.facts.push_back(std::move(fact));
   info.n_experts = c.n_experts;
   info.n_experts_used = c.n_experts_used;

@@ -25,6 +25,33 @@ std::string arch_name(Arch a) {
   return "?";
 }
 
+std::vector<std::pair<std::string, std::string>> config_facts(const ModelConfig& c) {
+  std::vector<std::pair<std::string, std::string>> f;
+  if (!c.layer_window.empty()) {
+    std::string layers;
+    int window = 0, n_local = 0;
+    for (int l = 0; l < int(c.layer_window.size()); ++l) {
+      if (c.layer_window[size_t(l)] == 0) continue;
+      window = std::max(window, c.layer_window[size_t(l)]);
+      ++n_local;
+      if (n_local <= 8) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+    }
+    if (n_local > 8) layers += ",...";
+    if (n_local > 0)
+      f.emplace_back("sliding window", fmt::format("{} tokens on {} of {} layers ({})", window, n_local, c.n_layers, layers));
+  }
+  if (c.rope_theta_local > 0) f.emplace_back("rope base of local layers", fmt::format("{}", c.rope_theta_local));
+  if (c.attn_softcap > 0 || c.final_softcap > 0)
+    f.emplace_back("soft-caps", fmt::format("attention {}, logits {}", c.attn_softcap, c.final_softcap));
+  if (c.query_pre_attn_scalar > 0) f.emplace_back("query_pre_attn_scalar", fmt::format("{}", c.query_pre_attn_scalar));
+  if (c.post_norms) f.emplace_back("norms", "pre and post (Gemma), GeGLU FFN, embedding scaled by sqrt(dim)");
+  if (c.rope_dims < c.head_dim) f.emplace_back("rotary dims", fmt::format("{} of {}", c.rope_dims, c.head_dim));
+  if (c.rope_scaling.kind == RopeScalingKind::LongRope)
+    f.emplace_back("rope scaling", fmt::format("longrope (original context {}, attention factor {:.4f})",
+                                               c.rope_scaling.original_context, c.rope_scaling.attention_factor));
+  return f;
+}
+
 bool ModelConfig::is_moe_layer(int layer) const {
   return n_experts > 0 && std::find(dense_layers.begin(), dense_layers.end(), layer) == dense_layers.end();
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/backend.h"
@@ -96,6 +97,9 @@ struct ModelConfig {
 };
 
 std::string arch_name(Arch a);
+// What `ferry inspect` shows of a config beyond its sizes: sliding windows, soft-caps, the attention scale, Gemma's
+// norms and embedding scale, RoPE scaling, partial rotary dims (key, value); nothing for a plain Llama config.
+std::vector<std::pair<std::string, std::string>> config_facts(const ModelConfig& c);
 ModelConfig config_from_gguf(const GgufFile& gguf);
 ModelConfig config_from_hf(const nlohmann::json& config);
 

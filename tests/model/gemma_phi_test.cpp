@@ -16,8 +16,11 @@
 #include "fixtures/forwarding_backend.h"
 #include "fixtures/numeric.h"
 #include "fixtures/test_paths.h"
+#include "formats/gguf.h"
 #include "model/llama_model.h"
 #include "model/model_file.h"
+#include "model/random_model.h"
+#include "ferry/engine.h"
 
 namespace ferry {
 namespace {
@@ -41,6 +44,9 @@ TEST(GemmaPhiConfig, Gemma2HubConfigAlternatesLocalAndGlobalLayers) {
   EXPECT_FLOAT_EQ(c.attn_softcap, 50.0f);
   EXPECT_FLOAT_EQ(c.final_softcap, 30.0f);
   EXPECT_FLOAT_EQ(c.attention_scale(), 1.0f / 16.0f);
+  const auto facts = config_facts(c);
+  ASSERT_FALSE(facts.empty());
+  EXPECT_EQ(facts[0], std::make_pair(std::string("sliding window"), std::string("4096 tokens on 2 of 4 layers (0,2)")));
 }
 
 TEST(GemmaPhiConfig, Gemma3MultimodalFolderReadsItsTextConfig) {
@@ -97,6 +103,57 @@ TEST(GemmaPhiConfig, SlidingWindowsOfMistralAndQwen2) {
   EXPECT_EQ(config_from_hf(qwen2).layer_window, (std::vector<int>{0, 32, 32}));
   qwen2["layer_types"] = {"full_attention", "sliding_attention"};
   EXPECT_THROW(config_from_hf(qwen2), Error);  // 2 types for 3 layers
+}
+
+// A GGUF of metadata only (and the embedding table config_from_gguf looks for), as llama.cpp's converter writes the
+// keys: no sliding_window_pattern, attention.scale or rope.freq_base_swa, so llama.cpp's fixed rules apply.
+ModelConfig config_of_llama_cpp_gguf(const std::string& arch, int n_layers, const std::vector<std::pair<std::string, GgufValue>>& extra) {
+  GgufWriter w;
+  const std::string p = arch + ".";
+  w.set("general.architecture", GgufValue::str(arch));
+  w.set(p + "block_count", GgufValue::u32(uint32_t(n_layers)));
+  w.set(p + "embedding_length", GgufValue::u32(64));
+  w.set(p + "feed_forward_length", GgufValue::u32(128));
+  w.set(p + "attention.head_count", GgufValue::u32(4));
+  w.set(p + "attention.head_count_kv", GgufValue::u32(2));
+  w.set(p + "attention.key_length", GgufValue::u32(32));
+  w.set(p + "attention.sliding_window", GgufValue::u32(512));
+  for (const auto& [k, v] : extra) w.set(p + k, v);
+  std::vector<float> embd(size_t(100) * 64, 0.5f);
+  w.add_tensor("token_embd.weight", DType::F32, {100, 64}, embd.data());
+  const std::string path = test::temp_path("gemma-phi-" + arch + ".gguf");
+  w.write(path);
+  return config_from_gguf(GgufFile::open(path));
+}
+
+TEST(GemmaPhiConfig, LlamaCppGgufKeysFollowItsFixedPatterns) {
+  const ModelConfig g2 = config_of_llama_cpp_gguf("gemma2", 4, {{"attn_logit_softcapping", GgufValue::f32(50)},
+                                                                {"final_logit_softcapping", GgufValue::f32(30)}});
+  EXPECT_EQ(g2.layer_window, (std::vector<int>{512, 0, 512, 0}));
+  EXPECT_FLOAT_EQ(g2.query_pre_attn_scalar, 32.0f);  // head_dim (not a 27B's 46 layers)
+  EXPECT_FLOAT_EQ(g2.attn_softcap, 50.0f);
+  EXPECT_FLOAT_EQ(g2.final_softcap, 30.0f);
+  EXPECT_EQ(g2.norm_weight_offset, 0.0f);  // the converter stored 1 + w
+  EXPECT_TRUE(g2.tied_embeddings && g2.post_norms && !g2.qk_norm);
+  const ModelConfig g3 = config_of_llama_cpp_gguf("gemma3", 7, {{"rope.freq_base", GgufValue::f32(1e6f)}});
+  EXPECT_EQ(g3.layer_window, (std::vector<int>{512, 512, 512, 512, 512, 0, 512}));
+  EXPECT_FLOAT_EQ(g3.rope_theta_local, 10000.0f);
+  EXPECT_TRUE(g3.qk_norm);
+  // ferry's own keys (as `ferry quantize` writes them) override the fixed rules
+  const ModelConfig mine = config_of_llama_cpp_gguf(
+      "gemma3", 3, {{"attention.scale", GgufValue::f32(0.25f)}, {"rope.freq_base_swa", GgufValue::f32(5000)},
+                    {"attention.sliding_window_pattern",
+                     GgufValue::array(GgufType::Bool, {GgufValue::boolean(false), GgufValue::boolean(true),
+                                                       GgufValue::boolean(false)})}});
+  EXPECT_EQ(mine.layer_window, (std::vector<int>{0, 512, 0}));
+  EXPECT_FLOAT_EQ(mine.query_pre_attn_scalar, 16.0f);
+  EXPECT_FLOAT_EQ(mine.rope_theta_local, 5000.0f);
+  EXPECT_THROW(config_of_llama_cpp_gguf("gemma3", 4, {{"attention.sliding_window_pattern",
+                                                       GgufValue::array(GgufType::Bool, {GgufValue::boolean(true)})}}),
+               Error);
+  const ModelConfig phi = config_of_llama_cpp_gguf("phi3", 2, {});
+  EXPECT_EQ(phi.layer_window, (std::vector<int>{512, 512}));
+  EXPECT_EQ(phi.rope_scaling.kind, RopeScalingKind::None);  // no rope_factors tensors: plain RoPE
 }
 
 Tensor host(std::vector<float>& v) { return Tensor::make(DType::F32, {int64_t(v.size())}, v.data()); }
@@ -168,6 +225,34 @@ TEST(GemmaPhiModel, ABackendWithoutTheOpsRefusesInOneLine) {
   EXPECT_NE(load_error("tiny-phi3", {ModelFeature::SlidingWindow}, {8, 16}).find("sliding-window"), std::string::npos);
   EXPECT_EQ(load_error("tiny-phi3", {ModelFeature::SlidingWindow}, {1, 8}), "");
   EXPECT_NE(load_error("tiny-phi3", {ModelFeature::Scale}, {1, 8}).find("scale op"), std::string::npos);
+}
+
+// `ferry gen` / random: shapes of the families: written, read back through GGUF (the family's keys and norms) and run.
+TEST(GemmaPhiModel, RandomShapesLoadAndRunOnBothKernelSets) {
+  for (const char* shape : {"gemma3-micro", "gemma2-2b", "phi3-mini"}) {
+    const ModelConfig c = random_model_config(shape);
+    const std::string path = test::temp_path(std::string("gemma-phi-") + shape + ".gguf");
+    write_random_model(path, c, DType::F32, 7, 2, /*with_weights=*/std::string(shape) == "gemma3-micro");
+    const ModelConfig back = config_from_gguf(GgufFile::open(path));
+    EXPECT_EQ(back.layer_window, c.layer_window) << shape;
+    EXPECT_EQ(back.post_norms, c.post_norms) << shape;
+    EXPECT_FLOAT_EQ(back.attention_scale(), c.attention_scale()) << shape;
+    EXPECT_FLOAT_EQ(back.final_softcap, c.final_softcap) << shape;
+    EXPECT_FLOAT_EQ(back.rope_theta_local, c.rope_theta_local) << shape;
+    if (std::string(shape) != "gemma3-micro") continue;
+    std::vector<std::vector<float>> logits;
+    for (KernelSet kernels : {KernelSet::Reference, KernelSet::Fast}) {
+      EngineOptions o;
+      o.model_path = path;
+      o.kernels = kernels;
+      o.context = 64;
+      Engine engine(o);
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 40; ++i) prompt.push_back(3 + (i * 37) % 4000);
+      logits.push_back(engine.score(prompt));
+    }
+    EXPECT_LE(test::rel_l2(logits[1], logits[0]), 1e-2);
+  }
 }
 
 }  // namespace
