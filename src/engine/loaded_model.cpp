@@ -147,6 +147,7 @@ std::pair<KvCacheShape, int32_t> kv_shape_for(const EngineOptions& o, const Mode
   KvCacheShape kv;
   kv.block_size = o.block_size;
   kv.n_blocks = int32_t((kv_tokens + o.block_size - 1) / o.block_size);
+  kv.max_seq_tokens = context;
   const double kv_bytes = double(kv_bytes_per_token(c)) * double(kv.n_blocks) * kv.block_size;
   // On the CPU the cache lives in host memory: refuse what cannot fit before allocating. (A GPU backend's
   // allocation fails with a clear out-of-memory error naming what was asked and what is free.)

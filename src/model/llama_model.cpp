@@ -69,7 +69,7 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Backend& backen
     FERRY_CHECK(backend.supports(f), "backend {} cannot run this {} model: it has no {}", backend.name(),
                 arch_name(c.arch), feature_name(f));
 
-  // RoPE frequencies: longrope picks its factors by the longest sequence the cache can hold (as llama.cpp by n_ctx).
+  // RoPE frequencies: longrope picks its factors by the longest sequence the engine runs (as llama.cpp by n_ctx).
   const auto upload_freqs = [&](std::vector<float> inv, DeviceBuffer& buf) {
     if (!weights_.rope_freqs.empty()) {  // Llama 3.1 GGUF: per-pair divisors stored as a tensor
       std::vector<float> div(inv.size());
@@ -81,7 +81,8 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Backend& backen
     backend.copy_to_device(t, inv.data(), inv.size() * 4);
     return t;
   };
-  const int64_t rope_context = std::min<int64_t>(cache_tokens, c.max_context);
+  const int64_t rope_context =
+      std::min<int64_t>({kv.max_seq_tokens > 0 ? kv.max_seq_tokens : cache_tokens, cache_tokens, c.max_context});
   inv_freq_ = upload_freqs(c.rope_inv_freq(rope_context), inv_freq_buf_);
   // Gemma 3's local layers: their own base, no scaling.
   if (c.rope_theta_local > 0) inv_freq_local_ = upload_freqs(c.rope_inv_freq(rope_context, true), inv_freq_local_buf_);

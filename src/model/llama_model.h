@@ -27,6 +27,7 @@ namespace ferry {
 struct KvCacheShape {
   int32_t n_blocks = 0;
   int32_t block_size = 16;
+  int32_t max_seq_tokens = 0;  // the longest sequence the engine runs (its context); 0: the whole cache
 };
 
 // Tensor parallelism (src/parallel): the model runs this rank's shard of the weights (config = the rank's

@@ -20,7 +20,9 @@
 #include "model/llama_model.h"
 #include "model/model_file.h"
 #include "model/random_model.h"
+#include "engine/serving_test_util.h"
 #include "ferry/engine.h"
+#include "fixtures/golden_logits.h"
 
 namespace ferry {
 namespace {
@@ -225,6 +227,46 @@ TEST(GemmaPhiModel, ABackendWithoutTheOpsRefusesInOneLine) {
   EXPECT_NE(load_error("tiny-phi3", {ModelFeature::SlidingWindow}, {8, 16}).find("sliding-window"), std::string::npos);
   EXPECT_EQ(load_error("tiny-phi3", {ModelFeature::SlidingWindow}, {1, 8}), "");
   EXPECT_NE(load_error("tiny-phi3", {ModelFeature::Scale}, {1, 8}).find("scale op"), std::string::npos);
+}
+
+// The windowed fixtures through chunked prefill over small blocks (prefill chunks after cached tokens, each chunk's
+// queries spanning several windows) and through the serving engine's mixed steps (the three golden prompts at once:
+// prefill chunks beside decode rows): transformers' logits and greedy continuations.
+TEST(GemmaPhiModel, ChunkedPrefillAndMixedStepsMatchTransformers) {
+  for (const char* name : {"tiny-gemma2", "tiny-gemma3", "tiny-phi3"}) {
+    const test::GoldenLogits g = *test::load_golden_logits(name);
+    for (int step : {1, 3, 5}) {
+      for (int block : {1, 4, 16}) {
+        EngineOptions o;
+        o.model_path = g.model_path;
+        o.kernels = KernelSet::Reference;
+        o.context = 64;
+        o.max_step_tokens = step;
+        o.block_size = block;
+        Engine engine(o);
+        const test::LogitAgreement a = test::compare_scores(g, [&](const auto& p) { return engine.score(p); });
+        EXPECT_LE(a.max_rel_l2, 1e-4) << name << " step " << step << " block " << block;
+      }
+    }
+    EngineOptions eo;
+    eo.model_path = g.model_path;
+    eo.kernels = KernelSet::Reference;
+    eo.context = 128;
+    eo.block_size = 4;
+    eo.n_threads = 2;
+    ServingEngine serving(eo, {.max_running = 4, .max_step_tokens = 6, .prefix_caching = false});
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (const auto& prompt : g.prompts) {
+      GenerationRequest r;
+      r.prompt = prompt;
+      r.sampling.temperature = 0;
+      r.max_tokens = int32_t(g.greedy[0].size());
+      r.ignore_eos = true;
+      handles.push_back(serving.submit(r));
+    }
+    for (size_t i = 0; i < handles.size(); ++i)
+      EXPECT_EQ(test::collect(*handles[i]).ids(), g.greedy[i]) << name << " prompt " << i << " in a mixed batch";
+  }
 }
 
 // `ferry gen` / random: shapes of the families: written, read back through GGUF (the family's keys and norms) and run.
