@@ -1,6 +1,7 @@
 // Hyperparameters of a Llama-family model, read from GGUF metadata or a Hugging Face config.json.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -72,6 +73,16 @@ struct ModelConfig {
   // Gemma 3: the local (sliding-window) layers' RoPE base, without rope scaling; 0: every layer uses rope_theta.
   float rope_theta_local = 0.0f;
   int window(int layer) const { return layer_window.empty() ? 0 : layer_window[size_t(layer)]; }
+  // The positions behind which no layer reads the KV cache again: the largest window when every layer has one
+  // (Mistral v0.1, Phi-3), else 0 (a global layer reads everything).
+  int kv_release_window() const {
+    int w = 0;
+    for (int lw : layer_window) {
+      if (lw == 0) return 0;
+      w = std::max(w, lw);
+    }
+    return w;
+  }
   float attention_scale() const;  // the softmax scale of q·k
   // The factor of the rotated dims of q and k after RoPE that attention_scale() cannot hold (longrope's attention
   // factor when only rope_dims < head_dim dims rotate, as Phi-4-mini's); 1: none.

@@ -20,6 +20,7 @@
 #include "model/llama_model.h"
 #include "model/model_file.h"
 #include "model/random_model.h"
+#include "engine/block_manager.h"
 #include "engine/serving_test_util.h"
 #include "ferry/engine.h"
 #include "fixtures/golden_logits.h"
@@ -267,6 +268,72 @@ TEST(GemmaPhiModel, ChunkedPrefillAndMixedStepsMatchTransformers) {
     for (size_t i = 0; i < handles.size(); ++i)
       EXPECT_EQ(test::collect(*handles[i]).ids(), g.greedy[i]) << name << " prompt " << i << " in a mixed batch";
   }
+}
+
+// Blocks behind every layer's window go back to the pool as a sequence decodes, and only those: never one that an
+// in-flight step's queries still read.
+TEST(GemmaPhiModel, BlocksBehindTheWindowGoBackToThePool) {
+  BlockManager bm(16, 4, /*prefix_caching=*/true, /*window=*/8);
+  Sequence seq;
+  seq.tokens.assign(10, 7);
+  ASSERT_TRUE(bm.allocate(seq));
+  EXPECT_EQ(bm.pool().n_used(), 3);
+  seq.table.n_tokens = 10;  // the prompt computed: the next query (position 10) reads 3..10: no block is behind
+  seq.tokens.push_back(8);
+  bm.append(seq);
+  EXPECT_EQ(bm.pool().n_used(), 3);
+  for (int t = 11; t < 21; ++t) {  // decode to 21 tokens: the next query reads 13..20, blocks 0-2 (positions 0..11) go
+    seq.table.n_tokens = t;
+    seq.tokens.push_back(9);
+    bm.commit(seq);
+    bm.append(seq);
+  }
+  EXPECT_EQ(seq.table.blocks[0], -1);
+  EXPECT_EQ(seq.table.blocks[1], -1);
+  EXPECT_EQ(seq.table.blocks[2], -1);
+  EXPECT_GE(seq.table.blocks[3], 0);
+  EXPECT_EQ(bm.pool().n_used(), 3);  // blocks 3, 4, 5 (positions 12..23) of 6 in the table
+  EXPECT_THROW(seq.table.slot(5, 4), Error);
+  seq.n_inflight = 4;  // a step still writing 4 tokens: its first query (position 16) reads from 9 on
+  seq.table.n_tokens = 24;
+  seq.tokens.push_back(9);
+  EXPECT_EQ(bm.release_behind_window(seq), 0);  // block 3 (12..15) is still read
+  seq.n_inflight = 0;
+  EXPECT_EQ(bm.release_behind_window(seq), 1);  // the next query (24) reads 17..24: block 3 goes
+  bm.free(seq);
+  EXPECT_EQ(bm.pool().n_used(), 0);
+  bm.pool().check_invariants();
+}
+
+// In the serving engine: four Phi-3 requests of a whole context each share a pool of one context. Giving back the
+// blocks behind the window, they all decode side by side without a preemption, and give transformers' tokens.
+TEST(GemmaPhiModel, WindowedRequestsShareAPoolOfOneContext) {
+  const test::GoldenLogits g = *test::load_golden_logits("tiny-phi3");
+  EngineOptions eo;
+  eo.model_path = g.model_path;
+  eo.kernels = KernelSet::Reference;
+  eo.context = 48;  // the longest golden prompt (16) and its 32 greedy tokens
+  eo.block_size = 4;
+  eo.n_threads = 2;
+  ServingEngine serving(eo, {.max_running = 4, .max_step_tokens = 64, .kv_tokens = 64, .prefix_caching = false});
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int copy = 0; copy < 2; ++copy) {
+    for (size_t i = 1; i < g.prompts.size(); ++i) {
+      GenerationRequest r;
+      r.prompt = g.prompts[i];
+      r.sampling.temperature = 0;
+      r.max_tokens = int32_t(48 - g.prompts[i].size());
+      r.ignore_eos = true;
+      handles.push_back(serving.submit(r));
+    }
+  }
+  for (size_t h = 0; h < handles.size(); ++h) {
+    const std::vector<int32_t> got = test::collect(*handles[h]).ids();
+    const std::vector<int32_t>& want = g.greedy[1 + h % 2];
+    ASSERT_GE(got.size(), want.size());
+    EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + ptrdiff_t(want.size())), want) << "request " << h;
+  }
+  EXPECT_EQ(serving.stats().preemptions, 0);
 }
 
 // `ferry gen` / random: shapes of the families: written, read back through GGUF (the family's keys and norms) and run.
