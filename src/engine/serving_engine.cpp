@@ -372,7 +372,10 @@ void ServingEngine::Impl::complete_oldest() {
     Sequence* seq = s.plan.chunks[j].seq;
     if (seq->state == SequenceState::Finished || seq->epoch != s.epoch[j]) continue;
     seq->n_inflight -= s.plan.chunks[j].n_tokens;
-    if (error.empty()) blocks->commit(*seq);
+    if (error.empty()) {
+      blocks->commit(*seq);
+      blocks->release_behind_window(*seq);  // a long prompt's chunks: the blocks its window has passed
+    }
   }
   int64_t new_tokens = 0;
   if (!error.empty()) {
