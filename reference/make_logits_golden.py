@@ -141,6 +141,12 @@ def run_model(name, model, prompts, tok, source):
                          "tiny-qwen3moe": "stored as bfloat16 (8 experts, top-3, not renormalized; layer 1 "
                                           "dense), upcast exactly to float32",
                          "tiny-mixtral": "stored as float32 (6 experts, top-2)",
+                         "tiny-gemma2": "stored as bfloat16 (sliding window 8 on layer 0, soft-caps 3 and 5), "
+                                        "upcast exactly to float32",
+                         "tiny-gemma3": "stored as bfloat16 (sliding window 8 on layers 0-1, local rope base 1e4, "
+                                        "q/k norm), upcast exactly to float32",
+                         "tiny-phi3": "stored as float16 (fused qkv/gate_up, longrope short factors, partial "
+                                      "rotary 0.5, sliding window 8), upcast exactly to float32",
                          "smollm2": "Q4_1 in the GGUF, dequantized exactly to float32"}[name],
              "logits_file": f"{name}.bin",
              "logits_layout": "float32 LE; prompt-major, position-major, vocab contiguous; "
@@ -189,7 +195,8 @@ def run_model(name, model, prompts, tok, source):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="tiny-llama,tiny-qwen3,tiny-qwen2,tiny-qwen3moe,tiny-mixtral,smollm2")
+    ap.add_argument("--models", default="tiny-llama,tiny-qwen3,tiny-qwen2,tiny-qwen3moe,tiny-mixtral,tiny-gemma2,"
+                                        "tiny-gemma3,tiny-phi3,smollm2")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(2)

@@ -1,5 +1,6 @@
 #include "engine/block_manager.h"
 
+#include <algorithm>
 #include <span>
 
 #include "core/check.h"
@@ -14,8 +15,10 @@ uint64_t root_hash(uint64_t salt) { return salt == 0 ? kNoParentHash : block_has
 
 }  // namespace
 
-BlockManager::BlockManager(int32_t n_blocks, int32_t block_size, bool prefix_caching)
-    : pool_(n_blocks), block_size_(block_size), prefix_caching_(prefix_caching) {}
+BlockManager::BlockManager(int32_t n_blocks, int32_t block_size, bool prefix_caching, int32_t window)
+    : pool_(n_blocks), block_size_(block_size), prefix_caching_(prefix_caching), window_(window) {
+  FERRY_CHECK(window >= 0, "kv: sliding window {} is negative", window);
+}
 
 bool BlockManager::allocate(Sequence& seq) {
   FERRY_ASSERT(seq.table.blocks.empty() && seq.table.n_tokens == 0);
@@ -50,10 +53,35 @@ bool BlockManager::allocate(Sequence& seq) {
 }
 
 bool BlockManager::can_append(const Sequence& seq) const {
-  return seq.table.capacity(block_size_) >= seq.n_computed() + 1 || pool_.n_free() > 0;
+  if (seq.table.capacity(block_size_) >= seq.n_computed() + 1 || pool_.n_free() > 0) return true;
+  // append() gives back the blocks behind the window first: one of them is the room
+  const int32_t behind = blocks_behind_window(seq);
+  for (int32_t j = 0; j < behind; ++j)
+    if (seq.table.blocks[size_t(j)] >= 0) return true;
+  return false;
+}
+
+int32_t BlockManager::blocks_behind_window(const Sequence& seq) const {
+  if (window_ == 0) return 0;
+  const int64_t horizon = int64_t(seq.n_computed()) - seq.n_inflight - window_ + 1;  // first position still needed
+  return int32_t(std::clamp<int64_t>(horizon / block_size_, 0, int64_t(seq.table.blocks.size())));
+}
+
+int32_t BlockManager::release_behind_window(Sequence& seq) {
+  const int32_t behind = blocks_behind_window(seq);
+  int32_t released = 0;
+  for (int32_t j = 0; j < behind; ++j) {
+    int32_t& b = seq.table.blocks[size_t(j)];
+    if (b < 0) continue;
+    pool_.release(b);  // a full block: its hash (prefix caching) stays with it in the pool for later prompts
+    b = -1;
+    ++released;
+  }
+  return released;
 }
 
 void BlockManager::append(Sequence& seq) {
+  release_behind_window(seq);
   const bool ok = seq.table.reserve(pool_, seq.n_computed() + 1, block_size_);
   FERRY_ASSERT(ok);
 }
@@ -82,7 +110,7 @@ void BlockManager::commit(Sequence& seq) {
     seq.block_hashes.push_back(h);
     // A block shared from the cache already carries h; a second copy of a prefix computed at the same time
     // stays uncached (set_hash refuses a hash held by another block).
-    if (prefix_caching_) pool_.set_hash(seq.table.blocks[size_t(j)], h);
+    if (prefix_caching_ && seq.table.blocks[size_t(j)] >= 0) pool_.set_hash(seq.table.blocks[size_t(j)], h);
   }
 }
 

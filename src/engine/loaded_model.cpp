@@ -86,6 +86,7 @@ void fill_info(LoadedModel& m, const EngineOptions& o) {
   info.n_params = c.n_params();
   info.kv_bytes = m.model->kv_bytes();
   info.facts = m.file.facts;
+  for (auto& fact : config_facts(c)) info.facts.push_back(std::move(fact));
   for (auto& fact : m.backend->facts()) info.facts.push_back(std::move(fact));
   info.n_experts = c.n_experts;
   info.n_experts_used = c.n_experts_used;
@@ -146,6 +147,7 @@ std::pair<KvCacheShape, int32_t> kv_shape_for(const EngineOptions& o, const Mode
   KvCacheShape kv;
   kv.block_size = o.block_size;
   kv.n_blocks = int32_t((kv_tokens + o.block_size - 1) / o.block_size);
+  kv.max_seq_tokens = context;
   const double kv_bytes = double(kv_bytes_per_token(c)) * double(kv.n_blocks) * kv.block_size;
   // On the CPU the cache lives in host memory: refuse what cannot fit before allocating. (A GPU backend's
   // allocation fails with a clear out-of-memory error naming what was asked and what is free.)

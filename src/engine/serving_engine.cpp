@@ -177,7 +177,8 @@ void ServingEngine::Impl::check_invariants() const {
                     seq->table.n_tokens <= int32_t(seq->tokens.size()),
                 "serving invariant: sequence {} has {} blocks for {} tokens ({} computed)", seq->id,
                 seq->table.blocks.size(), seq->tokens.size(), seq->table.n_tokens);
-    for (const int32_t b : seq->table.blocks) ++held[size_t(b)];
+    for (const int32_t b : seq->table.blocks)
+      if (b >= 0) ++held[size_t(b)];  // -1: given back behind the sliding window
   }
   for (const Sequence* seq : scheduler->waiting())
     FERRY_CHECK(seq->table.blocks.empty() && seq->table.n_tokens == 0 && seq->n_inflight == 0 &&
@@ -424,7 +425,10 @@ void ServingEngine::Impl::complete_oldest() {
     Sequence* seq = s.plan.chunks[j].seq;
     if (seq->state == SequenceState::Finished || seq->epoch != s.epoch[j]) continue;
     seq->n_inflight -= s.plan.chunks[j].n_tokens;
-    if (error.empty() && s.plan.chunks[j].n_draft == 0) blocks->commit(*seq);  // a verify chunk: after it is verified
+    if (error.empty() && s.plan.chunks[j].n_draft == 0) {  // a verify chunk: after it is verified
+      blocks->commit(*seq);
+      blocks->release_behind_window(*seq);  // a long prompt's chunks: the blocks its window has passed
+    }
   }
   int64_t new_tokens = 0;
   if (!error.empty()) {
@@ -577,7 +581,11 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   const int32_t n_pool_blocks = pad ? kv.n_blocks - scratch_blocks : kv.n_blocks;
   FERRY_CHECK(int64_t(n_pool_blocks) * kv.block_size >= s.m->context,
               "serving: kv_tokens must hold at least one context ({} tokens) plus one block", s.m->context);
-  s.blocks = std::make_unique<BlockManager>(n_pool_blocks, kv.block_size, so.prefix_caching);
+  // A model whose every layer slides a window shorter than the context: the blocks behind it go back to the pool.
+  const ModelConfig& mc = s.m->model->config();
+  const int32_t window = mc.kv_release_window();
+  s.blocks = std::make_unique<BlockManager>(n_pool_blocks, kv.block_size, so.prefix_caching,
+                                            window > 0 && window < s.m->context ? window : 0);
   s.scheduler = std::make_unique<Scheduler>(SchedulerLimits{.max_running = so.max_running,
                                                             .max_step_tokens = so.max_step_tokens},
                                             *s.blocks);

@@ -46,10 +46,11 @@ namespace {
 
 // The kv shape and step size as bytes, for rank 0 to send to the others.
 std::vector<uint8_t> pack(const KvCacheShape& kv, int32_t max_step) {
-  std::vector<uint8_t> b(12);
+  std::vector<uint8_t> b(16);
   std::memcpy(b.data(), &kv.n_blocks, 4);
   std::memcpy(b.data() + 4, &kv.block_size, 4);
   std::memcpy(b.data() + 8, &max_step, 4);
+  std::memcpy(b.data() + 12, &kv.max_seq_tokens, 4);
   return b;
 }
 
@@ -145,12 +146,13 @@ std::pair<KvCacheShape, int32_t> agree_kv(Communicator& comm, const ShardPlan& p
     shape = pack(kv, max_step);
   }
   comm.broadcast(shape);
-  FERRY_CHECK(shape.size() == 12, "tensor-parallel rank {}: bad cache-shape message", comm.rank());
+  FERRY_CHECK(shape.size() == 16, "tensor-parallel rank {}: bad cache-shape message", comm.rank());
   KvCacheShape kv;
   int32_t max_step = 0;
   std::memcpy(&kv.n_blocks, shape.data(), 4);
   std::memcpy(&kv.block_size, shape.data() + 4, 4);
   std::memcpy(&max_step, shape.data() + 8, 4);
+  std::memcpy(&kv.max_seq_tokens, shape.data() + 12, 4);
   return {kv, max_step};
 }
 

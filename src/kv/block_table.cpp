@@ -31,7 +31,8 @@ bool BlockTable::reserve(BlockPool& pool, int32_t n_tokens_total, int32_t block_
 }
 
 void BlockTable::release_all(BlockPool& pool) {
-  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) pool.release(*it);
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)
+    if (*it >= 0) pool.release(*it);  // -1: given back already (behind a sliding window)
   blocks.clear();
   n_tokens = 0;
 }
@@ -40,7 +41,9 @@ int64_t BlockTable::slot(int32_t pos, int32_t block_size) const {
   FERRY_CHECK(block_size > 0, "kv: block_size must be > 0, got {}", block_size);
   FERRY_CHECK(pos >= 0 && pos / block_size < static_cast<int32_t>(blocks.size()),
               "kv: position {} is outside the block table's capacity of {} tokens", pos, capacity(block_size));
-  return static_cast<int64_t>(blocks[static_cast<size_t>(pos / block_size)]) * block_size + pos % block_size;
+  const int32_t block = blocks[static_cast<size_t>(pos / block_size)];
+  FERRY_CHECK(block >= 0, "kv: position {} lies in a block given back behind the sliding window", pos);
+  return static_cast<int64_t>(block) * block_size + pos % block_size;
 }
 
 }  // namespace ferry

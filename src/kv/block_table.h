@@ -17,7 +17,7 @@ namespace ferry {
 int32_t blocks_for_tokens(int32_t n_tokens, int32_t block_size);
 
 struct BlockTable {
-  std::vector<int32_t> blocks;  // block ids in position order
+  std::vector<int32_t> blocks;  // block ids in position order; -1: given back behind a sliding window
   int32_t n_tokens = 0;         // tokens whose K/V are stored (the runner advances it)
 
   // Ensures capacity for n_tokens_total tokens by allocating blocks from the pool. Returns false, changing

@@ -1,8 +1,11 @@
 // Hyperparameters of a Llama-family model, read from GGUF metadata or a Hugging Face config.json.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/backend.h"
@@ -11,16 +14,28 @@ namespace ferry {
 
 class GgufFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe };  // Mixtral is Llama with experts (n_experts > 0)
+// Mixtral and Mistral are Llama (Mixtral with experts: n_experts > 0). Gemma2/Gemma3: the Gemma layer (post norms,
+// GeGLU, scaled embedding); Phi3 (Phi-3, Phi-3.5, Phi-4): Llama's layer with fused q|k|v and gate|up tensors in the file.
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Gemma2, Gemma3, Phi3 };
 
-enum class RopeScalingKind { None, Linear, Llama3 };
+// The gated FFN's activation: down(act(gate(x)) * up(x)).
+enum class FfnActivation {
+  Silu,      // SwiGLU (Llama, Qwen, Phi-3)
+  GeluTanh,  // GeGLU with the tanh approximation of GELU (Gemma's gelu_pytorch_tanh)
+};
+
+enum class RopeScalingKind { None, Linear, Llama3, LongRope };
 
 struct RopeScaling {
   RopeScalingKind kind = RopeScalingKind::None;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;   // llama3
   float high_freq_factor = 4.0f;  // llama3
-  int original_context = 8192;    // llama3: original_max_position_embeddings
+  int original_context = 8192;    // llama3, longrope: original_max_position_embeddings
+  // longrope (Phi-3 "longrope" / "su"): per rotated pair, the divisor of the base frequency: (rope_dims/2) each. The
+  // long factors serve a context longer than original_context, the short ones the rest (rope_inv_freq's context).
+  std::vector<float> short_factor, long_factor;
+  float attention_factor = 1.0f;  // longrope: cos and sin are scaled by it, so q·k by its square
 };
 
 struct ModelConfig {
@@ -42,6 +57,38 @@ struct ModelConfig {
   bool tied_embeddings = false;
   bool qk_norm = false;    // Qwen3: RMSNorm over each head of q and k before RoPE
   bool qkv_bias = false;   // Qwen2: biases on the q, k, v projections
+  // Gemma. post_norms: a layer normalizes its attention output (post_attention_norm) and its FFN output
+  // (post_ffw_norm) before adding them to the residual. norm_weight_offset: added to every RMSNorm weight at load
+  // (Hugging Face Gemma stores w - 1 and computes x * (1 + w); GGUF stores 1 + w already).
+  bool post_norms = false;
+  float norm_weight_offset = 0.0f;
+  FfnActivation ffn_activation = FfnActivation::Silu;
+  float embedding_scale = 0.0f;     // token embeddings multiplied by it (Gemma: sqrt(dim)); 0: not scaled
+  float attn_softcap = 0.0f;        // attention scores s -> c * tanh(s / c) (Gemma 2); 0: off
+  float final_softcap = 0.0f;       // logits likewise (Gemma 2); 0: off
+  float query_pre_attn_scalar = 0;  // attention scale 1/sqrt(this) (Gemma); 0: 1/sqrt(head_dim)
+  // Sliding-window attention: (n_layers) entries, or empty (every layer global). Entry l = W > 0: a query at
+  // position p attends to positions p - W + 1 .. p (transformers' q - k < sliding_window); 0: every position.
+  std::vector<int> layer_window;
+  // Gemma 3: the local (sliding-window) layers' RoPE base, without rope scaling; 0: every layer uses rope_theta.
+  float rope_theta_local = 0.0f;
+  int window(int layer) const { return layer_window.empty() ? 0 : layer_window[size_t(layer)]; }
+  // The positions behind which no layer reads the KV cache again: the largest window when every layer has one
+  // (Mistral v0.1, Phi-3), else 0 (a global layer reads everything).
+  int kv_release_window() const {
+    int w = 0;
+    for (int lw : layer_window) {
+      if (lw == 0) return 0;
+      w = std::max(w, lw);
+    }
+    return w;
+  }
+  float attention_scale() const;  // the softmax scale of q·k
+  // The factor of the rotated dims of q and k after RoPE that attention_scale() cannot hold (longrope's attention
+  // factor when only rope_dims < head_dim dims rotate, as Phi-4-mini's); 1: none.
+  float rope_attention_factor() const {
+    return rope_scaling.kind == RopeScalingKind::LongRope && rope_dims < head_dim ? rope_scaling.attention_factor : 1.0f;
+  }
   // Mixture of experts (Qwen3-MoE, Mixtral); n_experts = 0: a dense model. An MoE layer's FFN is n_experts SwiGLU
   // experts of expert_hidden_dim units and a router; each token runs the n_experts_used it routes to.
   int n_experts = 0;
@@ -52,13 +99,18 @@ struct ModelConfig {
   bool is_moe_layer(int layer) const;
 
   void validate() const;   // ferry::Error naming the bad value
-  // RoPE inverse frequencies per rotated pair, scaling applied: (rope_dims/2)
-  std::vector<float> rope_inv_freq() const;
+  // RoPE inverse frequencies per rotated pair, scaling applied: (rope_dims/2). context: the longest sequence the
+  // caller runs (longrope takes its long factors above original_context, as llama.cpp does by its context size).
+  // local: a Gemma 3 local layer's frequencies (rope_theta_local, no scaling).
+  std::vector<float> rope_inv_freq(int64_t context = 0, bool local = false) const;
   int64_t n_params() const;  // weights, for reports (every expert)
   int64_t n_active_params() const;  // the weights one token runs: n_experts_used of each MoE layer's experts
 };
 
 std::string arch_name(Arch a);
+// What `ferry inspect` shows of a config beyond its sizes: sliding windows, soft-caps, the attention scale, Gemma's
+// norms and embedding scale, RoPE scaling, partial rotary dims (key, value); nothing for a plain Llama config.
+std::vector<std::pair<std::string, std::string>> config_facts(const ModelConfig& c);
 ModelConfig config_from_gguf(const GgufFile& gguf);
 ModelConfig config_from_hf(const nlohmann::json& config);
 

@@ -1,5 +1,7 @@
 #include "model/gguf_export.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "core/check.h"
@@ -29,6 +31,14 @@ constexpr NameRow kLayerNames[] = {
     {"mlp.down_proj.weight", "ffn_down.weight"},
     {"mlp.gate.weight", "ffn_gate_inp.weight"},               // Qwen3-MoE router
     {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},  // Mixtral router
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight"},          // Phi-3
+    {"mlp.gate_up_proj.weight", "ffn_up.weight"},              // Phi-3: 2*hidden_dim rows, gate then up
+};
+// Gemma's layer norms (looked up before kLayerNames: post_attention_layernorm means another norm there).
+constexpr NameRow kGemmaNormNames[] = {
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
 };
 
 // The llama.cpp names whose pre-tokenizer regexes ferry knows (tokenizer/pre_tokenizer_regexes.cpp), in the
@@ -38,7 +48,7 @@ constexpr const char* kPreNames[] = {"llama-bpe", "qwen2", "smollm", "gpt-2", "f
 
 }  // namespace
 
-std::string gguf_tensor_name(const std::string& hf, bool tied_embeddings) {
+std::string gguf_tensor_name(const std::string& hf, bool tied_embeddings, bool post_norms) {
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return tied_embeddings ? "" : "output.weight";
@@ -49,11 +59,15 @@ std::string gguf_tensor_name(const std::string& hf, bool tied_embeddings) {
     if (end != hf.c_str() + prefix.size() && *end == '.') {
       const std::string rest = end + 1;
       if (rest == "self_attn.rotary_emb.inv_freq") return "";
+      if (post_norms)
+        for (const NameRow& r : kGemmaNormNames)
+          if (rest == r.hf) return "blk." + std::to_string(layer) + "." + r.gguf;
       for (const NameRow& r : kLayerNames)
         if (rest == r.hf) return "blk." + std::to_string(layer) + "." + r.gguf;
     }
   }
-  fail("tensor '{}' has no GGUF name (ferry converts Llama, Mixtral, Qwen2, Qwen3 and Qwen3-MoE weights)", hf);
+  fail("tensor '{}' has no GGUF name (ferry converts Llama, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 2/3 and Phi-3 "
+       "weights)", hf);
 }
 
 std::string hf_tensor_name(const std::string& g) {
@@ -99,6 +113,26 @@ void set_gguf_config(GgufWriter& w, const ModelConfig& c) {
     w.set(p + "rope.scaling.type", GgufValue::str("linear"));
     w.set(p + "rope.scaling.factor", GgufValue::f32(c.rope_scaling.factor));
   }
+  if (c.rope_scaling.kind == RopeScalingKind::LongRope) {
+    w.set(p + "rope.scaling.original_context_length", GgufValue::u32(uint32_t(c.rope_scaling.original_context)));
+    w.set(p + "rope.scaling.attn_factor", GgufValue::f32(c.rope_scaling.attention_factor));
+  }
+  if (!c.layer_window.empty()) {
+    const int window = *std::max_element(c.layer_window.begin(), c.layer_window.end());
+    std::vector<GgufValue> local;
+    for (int lw : c.layer_window) {
+      FERRY_CHECK(lw == 0 || lw == window, "GGUF holds one sliding window; this model's layers have {} and {}", lw, window);
+      local.push_back(GgufValue::boolean(lw > 0));
+    }
+    if (window > 0) {
+      w.set(p + "attention.sliding_window", GgufValue::u32(uint32_t(window)));
+      w.set(p + "attention.sliding_window_pattern", GgufValue::array(GgufType::Bool, std::move(local)));
+    }
+  }
+  if (c.attn_softcap > 0) w.set(p + "attn_logit_softcapping", GgufValue::f32(c.attn_softcap));
+  if (c.final_softcap > 0) w.set(p + "final_logit_softcapping", GgufValue::f32(c.final_softcap));
+  if (c.query_pre_attn_scalar > 0) w.set(p + "attention.scale", GgufValue::f32(1.0f / std::sqrt(c.query_pre_attn_scalar)));
+  if (c.rope_theta_local > 0) w.set(p + "rope.freq_base_swa", GgufValue::f32(c.rope_theta_local));
 }
 
 std::vector<float> rope_freq_divisors(const ModelConfig& c) {

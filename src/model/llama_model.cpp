@@ -52,15 +52,40 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Backend& backen
   logits_hidden_ = backend.alloc(T * c.dim * 4);
   if (any_layer([](const LayerWeights& L) { return L.is_moe(); })) moe_in_ = backend.alloc(T * c.dim * 4);
 
-  std::vector<float> inv = c.rope_inv_freq();
-  if (!weights_.rope_freqs.empty()) {  // Llama 3.1 GGUF: per-pair divisors stored as a tensor
-    std::vector<float> div(inv.size());
-    backend.copy_to_host(div.data(), weights_.rope_freqs, div.size() * 4);
-    for (size_t i = 0; i < inv.size(); ++i) inv[i] /= div[i];
-  }
-  inv_freq_buf_ = backend.alloc(inv.size() * 4);
-  inv_freq_ = inv_freq_buf_.view(DType::F32, {int64_t(inv.size())});
-  backend.copy_to_device(inv_freq_, inv.data(), inv.size() * 4);
+  // The features beyond the Llama op set this config uses, each checked against the backend (one-line refusal).
+  // A sliding window counts only where a sequence can outgrow it (the cache holds more tokens than the window).
+  const int64_t cache_tokens = int64_t(kv.n_blocks) * kv.block_size;
+  std::vector<ModelFeature> needs;
+  if (c.ffn_activation == FfnActivation::GeluTanh) needs.push_back(ModelFeature::GeluTanhGlu);
+  if (c.attn_softcap > 0 || c.final_softcap > 0) needs.push_back(ModelFeature::SoftCap);
+  if (c.embedding_scale > 0 || c.rope_attention_factor() != 1.0f) needs.push_back(ModelFeature::Scale);
+  // The fused q|k|v epilogue has no place for the rotated dims' factor: such a model keeps the projections apart.
+  FERRY_CHECK(c.rope_attention_factor() == 1.0f ||
+                  std::none_of(weights_.layers.begin(), weights_.layers.end(), [](const LayerWeights& L) { return !L.wqkv.empty(); }),
+              "backend {} fuses q|k|v, which longrope with partial rotary dims cannot run", backend.name());
+  if (std::any_of(c.layer_window.begin(), c.layer_window.end(), [&](int w) { return w > 0 && w < cache_tokens; }))
+    needs.push_back(ModelFeature::SlidingWindow);
+  for (ModelFeature f : needs)
+    FERRY_CHECK(backend.supports(f), "backend {} cannot run this {} model: it has no {}", backend.name(),
+                arch_name(c.arch), feature_name(f));
+
+  // RoPE frequencies: longrope picks its factors by the longest sequence the engine runs (as llama.cpp by n_ctx).
+  const auto upload_freqs = [&](std::vector<float> inv, DeviceBuffer& buf) {
+    if (!weights_.rope_freqs.empty()) {  // Llama 3.1 GGUF: per-pair divisors stored as a tensor
+      std::vector<float> div(inv.size());
+      backend.copy_to_host(div.data(), weights_.rope_freqs, div.size() * 4);
+      for (size_t i = 0; i < inv.size(); ++i) inv[i] /= div[i];
+    }
+    buf = backend.alloc(inv.size() * 4);
+    const Tensor t = buf.view(DType::F32, {int64_t(inv.size())});
+    backend.copy_to_device(t, inv.data(), inv.size() * 4);
+    return t;
+  };
+  const int64_t rope_context =
+      std::min<int64_t>({kv.max_seq_tokens > 0 ? kv.max_seq_tokens : cache_tokens, cache_tokens, c.max_context});
+  inv_freq_ = upload_freqs(c.rope_inv_freq(rope_context), inv_freq_buf_);
+  // Gemma 3's local layers: their own base, no scaling.
+  if (c.rope_theta_local > 0) inv_freq_local_ = upload_freqs(c.rope_inv_freq(rope_context, true), inv_freq_local_buf_);
 }
 
 size_t LlamaModel::kv_bytes() const {
@@ -479,13 +504,19 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   const Tensor gate_up = gate_up_.data() ? gate_up_.view(DType::F32, {n, 2 * c.hidden_dim}) : Tensor{};
   const auto flat = [](const Tensor& t) { return Tensor::make(t.dtype, {t.shape[0], t.shape[1] * t.shape[2]}, t.data, t.device); };
   const auto per_head = [](const Tensor& t) { return Tensor::make(t.dtype, {t.shape[0] * t.shape[1], t.shape[2]}, t.data, t.device); };
-  const float scale = 1.0f / std::sqrt(float(D));
+  const float scale = c.attention_scale();
 
   backend_.embedding(x, weights_.tok_embd, ids);
   comm_->all_reduce_sum(x);  // vocab-parallel: each rank filled its own ids' rows, zeros elsewhere
+  if (c.embedding_scale > 0) backend_.scale(x, c.embedding_scale, c.dim);  // Gemma: sqrt(dim)
   observe("tok_embd", -1, x);
+  AttentionMeta layer_meta = meta;  // the step's layout with this layer's window and soft-cap
+  layer_meta.softcap = c.attn_softcap;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = weights_.layers[size_t(l)];
+    layer_meta.window = c.window(l);
+    // Gemma 3's local (sliding-window) layers rotate with their own base.
+    const Tensor& inv_freq = layer_meta.window > 0 && !inv_freq_local_.empty() ? inv_freq_local_ : inv_freq_;
     const Tensor k_cache = k_cache_[size_t(l)].view(backend_.kv_dtype(), {kv_.n_blocks, kv_.block_size, KVH, D});
     const Tensor v_cache = v_cache_[size_t(l)].view(backend_.kv_dtype(), {kv_.n_blocks, kv_.block_size, KVH, D});
 
@@ -499,11 +530,11 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
       // debug observer the op also leaves f32 copies of k and v, so q, k, v are observable as in the unfused path.
       // With the attention in one op: a backend may fuse the two at a decode step (q is then not written).
       backend_.rms_norm_matmul(flat(qkv), xb, x, L.attn_norm, c.rms_eps, L.wqkv, L.bqkv);
-      backend_.qkv_attention({.qkv = qkv, .positions = pos, .slots = slots, .inv_freq = inv_freq_,
+      backend_.qkv_attention({.qkv = qkv, .positions = pos, .slots = slots, .inv_freq = inv_freq,
                               .q_norm = c.qk_norm ? L.q_norm : Tensor{}, .k_norm = c.qk_norm ? L.k_norm : Tensor{},
                               .eps = c.rms_eps, .ordering = c.rope_ordering, .q = q, .k_cache = k_cache,
                               .v_cache = v_cache, .k_out = observer_ ? k : Tensor{}, .v_out = observer_ ? v : Tensor{}},
-                             attn, meta, scale);
+                             attn, layer_meta, scale);
     } else {
       backend_.matmul(flat(q), xb, L.wq, L.bq);
       backend_.matmul(flat(k), xb, L.wk, L.bk);
@@ -512,15 +543,24 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
         backend_.rms_norm(per_head(q), per_head(q), L.q_norm, c.rms_eps);
         backend_.rms_norm(per_head(k), per_head(k), L.k_norm, c.rms_eps);
       }
-      backend_.rope(q, pos, inv_freq_, c.rope_ordering);
-      backend_.rope(k, pos, inv_freq_, c.rope_ordering);
+      backend_.rope(q, pos, inv_freq, c.rope_ordering);
+      backend_.rope(k, pos, inv_freq, c.rope_ordering);
+      if (const float f = c.rope_attention_factor(); f != 1.0f) {  // longrope's factor on the rotated dims only
+        backend_.scale(q, f, c.rope_dims);
+        backend_.scale(k, f, c.rope_dims);
+      }
       backend_.store_kv(k_cache, v_cache, k, v, slots);
-      backend_.attention(attn, q, k_cache, v_cache, meta, scale);
+      backend_.attention(attn, q, k_cache, v_cache, layer_meta, scale);
     }
     observe("q", l, q);
     observe("k", l, k);
     observe("v", l, v);
     observe("attn", l, attn);
+    if (c.post_norms) {  // Gemma's layer tail: each sublayer's output normed before the residual add
+      gemma_layer_tail(l, L, l + 1 < c.n_layers ? &weights_.layers[size_t(l) + 1] : nullptr, flat(attn), x, xb, delta,
+                       gate, up);
+      continue;
+    }
     // act: (n, hidden) silu(gate) * up, the down projection's input: in the backend's matmul input dtype where
     // the fused op writes it (bf16 on a GPU: no conversion pass before the down GEMM), else f32 in place of gate.
     const Tensor act = L.w_gate_up.empty() ? gate : gate_.view(xb_dtype, {n, c.hidden_dim});
@@ -585,9 +625,36 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   const Tensor out = Tensor::make(DType::F32, {m, c.vocab_size},
                                   static_cast<float*>(gathered.data) + comm_->rank() * m * c.vocab_size, gathered.device);
   backend_.matmul(out, hn, weights_.output, Tensor{});
+  if (c.final_softcap > 0) backend_.softcap(out, c.final_softcap);  // Gemma 2
   comm_->all_gather_inplace(gathered);
   if (async_logits) backend_.copy_to_host_async(logits_staging_.data(), gathered, size_t(gathered.nbytes()));
   return gathered;
+}
+
+void LlamaModel::gemma_layer_tail(int layer, const LayerWeights& L, const LayerWeights* next, const Tensor& attn, const Tensor& x,
+                                  const Tensor& xb, const Tensor& delta, const Tensor& gate, const Tensor& up) {
+  const ModelConfig& c = config_;
+  // x += post_attn_norm(attn · woᵀ) (row-parallel: summed over the ranks first); xb = ffn_norm(x)
+  backend_.matmul(delta, attn, L.wo, Tensor{});
+  comm_->all_reduce_sum(delta);
+  backend_.rms_norm(delta, delta, L.post_attn_norm, c.rms_eps);
+  observe("attn_out", layer, delta);
+  backend_.add_rms_norm(xb, x, delta, L.ffn_norm, c.rms_eps);
+  observe("ffn_norm", layer, xb);
+  // delta = post_ffn_norm(down(act(gate(xb)) * up(xb)))
+  backend_.matmul(gate, xb, L.w_gate, Tensor{});
+  backend_.matmul(up, xb, L.w_up, Tensor{});
+  if (c.ffn_activation == FfnActivation::GeluTanh) {
+    backend_.geglu_tanh(gate, gate, up);
+  } else {
+    backend_.swiglu(gate, gate, up);
+  }
+  backend_.matmul(delta, gate, L.w_down, Tensor{});
+  comm_->all_reduce_sum(delta);
+  backend_.rms_norm(delta, delta, L.post_ffn_norm, c.rms_eps);
+  observe("ffn_out", layer, delta);
+  // x += delta and the next layer's attention norm into xb; the last layer's delta goes to the output norm.
+  if (next != nullptr) backend_.add_rms_norm(xb, x, delta, next->attn_norm, c.rms_eps);
 }
 
 }  // namespace ferry

@@ -27,6 +27,7 @@ namespace ferry {
 struct KvCacheShape {
   int32_t n_blocks = 0;
   int32_t block_size = 16;
+  int32_t max_seq_tokens = 0;  // the longest sequence the engine runs (its context); 0: the whole cache
 };
 
 // Tensor parallelism (src/parallel): the model runs this rank's shard of the weights (config = the rank's
@@ -169,6 +170,11 @@ class LlamaModel {
     if (observer_) observer_(name, layer, t);
   }
   static StepLayout layout_for(const Batch& batch, int32_t mb);
+  // Gemma's layer after its attention (post_norms): attn (n, q_dim) · woᵀ normed by post_attn_norm and added to x
+  // (n, dim); xb (n, dim) = ffn_norm(x); gate, up (n, hidden) f32 scratch; delta (n, dim) = post_ffn_norm(ffn out),
+  // added to x with next's attention norm into xb when next is set (else left for the output norm).
+  void gemma_layer_tail(int layer, const LayerWeights& L, const LayerWeights* next, const Tensor& attn, const Tensor& x,
+                        const Tensor& xb, const Tensor& delta, const Tensor& gate, const Tensor& up);
   // Writes the step inputs into the host staging buffer (growing staging and device inputs if needed).
   void stage_inputs(const Batch& batch, const StepLayout& L);
   // Enqueues the whole step: inputs staging -> device, every op, and (async_logits) logits -> host staging.
@@ -198,10 +204,11 @@ class LlamaModel {
   KvCacheShape kv_;
   int32_t max_step_tokens_;
   Tensor inv_freq_;  // (rope_dims/2) f32
+  Tensor inv_freq_local_;  // (rope_dims/2) f32: Gemma 3's local layers (rope_theta_local), else empty
   // Paged KV cache, per layer: (n_blocks, block_size, n_kv_heads, head_dim) in backend.kv_dtype() (CPU f32, CUDA bf16).
   std::vector<DeviceBuffer> k_cache_, v_cache_;
   // Activations, sized for max_step_tokens rows.
-  DeviceBuffer x_, xb_, q_, k_, v_, attn_, out_, gate_, up_, logits_hidden_, logits_, inv_freq_buf_;
+  DeviceBuffer x_, xb_, q_, k_, v_, attn_, out_, gate_, up_, logits_hidden_, logits_, inv_freq_buf_, inv_freq_local_buf_;
   // Fused projections' outputs (only when a layer has wqkv / w_gate_up): (n, (H + 2*KVH)*D) and (n, 2*hidden) f32.
   DeviceBuffer qkv_, gate_up_;
   // Expert layers' FFN input (only when a layer is MoE): (n, dim) f32.

@@ -142,25 +142,34 @@ void check_config_against_tensors(const ModelFile& m) {
       if (n == name) return &t;
     return nullptr;
   };
-  FERRY_CHECK(int64_t(c.n_layers) * 7 <= int64_t(m.tensors.size()),
-              "{}: the config says {} layers, but the file holds only {} tensors (at least 7 per layer)", m.path,
-              c.n_layers, m.tensors.size());
-  const std::string embd = g ? "token_embd.weight" : "model.embed_tokens.weight";
+  const int64_t per_layer = c.arch == Arch::Phi3 ? 6 : 7;  // Phi-3's fused q|k|v and gate|up: 6 tensors a layer
+  FERRY_CHECK(int64_t(c.n_layers) * per_layer <= int64_t(m.tensors.size()),
+              "{}: the config says {} layers, but the file holds only {} tensors (at least {} per layer)", m.path,
+              c.n_layers, m.tensors.size(), per_layer);
+  // Hugging Face text-model tensors: model.*, or a multimodal Gemma 3's language model.
+  std::string hf = "model.";
+  for (const char* p : {"language_model.model.", "model.language_model."})
+    if (!g && find(std::string(p) + "embed_tokens.weight")) hf = p;
+  const std::string embd = g ? "token_embd.weight" : hf + "embed_tokens.weight";
   const Tensor* e = find(embd);
   FERRY_CHECK(e != nullptr, "{}: missing tensor '{}'", m.path, embd);
   FERRY_CHECK(e->n_dims == 2 && e->shape[0] == c.vocab_size && e->shape[1] == c.dim,
               "{}: tensor '{}' is {}, but the config says vocab_size {} and hidden size {}", m.path, embd,
               e->shape_str(), c.vocab_size, c.dim);
   const std::string last = g ? fmt::format("blk.{}.attn_q.weight", c.n_layers - 1)
-                             : fmt::format("model.layers.{}.self_attn.q_proj.weight", c.n_layers - 1);
-  FERRY_CHECK(find(last) != nullptr, "{}: the config says {} layers, but tensor '{}' is missing", m.path, c.n_layers, last);
-  const std::string k = g ? "blk.0.attn_k.weight" : "model.layers.0.self_attn.k_proj.weight";
+                             : fmt::format("{}layers.{}.self_attn.q_proj.weight", hf, c.n_layers - 1);
+  const std::string last_qkv = g ? fmt::format("blk.{}.attn_qkv.weight", c.n_layers - 1)
+                                 : fmt::format("{}layers.{}.self_attn.qkv_proj.weight", hf, c.n_layers - 1);
+  FERRY_CHECK(find(last) != nullptr || (c.arch == Arch::Phi3 && find(last_qkv) != nullptr),
+              "{}: the config says {} layers, but tensor '{}' is missing", m.path, c.n_layers, last);
+  const std::string k = g ? "blk.0.attn_k.weight" : hf + "layers.0.self_attn.k_proj.weight";
   if (const Tensor* t = find(k))
     FERRY_CHECK(t->n_dims == 2 && t->shape[0] == int64_t(c.n_kv_heads) * c.head_dim,
                 "{}: tensor '{}' is {}, but the config says {} KV heads of {}", m.path, k, t->shape_str(), c.n_kv_heads, c.head_dim);
-  const std::string up = g ? "blk.0.ffn_up.weight" : "model.layers.0.mlp.up_proj.weight";
+  const std::string up = g ? "blk.0.ffn_up.weight" : hf + "layers.0.mlp.up_proj.weight";
+  const bool up_is_gate_up = g && c.arch == Arch::Phi3 && find("blk.0.ffn_gate.weight") == nullptr;  // 2*hidden rows
   if (const Tensor* t = find(up))
-    FERRY_CHECK(t->n_dims == 2 && t->shape[0] == c.hidden_dim,
+    FERRY_CHECK(t->n_dims == 2 && t->shape[0] == (up_is_gate_up ? 2 : 1) * int64_t(c.hidden_dim),
                 "{}: tensor '{}' is {}, but the config says intermediate size {}", m.path, up, t->shape_str(), c.hidden_dim);
   // Experts: the first MoE layer's router and up projection(s) against the expert count and size.
   for (int l = 0; l < c.n_layers && c.n_experts > 0; ++l) {

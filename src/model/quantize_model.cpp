@@ -30,6 +30,7 @@ struct SourceTensor {
   DType type = DType::F32;
   const uint8_t* data = nullptr;
   int qk_head_dim = 0;  // > 0: a Llama q/k projection from a Hugging Face folder, rows reordered for GGUF
+  float add = 0;        // added to every value (Hugging Face Gemma's norm weights w become GGUF's 1 + w)
 };
 
 // The input, with whatever owns the bytes its tensors point into.
@@ -37,6 +38,7 @@ struct Source {
   std::optional<GgufFile> gguf;
   std::optional<SafetensorsModel> folder;
   std::vector<float> rope_divisors;  // rope_freqs.weight of a converted Llama-3 folder
+  std::vector<std::vector<float>> rope_factors;  // rope_factors_short/long.weight of a converted Phi-3 folder (longrope)
   std::map<std::string, std::vector<float>> fp8_weights;  // FP8 weights of a folder, dequantized: (rows, cols) f32
   std::map<std::string, std::vector<uint8_t>> stacked;    // a folder's experts stacked as GGUF holds them
   std::vector<SourceTensor> tensors;
@@ -97,7 +99,7 @@ Source open_folder_source(const std::string& dir, GgufWriter& w) {
       experts[{ex->layer, ex->proj}][ex->expert] = hf;
       continue;
     }
-    const std::string name = gguf_tensor_name(hf, config.tied_embeddings);
+    const std::string name = gguf_tensor_name(hf, config.tied_embeddings, config.post_norms);
     if (name.empty()) continue;
     SourceTensor src;
     const SafetensorsTensor* e = st.entry(hf);
@@ -112,6 +114,9 @@ Source open_folder_source(const std::string& dir, GgufWriter& w) {
     }
     const bool qk = name.find(".attn_q.") != std::string::npos || name.find(".attn_k.") != std::string::npos;
     if (config.arch == Arch::Llama && qk) src.qk_head_dim = config.head_dim;
+    const std::string norm_suffix = "norm.weight";
+    if (name.size() >= norm_suffix.size() && name.compare(name.size() - norm_suffix.size(), norm_suffix.size(), norm_suffix) == 0)
+      src.add = config.norm_weight_offset;
     s.tensors.push_back(std::move(src));
   }
   for (const auto& [key, by_expert] : experts) {
@@ -133,6 +138,13 @@ Source open_folder_source(const std::string& dir, GgufWriter& w) {
     }
     s.tensors.push_back({name, {int64_t(by_expert.size()), first.shape[0], first.shape[1]}, first.dtype, buf.data()});
   }
+  if (config.rope_scaling.kind == RopeScalingKind::LongRope) {  // Phi-3: llama.cpp's rope_factors_short/long tensors
+    s.rope_factors = {config.rope_scaling.short_factor, config.rope_scaling.long_factor};
+    for (int i = 0; i < 2; ++i)
+      s.tensors.push_back({i == 0 ? "rope_factors_short.weight" : "rope_factors_long.weight",
+                           {int64_t(s.rope_factors[size_t(i)].size())}, DType::F32,
+                           reinterpret_cast<const uint8_t*>(s.rope_factors[size_t(i)].data())});
+  }
   s.rope_divisors = rope_freq_divisors(config);
   if (!s.rope_divisors.empty()) {
     s.tensors.push_back({"rope_freqs.weight", {int64_t(s.rope_divisors.size())}, DType::F32,
@@ -153,11 +165,12 @@ void convert_rows(const SourceTensor& t, DType to, int64_t begin, int64_t end, u
     const int64_t src_row = t.qk_head_dim > 0 ? llama_qk_source_row(r, t.qk_head_dim) : r;
     std::memcpy(raw.data(), t.data + size_t(src_row) * in_bytes, in_bytes);
     uint8_t* out = dst + size_t(r) * out_bytes;
-    if (t.type == to) {
+    if (t.type == to && t.add == 0) {
       std::memcpy(out, raw.data(), in_bytes);
       continue;
     }
     dequantize_row(t.type, raw.data(), row.data(), cols);
+    for (float& v : row) v += t.add;
     quantize_row(to, row.data(), out, cols);
   }
 }

@@ -45,7 +45,31 @@ constexpr Shape kShapes[] = {
     // The decode kernels' column counts (dim and hidden multiples of 2048, where the streamed K-quant matvecs apply)
     // in a model the CPU reference kernels still run in seconds (tests/cuda/e2e_test.cpp).
     {"llama3-small", Arch::Llama, 2, 2048, 16, 4, 128, 4096, 4096, 2048, 500000.0f, false, 0, 0, 0},
+    // Gemma 2 2B, Gemma 3 4B (text) and Phi-3-mini as their configs give them (random_model_config adds each family's
+    // windows, soft-caps and norms), and a Gemma 3 small enough for the CPU reference kernels.
+    {"gemma2-2b", Arch::Gemma2, 26, 2304, 8, 4, 256, 9216, 256000, 8192, 10000.0f, true},
+    {"gemma3-4b", Arch::Gemma3, 34, 2560, 8, 4, 256, 10240, 262208, 131072, 1000000.0f, true},
+    {"phi3-mini", Arch::Phi3, 32, 3072, 32, 32, 96, 8192, 32064, 4096, 10000.0f, false},
+    {"gemma3-micro", Arch::Gemma3, 6, 256, 4, 2, 64, 768, 4096, 2048, 1000000.0f, true},
 };
+
+// Each family's settings beyond the sizes, as its Hub configs give them (Gemma: 1 + w norms are stored as GGUF's 1 + w,
+// so no offset here).
+void apply_family(ModelConfig& c) {
+  if (c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3) {
+    c.post_norms = true;
+    c.ffn_activation = FfnActivation::GeluTanh;
+    c.embedding_scale = std::sqrt(float(c.dim));
+    c.query_pre_attn_scalar = float(c.head_dim);
+    const int period = c.arch == Arch::Gemma2 ? 2 : 6;
+    const int window = c.arch == Arch::Gemma2 ? 4096 : std::min(1024, c.max_context / 2);
+    c.layer_window.assign(size_t(c.n_layers), window);
+    for (int l = period - 1; l < c.n_layers; l += period) c.layer_window[size_t(l)] = 0;
+  }
+  if (c.arch == Arch::Gemma2) c.attn_softcap = 50.0f, c.final_softcap = 30.0f;
+  if (c.arch == Arch::Gemma3) c.qk_norm = true, c.rope_theta_local = 10000.0f;
+  if (c.arch == Arch::Phi3) c.layer_window.assign(size_t(c.n_layers), 2047);  // Phi-3-mini-4k's sliding_window
+}
 
 // xorshift-style generator: fast, deterministic, no global state.
 struct Rng {
@@ -161,7 +185,9 @@ std::vector<RandomTensor> random_model_tensors(const ModelConfig& c, DType wt, u
       norm(b + "attn_k_norm.weight", c.head_dim);
     }
     matrix(b + "attn_output.weight", c.dim, q_dim, wt, residual * fan_in(q_dim));
+    if (c.post_norms) norm(b + "post_attention_norm.weight", c.dim);
     norm(b + "ffn_norm.weight", c.dim);
+    if (c.post_norms) norm(b + "post_ffw_norm.weight", c.dim);
     if (c.is_moe_layer(l)) {  // the router (F32, as llama.cpp keeps it), then the experts stacked: (E, rows, cols)
       const int64_t E = c.n_experts, H = c.expert_hidden_dim;
       matrix(b + "ffn_gate_inp.weight", E, c.dim, DType::F32, fan_in(c.dim));
@@ -219,6 +245,7 @@ ModelConfig random_model_config(const std::string& shape) {
     c.expert_hidden_dim = s.expert_hidden_dim;
     c.moe_norm = MoeNorm::Renormalize;  // Qwen3-30B-A3B (norm_topk_prob) and Mixtral alike
     c.rope_ordering = s.arch == Arch::Llama ? RopeOrdering::Interleaved : RopeOrdering::Neox;
+    apply_family(c);
     c.validate();
     return c;
   }

@@ -106,6 +106,30 @@ struct Loader {
   }
   // A vector (norm weight, bias): converted to f32 in backend memory.
   Tensor vector(const std::string& name, int64_t n) { return upload(host_vector(name, n)); }
+  // An RMSNorm weight: as vector, plus the config's norm_weight_offset (Hugging Face Gemma's 1 + w).
+  Tensor norm(const std::string& name, int64_t n) {
+    std::vector<float> host = host_vector(name, n);
+    for (float& v : host) v += config.norm_weight_offset;
+    return upload(host);
+  }
+  // A matmul weight stored with several projections stacked by rows (Phi-3's qkv_proj, gate_up_proj): (sum of
+  // rows, cols). keep_fused: the whole tensor prepared as one; else each part a row view of it, prepared on its own.
+  std::vector<Tensor> stacked_matrix(const std::string& name, std::initializer_list<int64_t> rows, int64_t cols,
+                                     bool keep_fused) {
+    int64_t total = 0;
+    for (int64_t r : rows) total += r;
+    const Tensor& t = host_matrix(name, total, cols);
+    out.named.emplace_back(name, t);
+    if (keep_fused) return {backend.prepare_weight(t, out.storage)};
+    std::vector<Tensor> parts;
+    int64_t row0 = 0;
+    for (int64_t r : rows) {
+      const Tensor part = Tensor::make(t.dtype, {r, cols}, static_cast<char*>(t.data) + size_t(row0) * row_bytes(t.dtype, cols));
+      parts.push_back(backend.prepare_weight(part, out.storage));
+      row0 += r;
+    }
+    return parts;
+  }
   Tensor optional_vector(const std::string& name, int64_t n) {
     return source.find(name) ? vector(name, n) : Tensor{};
   }
@@ -113,21 +137,33 @@ struct Loader {
 
 struct Names {
   bool gguf;
+  std::string hf_prefix = "model.";  // "language_model.model." or "model.language_model." in a Gemma 3 multimodal folder
   std::string layer(int l, const char* gguf_name, const char* hf_name) const {
-    return gguf ? "blk." + std::to_string(l) + "." + gguf_name : "model.layers." + std::to_string(l) + "." + hf_name;
+    return gguf ? "blk." + std::to_string(l) + "." + gguf_name : hf_prefix + "layers." + std::to_string(l) + "." + hf_name;
+  }
+  std::string global(const char* gguf_name, const char* hf_name) const {
+    return gguf ? std::string(gguf_name) : hf_prefix + hf_name;
   }
 };
+
+// The prefix of a Hugging Face folder's text-model tensors: model. (a causal LM), or a multimodal Gemma 3's text model.
+std::string hf_prefix_of(const WeightSource& source) {
+  for (const char* p : {"model.", "language_model.model.", "model.language_model."})
+    if (source.find(std::string(p) + "embed_tokens.weight")) return p;
+  return "model.";  // the missing tensor is reported under its usual name
+}
 
 }  // namespace
 
 ModelWeights load_weights(const ModelConfig& c, const WeightSource& source, bool gguf_names, Backend& backend) {
   ModelWeights w;
   Loader ld{c, source, backend, w};
-  const Names nm{gguf_names};
+  const Names nm{gguf_names, gguf_names ? "" : hf_prefix_of(source)};
   const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  const bool gemma = c.post_norms;
 
-  w.tok_embd = ld.matrix(gguf_names ? "token_embd.weight" : "model.embed_tokens.weight", c.vocab_size, c.dim);
-  w.output_norm = ld.vector(gguf_names ? "output_norm.weight" : "model.norm.weight", c.dim);
+  w.tok_embd = ld.matrix(nm.global("token_embd.weight", "embed_tokens.weight"), c.vocab_size, c.dim);
+  w.output_norm = ld.norm(nm.global("output_norm.weight", "norm.weight"), c.dim);
   const std::string out_name = gguf_names ? "output.weight" : "lm_head.weight";
   w.output = (c.tied_embeddings || !source.find(out_name)) ? w.tok_embd : ld.matrix(out_name, c.vocab_size, c.dim);
   if (gguf_names && source.find("rope_freqs.weight")) w.rope_freqs = ld.vector("rope_freqs.weight", c.rope_dims / 2);
@@ -136,15 +172,27 @@ ModelWeights load_weights(const ModelConfig& c, const WeightSource& source, bool
   const bool fuse = backend.wants_fused_projections();
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = w.layers[size_t(l)];
-    L.attn_norm = ld.vector(nm.layer(l, "attn_norm.weight", "input_layernorm.weight"), c.dim);
+    L.attn_norm = ld.norm(nm.layer(l, "attn_norm.weight", "input_layernorm.weight"), c.dim);
     const std::string q_name = nm.layer(l, "attn_q.weight", "self_attn.q_proj.weight");
     const std::string k_name = nm.layer(l, "attn_k.weight", "self_attn.k_proj.weight");
     const std::string v_name = nm.layer(l, "attn_v.weight", "self_attn.v_proj.weight");
     const std::string bq_name = nm.layer(l, "attn_q.bias", "self_attn.q_proj.bias");
     const std::string bk_name = nm.layer(l, "attn_k.bias", "self_attn.k_proj.bias");
     const std::string bv_name = nm.layer(l, "attn_v.bias", "self_attn.v_proj.bias");
-    if (fuse) L.wqkv = ld.fused_matrix({{q_name, q_dim}, {k_name, kv_dim}, {v_name, kv_dim}}, c.dim);
-    if (!L.wqkv.empty()) {
+    const std::string qkv_name = nm.layer(l, "attn_qkv.weight", "self_attn.qkv_proj.weight");
+    if (c.arch == Arch::Phi3 && source.find(qkv_name)) {  // stored fused
+      std::vector<Tensor> parts = ld.stacked_matrix(qkv_name, {q_dim, kv_dim, kv_dim}, c.dim, fuse);
+      if (fuse) {
+        L.wqkv = parts[0];
+      } else {
+        L.wq = parts[0], L.wk = parts[1], L.wv = parts[2];
+      }
+    } else if (fuse) {
+      L.wqkv = ld.fused_matrix({{q_name, q_dim}, {k_name, kv_dim}, {v_name, kv_dim}}, c.dim);
+    }
+    if (!L.wq.empty()) {
+      // split from a stored q|k|v (no biases in Phi-3)
+    } else if (!L.wqkv.empty()) {
       if (c.qkv_bias) {
         const std::vector<float> bq = ld.optional_host_vector(bq_name, q_dim);
         const std::vector<float> bk = ld.optional_host_vector(bk_name, kv_dim);
@@ -164,11 +212,17 @@ ModelWeights load_weights(const ModelConfig& c, const WeightSource& source, bool
       }
     }
     if (c.qk_norm) {
-      L.q_norm = ld.vector(nm.layer(l, "attn_q_norm.weight", "self_attn.q_norm.weight"), c.head_dim);
-      L.k_norm = ld.vector(nm.layer(l, "attn_k_norm.weight", "self_attn.k_norm.weight"), c.head_dim);
+      L.q_norm = ld.norm(nm.layer(l, "attn_q_norm.weight", "self_attn.q_norm.weight"), c.head_dim);
+      L.k_norm = ld.norm(nm.layer(l, "attn_k_norm.weight", "self_attn.k_norm.weight"), c.head_dim);
     }
     L.wo = ld.matrix(nm.layer(l, "attn_output.weight", "self_attn.o_proj.weight"), c.dim, q_dim);
-    L.ffn_norm = ld.vector(nm.layer(l, "ffn_norm.weight", "post_attention_layernorm.weight"), c.dim);
+    if (gemma) {  // Gemma's four norms: its post_attention_layernorm follows the attention, pre_feedforward leads the FFN
+      L.post_attn_norm = ld.norm(nm.layer(l, "post_attention_norm.weight", "post_attention_layernorm.weight"), c.dim);
+      L.ffn_norm = ld.norm(nm.layer(l, "ffn_norm.weight", "pre_feedforward_layernorm.weight"), c.dim);
+      L.post_ffn_norm = ld.norm(nm.layer(l, "post_ffw_norm.weight", "post_feedforward_layernorm.weight"), c.dim);
+    } else {
+      L.ffn_norm = ld.norm(nm.layer(l, "ffn_norm.weight", "post_attention_layernorm.weight"), c.dim);
+    }
     if (c.is_moe_layer(l)) {
       const ExpertNames en{gguf_names, c.arch == Arch::Llama, l};
       L.ffn_gate_inp = ld.matrix(en.router(), c.n_experts, c.dim);
@@ -179,8 +233,21 @@ ModelWeights load_weights(const ModelConfig& c, const WeightSource& source, bool
     }
     const std::string gate_name = nm.layer(l, "ffn_gate.weight", "mlp.gate_proj.weight");
     const std::string up_name = nm.layer(l, "ffn_up.weight", "mlp.up_proj.weight");
-    if (fuse) L.w_gate_up = ld.fused_matrix({{gate_name, c.hidden_dim}, {up_name, c.hidden_dim}}, c.dim);
-    if (L.w_gate_up.empty()) {
+    // Phi-3: gate|up stored as one tensor (GGUF: ffn_up of 2*hidden_dim rows, no ffn_gate). The fused op is SwiGLU's:
+    // a GeGLU model (Gemma) keeps its gate and up apart.
+    const std::string gate_up_name = gguf_names ? up_name : nm.layer(l, "", "mlp.gate_up_proj.weight");
+    const bool fuse_ffn = fuse && c.ffn_activation == FfnActivation::Silu;
+    if (c.arch == Arch::Phi3 && !source.find(gate_name) && source.find(gate_up_name)) {
+      std::vector<Tensor> parts = ld.stacked_matrix(gate_up_name, {c.hidden_dim, c.hidden_dim}, c.dim, fuse_ffn);
+      if (fuse_ffn) {
+        L.w_gate_up = parts[0];
+      } else {
+        L.w_gate = parts[0], L.w_up = parts[1];
+      }
+    } else if (fuse_ffn) {
+      L.w_gate_up = ld.fused_matrix({{gate_name, c.hidden_dim}, {up_name, c.hidden_dim}}, c.dim);
+    }
+    if (L.w_gate_up.empty() && L.w_gate.empty()) {
       L.w_gate = ld.matrix(gate_name, c.hidden_dim, c.dim);
       L.w_up = ld.matrix(up_name, c.hidden_dim, c.dim);
     }

@@ -22,7 +22,9 @@ struct LayerWeights {
   Tensor q_norm;     // (head_dim) f32: Qwen3 only
   Tensor k_norm;     // (head_dim) f32: Qwen3 only
   Tensor wo;         // (dim, n_heads*head_dim)
+  Tensor post_attn_norm;  // (dim) f32: Gemma's norm of the attention output before the residual add, else empty
   Tensor ffn_norm;   // (dim) f32
+  Tensor post_ffn_norm;   // (dim) f32: Gemma's norm of the FFN output before the residual add, else empty
   Tensor w_gate;     // (hidden_dim, dim)
   Tensor w_up;       // (hidden_dim, dim)
   Tensor w_down;     // (dim, hidden_dim)
@@ -35,7 +37,9 @@ struct LayerWeights {
   std::vector<Tensor> ffn_down_exps;  // E x (dim, H)
   bool is_moe() const { return !ffn_gate_inp.empty(); }
   // Fused projections (model/fuse_weights.h), made at load when the backend wants_fused_projections() and the
-  // parts share a type; then the separate tensors above are empty (not kept).
+  // parts share a type; then the separate tensors above are empty (not kept). Phi-3 stores them fused
+  // (qkv_proj / attn_qkv, gate_up_proj / ffn_up of 2*hidden_dim rows): kept as these when the backend wants fused
+  // projections, else split into row views of the file's tensor (wq, wk, wv; w_gate, w_up), no copy.
   Tensor wqkv;       // ((n_heads + 2*n_kv_heads)*head_dim, dim): rows of wq, then wk, then wv; stored type
   Tensor bqkv;       // ((n_heads + 2*n_kv_heads)*head_dim) f32: bq|bk|bv (zeros for a missing one), or empty
   Tensor w_gate_up;  // (2*hidden_dim, dim): rows of w_gate, then w_up; stored type

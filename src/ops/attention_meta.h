@@ -25,6 +25,10 @@ struct AttentionMeta {
   // Every sequence has exactly one query row (a decode step), as the caller knows even without host mirrors
   // (a captured step): a backend may then run its decode kernel alone. False: not known, look at q_len.
   bool decode_only = false;
+  // Per layer (the model sets them on its copy for each layer; a backend without Backend::supports(
+  // ModelFeature::SlidingWindow / SoftCap) refuses the model at load, so it never sees them set):
+  int32_t window = 0;   // > 0: query at position p attends to positions max(0, p - window + 1) .. p; 0: to 0 .. p
+  float softcap = 0;    // > 0: each score s = q·k * scale becomes softcap * tanh(s / softcap) before the softmax
 };
 
 }  // namespace ferry

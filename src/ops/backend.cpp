@@ -5,6 +5,16 @@
 
 namespace ferry {
 
+std::string feature_name(ModelFeature f) {
+  switch (f) {
+    case ModelFeature::GeluTanhGlu: return "GeGLU (gelu tanh) op";
+    case ModelFeature::SoftCap: return "soft-capping of attention scores and logits";
+    case ModelFeature::SlidingWindow: return "sliding-window attention";
+    case ModelFeature::Scale: return "scale op";
+  }
+  return "?";
+}
+
 void Backend::sublayer_end(const SublayerEnd& s) {
   FERRY_ASSERT(s.group != nullptr);
   matmul(s.delta, s.x, s.w, Tensor{});

@@ -93,6 +93,16 @@ struct MoeFfnArgs {
   MoeNorm norm = MoeNorm::Renormalize;
 };
 
+// Ops and attention options beyond the Llama set, which a backend may lack (Backend::supports). The model checks
+// at load that its backend has every feature its config uses, and refuses it with a one-line error otherwise.
+enum class ModelFeature {
+  GeluTanhGlu,    // geglu_tanh (Gemma's FFN)
+  SoftCap,        // softcap and AttentionMeta::softcap (Gemma 2)
+  SlidingWindow,  // AttentionMeta::window (Mistral, Gemma, Phi-3, Qwen2 with use_sliding_window)
+  Scale,          // scale (Gemma's embedding scale; Phi's longrope attention factor with partial rotary dims)
+};
+std::string feature_name(ModelFeature f);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -222,6 +232,20 @@ class Backend {
                          const AttentionMeta& meta, float scale) = 0;
   // out = silu(gate) * up; all (n, hidden_dim) f32. out may alias gate.
   virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  // ---- optional ops (supports(feature) says which a backend has; the defaults fail) ----
+  virtual bool supports(ModelFeature feature) const { return false; }
+  // out = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))); all (n, hidden_dim)
+  // f32. out may alias gate.
+  virtual void geglu_tanh(const Tensor& out, const Tensor& gate, const Tensor& up) {
+    fail("backend {} has no {}", name(), feature_name(ModelFeature::GeluTanhGlu));
+  }
+  // x: any shape f32, in place: x = cap * tanh(x / cap) (cap > 0).
+  virtual void softcap(const Tensor& x, float cap) { fail("backend {} has no {}", name(), feature_name(ModelFeature::SoftCap)); }
+  // x: (..., cols) f32, in place: x[..., :n_leading] *= s for every row of its last dimension (n_leading <= cols;
+  // cols: the whole tensor). Gemma's embedding scale; longrope's attention factor on the rotated dims of q and k.
+  virtual void scale(const Tensor& x, float s, int64_t n_leading) {
+    fail("backend {} has no {}", name(), feature_name(ModelFeature::Scale));
+  }
   // The fused projections' epilogues (used when wants_fused_projections()). No default: they cannot be
   // composed from the ops above without a strided copy.
   // Per token and head of a.qkv: q and k heads get the optional per-head RMSNorm then RoPE (the math of

@@ -42,6 +42,9 @@ ShardPlan make_shard_plan(const ModelConfig& c, int rank, int world) {
   FERRY_CHECK(world == 1 || c.n_experts == 0,
               "--tp {}: mixture-of-experts models ({} experts) run at --tp 1 only for now (splitting the experts "
               "across ranks is not implemented)", world, c.n_experts);
+  // Gemma's extra norms and Phi-3's fused q|k|v and gate|up tensors have no shard rows in the plan yet.
+  FERRY_CHECK(world == 1 || (c.arch != Arch::Gemma2 && c.arch != Arch::Gemma3 && c.arch != Arch::Phi3),
+              "--tp {}: {} models run at --tp 1 only for now", world, arch_name(c.arch));
   FERRY_CHECK(c.n_heads % world == 0, "--tp {}: the model's {} attention heads do not divide into {} equal parts", world,
               c.n_heads, world);
   FERRY_CHECK(c.n_kv_heads % world == 0,

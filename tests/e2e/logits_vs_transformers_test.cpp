@@ -52,22 +52,20 @@ TEST_P(LogitsVsTransformers, FastKernelsKeepKlBelow1e3) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LogitsVsTransformers,
-                         ::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-qwen3moe", "tiny-mixtral", "smollm2"));
+                         ::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-qwen3moe", "tiny-mixtral",
+                                           "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "smollm2"));
 
-// The MoE fixtures as GGUF files written by `ferry quantize ... F32` (experts stacked into 3-D ffn_*_exps tensors,
-// Mixtral's q/k rows permuted for interleaved RoPE): the same golden logits at the same tolerances.
-class MoeGgufVsTransformers : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(MoeGgufVsTransformers, F32GgufMatchesWithin1e3AndGreedyAgrees) {
-  auto g = test::load_golden_logits(GetParam());
+// A fixture as the GGUF file `ferry quantize ... F32` writes, against the same golden logits at the same tolerances.
+void check_f32_gguf(const std::string& name) {
+  auto g = test::load_golden_logits(name);
   ASSERT_TRUE(g.has_value());
-  const std::string gguf = test::temp_path(GetParam() + "-golden-f32.gguf");
+  const std::string gguf = test::temp_path(name + "-golden-f32.gguf");
   quantize_model({g->model_path, gguf, "F32", 2, {}});
   g->model_path = gguf;
   for (KernelSet kernels : {KernelSet::Reference, KernelSet::Fast}) {
     Engine engine = make_engine(*g, kernels);
     const test::LogitAgreement a = test::compare_scores(*g, [&](const auto& p) { return engine.score(p); });
-    std::printf("%s gguf %s: %s\n", GetParam().c_str(), kernels == KernelSet::Reference ? "reference" : "fast",
+    std::printf("%s gguf %s: %s\n", name.c_str(), kernels == KernelSet::Reference ? "reference" : "fast",
                 a.summary().c_str());
     EXPECT_LE(a.max_rel_l2, 1e-3);
     EXPECT_EQ(a.argmax_same, a.positions);
@@ -81,7 +79,16 @@ TEST_P(MoeGgufVsTransformers, F32GgufMatchesWithin1e3AndGreedyAgrees) {
   }
 }
 
+// The MoE fixtures (experts stacked into 3-D ffn_*_exps tensors, Mixtral's q/k rows permuted for interleaved RoPE).
+class MoeGgufVsTransformers : public ::testing::TestWithParam<std::string> {};
+TEST_P(MoeGgufVsTransformers, F32GgufMatchesWithin1e3AndGreedyAgrees) { check_f32_gguf(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Models, MoeGgufVsTransformers, ::testing::Values("tiny-qwen3moe", "tiny-mixtral"));
+
+// Gemma 2 / 3 and Phi-3 as llama.cpp names them: Gemma's norms as 1 + w and its four norm names, the local layers in
+// attention.sliding_window_pattern, Phi-3's fused attn_qkv and ffn_up and its rope_factors_short/long tensors.
+class DenseGgufVsTransformers : public ::testing::TestWithParam<std::string> {};
+TEST_P(DenseGgufVsTransformers, F32GgufMatchesWithin1e3AndGreedyAgrees) { check_f32_gguf(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Models, DenseGgufVsTransformers, ::testing::Values("tiny-gemma2", "tiny-gemma3", "tiny-phi3"));
 
 }  // namespace
 }  // namespace ferry

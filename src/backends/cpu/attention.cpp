@@ -30,17 +30,18 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& out, const Tensor& q, c
       const int64_t h = task % n_heads, kvh = h / group;
       const int64_t row = meta.host_q_start[s] + i;
       const int64_t kv_len = meta.host_kv_len[s];
-      const int64_t last = kv_len - meta.host_q_len[s] + i;  // causal: attend to positions 0..last
+      const int64_t last = kv_len - meta.host_q_len[s] + i;  // causal: attend to positions first..last
+      const int64_t first = meta.window > 0 ? std::max<int64_t>(0, last - meta.window + 1) : 0;
       const int32_t* table = meta.host_block_tables + int64_t(s) * meta.max_blocks_per_seq;
       const float* qv = q.ptr<float>() + (row * n_heads + h) * head_dim;
       float m = -std::numeric_limits<float>::infinity(), l = 0;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t p = 0; p <= last; ++p) {
+      for (int64_t p = first; p <= last; ++p) {
         const int64_t slot = int64_t(table[p / block_size]) * block_size + p % block_size;
         const float* kv = k_cache.ptr<float>() + slot * kv_row + kvh * head_dim;
         float dot = 0;
         for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
-        const float sc = dot * scale;
+        const float sc = meta.softcap > 0 ? meta.softcap * std::tanh(dot * scale / meta.softcap) : dot * scale;
         const float m_new = std::max(m, sc);
         const float corr = std::exp(m - m_new), w = std::exp(sc - m_new);
         const float* vv = v_cache.ptr<float>() + slot * kv_row + kvh * head_dim;
@@ -110,6 +111,8 @@ void paged_attention_fast(ThreadPool& pool, const VecKernels& kernels, const Ten
     t.v = v_cache.ptr<float>() + kvh * head_dim;
     t.kv_row = kv_row;
     t.scale = scale;
+    t.window = meta.window;
+    t.softcap = meta.softcap;
     kernels.attention(t);
   });
 }

@@ -50,6 +50,11 @@ class CpuBackend final : public Backend {
   void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                  const AttentionMeta& meta, float scale) override;
   void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  // Every optional op (elementwise_ops.cpp); sliding windows and soft-caps in both attention kernels (attention.cpp).
+  bool supports(ModelFeature feature) const override;
+  void geglu_tanh(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void softcap(const Tensor& x, float cap) override;
+  void scale(const Tensor& x, float s, int64_t n_leading) override;
   // The fused projections' epilogues (fused_ops.cpp). wants_fused_projections() stays false on the CPU (its
   // matmuls gain nothing from fusion and its RSS is measured); they serve as the oracle of the GPU kernels and
   // run when a test forces fusion.

@@ -31,6 +31,8 @@ struct AttentionTile {
   const float* v = nullptr;    // same for v_cache
   int64_t kv_row = 0;          // floats per cached token (n_kv_heads * head_dim)
   float scale = 1.0f;
+  int64_t window = 0;   // > 0: row r attends to positions last(r) - window + 1 .. last(r) only (sliding window)
+  float softcap = 0;    // > 0: scores s -> softcap * tanh(s / softcap) before the softmax
 };
 
 struct VecKernels {

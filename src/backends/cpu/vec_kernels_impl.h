@@ -128,7 +128,7 @@ constexpr int kKeyUnroll = 4;  // keys per pass of the score loop (share the q^T
 
 template <class VR, int NVR>
 FERRY_VEC_FN void block_scores(const float* qt, int64_t rp, int64_t d_len, const float* const* kp, int nk,
-                               int64_t key0, const float* last, float* s) {
+                               int64_t key0, const float* last, const float* first, float softcap, float* s) {
   using T = typename VR::T;
   for (int j0 = 0; j0 < nk; j0 += kKeyUnroll) {
     T acc[kKeyUnroll][NVR];
@@ -149,11 +149,23 @@ FERRY_VEC_FN void block_scores(const float* qt, int64_t rp, int64_t d_len, const
         acc[3][v] = VR::fma(b3, qv[v], acc[3][v]);
       }
     }
+    if (softcap > 0) {  // Gemma 2: c * tanh(s / c), lane by lane (tanh has no vector kernel here)
+      alignas(64) float lanes[VR::kW];
+      for (int u = 0; u < kKeyUnroll; ++u)
+        for (int v = 0; v < NVR; ++v) {
+          VR::store(lanes, acc[u][v]);
+          for (int i = 0; i < VR::kW; ++i) lanes[i] = softcap * std::tanh(lanes[i] / softcap);
+          acc[u][v] = VR::load(lanes);
+        }
+    }
     const T neg_inf = VR::set1(-std::numeric_limits<float>::infinity());
     for (int u = 0; u < kKeyUnroll; ++u) {
       const T pos = VR::set1(float(key0 + j0 + u));
       for (int v = 0; v < NVR; ++v) {
-        const T masked = VR::select(VR::lt(VR::load(last + v * VR::kW), pos), neg_inf, acc[u][v]);
+        // masked: after the row's last position (causal) or before its first (sliding window)
+        const auto outside = VR::lt(VR::load(last + v * VR::kW), pos);
+        T masked = VR::select(outside, neg_inf, acc[u][v]);
+        if (first != nullptr) masked = VR::select(VR::lt(pos, VR::load(first + v * VR::kW)), neg_inf, masked);
         VR::store(s + (j0 + u) * rp + v * VR::kW, masked);
       }
     }
@@ -200,9 +212,11 @@ FERRY_VEC_FN void attention_tile(const AttentionTile& t) {
   alignas(64) float o[kAttentionMaxRows * kAttentionMaxHeadDim];   // (rows, head_dim): running sum P V
   alignas(64) float s[kKeyBlock * kAttentionMaxRows];              // (kKeyBlock, rp): scores, then P
   alignas(64) float last[kAttentionMaxRows], m[kAttentionMaxRows], l[kAttentionMaxRows], corr[kAttentionMaxRows];
+  alignas(64) float first[kAttentionMaxRows];  // sliding window: each row's first visible position
   for (int r = 0; r < rp; ++r) {
     // Padding rows: q = 0 and no causal limit, so their scores are finite zeros, never written out.
     last[r] = r < rows ? float(t.first_last + r / t.n_heads) : std::numeric_limits<float>::max();
+    first[r] = r < rows && t.window > 0 ? float(t.first_last + r / t.n_heads - t.window + 1) : -1.0f;
     m[r] = -std::numeric_limits<float>::infinity();
     l[r] = 0;
   }
@@ -213,9 +227,13 @@ FERRY_VEC_FN void attention_tile(const AttentionTile& t) {
   std::memset(o, 0, sizeof(float) * size_t(rows * dl));
 
   const int64_t n_keys = t.first_last + t.n_q;
+  // Sliding window: keys before the first row's window are skipped (blocks start there); rows whose window starts
+  // later mask the rest, and a row may see no key in a block: its running max stays -inf until one comes.
+  const int64_t key_begin = t.window > 0 ? std::max<int64_t>(0, t.first_last - t.window + 1) : 0;
+  const float* row_first = t.window > 0 ? first : nullptr;
   const float* kp[kKeyBlock + kKeyUnroll];
   const float* vp[kKeyBlock];
-  for (int64_t key0 = 0; key0 < n_keys; key0 += kKeyBlock) {
+  for (int64_t key0 = key_begin; key0 < n_keys; key0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, n_keys - key0));
     for (int j = 0; j < nk; ++j) {
       const int64_t pos = key0 + j;
@@ -224,20 +242,23 @@ FERRY_VEC_FN void attention_tile(const AttentionTile& t) {
       vp[j] = t.v + slot * t.kv_row;
     }
     for (int j = nk; j < kKeyBlock + kKeyUnroll; ++j) kp[j] = kp[0];  // unroll padding: scores unused
-    block_scores<VR, NVR>(qt, rp, dl, kp, nk, key0, last, s);
-    // Online softmax, lane-wise over rows: every row sees key 0 in the first block, so m is finite after it.
+    block_scores<VR, NVR>(qt, rp, dl, kp, nk, key0, last, row_first, t.softcap, s);
+    // Online softmax, lane-wise over rows. Without a window every row sees key 0 in the first block, so m is finite
+    // after it; with one, a row that has seen no key yet keeps m = -inf and subtracts 0 instead (p = exp(-inf) = 0).
+    const TR neg_inf = VR::set1(-std::numeric_limits<float>::infinity());
     for (int v = 0; v < NVR; ++v) {
       const int64_t off = v * VR::kW;
       const TR m_old = VR::load(m + off);
       TR mx = m_old;
       for (int j = 0; j < nk; ++j) mx = VR::max(mx, VR::load(s + j * rp + off));
+      const TR mx_sub = row_first != nullptr ? VR::select(VR::lt(neg_inf, mx), mx, VR::zero()) : mx;
       TR sum = VR::zero();
       for (int j = 0; j < nk; ++j) {
-        const TR p = exp_v<VR>(VR::sub(VR::load(s + j * rp + off), mx));  // masked: exp(-inf) = 0
+        const TR p = exp_v<VR>(VR::sub(VR::load(s + j * rp + off), mx_sub));  // masked: exp(-inf) = 0
         VR::store(s + j * rp + off, p);
         sum = VR::add(sum, p);
       }
-      const TR c = exp_v<VR>(VR::sub(m_old, mx));  // first block: exp(-inf) = 0
+      const TR c = exp_v<VR>(VR::sub(m_old, mx_sub));  // first block: exp(-inf) = 0
       VR::store(corr + off, c);
       VR::store(l + off, VR::fma(VR::load(l + off), c, sum));
       VR::store(m + off, mx);
