@@ -92,6 +92,9 @@ struct MoeFfnArgs {
   int top_k = 0;
   MoeNorm norm = MoeNorm::Renormalize;
 };
+// The shapes above, checked for every backend's moe_ffn (x and out f32, E experts of one (H, dim) / (dim, H) shape,
+// 1 <= top_k <= E); a ferry::Error naming the mismatch otherwise.
+void check_moe_ffn_args(const MoeFfnArgs& a);
 
 // Ops and attention options beyond the Llama set, which a backend may lack (Backend::supports). The model checks
 // at load that its backend has every feature its config uses, and refuses it with a one-line error otherwise.

@@ -14,23 +14,10 @@
 namespace ferry {
 
 void CpuBackend::moe_ffn(const MoeFfnArgs& a) {
+  check_moe_ffn_args(a);
   const int64_t n = a.x.rows(), dim = a.x.cols();
   const int E = int(a.router.rows());
-  FERRY_CHECK(a.x.dtype == DType::F32 && a.out.dtype == DType::F32 && a.out.rows() == n && a.out.cols() == dim &&
-                  a.router.n_dims == 2 && a.router.cols() == dim,
-              "moe_ffn: x {}, out {}, router {}", a.x.shape_str(), a.out.shape_str(), a.router.shape_str());
-  FERRY_CHECK(E > 0 && int64_t(a.gate_exps.size()) == E && int64_t(a.up_exps.size()) == E &&
-                  int64_t(a.down_exps.size()) == E,
-              "moe_ffn: {} gate, {} up and {} down experts for a router of {}", a.gate_exps.size(), a.up_exps.size(),
-              a.down_exps.size(), E);
-  FERRY_CHECK(a.top_k >= 1 && a.top_k <= E, "moe_ffn: top-{} of {} experts", a.top_k, E);
   const int64_t H = a.gate_exps[0].rows();
-  for (int e = 0; e < E; ++e) {
-    const Tensor &g = a.gate_exps[size_t(e)], &u = a.up_exps[size_t(e)], &d = a.down_exps[size_t(e)];
-    FERRY_CHECK(g.rows() == H && g.cols() == dim && u.rows() == H && u.cols() == dim && d.rows() == dim && d.cols() == H,
-                "moe_ffn: expert {} has gate {}, up {}, down {} for dim {} and {} hidden units", e, g.shape_str(),
-                u.shape_str(), d.shape_str(), dim, H);
-  }
   if (n == 0) return;
   const size_t k = size_t(a.top_k);
 

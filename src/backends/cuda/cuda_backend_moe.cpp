@@ -92,24 +92,15 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   require_cuda(a.out, "moe_ffn output");
   require_cuda(a.x, "moe_ffn input");
   require_cuda(a.router, "moe_ffn router");
+  check_moe_ffn_args(a);
   const int64_t n = a.x.rows(), dim = a.x.cols();
   const int E = int(a.router.rows());
-  FERRY_CHECK(a.x.dtype == DType::F32 && a.out.dtype == DType::F32 && a.out.rows() == n && a.out.cols() == dim &&
-                  a.router.n_dims == 2 && a.router.cols() == dim,
-              "moe_ffn: x {}, out {}, router {}", a.x.shape_str(), a.out.shape_str(), a.router.shape_str());
-  FERRY_CHECK(E > 0 && int64_t(a.gate_exps.size()) == E && int64_t(a.up_exps.size()) == E &&
-                  int64_t(a.down_exps.size()) == E,
-              "moe_ffn: {} gate, {} up and {} down experts for a router of {}", a.gate_exps.size(), a.up_exps.size(),
-              a.down_exps.size(), E);
   FERRY_CHECK(E <= kMoeMaxExperts, "CUDA moe_ffn: {} experts (at most {})", E, kMoeMaxExperts);
-  FERRY_CHECK(a.top_k >= 1 && a.top_k <= E && a.top_k <= kMoeMaxTopK, "moe_ffn: top-{} of {} experts", a.top_k, E);
+  FERRY_CHECK(a.top_k <= kMoeMaxTopK, "CUDA moe_ffn: top-{} (at most {})", a.top_k, kMoeMaxTopK);
   const int64_t H = a.gate_exps[0].rows();
   const DType gate_t = a.gate_exps[0].dtype, up_t = a.up_exps[0].dtype, down_t = a.down_exps[0].dtype;
   for (int e = 0; e < E; ++e) {
     const Tensor &g = a.gate_exps[size_t(e)], &u = a.up_exps[size_t(e)], &d = a.down_exps[size_t(e)];
-    FERRY_CHECK(g.rows() == H && g.cols() == dim && u.rows() == H && u.cols() == dim && d.rows() == dim && d.cols() == H,
-                "moe_ffn: expert {} has gate {}, up {}, down {} for dim {} and {} hidden units", e, g.shape_str(),
-                u.shape_str(), d.shape_str(), dim, H);
     FERRY_CHECK(g.dtype == gate_t && u.dtype == up_t && d.dtype == down_t,
                 "CUDA moe_ffn: expert {} is {}/{}/{}, expert 0 {}/{}/{} (one type per projection)", e,
                 dtype_name(g.dtype), dtype_name(u.dtype), dtype_name(d.dtype), dtype_name(gate_t), dtype_name(up_t),

@@ -72,7 +72,6 @@ FERRY_HD inline uint32_t q4k_scale_min(uint32_t y, uint32_t z, uint32_t w, const
 // Σ v: offset = V_A, vsum_b = V_B; scale = the v = 1 value of group A (dx2, or dx with kOne), scale_b of group B.
 template <bool kOne = false>
 FERRY_HD inline LaneAct quantize_lane_kquant(const float (&x)[kLaneVals], float amax_a, float amax_b) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 x 2^23
   LaneAct a{};
   float dx[2], inv[2], inv2[2], dv[2];
   const float amax[2] = {amax_a, amax_b};
@@ -86,18 +85,7 @@ FERRY_UNROLL
   }
   uint32_t b1[kLaneVals], b2[kLaneVals];
 FERRY_UNROLL
-  for (int i = 0; i < kLaneVals; ++i) {
-    const int g = i / 8;
-    const float t1 = fma_f(x[i], inv[g], kMagic);
-    b1[i] = float_bits(t1);
-    if constexpr (!kOne) {
-      const float q1 = t1 - kMagic;
-      const float r = fma_f(-dx[g], q1, x[i]);
-      float t2 = fma_f(r, inv2[g], kMagic);
-      t2 = t2 < kMagic - 127.0f ? kMagic - 127.0f : (t2 > kMagic + 127.0f ? kMagic + 127.0f : t2);
-      b2[i] = float_bits(t2);
-    }
-  }
+  for (int i = 0; i < kLaneVals; ++i) quantize_value<kOne>(x[i], inv[i / 8], dx[i / 8], inv2[i / 8], b1[i], b2[i]);
 FERRY_UNROLL
   for (int w = 0; w < 4; ++w) {
     a.hi[w] = pack_low_bytes(b1[4 * w], b1[4 * w + 1], b1[4 * w + 2], b1[4 * w + 3]);

@@ -97,6 +97,23 @@ FERRY_HD inline int dp4a_us(uint32_t a, uint32_t b, int c) {
 #endif
 }
 
+// One value's int8 levels as the low bytes of two float bit patterns (quantize_lane's rounding, below): b1 for
+// round(x / dx), b2 for round((x - dx q1) 256 / dx) clamped to +-127 (kOne: b1 alone). inv = 1 / dx (0 for a zero
+// block), inv2 = 256 inv.
+template <bool kOne>
+FERRY_HD inline void quantize_value(float x, float inv, float dx, float inv2, uint32_t& b1, uint32_t& b2) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 x 2^23
+  const float t1 = fma_f(x, inv, kMagic);
+  b1 = float_bits(t1);
+  if constexpr (!kOne) {
+    const float q1 = t1 - kMagic;
+    const float r = fma_f(-dx, q1, x);
+    float t2 = fma_f(r, inv2, kMagic);
+    t2 = t2 < kMagic - 127.0f ? kMagic - 127.0f : (t2 > kMagic + 127.0f ? kMagic + 127.0f : t2);
+    b2 = float_bits(t2);
+  }
+}
+
 // Two-level quantization of the lane's 16 values x (in LaneAct order) given the block's max |x|. Rounding by
 // the fp32 magic number 1.5 x 2^23 (round to nearest even, as rint): fma(x, 127 / amax, M) holds round(x dx^-1)
 // in its low mantissa bits, so the int8 byte is the low byte of its bit pattern (M's low 8 bits are zero) and
@@ -104,24 +121,13 @@ FERRY_HD inline int dp4a_us(uint32_t a, uint32_t b, int c) {
 // as kTiled does. kQ4: also the lane's -128 Σ v and the scale / 16. kOne: q1 alone (lo stays 0), v = q1, scale dx.
 template <bool kQ4, bool kOne = false>
 FERRY_HD inline LaneAct quantize_lane(const float (&x)[kLaneVals], float amax) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 x 2^23
   LaneAct a{};
   const bool live = amax > kTinyBlock;
   const float dx = amax / 127.0f;
   const float inv = live ? 127.0f / amax : 0.0f, inv2 = inv * 256.0f;
   uint32_t b1[kLaneVals], b2[kLaneVals];
 FERRY_UNROLL
-  for (int i = 0; i < kLaneVals; ++i) {
-    const float t1 = fma_f(x[i], inv, kMagic);
-    b1[i] = float_bits(t1);
-    if constexpr (!kOne) {
-      const float q1 = t1 - kMagic;
-      const float r = fma_f(-dx, q1, x[i]);
-      float t2 = fma_f(r, inv2, kMagic);
-      t2 = t2 < kMagic - 127.0f ? kMagic - 127.0f : (t2 > kMagic + 127.0f ? kMagic + 127.0f : t2);
-      b2[i] = float_bits(t2);
-    }
-  }
+  for (int i = 0; i < kLaneVals; ++i) quantize_value<kOne>(x[i], inv, dx, inv2, b1[i], b2[i]);
 FERRY_UNROLL
   for (int w = 0; w < 4; ++w) {
     a.hi[w] = pack_low_bytes(b1[4 * w], b1[4 * w + 1], b1[4 * w + 2], b1[4 * w + 3]);
