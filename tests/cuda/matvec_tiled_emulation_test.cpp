@@ -21,25 +21,13 @@
 #include "backends/cuda/matmul/weight_repack.h"
 #include "fixtures/numeric.h"
 #include "formats/quant.h"
+#include "device_layout.h"
 
 namespace ferry::cuda_ops {
 namespace {
 
 constexpr int kWarps = 16;  // as matvec_tiled.cu
 constexpr size_t kMaxPartial = 160 * 1024;
-
-std::vector<uint8_t> device_layout(DType t, const std::vector<uint8_t>& gguf, int64_t rows, int64_t cols) {
-  std::vector<uint8_t> out(prepared_bytes(t, rows, cols) + 16, 0xEE);
-  if (is_split_type(t)) {
-    std::vector<uint8_t> q, s;
-    split_blocks(t, gguf.data(), rows, cols, q, s);
-    std::memcpy(out.data(), q.data(), q.size());
-    std::memcpy(out.data() + scales_offset(t, rows, cols), s.data(), s.size());
-  } else {
-    std::memcpy(out.data(), gguf.data(), gguf.size());
-  }
-  return out;
-}
 
 // The pre-pass on the host (the kernel's warp version computes the same per value; sums are integers).
 std::vector<uint8_t> prepass(const std::vector<float>& x, int n, int64_t k) {

@@ -29,11 +29,13 @@
 #include "engine/session.h"
 #include "ferry/engine.h"
 #include "ferry/tools.h"
+#include "fixtures/numeric.h"
 #include "fixtures/golden_logits.h"
 #include "kv/block_pool.h"
 #include "model/llama_model.h"
 #include "model/model_file.h"
 #include "model/weights.h"
+#include "graph_runner.h"
 
 namespace ferry {
 namespace {
@@ -164,52 +166,26 @@ TEST_P(CudaMoeFixtures, MatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaMoeFixtures, ::testing::Values("tiny-qwen3moe", "tiny-mixtral"));
 
-double rel_l2(std::span<const float> got, std::span<const float> ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += double(got[i] - ref[i]) * double(got[i] - ref[i]);
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return std::sqrt(num / den);  // NaN in got: NaN, and the comparison fails
-}
-
-struct Runner {
-  std::unique_ptr<LlamaModel> model;
-  std::unique_ptr<BlockPool> pool;
-  std::unique_ptr<Session> session;
-};
-
-Runner make_runner(const ModelFile& f, Backend& backend, bool graphs) {
-  constexpr int32_t kContext = 64, kBlock = 4;
-  Runner r;
-  r.model = std::make_unique<LlamaModel>(f.config, load_weights(f.config, *f.weights, f.gguf_names, backend), backend,
-                                         KvCacheShape{kContext / kBlock, kBlock}, 16);
-  r.model->set_step_graphs(graphs);
-  r.pool = std::make_unique<BlockPool>(kContext / kBlock);
-  r.session = std::make_unique<Session>(*r.model, *r.pool, kContext);
-  return r;
-}
-
 TEST(CudaMoeStepGraph, ReplayMatchesOpByOp) {
   if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const std::string path = gen_tiny_moe("q8_0");
   const ModelFile f = open_model(path);
   CudaBackend backend;
-  Runner eager = make_runner(f, backend, false);
-  Runner graph = make_runner(f, backend, true);
+  GraphRunner eager = make_graph_runner(f, backend, false);
+  GraphRunner graph = make_graph_runner(f, backend, true);
   const std::vector<int32_t> prompt = {1, 17, 42, 7, 99};
   const std::span<const float> a0 = eager.session->set_history(prompt);
   std::vector<float> a(a0.begin(), a0.end());
   std::span<const float> b = graph.session->set_history(prompt);
   ASSERT_EQ(a.size(), b.size());
-  EXPECT_LE(rel_l2(b, a), 1e-6);
+  EXPECT_LE(test::rel_l2(b, a), 1e-6);
   for (int step = 0; step < 24; ++step) {
     const int32_t next = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
     const std::span<const float> ea = eager.session->append(std::vector<int32_t>{next});
     a.assign(ea.begin(), ea.end());
     b = graph.session->append(std::vector<int32_t>{next});
     ASSERT_EQ(a.size(), b.size());
-    EXPECT_LE(rel_l2(b, a), 1e-6) << "decode step " << step;
+    EXPECT_LE(test::rel_l2(b, a), 1e-6) << "decode step " << step;
   }
   const auto& s = graph.model->graph_stats();
   std::printf("tiny-moe graph model: %lld captures, %lld replays, %lld op-by-op steps\n", (long long)s.captures,

@@ -20,22 +20,10 @@
 #include "backends/cuda/moe/moe_gemm_tile.cuh"
 #include "backends/cuda/moe/moe_routing.cuh"
 #include "formats/quant.h"
+#include "device_layout.h"
 
 namespace ferry::cuda_ops {
 namespace {
-
-std::vector<uint8_t> device_layout(DType t, const std::vector<uint8_t>& gguf, int64_t rows, int64_t cols) {
-  std::vector<uint8_t> out(prepared_bytes(t, rows, cols) + 16, 0xEE);
-  if (is_split_type(t)) {
-    std::vector<uint8_t> q, s;
-    split_blocks(t, gguf.data(), rows, cols, q, s);
-    std::memcpy(out.data(), q.data(), q.size());
-    std::memcpy(out.data() + scales_offset(t, rows, cols), s.data(), s.size());
-  } else {
-    std::memcpy(out.data(), gguf.data(), gguf.size());
-  }
-  return out;
-}
 
 // Decodes every k-tile of every row as moe_gemm.cu does; checks coverage and values.
 void check_tiles(DType t, int64_t rows, int64_t cols) {

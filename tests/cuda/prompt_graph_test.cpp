@@ -26,20 +26,12 @@
 #include "engine/serving_test_util.h"
 #include "ferry/serving.h"
 #include "fixtures/test_paths.h"
+#include "fixtures/numeric.h"
 
 namespace ferry {
 namespace {
 
 constexpr int32_t kBlock = 16, kBudget = 256;
-
-double rel_l2(std::span<const float> got, std::span<const float> ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += double(got[i] - ref[i]) * double(got[i] - ref[i]);
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return std::sqrt(num / den);  // NaN in got: NaN, and the comparison fails
-}
 
 class CudaPromptGraph : public ::testing::Test {
  protected:
@@ -123,7 +115,7 @@ TEST_F(CudaPromptGraph, ReplayedPromptStepsEqualTheirEagerRun) {
         const std::span<const float> again = padded.logits(size_t(i));
         EXPECT_TRUE(std::equal(again.begin(), again.end(), first[size_t(i)].begin()))
             << "round " << round << " step " << step << " row " << i << ": replay differs from the first run";
-        const double err = rel_l2(again, plain.logits(size_t(i)));
+        const double err = test::rel_l2(again, plain.logits(size_t(i)));
         EXPECT_LE(err, 2e-2) << "round " << round << " step " << step << " row " << i;
         std::printf("round %d step %d row %d: padded+graph vs unpadded eager rel L2 %.3g\n", round, step, i, err);
       }

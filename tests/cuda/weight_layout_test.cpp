@@ -12,23 +12,10 @@
 #include "backends/cuda/matmul/weight_layout.cuh"
 #include "backends/cuda/matmul/weight_repack.h"
 #include "formats/quant.h"
+#include "device_layout.h"
 
 namespace ferry::cuda_ops {
 namespace {
-
-// The device bytes of a (rows, cols) weight of native type t, built on the host.
-std::vector<uint8_t> device_layout(DType t, const std::vector<uint8_t>& gguf, int64_t rows, int64_t cols) {
-  std::vector<uint8_t> out(prepared_bytes(t, rows, cols) + 16, 0xEE);
-  if (is_split_type(t)) {
-    std::vector<uint8_t> q, s;
-    split_blocks(t, gguf.data(), rows, cols, q, s);
-    std::memcpy(out.data(), q.data(), q.size());
-    std::memcpy(out.data() + scales_offset(t, rows, cols), s.data(), s.size());
-  } else {
-    std::memcpy(out.data(), gguf.data(), gguf.size());
-  }
-  return out;
-}
 
 TEST(CudaWeightLayout, DecodersReproduceDequantizeRow) {
   const int64_t rows = 3, cols = 768;
