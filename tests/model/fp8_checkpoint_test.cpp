@@ -38,12 +38,11 @@ using nlohmann::json;
 
 std::string fixture(const std::string& name) { return test::source_dir() + "/tests/fixtures/models/" + name; }
 
-std::vector<float> logits_of(const std::string& path) {
+// The logits of a fixed 24-token prompt, by the reference kernels unless `o` says otherwise.
+std::vector<float> logits_of(const std::string& path,
+                             CpuBackendOptions o = {.kernels = CpuKernels::Reference, .n_threads = 1,
+                                                    .simd = detect_simd()}) {
   const ModelFile f = open_model(path);
-  CpuBackendOptions o;
-  o.kernels = CpuKernels::Reference;
-  o.n_threads = 1;
-  o.simd = detect_simd();
   CpuBackend backend(o);
   ModelWeights w = load_weights(f.config, *f.weights, f.gguf_names, backend);
   LlamaModel model(f.config, std::move(w), backend, KvCacheShape{4, 16}, 32);
@@ -260,18 +259,8 @@ TEST(Fp8, FastKernelsMatchTheReference) {
   write_random_fp8_folder(dir, c, *fp8_gen_layout("fp8-block"), 11, 2);
   const std::vector<float> ref = logits_of(dir);
   for (SimdLevel level : supported_simd_levels()) {
-    const ModelFile f = open_model(dir);
-    CpuBackendOptions o;
-    o.kernels = CpuKernels::Fast;
-    o.n_threads = 2;
-    o.simd = level;
-    CpuBackend backend(o);
-    ModelWeights w = load_weights(f.config, *f.weights, f.gguf_names, backend);
-    LlamaModel model(f.config, std::move(w), backend, KvCacheShape{4, 16}, 32);
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < 24; ++i) prompt.push_back((i * 53 + 7) % f.config.vocab_size);
-    std::vector<float> logits;
-    model.forward(test::single_sequence_batch(prompt, 0, true, 4), logits);
+    const std::vector<float> logits =
+        logits_of(dir, {.kernels = CpuKernels::Fast, .n_threads = 2, .simd = level});
     EXPECT_LE(test::rel_l2(logits, ref), 1e-2) << simd_level_name(level);
   }
 }
