@@ -46,11 +46,13 @@ constexpr Shape kShapes[] = {
     // in a model the CPU reference kernels still run in seconds (tests/cuda/e2e_test.cpp).
     {"llama3-small", Arch::Llama, 2, 2048, 16, 4, 128, 4096, 4096, 2048, 500000.0f, false, 0, 0, 0},
     // Gemma 2 2B, Gemma 3 4B (text) and Phi-3-mini as their configs give them (random_model_config adds each family's
-    // windows, soft-caps and norms), and a Gemma 3 small enough for the CPU reference kernels.
+    // windows, soft-caps and norms), and a Gemma 3 and a Gemma 2 small enough for the CPU reference kernels (the
+    // Gemma 2 one with head_dim 128, the GPU's tensor-core attention, and a 128-token window in a 256-token context).
     {"gemma2-2b", Arch::Gemma2, 26, 2304, 8, 4, 256, 9216, 256000, 8192, 10000.0f, true},
     {"gemma3-4b", Arch::Gemma3, 34, 2560, 8, 4, 256, 10240, 262208, 131072, 1000000.0f, true},
     {"phi3-mini", Arch::Phi3, 32, 3072, 32, 32, 96, 8192, 32064, 4096, 10000.0f, false},
     {"gemma3-micro", Arch::Gemma3, 6, 256, 4, 2, 64, 768, 4096, 2048, 1000000.0f, true},
+    {"gemma2-micro", Arch::Gemma2, 4, 256, 4, 2, 128, 768, 4096, 256, 10000.0f, true},
 };
 
 // Each family's settings beyond the sizes, as its Hub configs give them (Gemma: 1 + w norms are stored as GGUF's 1 + w,
@@ -62,7 +64,7 @@ void apply_family(ModelConfig& c) {
     c.embedding_scale = std::sqrt(float(c.dim));
     c.query_pre_attn_scalar = float(c.head_dim);
     const int period = c.arch == Arch::Gemma2 ? 2 : 6;
-    const int window = c.arch == Arch::Gemma2 ? 4096 : std::min(1024, c.max_context / 2);
+    const int window = std::min(c.arch == Arch::Gemma2 ? 4096 : 1024, c.max_context / 2);
     c.layer_window.assign(size_t(c.n_layers), window);
     for (int l = period - 1; l < c.n_layers; l += period) c.layer_window[size_t(l)] = 0;
   }

@@ -169,7 +169,9 @@ ModelWeights load_weights(const ModelConfig& c, const WeightSource& source, bool
   if (gguf_names && source.find("rope_freqs.weight")) w.rope_freqs = ld.vector("rope_freqs.weight", c.rope_dims / 2);
 
   w.layers.resize(size_t(c.n_layers));
-  const bool fuse = backend.wants_fused_projections();
+  // The fused q|k|v epilogue has no place for longrope's factor on the rotated dims (Phi-3.5 / -128k with partial
+  // rotary dims): such a model keeps its projections apart on every backend.
+  const bool fuse = backend.wants_fused_projections() && c.rope_attention_factor() == 1.0f;
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = w.layers[size_t(l)];
     L.attn_norm = ld.norm(nm.layer(l, "attn_norm.weight", "input_layernorm.weight"), c.dim);

@@ -154,8 +154,47 @@ TEST_P(CudaFp8Logits, MatchCpuReferenceAndStayFp8) {
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaFp8Logits, ::testing::Values("fp8", "fp8-block", "fp8-tensor"));
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaLogits,
-                         ::testing::Combine(::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2"),
+                         ::testing::Combine(::testing::Values("tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2",
+                                                              "tiny-gemma2", "tiny-gemma3", "tiny-phi3"),
                                             ::testing::Values(256, 1)));
+
+// Gemma 2 at head_dim 128 (`ferry gen`'s gemma2-micro: 4 layers, local layers with a 128-token window alternating
+// with global ones, attention soft-cap 50 and logit soft-cap 30, GeGLU, post-norms, the embedding scale) on the GPU's
+// tensor-core attention kernels: 200 tokens teacher-forced in one step (the wgmma prefill kernel), in chunks of 48
+// (prompt chunks after cached tokens, whose windows start inside their first key tile) and one a step (the decode
+// kernels), against the CPU reference kernels. bf16 weights, so only the GPU's bf16 activations (GEMM inputs) and
+// attention arithmetic differ: the CudaQuantLogits bounds.
+TEST(CudaGemmaLogits, WindowsAndSoftcapsMatchCpuReference) {
+  if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string path = ::testing::TempDir() + "ferry-gemma2-micro.gguf";
+  gen_random_model({.path = path, .shape = "gemma2-micro", .weight_type = "bf16", .seed = 11, .n_threads = 0});
+  constexpr size_t kVocab = 4096;
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 200; ++i) tokens.push_back(int32_t((i * 7919 + 13) % 4000));
+  const auto score = [&](const std::string& device, int step) {
+    EngineOptions o;
+    o.model_path = path;
+    o.device = device;
+    o.kernels = device == "cpu" ? KernelSet::Reference : KernelSet::Fast;
+    o.context = 256;
+    o.max_step_tokens = step;
+    Engine engine(o);
+    return engine.score(tokens);
+  };
+  const std::vector<float> want = score("cpu", 256);
+  for (const int step : {256, 48, 1}) {
+    const std::vector<float> got = score("cuda", step);
+    ASSERT_EQ(got.size(), want.size());
+    test::LogitAgreement a;
+    for (size_t p = 0; p < tokens.size(); ++p) a.add(want.data() + p * kVocab, got.data() + p * kVocab, int(kVocab));
+    a.finish();
+    std::printf("gemma2-micro bf16 cuda step %d vs cpu reference: %s\n", step, a.summary().c_str());
+    EXPECT_GE(a.min_cosine, 0.9999) << "step " << step;
+    EXPECT_LE(a.max_rel_l2, 1.5e-2) << "step " << step;
+    EXPECT_LE(a.mean_kl, 1e-3) << "step " << step;
+  }
+  std::remove(path.c_str());
+}
 
 }  // namespace
 }  // namespace ferry

@@ -147,6 +147,13 @@ class CudaBackend final : public Backend {
   void moe_ffn(const MoeFfnArgs& a) override;
   bool captures_moe_ffn() const override { return true; }
 
+  // The ops beyond the Llama set (cuda_backend_features.cpp, kernels in elementwise/): every ModelFeature; the
+  // attention kernels take AttentionMeta::window and ::softcap themselves.
+  bool supports(ModelFeature feature) const override;
+  void geglu_tanh(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void softcap(const Tensor& x, float cap) override;
+  void scale(const Tensor& x, float s, int64_t n_leading) override;
+
   // GPU sampling (sampling.cuh; Backend::sample): out (m) i32 on the device = one token per row of logits
   // (m, vocab) f32 on the device, drawn as sampling/sampler.cpp would for params[i] at positions[i] (the Philox
   // counter); -1 for a row with no finite logit. Penalties must be off (apply them to the logits first).

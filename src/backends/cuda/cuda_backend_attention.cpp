@@ -133,7 +133,8 @@ cuda_ops::AttentionParams CudaBackend::attention_params(const Tensor& out, const
                      .max_blocks_per_seq = meta.max_blocks_per_seq, .block_size = meta.block_size,
                      .n_blocks = int32_t(k_cache.shape[0]), .n_tokens = int32_t(n), .n_heads = int32_t(n_heads),
                      .n_kv_heads = int32_t(n_kv_heads), .head_dim = int32_t(head_dim), .scale = scale,
-                     .errors = errors_, .batch_invariant = options_.batch_invariant};
+                     .window = meta.window, .softcap = meta.softcap, .errors = errors_,
+                     .batch_invariant = options_.batch_invariant};
   if (out_bf16) ap.out_bf16 = static_cast<uint16_t*>(out.data);
   if (meta.decode_only) {
     ap.max_q_len = 1;  // a captured decode step too: the decode kernel alone (attention.cu)

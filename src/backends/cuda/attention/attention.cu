@@ -27,7 +27,7 @@ constexpr int kKeys = 4;  // keys per warp per step
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int kPerLane>  // dims per lane: head_dim <= 32 * kPerLane
-__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams p) {
+__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams p, bool decode_rows) {
   pdl_allow_dependents();
   pdl_wait();
   __shared__ float s_m[kWarps], s_l[kWarps];
@@ -46,6 +46,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
     }
   }
   if (s < 0) return;  // a row of no sequence: nothing to attend (uniform over the block)
+  if (!decode_rows && p.q_len[s] == 1) return;  // the split decode kernel's row
   const int64_t last = int64_t(p.kv_len[s]) - p.q_len[s] + (row - q0);
   const int kvh = h / (p.n_heads / p.n_kv_heads);
   const int32_t* table = p.block_tables + int64_t(s) * p.max_blocks_per_seq;
@@ -62,7 +63,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
   }
   float m = -INFINITY, l = 0.0f;
 
-  for (int64_t p0 = int64_t(warp) * kKeys; p0 <= last; p0 += int64_t(kWarps) * kKeys) {
+  const int64_t first = window_begin(p, int(last));  // positions first .. last (the window's, or all)
+  for (int64_t p0 = first + int64_t(warp) * kKeys; p0 <= last; p0 += int64_t(kWarps) * kKeys) {
     float sc[kKeys];
     int64_t base[kKeys];
 #pragma unroll
@@ -91,6 +93,10 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
     for (int off = 16; off > 0; off /= 2) {
 #pragma unroll
       for (int j = 0; j < kKeys; ++j) sc[j] += __shfl_xor_sync(0xFFFFFFFFu, sc[j], off);
+    }
+    if (p.softcap > 0) {
+#pragma unroll
+      for (int j = 0; j < kKeys; ++j) sc[j] = softcap_log2(p, sc[j]);
     }
     float m_new = m;
 #pragma unroll
@@ -145,7 +151,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
 
 }  // namespace
 
-void attention_simple(const AttentionParams& p, cudaStream_t stream) {
+void attention_simple(const AttentionParams& p, cudaStream_t stream, bool decode_rows) {
   if (p.n_tokens == 0) return;
   FERRY_CUDA_REQUIRE(p.qkv == nullptr);  // reads q: the fused epilogue is the decode kernel's
   FERRY_CUDA_REQUIRE(p.head_dim >= 1 && p.head_dim <= 256);
@@ -153,13 +159,13 @@ void attention_simple(const AttentionParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.n_heads <= 65535);
   const dim3 grid(unsigned(p.n_tokens), unsigned(p.n_heads));
   if (p.head_dim <= 32) {
-    launch_pdl(attention_kernel<1>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
+    launch_pdl(attention_kernel<1>, dim3(grid), dim3(kWarps * 32), 0, stream, p, decode_rows);
   } else if (p.head_dim <= 64) {
-    launch_pdl(attention_kernel<2>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
+    launch_pdl(attention_kernel<2>, dim3(grid), dim3(kWarps * 32), 0, stream, p, decode_rows);
   } else if (p.head_dim <= 128) {
-    launch_pdl(attention_kernel<4>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
+    launch_pdl(attention_kernel<4>, dim3(grid), dim3(kWarps * 32), 0, stream, p, decode_rows);
   } else {
-    launch_pdl(attention_kernel<8>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
+    launch_pdl(attention_kernel<8>, dim3(grid), dim3(kWarps * 32), 0, stream, p, decode_rows);
   }
   FERRY_CUDA_CHECK_LAUNCH(attention_kernel);
 }
@@ -197,8 +203,10 @@ MixedAttentionConfig mixed_config(const AttentionParams& p, int n_sms) {
 }  // namespace
 
 size_t attention_scratch_bytes(const AttentionParams& p) {
-  if (p.n_tokens == 0 || p.n_seqs == 0 || !use_fast_path(p)) return 0;
+  if (p.n_tokens == 0 || p.n_seqs == 0) return 0;
   const int n_sms = sm_count();
+  if (!use_fast_path(p))  // decode rows on the split kernel where it takes the head_dim, else none
+    return decode_split_supports(p.head_dim) ? decode_split_scratch_bytes(p, plan_decode_split(p, n_sms)) : 0;
   // The one-launch kernel's (its key splits' partials, if mixed_config splits); a superset of the decode plan's.
   return mixed_attention_scratch_bytes(p, plan_decode_split(p, n_sms), mixed_config(p, n_sms));
 }
@@ -208,7 +216,14 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.head_dim >= 1 && p.head_dim <= 256);
   FERRY_CUDA_REQUIRE(p.n_kv_heads >= 1 && p.n_heads % p.n_kv_heads == 0 && p.block_size >= 1);
   if (!use_fast_path(p)) {
-    attention_simple(p, stream);
+    // Head dims without the tensor-core kernels: decode rows on the CUDA-core split kernel where it takes the
+    // head_dim (32, 256: Gemma), everything else on the simple kernel (one block per row and head).
+    if (!decode_split_supports(p.head_dim)) {
+      attention_simple(p, stream);
+      return;
+    }
+    if (!(p.max_q_len >= 0 && p.max_q_len <= 1)) attention_simple(p, stream, /*decode_rows=*/false);
+    if (p.min_q_len < 2) decode_split_attention(p, plan_decode_split(p, sm_count()), stream);
     return;
   }
   // Rows of sequences with q_len >= 2 (prefill) and with q_len == 1 (decode), in one launch whose blocks take

@@ -14,8 +14,10 @@
 // grid, so they overlap) where it applies (the tensor-core decode plan); otherwise two launches, each kernel
 // skipping the other's sequences on the device. A step the host knows to be prompt-only (min_q_len >= 2) runs the
 // wgmma prefill kernel instead (flash_prefill_wgmma.cuh, FlashAttention-3's structure; head_dim 64 and 128); in
-// batch-invariant mode, the mma.sync one when its 128-row tiles fill two waves. Other head dims: the simple kernel
-// below for every row.
+// batch-invariant mode, the mma.sync one when its 128-row tiles fill two waves. Other head dims: prompt rows on the
+// simple kernel below, decode rows on the CUDA-core split kernel at head_dim 32 and 256 (Gemma), on the simple
+// kernel at the rest (Phi-3's 96). Every kernel takes AttentionParams::window and ::softcap, except the one-launch
+// kernel (mixed_attention_supports says no: such a step runs two launches).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -41,6 +43,14 @@ struct AttentionParams {
   int32_t n_seqs, max_blocks_per_seq, block_size, n_blocks;
   int32_t n_tokens, n_heads, n_kv_heads, head_dim;
   float scale;                  // softmax scale (1/sqrt(head_dim) usually)
+  // Sliding window (AttentionMeta::window): > 0: the query at position p attends to positions
+  // max(0, p - window + 1) .. p only, and reads no K/V row (nor block table entry) before them, so blocks wholly
+  // behind every query's window may have been given back (-1 entries); 0: to 0 .. p.
+  int32_t window = 0;
+  // Soft-capping of the scores (AttentionMeta::softcap): > 0: s = q·k * scale becomes softcap * tanh(s / softcap)
+  // before the softmax. In the log2 domain the kernels work in (s * log2e) that is the same map with the cap
+  // softcap * log2e (softcap_log2 below).
+  float softcap = 0;
   DeviceErrors* errors;
   float* scratch = nullptr;     // >= attention_scratch_bytes(*this) bytes of device memory (split-KV
                                 // arrival counters, then partials, then the mixed kernel's key-split partials);
@@ -77,6 +87,15 @@ struct AttentionParams {
 };
 
 #ifdef __CUDACC__
+// The first position the query at position `pos` attends to (window_begin) and the soft-cap of a score in the
+// log2 domain (x = s * log2e; the identity when p.softcap == 0). Uniform branches: the same for a whole launch.
+__device__ __forceinline__ int window_begin(const AttentionParams& p, int pos) {
+  return p.window > 0 ? max(0, pos - p.window + 1) : 0;
+}
+__device__ __forceinline__ float softcap_log2(const AttentionParams& p, float x) {
+  const float c = p.softcap * 1.4426950408889634f;
+  return c * tanhf(x / c);
+}
 // Stores of the attention output at element i of (n, n_heads, head_dim): f32 into p.out, or rounded bf16 into
 // p.out_bf16 (a uniform branch: the same for every thread of a launch). i is a multiple of the vector width.
 __device__ __forceinline__ void store_attention_out(const AttentionParams& p, int64_t i, float v) {
@@ -116,8 +135,9 @@ size_t attention_scratch_bytes(const AttentionParams& p);
 // head_dim <= 256. p.scratch must hold attention_scratch_bytes(p) bytes.
 void attention(const AttentionParams& p, cudaStream_t stream);
 
-// The first-version kernel for every row (fp32 math on bf16 K/V, one block per (query row, head), no
-// tensor cores): the fallback for head dims other than 64/128, and a reference point for benchmarks.
-void attention_simple(const AttentionParams& p, cudaStream_t stream);
+// The first-version kernel (fp32 math on bf16 K/V, one block per (query row, head), no tensor cores): the rows of
+// head dims other than 64/128 (decode_rows false: not the rows of sequences with q_len == 1, which the split decode
+// kernel takes), and a reference point for benchmarks.
+void attention_simple(const AttentionParams& p, cudaStream_t stream, bool decode_rows = true);
 
 }  // namespace ferry::cuda_ops

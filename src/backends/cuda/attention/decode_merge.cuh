@@ -48,9 +48,10 @@ struct DecodeEpilogueSmem {
 };
 
 // Where this block sits: sequence s (its query row `row`), KV head kvh, row group rg (query heads
-// kvh * group + r0 + [0, n_rows)), chunk `split` of a context of kv positions.
+// kvh * group + r0 + [0, n_rows)), chunk `split` of the n_keys positions the chunks cover (from decode_split_base of
+// the row's first attended position to kv_len).
 struct DecodeBlockPos {
-  int s, kvh, rg, split, kv, row, group, r0, n_rows;
+  int s, kvh, rg, split, n_keys, row, group, r0, n_rows;
 };
 
 // The last block's merge of n_used (<= kMaxSplits) splits' partials into the output rows in one round trip to L2:
@@ -181,7 +182,7 @@ __device__ inline void decode_block_epilogue(const AttentionParams& p, const Dec
   if (n_splits == 1) return;
 
   // Count this chunk in; the last of the unit's non-empty chunks merges them.
-  const int n_used = min(plan.n_splits, (b.kv + plan.chunk - 1) / plan.chunk);
+  const int n_used = min(plan.n_splits, (b.n_keys + plan.chunk - 1) / plan.chunk);
   __threadfence();  // this block's partials are visible device-wide before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {

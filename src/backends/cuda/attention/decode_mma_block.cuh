@@ -13,6 +13,7 @@
 #include "backends/cuda/attention/attention_split_heuristic.cuh"
 #include "backends/cuda/attention/decode_fused_qkv.cuh"
 #include "backends/cuda/attention/decode_merge.cuh"
+#include "backends/cuda/attention/decode_split.cuh"
 #include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/sm90/pdl.cuh"
 
@@ -51,13 +52,13 @@ __device__ inline void split_bf16x2(float a, float b, uint32_t& hi, uint32_t& lo
 }
 
 // Issues the copies of tile [p0, p0 + 16) into `stage` (K at 0, V at kTileBytes); rows at or past `end` and
-// rows in bad blocks (reported) are zero-filled. Returns the tile's valid-row mask (bit r: position p0 + r),
-// the same in every lane. bs16: block_size % 16 == 0 and p0 % 16 == 0, so the tile lies in one block: one
+// rows in bad blocks (reported) are zero-filled, rows before `begin` (the window's first position) are not valid.
+// Returns the tile's valid-row mask (bit r: position p0 + r), the same in every lane. bs16: block_size % 16 == 0 and p0 % 16 == 0, so the tile lies in one block: one
 // table read, one base offset, rows at a fixed stride (the common case; ~4 instructions per copy). Otherwise
 // each row finds its block (and the lanes vote the mask).
 template <int D, int kStages>
-__device__ inline uint32_t issue_tile(const AttentionParams& p, const int32_t* table, int kvh, int p0, int end,
-                                      bool bs16, bool bs_pow2, int bs_shift, unsigned char* stage) {
+__device__ inline uint32_t issue_tile(const AttentionParams& p, const int32_t* table, int kvh, int p0, int begin,
+                                      int end, bool bs16, bool bs_pow2, int bs_shift, unsigned char* stage) {
   using Sh = MmaShape<D, kStages>;
   const int lane = threadIdx.x % 32, c = lane % Sh::kChunks, rr = lane / Sh::kChunks;
   const int64_t kv_row = int64_t(p.n_kv_heads) * D;
@@ -89,7 +90,10 @@ __device__ inline uint32_t issue_tile(const AttentionParams& p, const int32_t* t
       kp += step;
       vp += step;
     }
-    return n_valid >= 32 ? 0xFFFFFFFFu : (1u << n_valid) - 1u;
+    // Rows before `begin` share the tile's block with it (begin - p0 < 16 when begin > p0: the chunks start at
+    // decode_split_base(begin)), so they were read from a block in use; they are masked here.
+    const uint32_t below = begin > p0 ? (1u << min(begin - p0, kTile)) - 1u : 0u;
+    return (n_valid >= 32 ? 0xFFFFFFFFu : (1u << n_valid) - 1u) & ~below;
   }
   uint32_t valid = 0;
 #pragma unroll
@@ -98,7 +102,7 @@ __device__ inline uint32_t issue_tile(const AttentionParams& p, const int32_t* t
     const int pos = p0 + r;
     int64_t off = 0;
     int bytes = 0;
-    if (pos < end) {
+    if (pos >= begin && pos < end) {
       const int bi = bs_pow2 ? pos >> bs_shift : pos / bs;
       const int32_t blk = __ldg(table + bi);
       if (blk >= 0 && blk < p.n_blocks) {
@@ -150,7 +154,9 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
 
   const int kvh = z / plan.n_row_groups, rg = z % plan.n_row_groups;
   const int q_len = p.q_len[s], kv = p.kv_len[s];  // both requested at once (kv_len is valid for every sequence)
-  const int start = split * plan.chunk;
+  // Chunks from decode_split_base of the row's first attended position (0 without a window).
+  const int lo = window_begin(p, kv - 1), base = decode_split_base(lo);
+  const int start = base + split * plan.chunk;
   // Not a decode row, or an empty chunk (the merge does not wait for it): uniform over the block. With kOwnWait
   // the block still waits: a kernel whose blocks all exited without waiting could complete before its predecessor.
   if (q_len != 1 || start >= kv) {
@@ -193,7 +199,7 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
       const int p0 = first + it * stride;
       // The tile holds the step's own position (in this chunk: end == kv); uniform over the warp.
       const bool skip_last = kFused && early && end == kv && p0 <= kv - 1 && kv - 1 < p0 + kTile;
-      uint32_t v = issue_tile<D, kStages>(p, table, kvh, p0, skip_last ? kv - 1 : end, bs16, bs_pow2, bs_shift,
+      uint32_t v = issue_tile<D, kStages>(p, table, kvh, p0, lo, skip_last ? kv - 1 : end, bs16, bs_pow2, bs_shift,
                                           ring + it * Sh::kStageBytes);
       if (skip_last) v |= 1u << (kv - 1 - p0);
       if (lane == 0) s_valid[warp][it] = v;
@@ -265,8 +271,8 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
     __syncwarp();  // every lane is done reading the slot the next copies overwrite
     const int ahead = it + kStages - 1;
     if (ahead < n_iters) {
-      const uint32_t v = issue_tile<D, kStages>(p, table, kvh, first + ahead * stride, end, bs16, bs_pow2, bs_shift,
-                                                ring + (ahead % kStages) * Sh::kStageBytes);
+      const uint32_t v = issue_tile<D, kStages>(p, table, kvh, first + ahead * stride, lo, end, bs16, bs_pow2,
+                                                bs_shift, ring + (ahead % kStages) * Sh::kStageBytes);
       if (lane == 0) s_valid[warp][ahead % kStages] = v;
     }
     cp_async_commit();
@@ -296,6 +302,12 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
       mma_bf16_16816(sc[1], q_lo[k], b[2], b[3]);
     }
 
+    if (p.softcap > 0) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[n][e] = softcap_log2(p, sc[n][e]);
+    }
     // Online softmax per row (rows g, g + 8; the second only with 16 mma rows).
 #pragma unroll
     for (int half = 0; half < (kM == 16 ? 2 : 1); ++half) {
@@ -377,7 +389,7 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
     }
   }
   __syncthreads();
-  decode_block_epilogue<D, kM, kWarps, kOnePass>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv, row, group, r0, n_rows}, s_acc,
+  decode_block_epilogue<D, kM, kWarps, kOnePass>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv - base, row, group, r0, n_rows}, s_acc,
                                        es);
   stamp(p.stamps, 4);
 }

@@ -51,11 +51,12 @@ struct DecodeShape {
   static constexpr size_t kSmemBytes = size_t(kWarps) * kStages * kStageBytes;
 };
 
-// Issues warp iteration `it`'s copies (positions p0 + j * kRpw + sub, j < kSteps) into its stage; rows past
-// `end` or in bad blocks (reported) are zero-filled.
+// Issues warp iteration `it`'s copies (positions p0 + j * kRpw + sub, j < kSteps) into its stage; rows before
+// `begin` (the window's first position: their blocks may be given back) or past `end`, and rows in bad blocks
+// (reported), are zero-filled.
 template <int D, int R, int kSteps>
-__device__ inline void issue_stage(const AttentionParams& p, const int32_t* table, int kvh, int p0, int end, int sub,
-                                   int c, bool bs_pow2, int bs_shift, unsigned char* stage) {
+__device__ inline void issue_stage(const AttentionParams& p, const int32_t* table, int kvh, int p0, int begin,
+                                   int end, int sub, int c, bool bs_pow2, int bs_shift, unsigned char* stage) {
   constexpr int kRpw = 32 / (D / 8);  // keys per warp load (DecodeShape::kRpw)
   const int lane = threadIdx.x % 32;
   const int64_t kv_row = int64_t(p.n_kv_heads) * D;
@@ -65,7 +66,7 @@ __device__ inline void issue_stage(const AttentionParams& p, const int32_t* tabl
     const int pos = p0 + j * kRpw + sub;
     int64_t off = 0;
     int bytes = 0;
-    if (pos < end) {
+    if (pos >= begin && pos < end) {
       const int bi = bs_pow2 ? pos >> bs_shift : pos / bs;
       const int32_t blk = table[bi];
       if (blk >= 0 && blk < p.n_blocks) {
@@ -96,7 +97,10 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
   const int kvh = int(blockIdx.z) / plan.n_row_groups, rg = int(blockIdx.z) % plan.n_row_groups;
   if (p.q_len[s] != 1) return;  // uniform over the block
   const int kv = p.kv_len[s];
-  const int start = split * plan.chunk;
+  // Chunks of the window's positions (all of them without one) from `base`, the window's first position `lo`
+  // rounded down to 16 (decode_split_base: the tensor-core kernel's tile alignment, the same chunks here).
+  const int lo = window_begin(p, kv - 1), base = decode_split_base(lo);
+  const int start = base + split * plan.chunk;
   if (start >= kv) return;  // an empty chunk: the merge does not wait for it
   // The last chunk runs to kv_len even past the planned bound (a kv_len beyond max_blocks_per_seq *
   // block_size would be a caller bug; this keeps every position counted).
@@ -118,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
 #pragma unroll
   for (int it = 0; it < kStages - 1; ++it) {
     if (it < n_iters)
-      issue_stage<D, R, kSteps>(p, table, kvh, first + it * stride, end, sub, c, bs_pow2, bs_shift,
+      issue_stage<D, R, kSteps>(p, table, kvh, first + it * stride, lo, end, sub, c, bs_pow2, bs_shift,
                                 ring + it * Sh::kStageBytes);
     cp_async_commit();  // empty groups keep the count uniform
   }
@@ -142,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
   for (int it = 0; it < n_iters; ++it) {
     const int ahead = it + kStages - 1;
     if (ahead < n_iters)
-      issue_stage<D, R, kSteps>(p, table, kvh, first + ahead * stride, end, sub, c, bs_pow2, bs_shift,
+      issue_stage<D, R, kSteps>(p, table, kvh, first + ahead * stride, lo, end, sub, c, bs_pow2, bs_shift,
                                 ring + (ahead % kStages) * Sh::kStageBytes);
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // iteration it's copies (this lane's own: no barrier needed) have landed
@@ -154,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
     for (int j = 0; j < kSteps; ++j) {
       const int pos = p0 + j * kRpw + sub;
       ok[j] = false;
-      if (pos < end) {
+      if (pos >= lo && pos < end) {
         const int bi = bs_pow2 ? pos >> bs_shift : pos / bs;
         const int32_t blk = table[bi];
         ok[j] = blk >= 0 && blk < p.n_blocks;
@@ -176,6 +180,12 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
 #pragma unroll
         for (int j = 0; j < kSteps; ++j) sc[r][j] += __shfl_xor_sync(kFull, sc[r][j], off);
       }
+    }
+    if (p.softcap > 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < kSteps; ++j) sc[r][j] = softcap_log2(p, sc[r][j]);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -233,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
   }
   __syncthreads();
 
-  decode_block_epilogue<D, R, kWarps>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv, row, group, r0, n_rows}, s_acc, es);
+  decode_block_epilogue<D, R, kWarps>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv - base, row, group, r0, n_rows}, s_acc, es);
 }
 
 template <int D, int R, int kSteps, int kStages>
@@ -282,11 +292,13 @@ DecodeSplitPlan plan_decode_split(const AttentionParams& p, int n_sms, DecodeKer
   const int64_t group = p.n_heads / std::max(1, p.n_kv_heads);
   if (kernel == DecodeKernel::kTensorCores && !decode_mma_supports(p.head_dim)) kernel = DecodeKernel::kCudaCores;
   // Batch-invariant mode: CudaBackend::attention has checked the plan's limits (sequences, context).
-  DecodeSplitPlan plan =
-      p.batch_invariant
-          ? plan_decode_split_fixed(group, int64_t(p.max_blocks_per_seq) * p.block_size, kernel, p.head_dim)
-          : plan_decode_split(p.n_seqs, p.n_kv_heads, group, int64_t(p.max_blocks_per_seq) * p.block_size, n_sms,
-                              kernel, p.head_dim);
+  // The positions a row's chunks cover: the context bound, or with a window its length plus the 15 positions
+  // decode_split_base may add in front.
+  int64_t bound = int64_t(p.max_blocks_per_seq) * p.block_size;
+  if (p.window > 0) bound = std::min<int64_t>(bound, int64_t(p.window) + 15);
+  DecodeSplitPlan plan = p.batch_invariant
+                             ? plan_decode_split_fixed(group, bound, kernel, p.head_dim)
+                             : plan_decode_split(p.n_seqs, p.n_kv_heads, group, bound, n_sms, kernel, p.head_dim);
   return plan;
 }
 

@@ -19,6 +19,13 @@
 
 namespace ferry::cuda_ops {
 
+// Where a decode row's chunks start: its first attended position (window_begin; 0 without a window) rounded down
+// to 16 positions, so the tensor-core kernel's tiles stay aligned (positions before the window are masked, never
+// read). Both decode kernels and the merge's chunk count use it.
+#ifdef __CUDACC__
+__device__ __forceinline__ int decode_split_base(int first_pos) { return first_pos & ~15; }
+#endif
+
 // head_dim 32, 64, 128 or 256 (the tensor-core kernel: 64 and 128; other sizes run on CUDA cores).
 bool decode_split_supports(int head_dim);
 // The kernel the dispatcher runs for these sizes (chosen from head_dim and the GQA group only, never from the

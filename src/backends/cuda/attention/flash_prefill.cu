@@ -39,23 +39,23 @@ using prefill_detail::flash_prefill_tile;
 using prefill_detail::kMinBlocks;
 using prefill_detail::PrefillShape;
 
-template <int D, int MT, int KT, int NW = prefill_detail::kWarps>
+template <int D, int MT, int KT, int NW = prefill_detail::kWarps, bool kWindowCap = false>
 __global__ void __launch_bounds__(NW * 32, (kMinBlocks<D, MT, NW>)) flash_prefill_kernel(AttentionParams p) {
   pdl_allow_dependents();
   pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int s = 0, tile = 0;
   if (!find_tile(p, PrefillShape<D, MT, KT, NW>::kTileQ, int(blockIdx.y), s, tile)) return;  // same in every warp
-  flash_prefill_tile<D, MT, KT, NW, true>(p, s, tile, int(blockIdx.x), smem_raw);  // diagonal skip at MT = 2
+  flash_prefill_tile<D, MT, KT, NW, true, kWindowCap>(p, s, tile, int(blockIdx.x), smem_raw);  // diagonal skip at MT = 2
 }
 
-template <int D, int MT, int KT, int NW = prefill_detail::kWarps>
+template <int D, int MT, int KT, int NW = prefill_detail::kWarps, bool kWindowCap = false>
 void launch_prefill(const AttentionParams& p, cudaStream_t stream) {
   using Sh = PrefillShape<D, MT, KT, NW>;
   // Tiles: sum over sequences of ceil(q_len / kTileQ) <= n_tokens / kTileQ + n_seqs.
   const int64_t max_tiles = (int64_t(p.n_tokens) + Sh::kTileQ - 1) / Sh::kTileQ + p.n_seqs;
   FERRY_CUDA_REQUIRE(max_tiles <= 65535);
-  const auto kernel = flash_prefill_kernel<D, MT, KT, NW>;
+  const auto kernel = flash_prefill_kernel<D, MT, KT, NW, kWindowCap>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Sh::kSmemBytes)));
   const dim3 grid(unsigned(p.n_heads), unsigned(max_tiles));
   kernel<<<grid, Sh::kThreads, Sh::kSmemBytes, stream>>>(p);
@@ -71,6 +71,12 @@ void flash_prefill_attention(const AttentionParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(flash_prefill_supports(p.head_dim));
   FERRY_CUDA_REQUIRE(p.n_heads <= 65535 && p.n_kv_heads >= 1 && p.n_heads % p.n_kv_heads == 0);
   FERRY_CUDA_REQUIRE(flash_prefill_cache_fits(p));
+  // A window or a soft-cap: the instance that applies them (flash_prefill_walk's kWindowCap).
+  if (p.window > 0 || p.softcap > 0) {
+    p.head_dim == 64 ? launch_prefill<64, 2, 64, prefill_detail::kWarps, true>(p, stream)
+                     : launch_prefill<128, 2, 64, prefill_detail::kWarps, true>(p, stream);
+    return;
+  }
   p.head_dim == 64 ? launch_prefill<64, 2, 64>(p, stream) : launch_prefill<128, 2, 64>(p, stream);
 }
 

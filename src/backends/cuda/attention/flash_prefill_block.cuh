@@ -111,14 +111,16 @@ struct KeySlot {
   int in;
 };
 
-// Starts the lookup of the key this lane resolves for the tile at positions [k0, k0 + kTileK).
+// Starts the lookup of the key this lane resolves for the tile at positions [k0, k0 + kTileK); keys outside
+// [k_begin, k_end) have none.
 template <int D, int kTileK, int NW = kWarps>
-__device__ __forceinline__ KeySlot fetch_key_slot(const AttentionParams& p, const int32_t* table, int k0, int k_end) {
+__device__ __forceinline__ KeySlot fetch_key_slot(const AttentionParams& p, const int32_t* table, int k0, int k_begin,
+                                                  int k_end) {
   using Map = KvCopyMap<D, kTileK, NW>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int pos = k0 + Map::lookup_key(warp, lane);
   KeySlot ks{-1, -1};
-  if (lane < Map::kLookupLanes && pos < k_end) {
+  if (lane < Map::kLookupLanes && pos >= k_begin && pos < k_end) {
     ks.blk = __ldg(table + pos / p.block_size);
     ks.in = pos % p.block_size;
   }
@@ -173,8 +175,10 @@ struct TileGeom {
   int q_row0;     // its first row in q / out
   int i0;         // the tile's first row within the sequence
   int pos0;       // position of the sequence's query row 0 (kv_len - q_len)
-  int k_end;      // keys the tile needs: positions [0, k_end)
-  int n_k_tiles;  // ceil(k_end / kTileK)
+  int k_begin;    // keys the tile needs: positions [k_begin, k_end) (k_begin > 0 only with a window: that of the
+  int k_end;      //   tile's first row; nothing before it is read, its blocks may have been given back)
+  int j_first;    // the first key tile holding any of them: k_begin / kTileK
+  int n_k_tiles;  // ceil(k_end / kTileK): key tiles [j_first, n_k_tiles) are walked
 };
 
 template <int kTileQ, int kTileK>
@@ -187,6 +191,8 @@ __device__ __forceinline__ TileGeom tile_geometry(const AttentionParams& p, int 
   tg.i0 = (n_tiles - 1 - tile) * kTileQ;  // last tile first
   tg.pos0 = kv_len - tg.q_len;
   tg.k_end = tg.pos0 + min(tg.i0 + kTileQ, tg.q_len);
+  tg.k_begin = window_begin(p, tg.pos0 + tg.i0);
+  tg.j_first = tg.k_begin / kTileK;
   tg.n_k_tiles = (tg.k_end + kTileK - 1) / kTileK;
   return tg;
 }
@@ -213,8 +219,9 @@ struct TileAcc {
 // kernel), MT = 2: a key tile past all rows of the warp's first m-tile (the diagonal's last tile) is computed for
 // the second m-tile alone (the same bits; a second copy of the tile math); and Q is staged in batches of 16 loads
 // (below). The one-launch mixed kernel leaves both off: they took its 128-row instance from 68 to 180 bytes of
-// spills.
-template <int D, int MT, int KT, int NW = kWarps, bool kSkipDiag = false>
+// spills. kWindowCap: the walk applies p.window and p.softcap (a separate instance: in the default one their masks
+// took the 128-row tile from 48 to 72 bytes of spills); without it they must be 0 (the dispatch's job).
+template <int D, int MT, int KT, int NW = kWarps, bool kSkipDiag = false, bool kWindowCap = false>
 __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, const TileGeom& tg, int s, int h,
                                                    int j_begin, int j_end, unsigned char* smem_raw,
                                                    TileAcc<D, MT>& acc) {
@@ -231,9 +238,11 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
   const int32_t* table = p.block_tables + int64_t(s) * p.max_blocks_per_seq;
 
   // First K/V tile in flight before Q is staged; the second tile's lookups in flight during the staging.
-  load_kv_tile_async<D, kTileK, NW>(p, fetch_key_slot<D, kTileK, NW>(p, table, j_begin * kTileK, k_end), kvh, ks, vs);
+  const int k_begin = kWindowCap ? tg.k_begin : 0;
+  load_kv_tile_async<D, kTileK, NW>(p, fetch_key_slot<D, kTileK, NW>(p, table, j_begin * kTileK, k_begin, k_end), kvh,
+                                    ks, vs);
   cp_async_commit();
-  KeySlot next = fetch_key_slot<D, kTileK, NW>(p, table, (j_begin + 1) * kTileK, k_end);
+  KeySlot next = fetch_key_slot<D, kTileK, NW>(p, table, (j_begin + 1) * kTileK, k_begin, k_end);
 
   // Q rows [i0, i0 + kTileQ) of head h -> qs, scaled, bf16; rows past q_len are zeros. kSkipDiag (the standalone
   // kernel): all of a batch's loads are issued before any store (read-only loads: nothing orders them behind the
@@ -332,14 +341,34 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
       }
     }
 
-    // Mask, online softmax, P as bf16 A fragments. O is rescaled only when some row of the warp has a new max
-    // (corr == 1 exactly otherwise: skipping the multiply changes no bit).
+    // Soft-cap, mask, online softmax, P as bf16 A fragments. O is rescaled only when some row of the warp has a new
+    // max (corr == 1 exactly otherwise: skipping the multiply changes no bit).
     uint32_t pa[MT][kTileK / 16][4];
     float corr[MT][2];
     bool rescale = false;
 #pragma unroll
     for (int mt = kMt0; mt < MT; ++mt) {
-      if (k0 + kTileK - 1 > mt_pos_first[mt]) {  // some position in the tile is past some row's own
+      if constexpr (kWindowCap) {
+        if (p.softcap > 0) {
+#pragma unroll
+          for (int nt = 0; nt < kTileK / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sc[mt][nt][e] = softcap_log2(p, sc[mt][nt][e]);
+        }
+        // Some position in the tile is past some row's own, or (a window) before some row's first.
+        if (k0 + kTileK - 1 > mt_pos_first[mt] || (p.window > 0 && k0 < mt_pos_first[mt] + 16 - p.window)) {
+#pragma unroll
+          for (int nt = 0; nt < kTileK / 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = k0 + nt * 8 + 2 * t + (e & 1);
+              const int pos = mt_pos_first[mt] + g + 8 * (e >> 1);
+              const int limit = min(pos, k_end - 1);
+              if (key > limit || key < window_begin(p, pos)) sc[mt][nt][e] = -INFINITY;
+            }
+          }
+        }
+      } else if (k0 + kTileK - 1 > mt_pos_first[mt]) {  // some position in the tile is past some row's own
 #pragma unroll
         for (int nt = 0; nt < kTileK / 8; ++nt) {
 #pragma unroll
@@ -420,7 +449,7 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
     if (j + 1 < j_end) {
       load_kv_tile_async<D, kTileK, NW>(p, next, kvh, ks + (stage ^ 1) * Sh::kKvElems, vs + (stage ^ 1) * Sh::kKvElems);
       cp_async_commit();
-      if (j + 2 < j_end) next = fetch_key_slot<D, kTileK, NW>(p, table, k0 + 2 * kTileK, k_end);
+      if (j + 2 < j_end) next = fetch_key_slot<D, kTileK, NW>(p, table, k0 + 2 * kTileK, k_begin, k_end);
     }
     if constexpr (kQInRegs) {
       if (j == j_begin) {
@@ -472,12 +501,13 @@ __device__ __forceinline__ void write_tile_rows(const AttentionParams& p, const 
 // query head h, all its keys in one walk. smem_raw: PrefillShape<D, MT, KT, NW>::kSmemBytes of dynamic shared
 // memory, 16-byte aligned. Every thread of the block (NW warps) calls it; it ends with a __syncthreads() after its
 // last shared-memory read, so the caller may reuse the shared memory at once.
-template <int D, int MT, int KT, int NW = kWarps, bool kSkipDiag = false>
+template <int D, int MT, int KT, int NW = kWarps, bool kSkipDiag = false, bool kWindowCap = false>
 __device__ __forceinline__ void flash_prefill_tile(const AttentionParams& p, int s, int tile, int h,
                                                    unsigned char* smem_raw) {
   const TileGeom tg = tile_geometry<PrefillShape<D, MT, KT, NW>::kTileQ, KT>(p, s, tile);
   TileAcc<D, MT> acc;
-  flash_prefill_walk<D, MT, KT, NW, kSkipDiag>(p, tg, s, h, 0, tg.n_k_tiles, smem_raw, acc);
+  flash_prefill_walk<D, MT, KT, NW, kSkipDiag, kWindowCap>(p, tg, s, h, kWindowCap ? tg.j_first : 0, tg.n_k_tiles,
+                                                           smem_raw, acc);
   write_tile_rows<D, MT, NW>(p, tg, h, acc);
 }
 

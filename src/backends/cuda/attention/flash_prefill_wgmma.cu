@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "backends/cuda/attention/attention_mma.cuh"
@@ -60,19 +61,22 @@ struct RowState {
   float l[2];
 };
 
-// Mask (when the tile crosses a row's own position), running max, exp2 in place, l update: s becomes P (f32) and
-// corr[v] the factor the row's O must be multiplied by before P·V of this tile is added. limit[v]: the last key
-// position row v may see; k0: the tile's first position; masked: whether any key of the tile is past some row's limit.
-__device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float (&corr)[2], const int (&limit)[2],
-                                             int k0, bool masked, int tq) {
+// Mask (when the tile crosses a row's own position or its window's start), running max, exp2 in place, l update: s
+// becomes P (f32) and corr[v] the factor the row's O must be multiplied by before P·V of this tile is added.
+// [lower[v], limit[v]]: the key positions row v may see; k0: the tile's first position; masked: whether any key of
+// the tile is outside some row's range.
+__device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float (&corr)[2], const int (&lower)[2],
+                                             const int (&limit)[2], int k0, bool masked, int tq) {
   if (masked) {
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int v = 0; v < 2; ++v)
-          if (k0 + 8 * j + 2 * tq + h > limit[v]) s[4 * j + h + 2 * v] = -INFINITY;
+        for (int v = 0; v < 2; ++v) {
+          const int key = k0 + 8 * j + 2 * tq + h;
+          if (key > limit[v] || key < lower[v]) s[4 * j + h + 2 * v] = -INFINITY;
+        }
   }
 #pragma unroll
   for (int v = 0; v < 2; ++v) {
@@ -193,10 +197,11 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(Attent
     const int c = lane % kChunks;
     const char* kbase = reinterpret_cast<const char*>(p.k_cache + int64_t(kvh) * D) + 16 * c;
     const char* vbase = reinterpret_cast<const char*>(p.v_cache + int64_t(kvh) * D) + 16 * c;
-    // This thread's key of tile j (position j * 128 + pt): its cache row, or -1 (past k_end or a bad block: zeros).
+    // This thread's key of tile j (position j * 128 + pt): its cache row, or -1 (outside [k_begin, k_end) or a bad
+    // block: zeros).
     const auto lookup = [&](int j) {
       const int pos = j * kTileK + pt;
-      if (pos >= tg.k_end) return -1;
+      if (pos < tg.k_begin || pos >= tg.k_end) return -1;
       const int blk = __ldg(table + pos / p.block_size);
       if (blk < 0 || blk >= p.n_blocks) {
         report_error(p.errors, kBadBlock, blk);
@@ -204,10 +209,10 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(Attent
       }
       return blk * p.block_size + pos % p.block_size;
     };
-    int row = lookup(0);
-    for (int j = 0; j < tg.n_k_tiles; ++j) {
-      const int st = j % kStages;
-      const uint32_t phase = uint32_t(j / kStages) & 1u;
+    int row = lookup(tg.j_first);
+    for (int j = tg.j_first; j < tg.n_k_tiles; ++j) {  // walk index j - j_first picks the stage and phase
+      const int st = (j - tg.j_first) % kStages;
+      const uint32_t phase = uint32_t((j - tg.j_first) / kStages) & 1u;
       const int next_row = j + 1 < tg.n_k_tiles ? lookup(j + 1) : -1;  // in flight during the wait and the copies
       mbar_wait(&empty[st], phase ^ 1u);
       unsigned char* kd = smem + Sh::kKOff + st * Sh::kTileBytes;
@@ -275,9 +280,14 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(Attent
   const int wg_pos_first = tg.pos0 + wg_row0;
   const int wg_k_last = wg_row0 < tg.q_len ? tg.pos0 + min(wg_row0 + 63, tg.q_len - 1) : -1;
   const int n_tiles = wg_k_last < 0 ? 0 : min(wg_k_last / kTileK + 1, tg.n_k_tiles);  // tiles it computes
-  int limit[2];  // the last key position each of this thread's rows may see
+  int lower[2], limit[2];  // the first and last key position each of this thread's rows may see
 #pragma unroll
-  for (int v = 0; v < 2; ++v) limit[v] = min(wg_pos_first + 16 * warp + g + 8 * v, tg.k_end - 1);
+  for (int v = 0; v < 2; ++v) {
+    lower[v] = window_begin(p, wg_pos_first + 16 * warp + g + 8 * v);
+    limit[v] = min(wg_pos_first + 16 * warp + g + 8 * v, tg.k_end - 1);
+  }
+  // A window's start inside the tile for some row of the warpgroup (its last row's start is the largest).
+  const int window_edge = p.window > 0 ? wg_pos_first + 64 - p.window : INT_MIN;
 
   const uint32_t base = smem_addr(smem);
   const uint64_t dq = desc_k_sw128(base + uint32_t(cw * 64 * 128));
@@ -297,15 +307,19 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(Attent
   uint32_t pa[8][4];
   float corr[2];
 
-  for (int j = 0; j < n_tiles; ++j) {
-    const int stg = j % kStages;
-    const uint32_t phase = uint32_t(j / kStages) & 1u;
+  for (int j = tg.j_first; j < n_tiles; ++j) {
+    const int stg = (j - tg.j_first) % kStages;
+    const uint32_t phase = uint32_t((j - tg.j_first) / kStages) & 1u;
     const int k0 = j * kTileK;
     mbar_wait(&full_k[stg], phase);
     issue_qk<D>(s, dq, dk(stg));
     wgmma_wait<0>();
     fence_operands(s);
-    softmax_tile(s, st, corr, limit, k0, k0 + kTileK - 1 > wg_pos_first, tq);
+    if (p.softcap > 0) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) s[i] = softcap_log2(p, s[i]);
+    }
+    softmax_tile(s, st, corr, lower, limit, k0, k0 + kTileK - 1 > wg_pos_first || k0 < window_edge, tq);
     rescale_o<D / 64>(o, corr);
     pack_p(s, pa);
     mbar_wait(&full_v[stg], phase);
@@ -318,9 +332,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(Attent
   }
   // Key tiles past all of the warpgroup's rows: wait for them to land (so this warpgroup never runs a phase ahead of
   // the producer) and hand the stage back.
-  for (int j = n_tiles; j < tg.n_k_tiles; ++j) {
-    const int stg = j % kStages;
-    mbar_wait(&full_v[stg], uint32_t(j / kStages) & 1u);
+  for (int j = max(n_tiles, tg.j_first); j < tg.n_k_tiles; ++j) {
+    const int stg = (j - tg.j_first) % kStages;
+    mbar_wait(&full_v[stg], uint32_t((j - tg.j_first) / kStages) & 1u);
     release(stg);
   }
 

@@ -195,6 +195,9 @@ void launch_tiles(const AttentionParams& p, const DecodeSplitPlan& plan, const M
 
 bool mixed_attention_supports(const AttentionParams& p, const DecodeSplitPlan& plan) {
   if (p.head_dim != 64 && p.head_dim != 128) return false;
+  // Its prefill walk has no window or soft-cap (flash_prefill_walk's kWindowCap instance would double the kernel's
+  // instances): such a step runs the prefill kernel, then the decode kernel.
+  if (p.window > 0 || p.softcap > 0) return false;
   if (plan.kernel != DecodeKernel::kTensorCores || (plan.rows != 8 && plan.rows != 16)) return false;
   if (plan.stages != mma_default_stages(p.head_dim) || plan.chunk % 16 != 0) return false;
   if (!attention_out_aligned(p) || reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return false;

@@ -67,7 +67,7 @@ __host__ __device__ inline int key_split_begin(int n_k, int n_used, int j) {
 }
 
 // head_dim 64 or 128, the tensor-core decode plan with its default ring depth, q and out 16-byte aligned, and
-// the ticket counter free (one split, or fewer than kMaxCounters decode units).
+// the ticket counter free (one split, or fewer than kMaxCounters decode units), no window and no soft-cap.
 bool mixed_attention_supports(const AttentionParams& p, const DecodeSplitPlan& plan);
 // Whether config's key splits fit the arrival counters beside the decode plan's (every possible (tile, head) item
 // needs one when key_splits > 1); always true at key_splits == 1.

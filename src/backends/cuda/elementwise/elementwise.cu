@@ -28,6 +28,36 @@ __global__ void swiglu4_kernel(float4* out, const float4* gate, const float4* up
   out[i] = make_float4(silu_mul(g.x, u.x), silu_mul(g.y, u.y), silu_mul(g.z, u.z), silu_mul(g.w, u.w));
 }
 
+__device__ __forceinline__ float gelu_tanh_mul(float g, float u) {
+  constexpr float kK = 0.7978845608028654f, kC = 0.044715f;  // sqrt(2 / pi)
+  return 0.5f * g * (1.0f + tanhf(kK * (g + kC * g * g * g))) * u;
+}
+
+__global__ void geglu_tanh_kernel(float* out, const float* gate, const float* up, int64_t count) {
+  pdl_allow_dependents();
+  pdl_wait();
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= count) return;
+  out[i] = gelu_tanh_mul(gate[i], up[i]);
+}
+
+__global__ void softcap_kernel(float* x, float cap, int64_t count) {
+  pdl_allow_dependents();
+  pdl_wait();
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= count) return;
+  x[i] = cap * tanhf(x[i] / cap);
+}
+
+// Thread i: element i of the (rows, n_leading) leading block.
+__global__ void scale_leading_kernel(float* x, float s, int64_t rows, int64_t cols, int64_t n_leading) {
+  pdl_allow_dependents();
+  pdl_wait();
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= rows * n_leading) return;
+  x[i / n_leading * cols + i % n_leading] *= s;
+}
+
 // One block per output row, threads copy 4-byte words.
 __global__ void gather_rows_kernel(GatherRowsParams p) {
   pdl_allow_dependents();
@@ -74,6 +104,27 @@ void swiglu(float* out, const float* gate, const float* up, int64_t count, cudaS
   }
   launch_pdl(swiglu_kernel, dim3(grid_for(count, kThreads)), dim3(kThreads), 0, stream, out, gate, up, count);
   FERRY_CUDA_CHECK_LAUNCH(swiglu_kernel);
+}
+
+void geglu_tanh(float* out, const float* gate, const float* up, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  launch_pdl(geglu_tanh_kernel, dim3(grid_for(count, kThreads)), dim3(kThreads), 0, stream, out, gate, up, count);
+  FERRY_CUDA_CHECK_LAUNCH(geglu_tanh_kernel);
+}
+
+void softcap(float* x, float cap, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  FERRY_CUDA_REQUIRE(cap > 0);
+  launch_pdl(softcap_kernel, dim3(grid_for(count, kThreads)), dim3(kThreads), 0, stream, x, cap, count);
+  FERRY_CUDA_CHECK_LAUNCH(softcap_kernel);
+}
+
+void scale_leading(float* x, float s, int64_t rows, int64_t cols, int64_t n_leading, cudaStream_t stream) {
+  if (rows == 0 || n_leading == 0) return;
+  FERRY_CUDA_REQUIRE(n_leading <= cols);
+  launch_pdl(scale_leading_kernel, dim3(grid_for(rows * n_leading, kThreads)), dim3(kThreads), 0, stream, x, s, rows,
+             cols, n_leading);
+  FERRY_CUDA_CHECK_LAUNCH(scale_leading_kernel);
 }
 
 void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {

@@ -1,4 +1,4 @@
-// Small element-wise and copy ops: swiglu, gather_rows, store_kv.
+// Small element-wise and copy ops: swiglu, geglu_tanh, softcap, scale_leading, gather_rows, store_kv.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +11,17 @@ namespace ferry::cuda_ops {
 
 // out = silu(gate) * up; all (count) f32; out may alias gate or up.
 void swiglu(float* out, const float* gate, const float* up, int64_t count, cudaStream_t stream);
+
+// out = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma's FFN); all
+// (count) f32; out may alias gate or up.
+void geglu_tanh(float* out, const float* gate, const float* up, int64_t count, cudaStream_t stream);
+
+// x = cap * tanh(x / cap) in place (cap > 0; Gemma 2's final logits); x: (count) f32.
+void softcap(float* x, float cap, int64_t count, cudaStream_t stream);
+
+// x[r, :n_leading] *= s for each of the rows of x (rows, cols) f32, in place (Gemma's embedding scale; longrope's
+// attention factor on the rotated dims).
+void scale_leading(float* x, float s, int64_t rows, int64_t cols, int64_t n_leading, cudaStream_t stream);
 
 struct GatherRowsParams {
   void* out;             // (m, row_bytes)
