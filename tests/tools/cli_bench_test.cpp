@@ -132,6 +132,25 @@ TEST_F(CliBench, BadCeilingsAndKernelFilesFailClearly) {
   std::filesystem::remove(bad);
 }
 
+// -d: every test again after that many tokens in the KV cache, named as llama-bench names it, with the depth's K/V
+// reads counted (FLOP/B falls: the KV bytes grow faster than the attention FLOPs); a -c too small is one error.
+TEST_F(CliBench, DepthRowsCountTheCachedKeys) {
+  const test::FerryRun r = run_ferry("bench -m " + *model_ + " -p 16 -n 8 -r 1 -t 2 --ceilings 100,1 -d 0,96 -d 48");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string test : {"pp16", "tg8", "pp16 @ d96", "tg8 @ d96", "pp16 @ d48", "tg8 @ d48"})
+    ASSERT_EQ(row_cells(r.output, test).size(), 13u) << test << " row missing in:\n" << r.output;
+  // The tiny model's tg8 streams ~0.1 MiB of weights a token; 96 tokens of f32 K/V (2 layers × 2 KV heads × 16
+  // dims × 2 × 4 B = 512 B a token) add 48 KiB a token: the intensity drops.
+  const double i0 = std::stod(row_cells(r.output, "tg8")[9]), i96 = std::stod(row_cells(r.output, "tg8 @ d96")[9]);
+  EXPECT_LT(i96, i0) << r.output;
+  const test::FerryRun small = run_ferry("bench -m " + *model_ + " -p 16 -n 8 -r 1 -t 2 -d 96 -c 100");
+  EXPECT_EQ(small.exit_code, 1) << small.output;
+  EXPECT_NE(small.output.find("ferry: error: bench: -c 100 cannot hold depth 96 plus the tests (pp16, tg8); it needs "
+                              "-c 112 or more"),
+            std::string::npos)
+      << small.output;
+}
+
 // --corpus with --spec: both sides run every prompt, the speculative one prints its tokens per target step and
 // acceptance, and the tokens are the same; `ferry run --spec` prints them too; a bad --spec is one clear error.
 TEST_F(CliBench, CorpusAndRunWithSpeculation) {
