@@ -110,6 +110,10 @@ TEST_F(CliBench, CpuCeilingsAreMeasuredWhenNotGiven) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("measured on this CPU"), std::string::npos) << r.output;
   EXPECT_EQ(row_cells(r.output, "pp8").size(), 13u) << r.output;
+  EXPECT_NE(r.output.find("\nmatmul: fast at "), std::string::npos) << "the kernels prefill ran:\n" << r.output;
+  const test::FerryRun ref = run_ferry("bench -m " + *model_ + " -p 8 -n 0 -r 1 -t 2 --reference");
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  EXPECT_NE(ref.output.find("\nmatmul: reference: plain float loops"), std::string::npos) << ref.output;
 }
 
 TEST_F(CliBench, BadCeilingsAndKernelFilesFailClearly) {

@@ -226,13 +226,16 @@ Runner add_bench(CLI::App& app) {
     const int step_tokens = std::min(eo.max_step_tokens, i.context);
     std::printf("ceilings: %.1f GB/s, %.2f %s (%s)\n", ceil.bytes_per_s / 1e9, ceil.flops_per_s / flop_unit,
                 gpu ? "TFLOP/s" : "GFLOP/s", ceil.source.c_str());
-    // How the backend holds the weights and which ones the prefill GEMMs read (Backend::facts).
+    // How the backend holds the weights and which ones the prefill GEMMs read (Backend::facts); on the CPU, the
+    // kernels every matmul runs.
     for (const auto& [k, v] : i.facts) {
       if (k == "cuda.weight_bytes") {
         std::printf("weights on the device: %.1f MiB (the file's tensors: %.1f MiB)\n", std::atof(v.c_str()) / 1048576.0,
                     double(i.weight_bytes) / 1048576.0);
       } else if (k.rfind("cuda.", 0) == 0) {
         std::printf("%s: %s\n", k.c_str() + 5, v.c_str());
+      } else if (k.rfind("cpu.", 0) == 0) {
+        std::printf("%s: %s\n", k.c_str() + 4, v.c_str());
       }
     }
     std::printf("\n");
