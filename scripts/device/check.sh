@@ -14,7 +14,8 @@
 #          transformers (safetensors); `ferry score --device cuda` logits vs transformers' at every position of
 #          3 prompts (cosine >= 0.999, mean KL <= 1e-3; float32 transformers reported alongside);
 # bench:   `ferry bench --device cuda -p 512 -n 128` on Llama-3-8B-shaped random models made on the machine
-#          with `ferry gen` (BF16, Q8_0, Q4_0; FERRY_BENCH_TYPES picks a subset);
+#          with `ferry gen` (BF16, Q8_0, Q4_0; FERRY_BENCH_TYPES picks a subset); on BF16 also generation at
+#          depth, `-p 0 -n 128 -d 8192,32768` (tg128 @ d8192, d32768; FERRY_BENCH_DEPTHS sets the list, 0 skips);
 # ab:      the same benchmark alternating this build and the base build (pack.sh's FERRY_PACK_BASE), run only when
 #          named;
 # moe:     the expert-FFN harness and `ferry bench` on mixture-of-experts shapes (FERRY_MOE_MODELS);
@@ -174,6 +175,12 @@ if has bench; then
         cat "$OUT/b.log" >> "$log"
         note "$(grep -E 'tg128|rror' "$OUT/b.log" | head -2 | sed "s/^/[$t, $ab build] /")"
       done
+    fi
+    # Generation after that many tokens already in the KV cache (decode attention at depth; issue 25).
+    if [ "$t" = bf16 ] && [ "${FERRY_BENCH_DEPTHS:-8192,32768}" != 0 ]; then
+      "$C/ferry" bench --device cuda -m "$m" -p 0 -n 128 -r 3 -d "${FERRY_BENCH_DEPTHS:-8192,32768}" > "$OUT/b.log" 2>&1
+      cat "$OUT/b.log" >> "$log"
+      note "$(grep -E 'tg128 @|rror' "$OUT/b.log" | sed "s/^/[$t, depth] /")"
     fi
     if [ "$t" = bf16 ] && [ "${FERRY_BENCH_BATCH_INVARIANT:-1}" = 1 ]; then  # the cost of --batch-invariant (one GEMM kernel for every token count)
       "$C/ferry" bench --device cuda -m "$m" -p 512 -n 128 -r 3 --batch-invariant > "$OUT/b.log" 2>&1

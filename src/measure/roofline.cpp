@@ -49,28 +49,33 @@ RooflineModel roofline_model(const ModelInfo& info, int64_t kv_capacity_tokens) 
   return m;
 }
 
-std::string BenchTest::label() const { return (kind == TestKind::Prompt ? "pp" : "tg") + std::to_string(n_tokens); }
+std::string BenchTest::label() const {
+  const std::string test = (kind == TestKind::Prompt ? "pp" : "tg") + std::to_string(n_tokens);
+  return depth > 0 ? test + " @ d" + std::to_string(depth) : test;
+}
 
 TestCost test_cost(const RooflineModel& m, const BenchTest& t) {
   FERRY_CHECK(t.n_tokens > 0, "a benchmark test needs at least one token (got {})", t.n_tokens);
-  const double n = t.n_tokens;
+  FERRY_CHECK(t.depth >= 0, "a benchmark test's depth must not be negative (got {})", t.depth);
+  const double n = t.n_tokens, d = t.depth;
   const double a = m.attention_flops_per_pair();
   TestCost c;
   c.tokens = n;
   if (t.kind == TestKind::Prompt) {
     FERRY_CHECK(t.max_step_tokens > 0, "prompt chunk size must be positive (got {})", t.max_step_tokens);
-    // Chunk k covers positions [k S, min((k+1) S, N)); its queries see the keys up to its end.
+    // Chunk k covers prompt positions [k S, min((k+1) S, N)) after the D cached ones; its queries see the keys
+    // up to its end.
     double steps = 0, kv_read_tokens = 0;
     for (int64_t start = 0; start < t.n_tokens; start += t.max_step_tokens) {
       steps += 1;
-      kv_read_tokens += double(std::min<int64_t>(start + t.max_step_tokens, t.n_tokens));
+      kv_read_tokens += d + double(std::min<int64_t>(start + t.max_step_tokens, t.n_tokens));
     }
     c.bytes = steps * m.layer_weight_bytes + m.head_weight_bytes + n * m.embedding_row_bytes +
               n * m.kv_bytes_per_token + kv_read_tokens * m.kv_bytes_per_token + m.logits_row_bytes;
-    c.flops = 2.0 * n * m.layer_matmul_params() + 2.0 * m.head_params() + a * n * (n + 1) / 2;
+    c.flops = 2.0 * n * m.layer_matmul_params() + 2.0 * m.head_params() + a * (n * d + n * (n + 1) / 2);
   } else {
-    // Step j runs position j + 1 (after the 1-token prompt) and sees j + 2 keys: Σ_j (j + 2) = N(N+3)/2.
-    const double pairs = n * (n + 3) / 2;
+    // Step j runs position D + j + 1 (after the 1-token prompt) and sees D + j + 2 keys: Σ_j = N D + N(N+3)/2.
+    const double pairs = n * d + n * (n + 3) / 2;
     c.bytes = n * (m.layer_weight_bytes + m.head_weight_bytes + m.embedding_row_bytes + m.kv_bytes_per_token +
                    m.logits_row_bytes) +
               pairs * m.kv_bytes_per_token;

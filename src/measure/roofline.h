@@ -13,14 +13,15 @@
 //            Norms, RoPE, softmax and SwiGLU are not counted (O(dim) per token against O(dim²)).
 // Weight bytes are the file's tensor bytes (a backend that repacks keeps the same bytes per weight).
 //
-// The tests (tools/ferry/bench.cpp):
-//   pp N: an N-token prompt from an empty cache, in chunks of S = max_step_tokens; c = ceil(N / S) steps;
-//         only the last chunk computes logits (one row).
-//         bytes = c × W_layers + W_head + N × E_row + N × KV (write) + KV × Σ_chunks end_k (read) + 4V
-//         FLOPs = 2 N P_layers + 2 P_head + A × N(N+1)/2
-//   tg N: N decode steps after a 1-token prompt; step j (0-based) runs position j + 1 and sees j + 2 keys.
-//         bytes = N × (W_layers + W_head + E_row + KV + 4V) + KV × N(N+3)/2
-//         FLOPs = 2 N (P_layers + P_head) + A × N(N+3)/2
+// The tests (tools/ferry/bench.cpp, measure/bench_run.h), after D = depth tokens already in the KV cache (0: an
+// empty cache; filling it is not timed, and not counted):
+//   pp N: an N-token prompt, in chunks of S = max_step_tokens; c = ceil(N / S) steps; only the last chunk
+//         computes logits (one row); chunk k's queries see the D cached keys and the prompt's keys up to its end.
+//         bytes = c × W_layers + W_head + N × E_row + N × KV (write) + KV × Σ_chunks (D + end_k) (read) + 4V
+//         FLOPs = 2 N P_layers + 2 P_head + A × (N D + N(N+1)/2)
+//   tg N: N decode steps after a 1-token prompt; step j (0-based) runs position D + j + 1 and sees D + j + 2 keys.
+//         bytes = N × (W_layers + W_head + E_row + KV + 4V) + KV × (N D + N(N+3)/2)
+//         FLOPs = 2 N (P_layers + P_head) + A × (N D + N(N+3)/2)
 //   with W = weight bytes, E_row = embedding bytes / V, KV = K + V bytes of one token over all layers,
 //   P_layers = n_layers × (dim × head_dim × (2 n_heads + 2 n_kv_heads) + 3 × dim × hidden), P_head = V × dim,
 //   A = 4 × n_layers × n_heads × head_dim, V = vocab size.
@@ -36,6 +37,9 @@
 //     whole 16.06 GB file by 4.30 TB/s (2 × 8.03e9 parameters); decode does not stream the 1.05 GB embedding table.)
 //   pp512 (one chunk): 15,283,524,608 B and 7,216,729,948,160 FLOP: intensity 472, compute-bound:
 //     9.26 ms, 55,300 tok/s.
+//   tg128 @ d8192 with the bf16 KV cache (KV = 131,072 B, 128 KiB a token of depth, as the CUDA backend stores it):
+//     per token 15,010,381,824 + 8,192 + 131,072 + 513,024 + 131,072 × (8192 + 65.5) = 16,093,361,152 B:
+//     3.74 ms, 267 tok/s on the H200 (at d32768: 19,314,586,624 B, 223 tok/s).
 #pragma once
 
 #include <cstdint>
@@ -70,7 +74,8 @@ struct BenchTest {
   TestKind kind = TestKind::Prompt;
   int n_tokens = 0;         // N
   int max_step_tokens = 0;  // S (pp only): prompt chunk size
-  std::string label() const;  // "pp512", "tg128"
+  int depth = 0;            // D: tokens already in the KV cache when the test starts
+  std::string label() const;  // "pp512", "tg128", "tg128 @ d8192" (llama-bench's names)
 };
 
 struct TestCost {

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <tuple>
 
 #include "core/check.h"
 #include "formats/gguf.h"
@@ -49,6 +50,17 @@ std::vector<std::pair<std::string, std::string>> config_facts(const ModelConfig&
   if (c.rope_scaling.kind == RopeScalingKind::LongRope)
     f.emplace_back("rope scaling", fmt::format("longrope (original context {}, attention factor {:.4f})",
                                                c.rope_scaling.original_context, c.rope_scaling.attention_factor));
+  if (c.rope_scaling.kind == RopeScalingKind::Yarn)
+    f.emplace_back("rope scaling",
+                   fmt::format("yarn (factor {}, original context {}, beta fast {}, slow {}{}, attention factor {:.4f})",
+                               c.rope_scaling.factor, c.rope_scaling.original_context, c.rope_scaling.beta_fast,
+                               c.rope_scaling.beta_slow, c.rope_scaling.truncate ? "" : ", not truncated",
+                               c.rope_scaling.attention_factor));
+  if (c.rope_scaling.kind == RopeScalingKind::Linear)
+    f.emplace_back("rope scaling", fmt::format("linear (factor {})", c.rope_scaling.factor));
+  if (c.rope_scaling.kind == RopeScalingKind::Llama3)
+    f.emplace_back("rope scaling", fmt::format("llama3 (factor {}, original context {})", c.rope_scaling.factor,
+                                               c.rope_scaling.original_context));
   return f;
 }
 
@@ -92,6 +104,20 @@ void ModelConfig::validate() const {
     FERRY_CHECK(rope_scaling.attention_factor > 0 && std::isfinite(rope_scaling.attention_factor),
                 "model config: longrope attention factor {} invalid", rope_scaling.attention_factor);
   }
+  if (rope_scaling.kind == RopeScalingKind::Yarn) {
+    FERRY_CHECK(rope_scaling.original_context > 0, "model config: yarn original context {} invalid",
+                rope_scaling.original_context);
+    FERRY_CHECK(rope_scaling.beta_fast > 0 && rope_scaling.beta_slow > 0 && std::isfinite(rope_scaling.beta_fast) &&
+                    std::isfinite(rope_scaling.beta_slow),
+                "model config: yarn beta_fast {} and beta_slow {} must be positive", rope_scaling.beta_fast,
+                rope_scaling.beta_slow);
+    FERRY_CHECK(rope_scaling.attention_factor > 0 && std::isfinite(rope_scaling.attention_factor),
+                "model config: yarn attention factor {} invalid", rope_scaling.attention_factor);
+  }
+  // The attention factor is folded into the one softmax scale of every layer; local layers with their own RoPE
+  // base (Gemma 3) run no scaling, so they would take a factor that is not theirs.
+  FERRY_CHECK(rope_cos_sin_factor() == 1.0f || rope_theta_local == 0,
+              "model config: a rope attention factor with local layers of their own rope base is not supported");
   FERRY_CHECK(n_experts >= 0 && n_experts <= 4096, "model config: {} experts is out of range (0..4096)", n_experts);
   FERRY_CHECK(n_experts > 0 || arch != Arch::Qwen3Moe, "model config: a qwen3moe model needs experts (expert count 0)");
   if (n_experts > 0) {
@@ -105,11 +131,39 @@ void ModelConfig::validate() const {
 
 float ModelConfig::attention_scale() const {
   float s = 1.0f / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : float(head_dim));
-  // longrope scales cos and sin by attention_factor: q and k each, so their product by its square when every dim
-  // rotates (with partial rotary dims the model scales the rotated dims instead: rope_attention_factor()).
-  if (rope_scaling.kind == RopeScalingKind::LongRope && rope_dims == head_dim)
-    s *= rope_scaling.attention_factor * rope_scaling.attention_factor;
+  // longrope and yarn scale cos and sin by attention_factor: q and k each, so their product by its square when every
+  // dim rotates (with partial rotary dims the model scales the rotated dims instead: rope_attention_factor()).
+  if (rope_dims == head_dim) s *= rope_cos_sin_factor() * rope_cos_sin_factor();
   return s;
+}
+
+float yarn_mscale(float factor, float mscale) {
+  return factor <= 1.0f ? 1.0f : float(0.1 * double(mscale) * std::log(double(factor)) + 1.0);
+}
+
+namespace {
+
+// transformers' find_correction_range: the rotated-dim indices (of rope_dims) between which yarn ramps from
+// interpolation to extrapolation, from the rotations beta_fast and beta_slow a dim makes over the original context.
+std::pair<double, double> yarn_correction_range(const RopeScaling& r, int rope_dims, double theta) {
+  const auto correction_dim = [&](double rotations) {
+    return double(rope_dims) * std::log(double(r.original_context) / (rotations * 2 * std::numbers::pi)) /
+           (2 * std::log(theta));
+  };
+  double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+  if (r.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  return {std::max(low, 0.0), std::min(high, double(rope_dims - 1))};
+}
+
+}  // namespace
+
+int yarn_context(const RopeScaling& r, int max_context) {
+  // vLLM's rule (its max_model_len): original_max_position_embeddings × factor; never below the config's own maximum.
+  const double scaled = double(r.original_context) * std::max(1.0f, r.factor);
+  return int(std::min<double>(std::max<double>(max_context, scaled), 1 << 24));
 }
 
 std::vector<float> ModelConfig::rope_inv_freq(int64_t context, bool local) const {
@@ -119,6 +173,11 @@ std::vector<float> ModelConfig::rope_inv_freq(int64_t context, bool local) const
   const double theta = local_base ? rope_theta_local : rope_theta;
   const RopeScalingKind kind = local_base ? RopeScalingKind::None : rope_scaling.kind;
   const bool long_factors = context > rope_scaling.original_context;
+  double yarn_low = 0, yarn_high = 1;
+  if (kind == RopeScalingKind::Yarn) {
+    std::tie(yarn_low, yarn_high) = yarn_correction_range(rope_scaling, rope_dims, theta);
+    if (yarn_high == yarn_low) yarn_high += 0.001;  // as transformers' linear_ramp_factor
+  }
   for (int i = 0; i < half; ++i) {
     double inv = 1.0 / std::pow(theta, double(2 * i) / double(rope_dims));
     switch (kind) {
@@ -127,6 +186,14 @@ std::vector<float> ModelConfig::rope_inv_freq(int64_t context, bool local) const
         inv /= (long_factors ? rope_scaling.long_factor : rope_scaling.short_factor)[size_t(i)];
         break;
       case RopeScalingKind::Linear: inv /= rope_scaling.factor; break;
+      case RopeScalingKind::Yarn: {
+        // transformers' _compute_yarn_parameters: pair i blends the interpolated frequency (inv / factor) and the
+        // original one by the linear ramp over [low, high]: interpolated above high, original below low.
+        const double ramp = std::clamp((double(i) - yarn_low) / (yarn_high - yarn_low), 0.0, 1.0);
+        const double extrapolation = 1 - ramp;
+        inv = inv / rope_scaling.factor * (1 - extrapolation) + inv * extrapolation;
+        break;
+      }
       case RopeScalingKind::Llama3: {
         // As transformers' _compute_llama3_parameters: long wavelengths are divided by factor, short ones
         // kept, and the band between interpolated smoothly.
@@ -255,6 +322,25 @@ void phi3_from_gguf(const GgufFile& g, ModelConfig& c) {
   c.rope_scaling.attention_factor = float(g.get_float(p + "rope.scaling.attn_factor", 1.0));
 }
 
+// YaRN from llama.cpp's keys (convert_hf_to_gguf writes factor, original_context_length and, when the config has
+// them, yarn_beta_fast / yarn_beta_slow / yarn_attn_factor = transformers' attention_factor). Without
+// yarn_attn_factor the factor is transformers' default: get_mscale(factor), or with yarn_log_multiplier (llama.cpp's
+// mscale_all_dim, mscale taken as 1) get_mscale(factor) / get_mscale(factor, log_multiplier).
+void yarn_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  RopeScaling& r = c.rope_scaling;
+  r.kind = RopeScalingKind::Yarn;
+  r.factor = float(g.get_float(p + "rope.scaling.factor", 1.0));
+  FERRY_CHECK(r.factor > 0 && std::isfinite(r.factor), "{}: yarn rope.scaling.factor {} invalid", g.name(), r.factor);
+  r.original_context = meta_int(g, p + "rope.scaling.original_context_length", c.max_context);
+  r.beta_fast = float(g.get_float(p + "rope.scaling.yarn_beta_fast", 32.0));
+  r.beta_slow = float(g.get_float(p + "rope.scaling.yarn_beta_slow", 1.0));
+  const double log_multiplier = g.get_float(p + "rope.scaling.yarn_log_multiplier", 0.0);
+  const float derived = log_multiplier != 0 ? yarn_mscale(r.factor) / yarn_mscale(r.factor, float(log_multiplier))
+                                            : yarn_mscale(r.factor);
+  r.attention_factor = float(g.get_float(p + "rope.scaling.yarn_attn_factor", derived));
+  c.max_context = yarn_context(r, c.max_context);
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& g) {
@@ -301,6 +387,8 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   if (scaling == "linear") {
     c.rope_scaling.kind = RopeScalingKind::Linear;
     c.rope_scaling.factor = float(g.get_float(p + "rope.scaling.factor", 1.0));
+  } else if (scaling == "yarn") {
+    yarn_from_gguf(g, p, c);
   } else if (scaling != "none") {
     fail("{}: unsupported rope scaling type '{}'", g.name(), scaling);
   }
@@ -435,6 +523,35 @@ void longrope_from_hf(const nlohmann::json& j, const nlohmann::json& rs, ModelCo
                                                                                   std::log(double(r.original_context)))));
 }
 
+// transformers' _compute_yarn_parameters (after standardize_rope_params): original_max_position_embeddings from the
+// config's top level when there, else rope_scaling's, else max_position_embeddings; factor, when null, the ratio of
+// the two; beta_fast / beta_slow 32 / 1 when missing (or 0: transformers' `or`); attention_factor when given, else
+// get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are set, else get_mscale(factor).
+void yarn_from_hf(const nlohmann::json& j, const nlohmann::json& rs, ModelConfig& c) {
+  RopeScaling& r = c.rope_scaling;
+  r.kind = RopeScalingKind::Yarn;
+  const auto number = [&](const char* key, float fallback) {
+    return rs.contains(key) && !rs[key].is_null() ? json_get<float>(rs, key, fallback) : fallback;
+  };
+  r.original_context = j.contains("original_max_position_embeddings")
+                           ? json_get<int>(j, "original_max_position_embeddings", c.max_context)
+                           : json_get<int>(rs, "original_max_position_embeddings", c.max_context);
+  FERRY_CHECK(r.original_context > 0, "config.json: yarn original_max_position_embeddings {} invalid",
+              r.original_context);
+  r.factor = number("factor", float(c.max_context) / float(r.original_context));
+  FERRY_CHECK(r.factor > 0 && std::isfinite(r.factor), "config.json: yarn factor {} invalid", r.factor);
+  const float beta_fast = number("beta_fast", 0), beta_slow = number("beta_slow", 0);
+  r.beta_fast = beta_fast != 0 ? beta_fast : 32.0f;
+  r.beta_slow = beta_slow != 0 ? beta_slow : 1.0f;
+  r.truncate = rs.contains("truncate") && !rs["truncate"].is_null() ? json_get<bool>(rs, "truncate", true) : true;
+  const float mscale = number("mscale", 0), mscale_all_dim = number("mscale_all_dim", 0);
+  const float derived = mscale != 0 && mscale_all_dim != 0
+                            ? yarn_mscale(r.factor, mscale) / yarn_mscale(r.factor, mscale_all_dim)
+                            : yarn_mscale(r.factor);
+  r.attention_factor = number("attention_factor", derived);
+  c.max_context = yarn_context(r, c.max_context);
+}
+
 }  // namespace
 
 ModelConfig config_from_hf(const nlohmann::json& top) {
@@ -540,6 +657,8 @@ ModelConfig config_from_hf(const nlohmann::json& top) {
       c.rope_scaling.factor = json_require<float>(*rs, "factor");
     } else if (kind == "longrope" || kind == "su") {
       longrope_from_hf(j, *rs, c);
+    } else if (kind == "yarn") {
+      yarn_from_hf(j, *rs, c);
     } else if (kind != "default") {
       fail("config.json: unsupported rope scaling '{}'", kind);
     }

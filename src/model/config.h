@@ -24,19 +24,28 @@ enum class FfnActivation {
   GeluTanh,  // GeGLU with the tanh approximation of GELU (Gemma's gelu_pytorch_tanh)
 };
 
-enum class RopeScalingKind { None, Linear, Llama3, LongRope };
+enum class RopeScalingKind { None, Linear, Llama3, LongRope, Yarn };
 
 struct RopeScaling {
   RopeScalingKind kind = RopeScalingKind::None;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;   // llama3
   float high_freq_factor = 4.0f;  // llama3
-  int original_context = 8192;    // llama3, longrope: original_max_position_embeddings
+  int original_context = 8192;    // llama3, longrope, yarn: original_max_position_embeddings
   // longrope (Phi-3 "longrope" / "su"): per rotated pair, the divisor of the base frequency: (rope_dims/2) each. The
   // long factors serve a context longer than original_context, the short ones the rest (rope_inv_freq's context).
   std::vector<float> short_factor, long_factor;
-  float attention_factor = 1.0f;  // longrope: cos and sin are scaled by it, so q·k by its square
+  // yarn (Qwen2.5, Qwen3; transformers' _compute_yarn_parameters): the rotated pairs whose wavelength fits the
+  // original context fewer than beta_slow times are interpolated (frequency / factor), those fitting more than
+  // beta_fast times kept, a linear ramp between; truncate rounds the ramp's ends outward to whole pairs.
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  bool truncate = true;
+  float attention_factor = 1.0f;  // longrope, yarn: cos and sin are scaled by it, so q·k by its square
 };
+// yarn's default attention factor (transformers' get_mscale): 0.1 · mscale · ln(factor) + 1, 1 for factor <= 1.
+float yarn_mscale(float factor, float mscale = 1.0f);
+// The context a yarn-scaled model serves: original_context × factor (vLLM's max_model_len), at least max_context.
+int yarn_context(const RopeScaling& r, int max_context);
 
 struct ModelConfig {
   Arch arch = Arch::Llama;
@@ -84,11 +93,17 @@ struct ModelConfig {
     return w;
   }
   float attention_scale() const;  // the softmax scale of q·k
-  // The factor of the rotated dims of q and k after RoPE that attention_scale() cannot hold (longrope's attention
-  // factor when only rope_dims < head_dim dims rotate, as Phi-4-mini's); 1: none.
-  float rope_attention_factor() const {
-    return rope_scaling.kind == RopeScalingKind::LongRope && rope_dims < head_dim ? rope_scaling.attention_factor : 1.0f;
+  // The factor RoPE's scaling puts on cos and sin (longrope's and yarn's attention factor), so on the rotated dims
+  // of q and of k; 1: none.
+  float rope_cos_sin_factor() const {
+    const bool scaled = rope_scaling.kind == RopeScalingKind::LongRope || rope_scaling.kind == RopeScalingKind::Yarn;
+    return scaled ? rope_scaling.attention_factor : 1.0f;
   }
+  // The part of it attention_scale() cannot hold: the factor on the rotated dims of q and k after RoPE when only
+  // rope_dims < head_dim dims rotate (Phi-4-mini's longrope); 1: none. When every dim rotates (Qwen's yarn, Phi-3's
+  // longrope), scaling q and k by f is scaling q·k by f², which attention_scale() holds: no extra op, and a backend
+  // without the scale op (ModelFeature::Scale) runs the model.
+  float rope_attention_factor() const { return rope_dims < head_dim ? rope_cos_sin_factor() : 1.0f; }
   // Mixture of experts (Qwen3-MoE, Mixtral); n_experts = 0: a dense model. An MoE layer's FFN is n_experts SwiGLU
   // experts of expert_hidden_dim units and a router; each token runs the n_experts_used it routes to.
   int n_experts = 0;

@@ -113,6 +113,16 @@ void set_gguf_config(GgufWriter& w, const ModelConfig& c) {
     w.set(p + "rope.scaling.type", GgufValue::str("linear"));
     w.set(p + "rope.scaling.factor", GgufValue::f32(c.rope_scaling.factor));
   }
+  if (c.rope_scaling.kind == RopeScalingKind::Yarn) {  // llama.cpp's keys, as config_from_gguf reads them
+    const RopeScaling& r = c.rope_scaling;
+    FERRY_CHECK(r.truncate, "GGUF has no key for yarn without truncation (rope_scaling truncate: false)");
+    w.set(p + "rope.scaling.type", GgufValue::str("yarn"));
+    w.set(p + "rope.scaling.factor", GgufValue::f32(r.factor));
+    w.set(p + "rope.scaling.original_context_length", GgufValue::u32(uint32_t(r.original_context)));
+    w.set(p + "rope.scaling.yarn_beta_fast", GgufValue::f32(r.beta_fast));
+    w.set(p + "rope.scaling.yarn_beta_slow", GgufValue::f32(r.beta_slow));
+    if (r.attention_factor != yarn_mscale(r.factor)) w.set(p + "rope.scaling.yarn_attn_factor", GgufValue::f32(r.attention_factor));
+  }
   if (c.rope_scaling.kind == RopeScalingKind::LongRope) {
     w.set(p + "rope.scaling.original_context_length", GgufValue::u32(uint32_t(c.rope_scaling.original_context)));
     w.set(p + "rope.scaling.attn_factor", GgufValue::f32(c.rope_scaling.attention_factor));

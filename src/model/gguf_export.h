@@ -28,7 +28,8 @@ std::string hf_tensor_name(const std::string& gguf_name);
 // factors are the rope_factors_short/long.weight tensors (the caller adds them), its other values keys. Sliding
 // windows: attention.sliding_window and attention.sliding_window_pattern (one bool per layer, true: local); Gemma:
 // the soft-caps, attention.scale (1/sqrt(query_pre_attn_scalar): llama.cpp's gemma readers derive it instead) and
-// rope.freq_base_swa (Gemma 3's local base).
+// rope.freq_base_swa (Gemma 3's local base). YaRN: rope.scaling.{type, factor, original_context_length, yarn_beta_fast,
+// yarn_beta_slow} and yarn_attn_factor where the attention factor is not the default mscale (truncate false: an error).
 void set_gguf_config(GgufWriter& w, const ModelConfig& c);
 // rope_freqs.weight: (rope_dims/2) f32 divisors of the unscaled inverse frequencies, as Llama 3.1 GGUF files
 // carry them; empty when the config has no Llama-3 scaling.

@@ -62,7 +62,7 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Backend& backen
   // The fused q|k|v epilogue has no place for the rotated dims' factor: such a model keeps the projections apart.
   FERRY_CHECK(c.rope_attention_factor() == 1.0f ||
                   std::none_of(weights_.layers.begin(), weights_.layers.end(), [](const LayerWeights& L) { return !L.wqkv.empty(); }),
-              "backend {} fuses q|k|v, which longrope with partial rotary dims cannot run", backend.name());
+              "backend {} fuses q|k|v, which a rope attention factor on partial rotary dims cannot run", backend.name());
   if (std::any_of(c.layer_window.begin(), c.layer_window.end(), [&](int w) { return w > 0 && w < cache_tokens; }))
     needs.push_back(ModelFeature::SlidingWindow);
   for (ModelFeature f : needs)
@@ -545,7 +545,7 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
       }
       backend_.rope(q, pos, inv_freq, c.rope_ordering);
       backend_.rope(k, pos, inv_freq, c.rope_ordering);
-      if (const float f = c.rope_attention_factor(); f != 1.0f) {  // longrope's factor on the rotated dims only
+      if (const float f = c.rope_attention_factor(); f != 1.0f) {  // longrope's / yarn's factor on the rotated dims only
         backend_.scale(q, f, c.rope_dims);
         backend_.scale(k, f, c.rope_dims);
       }

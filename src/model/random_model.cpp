@@ -27,7 +27,8 @@ struct Shape {
 constexpr Shape kShapes[] = {
     {"tiny", Arch::Llama, 2, 64, 4, 2, 16, 128, 512, 256, 10000.0f, false},
     {"smollm2-135m", Arch::Llama, 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, true},
-    {"llama3-8b", Arch::Llama, 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, false},
+    // Llama 3.1's context (131072), so `ferry bench -d` can measure decode at 8k..128k tokens of depth on this shape.
+    {"llama3-8b", Arch::Llama, 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f, false},
     {"qwen3-8b", Arch::Qwen3, 36, 4096, 32, 8, 128, 12288, 151936, 40960, 1000000.0f, false},
     {"llama3-70b", Arch::Llama, 80, 8192, 64, 8, 128, 28672, 128256, 8192, 500000.0f, false},
     // Llama-3's depth, vocabulary and GQA ratio at 1/8 the width: a CPU stand-in for llama3-8b (--tp 2 and 4).

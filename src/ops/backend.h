@@ -102,7 +102,7 @@ enum class ModelFeature {
   GeluTanhGlu,    // geglu_tanh (Gemma's FFN)
   SoftCap,        // softcap and AttentionMeta::softcap (Gemma 2)
   SlidingWindow,  // AttentionMeta::window (Mistral, Gemma, Phi-3, Qwen2 with use_sliding_window)
-  Scale,          // scale (Gemma's embedding scale; Phi's longrope attention factor with partial rotary dims)
+  Scale,          // scale (Gemma's embedding scale; longrope's / yarn's attention factor with partial rotary dims)
 };
 std::string feature_name(ModelFeature f);
 

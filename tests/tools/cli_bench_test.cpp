@@ -110,6 +110,10 @@ TEST_F(CliBench, CpuCeilingsAreMeasuredWhenNotGiven) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("measured on this CPU"), std::string::npos) << r.output;
   EXPECT_EQ(row_cells(r.output, "pp8").size(), 13u) << r.output;
+  EXPECT_NE(r.output.find("\nmatmul: fast at "), std::string::npos) << "the kernels prefill ran:\n" << r.output;
+  const test::FerryRun ref = run_ferry("bench -m " + *model_ + " -p 8 -n 0 -r 1 -t 2 --reference");
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  EXPECT_NE(ref.output.find("\nmatmul: reference: plain float loops"), std::string::npos) << ref.output;
 }
 
 TEST_F(CliBench, BadCeilingsAndKernelFilesFailClearly) {
@@ -130,6 +134,25 @@ TEST_F(CliBench, BadCeilingsAndKernelFilesFailClearly) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("--plot"), std::string::npos) << r.output;
   std::filesystem::remove(bad);
+}
+
+// -d: every test again after that many tokens in the KV cache, named as llama-bench names it, with the depth's K/V
+// reads counted (FLOP/B falls: the KV bytes grow faster than the attention FLOPs); a -c too small is one error.
+TEST_F(CliBench, DepthRowsCountTheCachedKeys) {
+  const test::FerryRun r = run_ferry("bench -m " + *model_ + " -p 16 -n 8 -r 1 -t 2 --ceilings 100,1 -d 0,96 -d 48");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string test : {"pp16", "tg8", "pp16 @ d96", "tg8 @ d96", "pp16 @ d48", "tg8 @ d48"})
+    ASSERT_EQ(row_cells(r.output, test).size(), 13u) << test << " row missing in:\n" << r.output;
+  // The tiny model's tg8 streams ~0.1 MiB of weights a token; 96 tokens of f32 K/V (2 layers × 2 KV heads × 16
+  // dims × 2 × 4 B = 512 B a token) add 48 KiB a token: the intensity drops.
+  const double i0 = std::stod(row_cells(r.output, "tg8")[9]), i96 = std::stod(row_cells(r.output, "tg8 @ d96")[9]);
+  EXPECT_LT(i96, i0) << r.output;
+  const test::FerryRun small = run_ferry("bench -m " + *model_ + " -p 16 -n 8 -r 1 -t 2 -d 96 -c 100");
+  EXPECT_EQ(small.exit_code, 1) << small.output;
+  EXPECT_NE(small.output.find("ferry: error: bench: -c 100 cannot hold depth 96 plus the tests (pp16, tg8); it needs "
+                              "-c 112 or more"),
+            std::string::npos)
+      << small.output;
 }
 
 // --corpus with --spec: both sides run every prompt, the speculative one prints its tokens per target step and

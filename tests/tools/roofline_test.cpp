@@ -126,6 +126,39 @@ TEST(Roofline, DecodeByHand) {
   EXPECT_THROW(test_cost(toy(), {TestKind::Prompt, 5, 0}), Error);
 }
 
+TEST(Roofline, DepthAddsTheCachedKeysToEveryStep) {
+  const RooflineModel m = toy();
+  // tg3 @ d5: steps see 7, 8, 9 keys (24 pairs = 3·5 + 9). bytes = 3·1151 + 24·10 = 3693; FLOPs = 7392 + 64·24 = 8928.
+  const TestCost tg = test_cost(m, {TestKind::Generate, 3, 0, 5});
+  expect_rel(tg.bytes, 3693);
+  expect_rel(tg.flops, 8928);
+  EXPECT_EQ(tg.tokens, 3);
+  // pp10 @ d5 in chunks of 4: the chunks read 5 + 4, 5 + 8, 5 + 10 keys (37 tokens of KV): 3470 + 15·10 = 3620 bytes;
+  // pairs 10·5 + 55 = 105: 2·10·1152 + 2·80 + 64·105 = 29920 FLOPs.
+  const TestCost pp = test_cost(m, {TestKind::Prompt, 10, 4, 5});
+  expect_rel(pp.bytes, 3620);
+  expect_rel(pp.flops, 29920);
+  EXPECT_THROW(test_cost(m, {TestKind::Generate, 3, 0, -1}), Error);
+  EXPECT_EQ((BenchTest{TestKind::Generate, 128, 0, 8192}.label()), "tg128 @ d8192");
+  EXPECT_EQ((BenchTest{TestKind::Prompt, 512, 512, 0}.label()), "pp512");
+}
+
+TEST(Roofline, Llama3DecodeAtDepthWithTheBf16Cache) {
+  // Worked in roofline.h: the CUDA backend's bf16 KV cache holds 131,072 B a token; tg128 @ d8192 reads
+  // 16,093,361,152 B a token (267 tok/s on the H200), @ d32768 19,314,586,624 B (223 tok/s).
+  ModelInfo info = llama3_8b_bf16();
+  info.kv_bytes /= 2;
+  const RooflineModel m = roofline_model(info, 8192);
+  expect_rel(m.kv_bytes_per_token, 131072.0);
+  const TestCost d8k = test_cost(m, {TestKind::Generate, 128, 0, 8192});
+  expect_rel(d8k.bytes / 128, 16093361152.0);
+  expect_rel(d8k.flops / 128, 15009316864.0 + 524288.0 * (8192 + 65.5));
+  EXPECT_NEAR(place_on_roofline(d8k, 1.0, h200_ceilings()).roof_tokens_per_s, 267.2, 0.1);
+  const TestCost d32k = test_cost(m, {TestKind::Generate, 128, 0, 32768});
+  expect_rel(d32k.bytes / 128, 19314586624.0);
+  EXPECT_NEAR(place_on_roofline(d32k, 1.0, h200_ceilings()).roof_tokens_per_s, 222.6, 0.1);
+}
+
 TEST(Roofline, TiedEmbeddingsStreamTheTableAsTheHead) {
   ModelInfo i;
   i.n_layers = 1, i.dim = 4, i.n_heads = 1, i.n_kv_heads = 1, i.head_dim = 4, i.hidden_dim = 8, i.vocab_size = 50;

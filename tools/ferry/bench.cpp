@@ -1,11 +1,13 @@
 // ferry bench: prompt processing (pp) and token generation (tg) speed, llama-bench style: pp N runs an
 // N-token prompt from an empty cache; tg N generates N tokens one by one after a 1-token prompt. Each test
-// is repeated and reported as mean ± standard deviation.
+// is repeated and reported as mean ± standard deviation. -d D (repeatable, or a list: -d 0,8192,32768) runs
+// every test again after D tokens already in the KV cache ("tg128 @ d8192"; measure/bench_run.h).
 //
 // Each test is also placed on the roofline (src/measure/roofline.h: bytes moved and FLOPs per test): achieved
 // GB/s and FLOP/s, arithmetic intensity, the roof's tok/s, the share of the roof reached and which ceiling
 // binds. Ceilings: --ceilings GBPS,TFLOPS; else the H200 figures for cuda, or measured at start for cpu
 // (src/measure/cpu_ceilings.h). --plot FILE.svg draws the tests (and --kernels FILE.json harness results).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +25,7 @@
 #include "common_options.h"
 #include "core/check.h"
 #include "core/env.h"
+#include "measure/bench_run.h"
 #include "measure/cpu_ceilings.h"
 #include "measure/roofline.h"
 #include "measure/roofline_svg.h"
@@ -136,6 +139,7 @@ Runner add_bench(CLI::App& app) {
     SpecCliOptions spec;
     std::string corpus;
     int n_prompt = 128, n_gen = 64, reps = 3;
+    std::vector<int> depths = {0};
     std::string ceilings, plot;
     std::vector<std::string> kernels;
     std::string random, random_type = "bf16";
@@ -149,6 +153,11 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0: skip)")->check(CLI::Range(0, 1 << 20));
   app.add_option("-n,--n-gen", o->n_gen, "generated tokens (0: skip)")->check(CLI::Range(0, 1 << 20));
   app.add_option("-r,--repetitions", o->reps, "repetitions per test")->check(CLI::Range(1, 1000));
+  app.add_option("-d,--n-depth", o->depths, "run the tests after this many tokens already in the KV cache (a prefill "
+                                            "that is not timed); repeatable or a list, e.g. -d 0,8192,32768 "
+                                            "(default 0)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1 << 24));
   app.add_option("--ceilings", o->ceilings,
                  "roofline ceilings GBPS,TFLOPS (default: the H200's 4300,779 for cuda; measured for cpu)");
   CLI::Option* random = app.add_option("--random", o->random,
@@ -190,14 +199,17 @@ Runner add_bench(CLI::App& app) {
       }
       return 0;
     }
-    if (eo.context == 0) eo.context = std::max(o->n_prompt, o->n_gen + 1) + 16;
+    // The context holds the deepest depth and the longest test (the KV cache is sized by it), with 16 tokens to spare.
+    const int needed = bench_context_needed(o->n_prompt, o->n_gen, o->depths);
+    FERRY_CHECK(eo.context == 0 || eo.context >= needed,
+                "bench: -c {} cannot hold depth {} plus the tests (pp{}, tg{}); it needs -c {} or more", eo.context,
+                *std::max_element(o->depths.begin(), o->depths.end()), o->n_prompt, o->n_gen, needed);
+    if (eo.context == 0) eo.context = needed + 16;
     eo.max_step_tokens = std::max(eo.max_step_tokens, o->n_prompt);
     Engine engine(eo);
     const ModelInfo& i = engine.info();
     std::mt19937 rng(42);
     std::uniform_int_distribution<int32_t> tok(0, std::min(i.vocab_size, 32000) - 1);
-    SamplingParams greedy;
-    greedy.temperature = 0;
 
     std::vector<KernelResult> kernels;  // read first: a bad file fails before the benchmark runs
     for (const std::string& path : o->kernels)
@@ -214,23 +226,26 @@ Runner add_bench(CLI::App& app) {
     const int step_tokens = std::min(eo.max_step_tokens, i.context);
     std::printf("ceilings: %.1f GB/s, %.2f %s (%s)\n", ceil.bytes_per_s / 1e9, ceil.flops_per_s / flop_unit,
                 gpu ? "TFLOP/s" : "GFLOP/s", ceil.source.c_str());
-    // How the backend holds the weights and which ones the prefill GEMMs read (Backend::facts).
+    // How the backend holds the weights and which ones the prefill GEMMs read (Backend::facts); on the CPU, the
+    // kernels every matmul runs.
     for (const auto& [k, v] : i.facts) {
       if (k == "cuda.weight_bytes") {
         std::printf("weights on the device: %.1f MiB (the file's tensors: %.1f MiB)\n", std::atof(v.c_str()) / 1048576.0,
                     double(i.weight_bytes) / 1048576.0);
       } else if (k.rfind("cuda.", 0) == 0) {
         std::printf("%s: %s\n", k.c_str() + 5, v.c_str());
+      } else if (k.rfind("cpu.", 0) == 0) {
+        std::printf("%s: %s\n", k.c_str() + 4, v.c_str());
       }
     }
     std::printf("\n");
 
-    std::printf("| %-28s | %10s | %8s | %-14s | %7s | %6s | %18s | %8s | %8s | %7s | %9s | %6s | %-7s |\n", "model",
+    std::printf("| %-28s | %10s | %8s | %-14s | %7s | %14s | %18s | %8s | %8s | %7s | %9s | %6s | %-7s |\n", "model",
                 "size", "params", "backend", "threads", "test", "t/s", "GB/s", gpu ? "TFLOP/s" : "GFLOP/s", "FLOP/B",
                 "roof t/s", "% roof", "bound");
     std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(),
                 std::string(12, '-').c_str(), std::string(10, '-').c_str(), std::string(16, '-').c_str(),
-                std::string(9, '-').c_str(), std::string(8, '-').c_str(), std::string(20, '-').c_str(),
+                std::string(9, '-').c_str(), std::string(16, '-').c_str(), std::string(20, '-').c_str(),
                 std::string(10, '-').c_str(), std::string(10, '-').c_str(), std::string(9, '-').c_str(),
                 std::string(11, '-').c_str(), std::string(8, '-').c_str(), std::string(9, '-').c_str());
     RooflinePlot chart;
@@ -242,7 +257,7 @@ Runner add_bench(CLI::App& app) {
       const TestCost cost = test_cost(rm, t);
       const RooflinePoint p = place_on_roofline(cost, cost.tokens / s.mean, ceil);
       std::string name = i.name.size() > 28 ? i.name.substr(0, 28) : i.name;
-      std::printf("| %-28s | %6.1f MiB | %6.1f M | %-14s | %7d | %6s | %9.1f ± %6.1f | %8.2f | %8.2f | %7.1f | %9s | "
+      std::printf("| %-28s | %6.1f MiB | %6.1f M | %-14s | %7d | %14s | %9.1f ± %6.1f | %8.2f | %8.2f | %7.1f | %9s | "
                   "%5.1f%% | %-7s |\n",
                   name.c_str(), double(i.weight_bytes) / (1 << 20), double(i.n_params) / 1e6, i.backend.c_str(),
                   o->model.threads, t.label().c_str(), s.mean, s.sd, p.bytes_per_s / 1e9, p.flops_per_s / flop_unit,
@@ -251,43 +266,48 @@ Runner add_bench(CLI::App& app) {
       std::fflush(stdout);
       chart.points.push_back({t.label(), p.intensity, p.flops_per_s, p.fraction, true});
     };
-    if (o->n_prompt > 0) {
+    const auto random_tokens = [&](int n) {
+      std::vector<int32_t> v(static_cast<size_t>(n));
+      for (auto& t : v) t = tok(rng);
+      return v;
+    };
+    // One test at one depth: o->reps timed runs after one warm-up run, each from a fresh fill of the depth.
+    // Returns the last run (tg: tokens per target step and acceptance).
+    const auto run_test = [&](const BenchTest& t, Stat& s) {
       std::vector<double> rates;
-      for (int r = 0; r <= o->reps; ++r) {  // the first run warms up and is not counted
-        std::vector<int32_t> prompt(static_cast<size_t>(o->n_prompt));
-        for (auto& t : prompt) t = tok(rng);
-        engine.reset();
-        const GenerateResult res = engine.generate(prompt, greedy, 0, nullptr);
-        if (r > 0) rates.push_back(double(o->n_prompt) / res.prompt_seconds);
-      }
-      row({TestKind::Prompt, o->n_prompt, step_tokens}, stats(rates));
-    }
-    if (o->n_gen > 0) {
-      std::vector<double> rates;
-      GenerateResult last_gen;  // the last repetition: tokens per target step and acceptance
+      BenchRun run;
       for (int r = 0; r <= o->reps; ++r) {
-        const int32_t first[1] = {tok(rng)};
-        engine.reset();
-        // n_gen + 1 sampled tokens = n_gen decode steps after the 1-token prompt.
-        const GenerateResult res = engine.generate(first, greedy, o->n_gen + 1, nullptr, false);
-        last_gen = res;
-        if (r > 0) rates.push_back(double(res.tokens.size() - 1) / res.gen_seconds);
+        const std::vector<int32_t> depth = random_tokens(t.depth);
+        const std::vector<int32_t> test = random_tokens(t.kind == TestKind::Prompt ? t.n_tokens : 1);
+        run = run_bench_test(engine, t, depth, test);
+        if (r > 0) rates.push_back(run.tokens_per_s());
       }
-      row({TestKind::Generate, o->n_gen, 0}, stats(rates));
-      if (eo.spec.mode != SpecMode::Off) std::printf("speculation (%s)%s\n", std::string(spec_mode_name(eo.spec.mode)).c_str(),
-                                                    spec_summary(last_gen).c_str());
-      // --tp N on GPUs: the collectives' time per step (measured at load by every rank; engine/tp_setup) next to
-      // the step time of this test (1 / tokens per second).
-      std::string coll, coll_us;
-      for (const auto& [k, v] : i.facts) {
-        if (k == "tp.collectives") coll = v;
-        if (k == "tp.collectives_us") coll_us = v;
-      }
-      if (!coll.empty()) {
-        const double step_us = 1e6 / stats(rates).mean;
-        const std::string label = BenchTest{TestKind::Generate, o->n_gen, 0}.label();
-        std::printf("tensor-parallel %s: step %.1f us, of which collectives %s us (%.1f%%): %s\n", label.c_str(),
-                    step_us, coll_us.c_str(), 100.0 * std::atof(coll_us.c_str()) / step_us, coll.c_str());
+      s = stats(rates);
+      row(t, s);
+      return run;
+    };
+    for (const int depth : o->depths) {
+      Stat s;
+      if (o->n_prompt > 0) run_test({TestKind::Prompt, o->n_prompt, step_tokens, depth}, s);
+      if (o->n_gen > 0) {
+        const BenchTest t{TestKind::Generate, o->n_gen, 0, depth};
+        const BenchRun last = run_test(t, s);
+        if (eo.spec.mode != SpecMode::Off)
+          std::printf("speculation (%s)%s\n", std::string(spec_mode_name(eo.spec.mode)).c_str(),
+                      spec_summary(last.timed).c_str());
+        // --tp N on GPUs: the collectives' time per step (measured at load by every rank; engine/tp_setup) next to
+        // the step time of this test (1 / tokens per second).
+        std::string coll, coll_us;
+        for (const auto& [k, v] : i.facts) {
+          if (k == "tp.collectives") coll = v;
+          if (k == "tp.collectives_us") coll_us = v;
+        }
+        if (!coll.empty()) {
+          const double step_us = 1e6 / s.mean;
+          std::printf("tensor-parallel %s: step %.1f us, of which collectives %s us (%.1f%%): %s\n",
+                      t.label().c_str(), step_us, coll_us.c_str(), 100.0 * std::atof(coll_us.c_str()) / step_us,
+                      coll.c_str());
+        }
       }
     }
     if (!o->plot.empty()) {

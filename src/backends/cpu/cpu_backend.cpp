@@ -25,6 +25,22 @@ std::string CpuBackend::name() const {
   return options_.kernels == CpuKernels::Reference ? "cpu-reference" : "cpu-fast";
 }
 
+std::vector<std::pair<std::string, std::string>> CpuBackend::facts() const {
+  if (options_.kernels == CpuKernels::Reference)
+    return {{"cpu.matmul", "reference: plain float loops, weights dequantized row by row (prefill and decode alike)"}};
+  std::string v = fmt::format("fast at {}: activations quantized once per matmul to the weights' partner format "
+                              "(Q8_0G4 / Q8_1G4, Q8_K for K-quants, bf16 or f32 for float weights), tiles of up to 4 "
+                              "weight rows x 4 tokens (prefill and decode alike)",
+                              simd_level_name(options_.simd));
+  size_t repacked = 0;
+  {
+    std::lock_guard<std::mutex> lock(repacked_q4_1_->mutex);
+    repacked = repacked_q4_1_->ptrs.size();
+  }
+  if (repacked > 0) v += fmt::format("; {} Q4_0/Q4_1 weights repacked to 8-row blocks for VNNI", repacked);
+  return {{"cpu.matmul", v}};
+}
+
 DeviceBuffer CpuBackend::alloc(size_t bytes) {
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, rounded);

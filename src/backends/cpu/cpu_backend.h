@@ -32,6 +32,9 @@ class CpuBackend final : public Backend {
 
   Device device() const override { return Device::Cpu; }
   std::string name() const override;
+  // cpu.matmul: the kernels every matmul runs (prefill and decode alike): reference loops, or the fast kernels at
+  // their SIMD level with the activation formats and the weights repacked for VNNI.
+  std::vector<std::pair<std::string, std::string>> facts() const override;
 
   DeviceBuffer alloc(size_t bytes) override;
   Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) override;
