@@ -9,8 +9,6 @@
 namespace ferry {
 namespace {
 
-constexpr int64_t kMaxShards = 65535;  // split.count is a u16
-
 // `key` of `file` as an integer in [lo, hi]; ferry::Error naming the file and the key otherwise.
 int64_t split_key(const GgufFile& file, const char* key, int64_t lo, int64_t hi) {
   const int64_t v = file.get_int(key);  // names the file and the key when missing or not an integer
@@ -27,7 +25,7 @@ std::optional<GgufSplitInfo> gguf_split_info(const GgufFile& file) {
     return std::nullopt;
   }
   GgufSplitInfo info;
-  info.count = int(split_key(file, kGgufSplitCount, 1, kMaxShards));
+  info.count = int(split_key(file, kGgufSplitCount, 1, kGgufMaxShards));
   info.index = int(split_key(file, kGgufSplitNo, 0, info.count - 1));
   info.n_tensors = split_key(file, kGgufSplitTensorsCount, 0, std::numeric_limits<int32_t>::max());
   return info;

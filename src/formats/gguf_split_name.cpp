@@ -5,7 +5,6 @@
 namespace ferry {
 namespace {
 
-constexpr int kMaxShards = 65535;  // split.count is a u16
 constexpr std::string_view kSuffix = ".gguf";
 constexpr size_t kDigits = 5;
 
@@ -28,7 +27,7 @@ std::optional<GgufSplitName> parse_gguf_split_name(std::string_view path) {
   const size_t at = path.size() - kTail;
   if (path[at] != '-' || path.substr(at + 1 + kDigits, 4) != "-of-") return std::nullopt;
   const int number = five_digits(path, at + 1), count = five_digits(path, at + 1 + kDigits + 4);
-  if (number < 1 || count < 1 || count > kMaxShards || number > count) return std::nullopt;
+  if (number < 1 || count < 1 || count > kGgufMaxShards || number > count) return std::nullopt;
   const std::string_view prefix = path.substr(0, at);
   if (prefix.back() == '/') return std::nullopt;  // "dir/-00001-of-00002.gguf": no name
   return GgufSplitName{std::string(prefix), number, count};

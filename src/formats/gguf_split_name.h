@@ -9,6 +9,8 @@
 
 namespace ferry {
 
+inline constexpr int kGgufMaxShards = 65535;  // split.count is a u16
+
 struct GgufSplitName {
   std::string prefix;  // everything before "-NNNNN-of-MMMMM.gguf", a folder part included
   int number = 1;      // 1..count

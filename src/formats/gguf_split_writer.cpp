@@ -12,8 +12,6 @@
 namespace ferry {
 namespace {
 
-constexpr size_t kMaxShards = 65535;  // split.count is a u16
-
 void set_key(std::vector<std::pair<std::string, GgufValue>>& kv, const std::string& key, GgufValue value) {
   for (auto& [k, v] : kv)
     if (k == key) {
@@ -45,8 +43,8 @@ std::vector<std::string> GgufWriter::write_split(const std::string& prefix, cons
     shard_bytes += padded;
   }
   ranges.emplace_back(first, tensors_.size());
-  FERRY_CHECK(ranges.size() <= kMaxShards, "gguf writer: {} shards are more than split.count can hold ({})",
-              ranges.size(), kMaxShards);
+  FERRY_CHECK(ranges.size() <= size_t(kGgufMaxShards), "gguf writer: {} shards are more than split.count can hold ({})",
+              ranges.size(), kGgufMaxShards);
 
   const int count = int(ranges.size());
   std::vector<std::string> paths;

@@ -15,6 +15,8 @@ namespace {
 uint64_t parse_split_size(const std::string& text) {
   size_t used = 0;
   uint64_t n = 0;
+  FERRY_CHECK(!text.empty() && text[0] >= '0' && text[0] <= '9', "--split-max-size '{}' is not a size such as 500M or 2G",
+              text);  // stoull would take " 5" and wrap "-5" around
   try {
     n = std::stoull(text, &used);
   } catch (const std::exception&) {
@@ -26,7 +28,7 @@ uint64_t parse_split_size(const std::string& text) {
   if (unit == "K") scale = 1000;
   if (unit == "M") scale = 1000 * 1000;
   if (unit == "G") scale = 1000 * 1000 * 1000;
-  FERRY_CHECK(scale > 0 && n > 0 && text[0] != '-', "--split-max-size '{}' is not a size such as 500M or 2G", text);
+  FERRY_CHECK(scale > 0 && n > 0, "--split-max-size '{}' is not a size such as 500M or 2G", text);
   FERRY_CHECK(n <= UINT64_MAX / scale, "--split-max-size '{}' is too large", text);
   return n * scale;
 }
@@ -48,7 +50,8 @@ Runner add_gen(CLI::App& app) {
   for (const auto& t : quantize_type_names()) types += (types.empty() ? "" : ", ") + t;
   app.add_option("--type", o->type,
                  "weight type or K-quant mix: " + types + "; or fp8, fp8-block, fp8-tensor (a Hugging Face FP8 folder)");
-  app.add_option("-o,--output", o->out, "output .gguf path (a folder for the fp8 types)")->required();
+  app.add_option("-o,--output", o->out,
+                 "output .gguf path (a folder for the fp8 types; with --split-max-*: OUT-00001-of-0000N.gguf ...)")->required();
   app.add_option("--seed", o->seed, "random seed");
   app.add_option("-t,--threads", o->threads, "threads (0: all)");
   app.add_option("--split-max-size", o->split_max_size,
