@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "core/check.h"
 #include "fixtures/test_paths.h"
 #include "formats/gguf.h"
@@ -38,7 +40,7 @@ GgufWriter five_tensors(const std::string& arch = "llama") {
   w.set("general.architecture", GgufValue::str(arch));
   w.set("general.name", GgufValue::str("five"));
   for (int i = 0; i < 5; ++i)
-    w.add_tensor("t" + std::to_string(i), DType::F32, {2, 32}, [i](uint8_t* dst, size_t n) {
+    w.add_tensor(fmt::format("t{}", i), DType::F32, {2, 32}, [i](uint8_t* dst, size_t n) {
       auto* f = reinterpret_cast<float*>(dst);
       for (size_t k = 0; k < n / 4; ++k) f[k] = float(i) + float(k % 32) / 100;
     });
@@ -101,7 +103,7 @@ TEST_F(GgufSplitTest, WriteSplitIsGgufSplitsLayoutAndOpensFromAnyShard) {
     EXPECT_EQ(set.metadata().get_string("general.name"), "five");
     ASSERT_EQ(set.tensors().size(), 5u);
     for (int i = 0; i < 5; ++i) {
-      const GgufTensorInfo* t = set.find_tensor("t" + std::to_string(i));
+      const GgufTensorInfo* t = set.find_tensor(fmt::format("t{}", i));
       ASSERT_NE(t, nullptr);
       EXPECT_EQ(set.tensors()[size_t(i)], t);  // shard order
       const GgufFile& own = set.shards()[size_t(i / 2)];
@@ -132,7 +134,7 @@ TEST_F(GgufSplitTest, MissingShardIsNamed) {
   five_tensors().write_split(at("m"), {.max_bytes = 0, .max_tensors = 2});
   fs::remove(at("m-00002-of-00003.gguf"));
   const std::string e = open_error(at("m-00001-of-00003.gguf"));
-  EXPECT_NE(e.find("shard 2 of 3 is missing: " + at("m-00002-of-00003.gguf")), std::string::npos) << e;
+  EXPECT_NE(e.find(fmt::format("shard 2 of 3 is missing: {}", at("m-00002-of-00003.gguf"))), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos);
   EXPECT_NE(open_error(at("m-00003-of-00003.gguf")).find("shard 2 of 3 is missing"), std::string::npos);
 }
@@ -142,7 +144,7 @@ TEST_F(GgufSplitTest, WrongSplitCountOrNumberIsNamed) {
   write_shard(at("c-00001-of-00002.gguf"), 0, 2, 2, {"a"}, "llama");
   write_shard(at("c-00002-of-00002.gguf"), 1, 4, 2, {"b"});
   std::string e = open_error(at("c-00001-of-00002.gguf"));
-  EXPECT_NE(e.find(at("c-00002-of-00002.gguf") + ": split.count is 4, but shard 1"), std::string::npos) << e;
+  EXPECT_NE(e.find(fmt::format("{}: split.count is 4, but shard 1", at("c-00002-of-00002.gguf"))), std::string::npos) << e;
   // The file name and its keys disagree.
   write_shard(at("n-00001-of-00002.gguf"), 1, 2, 2, {"a"}, "llama");
   e = open_error(at("n-00001-of-00002.gguf"));
@@ -164,7 +166,7 @@ TEST_F(GgufSplitTest, DuplicateTensorAcrossShardsIsNamed) {
   write_shard(at("d-00001-of-00002.gguf"), 0, 2, 2, {"a"}, "llama");
   write_shard(at("d-00002-of-00002.gguf"), 1, 2, 2, {"a"});
   const std::string e = open_error(at("d-00002-of-00002.gguf"));
-  EXPECT_NE(e.find("tensor 'a' is in shard 1 (" + at("d-00001-of-00002.gguf") + ") and again in shard 2"),
+  EXPECT_NE(e.find(fmt::format("tensor 'a' is in shard 1 ({}) and again in shard 2", at("d-00001-of-00002.gguf"))),
             std::string::npos)
       << e;
 }
@@ -178,7 +180,7 @@ TEST_F(GgufSplitTest, ShardOfAnotherModelIsNamed) {
   six.write_split(at("b"), {.max_bytes = 0, .max_tensors = 3});
   fs::copy_file(at("b-00002-of-00002.gguf"), at("a-00002-of-00002.gguf"), fs::copy_options::overwrite_existing);
   std::string e = open_error(at("a-00001-of-00002.gguf"));
-  EXPECT_NE(e.find(at("a-00002-of-00002.gguf") + ": split.tensors.count is 6, but shard 1"), std::string::npos) << e;
+  EXPECT_NE(e.find(fmt::format("{}: split.tensors.count is 6, but shard 1", at("a-00002-of-00002.gguf"))), std::string::npos) << e;
   EXPECT_NE(e.find("a shard of another model?"), std::string::npos) << e;
   // Same counts, another architecture written into the shard.
   write_shard(at("x-00001-of-00002.gguf"), 0, 2, 2, {"a"}, "llama");
