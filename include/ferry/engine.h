@@ -23,7 +23,8 @@ namespace ferry {
 enum class KernelSet { Fast, Reference };
 
 // Where loading a model is: `stage` "mapping" (the file's tensors mapped and checked), then "repacking" (CPU:
-// weights prepared in the kernels' layouts) or "uploading" (CUDA: weights copied to the GPU); `done` of `total`
+// weights prepared in the kernels' layouts) or "uploading" (CUDA: weights copied to the GPU), or for a `random:`
+// model "generating" (each tensor drawn, by the rank that needs it, then repacked or uploaded); `done` of `total`
 // bytes of the file's tensors. Tensor-parallel ranks load at once: the callback may be called from several threads.
 struct LoadProgress {
   std::string_view stage;

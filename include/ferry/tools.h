@@ -27,9 +27,14 @@ struct RandomModelSpec {
                                     // (per-channel, 128x128 blocks, per-tensor; src/model/random_fp8_folder.h)
   uint64_t seed = 1;
   int n_threads = 0;                // 0: all cores
-  // After each tensor of a GGUF is made and written (done of count; for a progress line). The fp8 folders do not
-  // report.
+  // After each tensor is made and written (done of count; for a progress line); an fp8 folder counts its
+  // safetensors entries (a weight and its scale are two).
   std::function<void(int done, int count)> on_tensor{};
+  // A split GGUF (llama.cpp's gguf-split layout) instead of one file when either is > 0: PREFIX-00001-of-0000N.gguf
+  // ..., PREFIX `path` without its ".gguf"; a shard takes tensors until the next would pass split_max_bytes of
+  // tensor data or split_max_tensors tensors. Not for the fp8 folders.
+  uint64_t split_max_bytes = 0;
+  int split_max_tensors = 0;
 };
 
 // The known shapes: tiny, smollm2-135m, llama3-8b, qwen3-8b, llama3-70b.
@@ -38,8 +43,8 @@ std::vector<std::string> random_model_shape_names();
 // missing path) and returns the model's number of weights (for reports).
 int64_t random_model_n_params(const RandomModelSpec& spec);
 // Checks the spec like random_model_n_params, then writes the model (ferry::Error when the file cannot be
-// written).
-void gen_random_model(const RandomModelSpec& spec);
+// written). Returns the files written (the shards of a split GGUF in order; the folder of an fp8 model).
+std::vector<std::string> gen_random_model(const RandomModelSpec& spec);
 
 // `ferry quantize IN OUT TYPE`: IN a .gguf file or a Hugging Face folder (F32/F16/BF16 safetensors), OUT a GGUF
 // file of one type or a llama.cpp-style mix (src/model/quant_mix.h has the per-tensor rules).

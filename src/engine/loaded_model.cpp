@@ -170,10 +170,13 @@ std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn
   // "random:SHAPE[:TYPE[:SEED]]": a random-weight model generated in memory, each rank its shard (parallel/random_weights.h).
   const bool random = is_random_model_path(o.model_path);
   if (o.on_load_progress) o.on_load_progress({"mapping", 0, 0});
-  m.file = random ? open_random_model(o.model_path) : open_model(o.model_path);
+  RandomProgressFn on_generated;  // a random model reports its tensors as the ranks generate them
+  if (o.on_load_progress && random)
+    on_generated = [fn = o.on_load_progress](uint64_t done, uint64_t total) { fn({"generating", done, total}); };
+  m.file = random ? open_random_model(o.model_path, on_generated) : open_model(o.model_path);
   uint64_t file_bytes = 0;
   for (const auto& [name, t] : m.file.tensors) file_bytes += t.nbytes();
-  if (o.on_load_progress) o.on_load_progress({"mapping", file_bytes, file_bytes});
+  if (o.on_load_progress && !random) o.on_load_progress({"mapping", file_bytes, file_bytes});  // random: nothing mapped
   // The random source is generated per rank (load_sharded_weights looks for its type): not wrapped.
   ProgressWeightSource* progress = nullptr;
   if (o.on_load_progress && !random && file_bytes > 0) {
@@ -191,6 +194,7 @@ std::unique_ptr<LoadedModel> load_model(const EngineOptions& o, const KvSizingFn
       o, m.file, [&](int device_index, int n_threads) { return make_backend(o, m.file, device_index, n_threads); },
       [&](const ModelConfig& local) { return kv_shape_for(o, local, m.context, sizing); });
   if (progress != nullptr) m.file.weights = progress->finish();
+  if (on_generated) on_generated(file_bytes, file_bytes);  // a tensor no rank asked for (none today) ends the bar too
   m.backend = std::move(pm.backend);
   m.model = std::move(pm.model);
   m.tp = std::move(pm.tp);

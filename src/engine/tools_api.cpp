@@ -39,17 +39,28 @@ int64_t random_model_n_params(const RandomModelSpec& spec) {
   return config.n_params();
 }
 
-void gen_random_model(const RandomModelSpec& spec) {
+std::vector<std::string> gen_random_model(const RandomModelSpec& spec) {
   const ModelConfig config = random_model_config(spec.shape);
+  const bool split = spec.split_max_bytes > 0 || spec.split_max_tensors > 0;
+  FERRY_CHECK(spec.split_max_tensors >= 0, "--split-max-tensors {} is negative", spec.split_max_tensors);
   if (const std::optional<Fp8Layout> fp8 = fp8_gen_layout(spec.weight_type)) {
     FERRY_CHECK(!spec.path.empty(), "no output folder for the random model");
-    write_random_fp8_folder(spec.path, config, *fp8, spec.seed, spec.n_threads);
-  } else if (const std::optional<DType> type = checked_weight_type(spec)) {
-    write_random_model(spec.path, config, *type, spec.seed, spec.n_threads, true, RandomInit::Flat, spec.on_tensor);
-  } else {
-    write_random_model(spec.path, config, parse_quant_target(spec.weight_type), spec.seed, spec.n_threads,
-                       RandomInit::Flat, spec.on_tensor);
+    FERRY_CHECK(!split, "a split GGUF is not written for --type {} (a Hugging Face folder)", spec.weight_type);
+    write_random_fp8_folder(spec.path, config, *fp8, spec.seed, spec.n_threads, spec.on_tensor);
+    return {spec.path};
   }
+  const std::optional<DType> type = checked_weight_type(spec);
+  const GgufWriter w = type ? random_model_gguf(config, *type, spec.seed, spec.n_threads, true, RandomInit::Flat,
+                                                spec.on_tensor)
+                            : random_model_gguf(config, parse_quant_target(spec.weight_type), spec.seed,
+                                                spec.n_threads, RandomInit::Flat, spec.on_tensor);
+  if (!split) {
+    w.write(spec.path);
+    return {spec.path};
+  }
+  const std::string_view path = spec.path;
+  const std::string prefix(path.ends_with(".gguf") ? path.substr(0, path.size() - 5) : path);
+  return w.write_split(prefix, {spec.split_max_bytes, spec.split_max_tensors});
 }
 
 std::vector<std::string> quantize_type_names() { return quant_target_names(); }

@@ -112,6 +112,13 @@ class GgufFile {
   std::map<std::string, size_t> tensor_index_;
 };
 
+// Where GgufWriter::write_split starts a new shard, gguf-split's --split-max-size and --split-max-tensors: a shard
+// takes tensors in order until the next would pass either limit (each shard holds at least one); 0: no limit.
+struct GgufSplitLimits {
+  uint64_t max_bytes = 0;  // tensor data of one shard (each tensor padded to the alignment); metadata not counted
+  int max_tensors = 0;
+};
+
 // Writes a GGUF v3 file. Tensor data is produced on demand by a fill callback while writing, so files far
 // larger than memory (a 70B model from `ferry gen`) stream out one tensor at a time.
 class GgufWriter {
@@ -124,6 +131,10 @@ class GgufWriter {
   void add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape, Fill fill);
   void add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data);
   void write(const std::string& path) const;    // throws ferry::Error on I/O failure
+  // Writes the model split as llama.cpp's gguf-split does (formats/gguf_split.h): PREFIX-00001-of-0000N.gguf, ...
+  // (a set of one when everything fits), the metadata in shard 1, split.no / split.count / split.tensors.count in
+  // every shard. Returns the paths written, in order.
+  std::vector<std::string> write_split(const std::string& prefix, const GgufSplitLimits& limits) const;
   std::vector<uint8_t> to_bytes() const;        // whole file in memory (tests, small models)
 
  private:
@@ -134,10 +145,14 @@ class GgufWriter {
     size_t nbytes;
     Fill fill;
   };
-  void write_to(const std::function<void(const void*, size_t)>& sink) const;
+  using Metadata = std::vector<std::pair<std::string, GgufValue>>;
+  // One file of metadata `kv` and tensors_[first, end) (offsets counted from the first of them).
+  void write_to(const std::function<void(const void*, size_t)>& sink, const Metadata& kv, size_t first,
+                size_t end) const;
+  void write_file(const std::string& path, const Metadata& kv, size_t first, size_t end) const;
 
   size_t alignment_;
-  std::vector<std::pair<std::string, GgufValue>> kv_;
+  Metadata kv_;
   std::vector<PendingTensor> tensors_;
 };
 

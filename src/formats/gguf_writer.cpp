@@ -84,7 +84,7 @@ void GgufWriter::add_tensor(const std::string& name, DType dtype, std::vector<in
   add_tensor(name, dtype, std::move(shape), [data](uint8_t* dst, size_t n) { std::memcpy(dst, data, n); });
 }
 
-void GgufWriter::write_to(const Sink& sink) const {
+void GgufWriter::write_to(const Sink& sink, const Metadata& kv, size_t first, size_t end) const {
   size_t written = 0;
   const Sink counting = [&](const void* p, size_t n) {
     sink(p, n);
@@ -102,15 +102,16 @@ void GgufWriter::write_to(const Sink& sink) const {
 
   counting("GGUF", 4);
   put<uint32_t>(counting, 3);
-  put<uint64_t>(counting, tensors_.size());
-  put<uint64_t>(counting, kv_.size());
-  for (const auto& [key, value] : kv_) {
+  put<uint64_t>(counting, end - first);
+  put<uint64_t>(counting, kv.size());
+  for (const auto& [key, value] : kv) {
     put_string(counting, key);
     put<uint32_t>(counting, uint32_t(value.type));
     put_value(counting, value);
   }
   uint64_t offset = 0;
-  for (const PendingTensor& t : tensors_) {
+  for (size_t i = first; i < end; ++i) {
+    const PendingTensor& t = tensors_[i];
     put_string(counting, t.name);
     put<uint32_t>(counting, uint32_t(t.shape.size()));
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) put<uint64_t>(counting, uint64_t(*it));
@@ -120,7 +121,8 @@ void GgufWriter::write_to(const Sink& sink) const {
   }
   pad();
   std::vector<uint8_t> buf;
-  for (const PendingTensor& t : tensors_) {
+  for (size_t i = first; i < end; ++i) {
+    const PendingTensor& t = tensors_[i];
     buf.assign(t.nbytes, 0);
     t.fill(buf.data(), t.nbytes);
     counting(buf.data(), buf.size());
@@ -128,12 +130,16 @@ void GgufWriter::write_to(const Sink& sink) const {
   }
 }
 
-void GgufWriter::write(const std::string& path) const {
+void GgufWriter::write(const std::string& path) const { write_file(path, kv_, 0, tensors_.size()); }
+
+void GgufWriter::write_file(const std::string& path, const Metadata& kv, size_t first, size_t end) const {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), std::fclose);
   FERRY_CHECK(f != nullptr, "cannot create '{}': {}", path, std::strerror(errno));
-  write_to([&](const void* p, size_t n) {
+  write_to(
+      [&](const void* p, size_t n) {
     FERRY_CHECK(std::fwrite(p, 1, n, f.get()) == n, "cannot write '{}': {}", path, std::strerror(errno));
-  });
+      },
+      kv, first, end);
   FERRY_CHECK(std::fflush(f.get()) == 0, "cannot write '{}': {}", path, std::strerror(errno));
 }
 
@@ -142,7 +148,7 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
   write_to([&](const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
     out.insert(out.end(), b, b + n);
-  });
+  }, kv_, 0, tensors_.size());
   return out;
 }
 

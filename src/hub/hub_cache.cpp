@@ -81,6 +81,21 @@ uint64_t file_bytes(const fs::path& p) {
   return ec ? 0 : uint64_t(n);
 }
 
+// One row for a GGUF in `dir`: a plain file, or a split GGUF once with the bytes of all its shards ("gguf-split";
+// the name says how many shards are missing when some are).
+CachedModel gguf_row(const fs::path& dir, const GgufChoice& g, std::string name, const std::string& tag) {
+  uint64_t bytes = 0;
+  size_t present = 0;
+  for (const std::string& f : g.files) {
+    std::error_code ec;
+    if (!fs::is_regular_file(dir / f, ec)) continue;
+    bytes += file_bytes(dir / f);
+    ++present;
+  }
+  if (present < g.files.size()) name += fmt::format(" ({} of {} shards)", present, g.files.size());
+  return {std::move(name), g.split ? "gguf-split" : "gguf", tag, bytes, (dir / g.first).string()};
+}
+
 }  // namespace
 
 std::vector<CachedModel> list_cached_models(const fs::path& cache) {
@@ -122,14 +137,14 @@ std::vector<CachedModel> list_cached_models(const fs::path& cache) {
       bool has_safetensors = false;
       uint64_t folder_bytes = 0;
       for (const std::string& f : files) {
-        const uint64_t n = file_bytes(snap / f);
-        if (f.size() > 5 && f.ends_with(".gguf")) {
-          const std::string tag = quant_tag_of(fs::path(f).filename().string());
-          out.push_back({tag.empty() ? base + " (" + f + ")" : base + ":" + tag, "gguf", tag, n, (snap / f).string()});
-        } else {
-          if (f.ends_with(".safetensors")) has_safetensors = true;
-          folder_bytes += n;
-        }
+        if (f.size() > 5 && f.ends_with(".gguf")) continue;  // listed below, a split GGUF once
+        if (f.ends_with(".safetensors")) has_safetensors = true;
+        folder_bytes += file_bytes(snap / f);
+      }
+      for (const GgufChoice& g : gguf_choices(files)) {
+        const std::string tag = quant_tag_of(fs::path(g.first).filename().string());
+        std::string name = tag.empty() ? base + " (" + g.first + ")" : base + ":" + tag;
+        out.push_back(gguf_row(snap, g, std::move(name), tag));
       }
       if (has_safetensors) out.push_back({base, "safetensors", "", folder_bytes, snap.string()});
     }
@@ -141,12 +156,12 @@ std::vector<CachedModel> list_cached_models(const fs::path& cache) {
 std::vector<CachedModel> list_folder_models(const fs::path& dir) {
   std::vector<CachedModel> out;
   std::error_code ec;
+  std::vector<std::string> ggufs;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     std::error_code e2;
     if (e.is_regular_file(e2) && name.size() > 5 && name.ends_with(".gguf")) {
-      const std::string tag = quant_tag_of(name);
-      out.push_back({name, "gguf", tag, file_bytes(e.path()), e.path().string()});
+      ggufs.push_back(name);
     } else if (e.is_directory(e2) && fs::is_regular_file(e.path() / "config.json", e2)) {
       uint64_t bytes = 0;
       bool has_safetensors = false;
@@ -158,6 +173,7 @@ std::vector<CachedModel> list_folder_models(const fs::path& dir) {
       if (has_safetensors) out.push_back({name, "safetensors", "", bytes, e.path().string()});
     }
   }
+  for (const GgufChoice& g : gguf_choices(ggufs)) out.push_back(gguf_row(dir, g, g.first, quant_tag_of(g.first)));
   std::sort(out.begin(), out.end(), [](const CachedModel& a, const CachedModel& b) { return a.name < b.name; });
   return out;
 }

@@ -37,7 +37,7 @@ std::filesystem::path resolve_cached_model(const std::filesystem::path& cache, c
 // One model found by `ferry models`.
 struct CachedModel {
   std::string name;       // "org/repo:Q4_K_M", "org/repo", or a file name in the models folder
-  std::string kind;       // "gguf" or "safetensors"
+  std::string kind;       // "gguf", "gguf-split" (a split GGUF, one row for its shards) or "safetensors"
   std::string quant;      // the tag of a GGUF's file name ("" unknown)
   uint64_t bytes = 0;     // bytes of its files
   std::string path;       // what -m would load

@@ -188,6 +188,9 @@ PullResult pull_model(const PullOptions& o) {
   for (const RepoFile& f : info.files) paths.push_back(f.path);
   const ModelFiles want = select_model_files(paths, o.ref.quant, name);
   const std::set<std::string> wanted(want.files.begin(), want.files.end());
+  const std::set<std::string> listed(paths.begin(), paths.end());
+  for (const std::string& f : want.files)  // a split GGUF's shard the repo lacks
+    FERRY_CHECK(listed.count(f), "{}: {} is not in the repo (a split GGUF needs every shard)", name, f);
 
   const fs::path repo_dir = o.cache / repo_folder_name(o.ref.repo);
   const fs::path blobs = repo_dir / "blobs", snapshot = repo_dir / "snapshots" / info.commit;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "formats/gguf_split_name.h"
 
 namespace ferry::hub {
 namespace {
@@ -38,18 +39,42 @@ bool holds_tag(const std::string& name, const std::string& tag) {
   return false;
 }
 
-std::string tags_of(const std::vector<std::string>& ggufs) {
+std::string tags_of(const std::vector<GgufChoice>& ggufs) {
   std::set<std::string> tags;
-  for (const std::string& g : ggufs) {
-    const std::string t = quant_tag_of(base_name(g));
-    tags.insert(t.empty() ? std::string(base_name(g)) : t);
+  for (const GgufChoice& g : ggufs) {
+    const std::string t = quant_tag_of(base_name(g.first));
+    tags.insert(t.empty() ? std::string(base_name(g.first)) : t);
   }
   std::string s;
   for (const std::string& t : tags) s += (s.empty() ? "" : ", ") + t;
   return s;
 }
 
+ModelFiles files_of(const GgufChoice& g) { return {g.files, g.first}; }
+
 }  // namespace
+
+std::vector<GgufChoice> gguf_choices(const std::vector<std::string>& paths) {
+  std::vector<GgufChoice> out;
+  std::set<std::pair<std::string, int>> sets;  // (prefix, count) of the split GGUFs seen
+  for (const std::string& p : paths) {
+    if (!ends_with_ci(p, ".gguf")) continue;
+    const std::optional<GgufSplitName> split = parse_gguf_split_name(p);
+    if (!split) {
+      out.push_back({p, {p}, false});
+      continue;
+    }
+    if (!sets.insert({split->prefix, split->count}).second) continue;
+    GgufChoice g;
+    g.split = true;
+    for (int number = 1; number <= split->count; ++number)
+      g.files.push_back(gguf_split_name(split->prefix, number, split->count));
+    g.first = g.files.front();
+    out.push_back(std::move(g));
+  }
+  std::sort(out.begin(), out.end(), [](const GgufChoice& a, const GgufChoice& b) { return a.first < b.first; });
+  return out;
+}
 
 bool is_safe_repo_path(std::string_view path) {
   if (path.empty() || path.size() > 1024 || path.front() == '/') return false;
@@ -74,24 +99,20 @@ std::string quant_tag_of(std::string_view file_name) {
 }
 
 ModelFiles select_model_files(const std::vector<std::string>& paths, const std::string& quant, std::string_view repo) {
-  std::vector<std::string> ggufs, safetensors;
-  for (const std::string& p : paths) {
-    if (ends_with_ci(p, ".gguf")) ggufs.push_back(p);
+  std::vector<std::string> safetensors;
+  for (const std::string& p : paths)
     if (ends_with_ci(p, ".safetensors") && p.find('/') == std::string::npos) safetensors.push_back(p);
-  }
-  std::sort(ggufs.begin(), ggufs.end());
+  const std::vector<GgufChoice> ggufs = gguf_choices(paths);
   ModelFiles out;
   if (!quant.empty()) {
-    std::vector<std::string> match;
-    for (const std::string& g : ggufs)
-      if (holds_tag(upper(base_name(g)), upper(quant))) match.push_back(g);
+    std::vector<const GgufChoice*> match;
+    for (const GgufChoice& g : ggufs)
+      if (holds_tag(upper(base_name(g.first)), upper(quant))) match.push_back(&g);
     FERRY_CHECK(!match.empty(), "{}: no GGUF file tagged {} ({})", repo, quant,
                 ggufs.empty() ? std::string("the repo has no GGUF files") : "it has: " + tags_of(ggufs));
-    FERRY_CHECK(match.size() == 1, "{}: {} GGUF files are tagged {} (split GGUF files are not supported): {}", repo,
-                match.size(), quant, match.front() + ", " + match[1]);
-    out.files = match;
-    out.gguf = match.front();
-    return out;
+    FERRY_CHECK(match.size() == 1, "{}: {} GGUF models are tagged {}: {}, {}", repo, match.size(), quant,
+                match[0]->first, match[1]->first);
+    return files_of(*match.front());
   }
   if (!safetensors.empty()) {
     for (const std::string& p : paths) {
@@ -106,17 +127,9 @@ ModelFiles select_model_files(const std::vector<std::string>& paths, const std::
     return out;
   }
   FERRY_CHECK(!ggufs.empty(), "{}: neither GGUF nor safetensors files (nothing ferry can load)", repo);
-  if (ggufs.size() == 1) {
-    out.files = ggufs;
-    out.gguf = ggufs.front();
-    return out;
-  }
-  for (const std::string& g : ggufs)
-    if (holds_tag(upper(base_name(g)), "Q4_K_M")) {
-      out.files = {g};
-      out.gguf = g;
-      return out;
-    }
+  if (ggufs.size() == 1) return files_of(ggufs.front());
+  for (const GgufChoice& g : ggufs)
+    if (holds_tag(upper(base_name(g.first)), "Q4_K_M")) return files_of(g);
   fail("{}: {} GGUF files; name one with :QUANT (it has: {})", repo, ggufs.size(), tags_of(ggufs));
 }
 

@@ -1,9 +1,11 @@
 // Which files of a repo make the model a name asks for, the same rule for a cached snapshot (resolution) and for
 // the Hub's file list (`ferry pull`):
 //   :QUANT given  -> the one .gguf whose file name holds the tag as a word (Q4_K matches "x-Q4_K.gguf", not "x-Q4_K_M.gguf")
+//                    or the one split GGUF (every shard, formats/gguf_split_name.h) whose first shard's name does
 //   no tag, safetensors present -> a Hugging Face folder: the top-level *.safetensors, *.json, *.model, *.txt,
 //                                  *.jinja files (weights in other formats, code and docs are not fetched)
 //   no tag, GGUFs only -> the only .gguf, else the Q4_K_M one (llama.cpp's default), else an error listing the tags
+// A split GGUF counts as one file everywhere: all its shards are selected, the first is the one to load.
 #pragma once
 
 #include <string>
@@ -14,8 +16,18 @@ namespace ferry::hub {
 
 struct ModelFiles {
   std::vector<std::string> files;  // repo-relative paths to have
-  std::string gguf;                // the .gguf to load; "" : the folder itself is the model
+  std::string gguf;                // the .gguf to load (a split GGUF's first shard); "" : the folder itself is the model
 };
+
+// One GGUF model among a repo's files: a plain .gguf, or a split GGUF's shards 1..N (every shard its name
+// implies, listed or not, so a missing one can be named).
+struct GgufChoice {
+  std::string first;               // the file to load: the plain .gguf, or shard 1
+  std::vector<std::string> files;  // the plain .gguf, or every shard in order
+  bool split = false;
+};
+// The GGUF choices among `paths` (other files ignored), sorted by `first`.
+std::vector<GgufChoice> gguf_choices(const std::vector<std::string>& paths);
 
 // Throws ferry::Error naming the repo and what is there (the tags found) when nothing fits.
 ModelFiles select_model_files(const std::vector<std::string>& repo_paths, const std::string& quant,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 
 #include "core/check.h"
 #include "formats/gguf.h"
+#include "formats/gguf_split.h"
 
 namespace ferry {
 
@@ -250,6 +252,8 @@ int meta_int(const GgufFile& g, const std::string& key, int64_t def) { return ch
 
 namespace {
 
+using GgufTensorFinder = std::function<const GgufTensorInfo*(const std::string& name)>;
+
 // The sliding window of each layer: attention.sliding_window_pattern when the file has it (one bool per layer, true:
 // local; or a period), else llama.cpp's fixed pattern for the architecture: every `period`-th layer (the last of
 // each period) global, the others local; period 0: every layer local.
@@ -297,8 +301,8 @@ void gemma_from_gguf(const GgufFile& g, ModelConfig& c) {
 }
 
 // An f32 vector tensor of the file (rope factors), or empty when the file lacks it.
-std::vector<float> gguf_f32_vector(const GgufFile& g, const std::string& name) {
-  const GgufTensorInfo* t = g.find_tensor(name);
+std::vector<float> gguf_f32_vector(const GgufFile& g, const GgufTensorFinder& find, const std::string& name) {
+  const GgufTensorInfo* t = find(name);
   if (t == nullptr) return {};
   FERRY_CHECK(t->dtype == DType::F32 && t->n_dims == 1, "{}: '{}' must be a 1-D f32 tensor", g.name(), name);
   const auto* v = reinterpret_cast<const float*>(t->data);
@@ -306,12 +310,12 @@ std::vector<float> gguf_f32_vector(const GgufFile& g, const std::string& name) {
 }
 
 // Phi-3 from GGUF: longrope as rope_factors_short/long tensors and the scaling keys.
-void phi3_from_gguf(const GgufFile& g, ModelConfig& c) {
+void phi3_from_gguf(const GgufFile& g, const GgufTensorFinder& find, ModelConfig& c) {
   const std::string p = "phi3.";
   const int window = meta_int(g, p + "attention.sliding_window", 0);
   if (window > 0) c.layer_window = gguf_windows(g, p, c.n_layers, 0, window);
-  std::vector<float> short_f = gguf_f32_vector(g, "rope_factors_short.weight");
-  std::vector<float> long_f = gguf_f32_vector(g, "rope_factors_long.weight");
+  std::vector<float> short_f = gguf_f32_vector(g, find, "rope_factors_short.weight");
+  std::vector<float> long_f = gguf_f32_vector(g, find, "rope_factors_long.weight");
   if (short_f.empty() && long_f.empty()) return;
   FERRY_CHECK(!short_f.empty() && !long_f.empty(), "{}: phi3 needs both rope_factors_short and rope_factors_long",
               g.name());
@@ -341,9 +345,8 @@ void yarn_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
   c.max_context = yarn_context(r, c.max_context);
 }
 
-}  // namespace
-
-ModelConfig config_from_gguf(const GgufFile& g) {
+// The config from shard 1's metadata `g` and the tensors of every shard (`find`).
+ModelConfig config_from_gguf_parts(const GgufFile& g, const GgufTensorFinder& find) {
   ModelConfig c;
   const std::string arch = g.get_string("general.architecture");
   if (arch == "llama") {
@@ -379,10 +382,10 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   FERRY_CHECK(c.n_heads > 0, "{}: attention.head_count must be positive", g.name());
   c.head_dim = meta_int(g, p + "attention.key_length", c.dim / c.n_heads);
   c.rope_dims = meta_int(g, p + "rope.dimension_count", c.head_dim);
-  const GgufTensorInfo* embd = g.find_tensor("token_embd.weight");
+  const GgufTensorInfo* embd = find("token_embd.weight");
   FERRY_CHECK(embd != nullptr, "{}: missing tensor 'token_embd.weight'", g.name());
   c.vocab_size = meta_int(g, p + "vocab_size", embd->shape[0]);
-  c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
+  c.tied_embeddings = find("output.weight") == nullptr;
   const std::string scaling = g.get_string(p + "rope.scaling.type", "none");
   if (scaling == "linear") {
     c.rope_scaling.kind = RopeScalingKind::Linear;
@@ -394,7 +397,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   }
   // Llama 3.1+ GGUFs carry the llama3 scaling as a rope_freqs.weight tensor of per-pair divisors.
   if (c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3) gemma_from_gguf(g, c);
-  if (c.arch == Arch::Phi3) phi3_from_gguf(g, c);
+  if (c.arch == Arch::Phi3) phi3_from_gguf(g, find, c);
   if (c.arch == Arch::Llama || c.arch == Arch::Qwen2) {  // Mistral v0.1 (every layer), Qwen2 when the file says so
     const int window = meta_int(g, p + "attention.sliding_window", 0);
     if (window > 0) c.layer_window = gguf_windows(g, p, c.n_layers, 0, window);
@@ -407,10 +410,20 @@ ModelConfig config_from_gguf(const GgufFile& g) {
     c.moe_norm = g.get_bool(p + "expert_weights_norm", true) ? MoeNorm::Renormalize : MoeNorm::Softmax;
     FERRY_CHECK(c.n_layers > 0 && c.n_layers <= (1 << 24), "{}: block_count {} is out of range", g.name(), c.n_layers);
     for (int l = 0; l < c.n_layers; ++l)
-      if (!g.find_tensor(fmt::format("blk.{}.ffn_gate_inp.weight", l))) c.dense_layers.push_back(l);
+      if (!find(fmt::format("blk.{}.ffn_gate_inp.weight", l))) c.dense_layers.push_back(l);
   }
   c.validate();
   return c;
+}
+
+}  // namespace
+
+ModelConfig config_from_gguf(const GgufFile& g) {
+  return config_from_gguf_parts(g, [&g](const std::string& name) { return g.find_tensor(name); });
+}
+
+ModelConfig config_from_gguf(const GgufSplitSet& set) {
+  return config_from_gguf_parts(set.metadata(), [&set](const std::string& name) { return set.find_tensor(name); });
 }
 
 namespace {

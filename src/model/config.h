@@ -13,6 +13,7 @@
 namespace ferry {
 
 class GgufFile;
+class GgufSplitSet;
 
 // Mixtral and Mistral are Llama (Mixtral with experts: n_experts > 0). Gemma2/Gemma3: the Gemma layer (post norms,
 // GeGLU, scaled embedding); Phi3 (Phi-3, Phi-3.5, Phi-4): Llama's layer with fused q|k|v and gate|up tensors in the file.
@@ -127,6 +128,7 @@ std::string arch_name(Arch a);
 // norms and embedding scale, RoPE scaling, partial rotary dims (key, value); nothing for a plain Llama config.
 std::vector<std::pair<std::string, std::string>> config_facts(const ModelConfig& c);
 ModelConfig config_from_gguf(const GgufFile& gguf);
+ModelConfig config_from_gguf(const GgufSplitSet& gguf);  // shard 1's metadata, every shard's tensors
 ModelConfig config_from_hf(const nlohmann::json& config);
 
 }  // namespace ferry

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "formats/gguf.h"
+#include "formats/gguf_split.h"
 #include "formats/safetensors.h"
 #include "model/fp8_weights.h"
 #include "model/moe_names.h"
@@ -15,7 +16,7 @@
 namespace ferry {
 namespace {
 
-// Named host views over a file (or folder) the source owns: GgufFile or SafetensorsModel.
+// Named host views over the file(s) the source owns: GgufSplitSet (one GGUF file or its shards) or SafetensorsModel.
 template <typename Owner>
 class FileWeights final : public WeightSource {
  public:
@@ -65,14 +66,20 @@ ModelFile open_gguf(const std::string& path) {
   ModelFile m;
   m.path = path;
   m.format = ModelFormat::Gguf;
-  auto weights = std::make_unique<FileWeights<GgufFile>>(GgufFile::open(path), path);
-  const GgufFile& g = weights->owner();
-  for (const GgufTensorInfo& t : g.tensors()) weights->add(t.name, t.view());
-  m.config = config_from_gguf(g);
+  auto weights = std::make_unique<FileWeights<GgufSplitSet>>(GgufSplitSet::open(path), path);
+  const GgufSplitSet& set = weights->owner();
+  const GgufFile& g = set.metadata();
+  for (const GgufTensorInfo* t : set.tensors()) weights->add(t->name, t->view());
+  m.config = config_from_gguf(set);
   m.vocab = vocab_from_gguf(g);
   m.gguf_names = true;
-  for (const GgufTensorInfo& t : g.tensors()) m.tensors.emplace_back(t.name, t.view());
+  for (const GgufTensorInfo* t : set.tensors()) m.tensors.emplace_back(t->name, t->view());
   m.facts.emplace_back("gguf.version", std::to_string(g.version()));
+  if (set.is_split()) {
+    const GgufFile& last = set.shards().back();
+    m.facts.emplace_back("gguf.split", fmt::format("{} shards, {} tensors, {} bytes: {} .. {}", set.shards().size(),
+                                                   set.tensors().size(), set.file_bytes(), g.name(), last.name()));
+  }
   for (const auto& [key, value] : g.metadata())
     if (key.rfind("tokenizer.", 0) != 0 || value.type != GgufType::Array) m.facts.emplace_back(key, value_summary(value));
   m.weights = std::move(weights);

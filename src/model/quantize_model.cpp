@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "formats/gguf.h"
+#include "formats/gguf_split.h"
 #include "formats/quant.h"
 #include "formats/safetensors.h"
 #include "model/config.h"
@@ -35,7 +36,7 @@ struct SourceTensor {
 
 // The input, with whatever owns the bytes its tensors point into.
 struct Source {
-  std::optional<GgufFile> gguf;
+  std::optional<GgufSplitSet> gguf;  // one GGUF file or the shards of a split one
   std::optional<SafetensorsModel> folder;
   std::vector<float> rope_divisors;  // rope_freqs.weight of a converted Llama-3 folder
   std::vector<std::vector<float>> rope_factors;  // rope_factors_short/long.weight of a converted Phi-3 folder (longrope)
@@ -59,16 +60,17 @@ void check_readable(const std::string& where, const std::string& name, DType typ
 
 Source open_gguf_source(const std::string& path, GgufWriter& w) {
   Source s;
-  s.gguf = GgufFile::open(path);
-  const GgufFile& g = *s.gguf;
-  s.n_layers = config_from_gguf(g).n_layers;  // also checks that ferry knows the architecture
-  for (const auto& [key, value] : g.metadata()) {
+  s.gguf = GgufSplitSet::open(path);
+  const GgufSplitSet& set = *s.gguf;
+  s.n_layers = config_from_gguf(set).n_layers;  // also checks that ferry knows the architecture
+  for (const auto& [key, value] : set.metadata().metadata()) {
     if (key == "general.file_type" || key == "general.quantization_version" || key == "general.alignment") continue;
+    if (key == kGgufSplitNo || key == kGgufSplitCount || key == kGgufSplitTensorsCount) continue;  // OUT is one file
     w.set(key, value);
   }
-  for (const GgufTensorInfo& t : g.tensors()) {
-    check_readable(path, t.name, t.dtype);
-    s.tensors.push_back({t.name, std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.n_dims), t.dtype, t.data});
+  for (const GgufTensorInfo* t : set.tensors()) {
+    check_readable(path, t->name, t->dtype);
+    s.tensors.push_back({t->name, std::vector<int64_t>(t->shape.begin(), t->shape.begin() + t->n_dims), t->dtype, t->data});
   }
   return s;
 }

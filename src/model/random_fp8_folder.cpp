@@ -152,7 +152,7 @@ void write_tokenizer(const std::string& dir, int vocab_size) {
 }
 
 // model.safetensors, streamed: the header, then each tensor's bytes in turn.
-void write_safetensors(const std::string& path, const std::vector<Entry>& entries) {
+void write_safetensors(const std::string& path, const std::vector<Entry>& entries, const TensorDoneFn& on_tensor) {
   json header = json::object();
   size_t offset = 0;
   for (const Entry& e : entries) {
@@ -170,10 +170,12 @@ void write_safetensors(const std::string& path, const std::vector<Entry>& entrie
   put(&n, 8);
   put(text.data(), text.size());
   std::vector<uint8_t> buf;
-  for (const Entry& e : entries) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
     buf.assign(e.nbytes, 0);
     e.fill(buf.data());
     put(buf.data(), buf.size());
+    if (on_tensor) on_tensor(int(i + 1), int(entries.size()));
   }
   FERRY_CHECK(std::fflush(f.get()) == 0, "cannot write '{}': {}", path, std::strerror(errno));
 }
@@ -188,7 +190,7 @@ std::optional<Fp8Layout> fp8_gen_layout(const std::string& type) {
 }
 
 void write_random_fp8_folder(const std::string& dir, const ModelConfig& c, Fp8Layout layout, uint64_t seed,
-                             int n_threads) {
+                             int n_threads, const TensorDoneFn& on_tensor) {
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   std::error_code ec;
   FERRY_CHECK(!fs::exists(dir + "/config.json", ec), "'{}' already holds a model (config.json); not overwriting", dir);
@@ -237,7 +239,7 @@ void write_random_fp8_folder(const std::string& dir, const ModelConfig& c, Fp8La
                          scales->shrink_to_fit();
                        }});
   }
-  write_safetensors(dir + "/model.safetensors", entries);
+  write_safetensors(dir + "/model.safetensors", entries, on_tensor);
   std::ofstream(dir + "/config.json") << config_json(c, layout).dump(2);
   write_tokenizer(dir, c.vocab_size);
 }

@@ -15,14 +15,16 @@
 
 #include "model/config.h"
 #include "model/fp8_weights.h"
+#include "model/random_model.h"
 
 namespace ferry {
 
 // The layout of a gen type name: "fp8" (per-channel), "fp8-block", "fp8-tensor"; nullopt for other names.
 std::optional<Fp8Layout> fp8_gen_layout(const std::string& type);
 
-// dir is created (it must not hold a model already: an existing config.json is an error).
+// dir is created (it must not hold a model already: an existing config.json is an error). on_tensor(done, count)
+// after each safetensors entry (a weight and its scale are two) is written, for a progress line.
 void write_random_fp8_folder(const std::string& dir, const ModelConfig& config, Fp8Layout layout, uint64_t seed,
-                             int n_threads = 0);
+                             int n_threads = 0, const TensorDoneFn& on_tensor = {});
 
 }  // namespace ferry

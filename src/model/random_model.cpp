@@ -360,8 +360,8 @@ void add_random_tensors(GgufWriter& w, const std::vector<RandomTensor>& tensors,
 
 }  // namespace
 
-void write_random_model(const std::string& path, const ModelConfig& c, DType wt, uint64_t seed, int n_threads,
-                        bool with_weights, RandomInit init, const TensorDoneFn& on_tensor) {
+GgufWriter random_model_gguf(const ModelConfig& c, DType wt, uint64_t seed, int n_threads, bool with_weights,
+                             RandomInit init, const TensorDoneFn& on_tensor) {
   FERRY_CHECK(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q8_0 || wt == DType::Q4_0 ||
                   wt == DType::Q4_1,
               "ferry gen writes f32, f16, bf16, q8_0, q4_0 or q4_1 weights, not {}", dtype_name(wt));
@@ -384,11 +384,11 @@ void write_random_model(const std::string& path, const ModelConfig& c, DType wt,
   } else {
     add_random_tensors(w, random_model_tensors(c, wt, seed, init), n_threads, on_tensor);
   }
-  w.write(path);
+  return w;
 }
 
-void write_random_model(const std::string& path, const ModelConfig& c, const QuantTarget& target, uint64_t seed,
-                        int n_threads, RandomInit init, const TensorDoneFn& on_tensor) {
+GgufWriter random_model_gguf(const ModelConfig& c, const QuantTarget& target, uint64_t seed, int n_threads,
+                             RandomInit init, const TensorDoneFn& on_tensor) {
   FERRY_CHECK(c.dim % 32 == 0 && c.hidden_dim % 32 == 0 && (c.n_heads * c.head_dim) % 32 == 0 &&
                   c.expert_hidden_dim % 32 == 0,
               "shape dims must be multiples of 32 for block formats");
@@ -403,7 +403,17 @@ void write_random_model(const std::string& path, const ModelConfig& c, const Qua
   w.set("general.quantization_version", GgufValue::u32(2));
   w.set("general.file_type", GgufValue::u32(target.file_type));
   add_random_tensors(w, tensors, n_threads, on_tensor);
-  w.write(path);
+  return w;
+}
+
+void write_random_model(const std::string& path, const ModelConfig& c, DType wt, uint64_t seed, int n_threads,
+                        bool with_weights, RandomInit init, const TensorDoneFn& on_tensor) {
+  random_model_gguf(c, wt, seed, n_threads, with_weights, init, on_tensor).write(path);
+}
+
+void write_random_model(const std::string& path, const ModelConfig& c, const QuantTarget& target, uint64_t seed,
+                        int n_threads, RandomInit init, const TensorDoneFn& on_tensor) {
+  random_model_gguf(c, target, seed, n_threads, init, on_tensor).write(path);
 }
 
 }  // namespace ferry

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "formats/gguf.h"
 #include "model/config.h"
 #include "model/quant_mix.h"
 
@@ -43,6 +44,13 @@ void write_random_model(const std::string& path, const ModelConfig& config, DTyp
 // per-tensor rules as `ferry quantize`, so benchmarks get Q4_K_M-like files); general.file_type is set.
 void write_random_model(const std::string& path, const ModelConfig& config, const QuantTarget& target, uint64_t seed,
                         int n_threads = 0, RandomInit init = RandomInit::Flat, const TensorDoneFn& on_tensor = {});
+
+// The two models above as a writer whose tensors are made while it writes (GgufWriter::write, or write_split for
+// the shards of a split GGUF).
+GgufWriter random_model_gguf(const ModelConfig& config, DType weight_type, uint64_t seed, int n_threads = 0,
+                             bool with_weights = true, RandomInit init = RandomInit::Flat, const TensorDoneFn& on_tensor = {});
+GgufWriter random_model_gguf(const ModelConfig& config, const QuantTarget& target, uint64_t seed, int n_threads = 0,
+                             RandomInit init = RandomInit::Flat, const TensorDoneFn& on_tensor = {});
 
 // The synthetic byte-level BPE vocabulary of the random models: 4 specials (<|begin_of_text|> = bos 0,
 // <|end_of_text|> = eos 1, <|im_start|>, <|im_end|>), the 256 GPT-2 byte symbols, merges (space+letter, letter

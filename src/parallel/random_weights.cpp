@@ -76,6 +76,7 @@ class RandomShardSource final : public WeightSource {
         break;
       }
     }
+    base_.count_generated(name);
     order_.push_back(name);
     const Tensor* out = &live_.emplace(name, std::move(made)).first->second.first;
     if (!keep_) {
@@ -120,12 +121,24 @@ DType parse_type(const std::string& s) {
 
 bool is_random_model_path(const std::string& path) { return path.rfind(kPrefix, 0) == 0; }
 
-RandomWeightSource::RandomWeightSource(std::string describe, std::vector<RandomTensor> tensors)
-    : describe_(std::move(describe)) {
+RandomWeightSource::RandomWeightSource(std::string describe, std::vector<RandomTensor> tensors,
+                                       RandomProgressFn on_progress)
+    : describe_(std::move(describe)), on_progress_(std::move(on_progress)) {
   for (RandomTensor& t : tensors) {
+    total_bytes_ += random_tensor_view(t, nullptr).nbytes();
     std::string name = t.name;
     specs_.emplace(std::move(name), std::move(t));
   }
+}
+
+void RandomWeightSource::count_generated(const std::string& name) const {
+  if (!on_progress_) return;
+  const RandomTensor* t = spec(name);
+  FERRY_ASSERT(t != nullptr);
+  std::lock_guard lock(progress_mutex_);
+  if (!generated_.insert(name).second) return;
+  generated_bytes_ = std::min(total_bytes_, generated_bytes_ + random_tensor_view(*t, nullptr).nbytes());
+  on_progress_(generated_bytes_, total_bytes_);  // under the lock: reports arrive in order
 }
 
 const RandomTensor* RandomWeightSource::spec(const std::string& name) const {
@@ -140,10 +153,11 @@ const Tensor* RandomWeightSource::find(const std::string& name) const {
   auto made = host_tensor(t->type, t->n_dims, t->rows, t->cols, false);
   made.first = random_tensor_view(*t, made.second.get());
   fill_random_part(*t, 0, t->rows, 0, t->cols, made.second.get(), t->n_dims == 1 ? 1 : gen_threads());
+  count_generated(name);
   return &made_.emplace(name, std::move(made)).first->second.first;
 }
 
-ModelFile open_random_model(const std::string& path) {
+ModelFile open_random_model(const std::string& path, RandomProgressFn on_progress) {
   FERRY_CHECK(is_random_model_path(path), "'{}' is not a random:SHAPE[:TYPE[:SEED]] model", path);
   std::vector<std::string> parts;
   size_t at = std::strlen(kPrefix);
@@ -192,7 +206,7 @@ ModelFile open_random_model(const std::string& path) {
   for (const RandomTensor& t : tensors) {
     file.tensors.emplace_back(t.name, random_tensor_view(t, nullptr));
   }
-  file.weights = std::make_unique<RandomWeightSource>(path, std::move(tensors));
+  file.weights = std::make_unique<RandomWeightSource>(path, std::move(tensors), std::move(on_progress));
   file.gguf_names = true;
   check_config_against_tensors(file);
   return file;

@@ -10,8 +10,11 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,23 +27,36 @@ namespace ferry {
 
 // True for a "random:..." model path.
 bool is_random_model_path(const std::string& path);
+// Load progress of a random model: `done` of `total` bytes of its tensors generated (each tensor counted whole, the
+// first time any rank makes it). Called from the ranks' threads, one at a time.
+using RandomProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
 // Opens "random:SHAPE[:TYPE[:SEED]]" (TYPE default bf16, SEED default 1: ferry gen's): config, vocabulary,
-// ModelFile::tensors (type and shape; no data) and a RandomWeightSource as the weights.
-ModelFile open_random_model(const std::string& path);
+// ModelFile::tensors (type and shape; no data) and a RandomWeightSource as the weights, reporting to
+// `on_progress` (may be empty) as they are generated.
+ModelFile open_random_model(const std::string& path, RandomProgressFn on_progress = {});
 
 // The weights of a random model. find() generates full tensors on first use and keeps them (world 1 on the CPU
 // uses them in place); load_sharded_weights (parallel/sharding.h) uses load_random_shard instead.
 class RandomWeightSource final : public WeightSource {
  public:
-  RandomWeightSource(std::string describe, std::vector<RandomTensor> tensors);
+  RandomWeightSource(std::string describe, std::vector<RandomTensor> tensors, RandomProgressFn on_progress = {});
   const Tensor* find(const std::string& name) const override;
   std::string describe() const override { return describe_; }
   const RandomTensor* spec(const std::string& name) const;
+  // A tensor (or a rank's slice of it) was generated: reports the whole tensor's bytes the first time.
+  void count_generated(const std::string& name) const;
+  uint64_t total_bytes() const { return total_bytes_; }
 
  private:
   std::string describe_;
   std::map<std::string, RandomTensor> specs_;
   mutable std::map<std::string, std::pair<Tensor, std::shared_ptr<uint8_t[]>>> made_;
+  RandomProgressFn on_progress_;
+  uint64_t total_bytes_ = 0;  // every tensor, whole
+  mutable std::mutex progress_mutex_;
+  mutable std::set<std::string> generated_;
+  mutable uint64_t generated_bytes_ = 0;
 };
 
 // This rank's weights of a random model, each slice generated directly. host_in_place (a CPU backend): the

@@ -108,6 +108,30 @@ TEST(RepoFiles, SelectsByTagFolderOrDefault) {
   EXPECT_TRUE(is_safe_repo_path("sub/dir/model.gguf"));
 }
 
+TEST(RepoFiles, SplitGgufIsOneChoiceOfEveryShard) {
+  const std::vector<std::string> paths = {"Q4_K_M/m-Q4_K_M-00002-of-00003.gguf", "Q4_K_M/m-Q4_K_M-00001-of-00003.gguf",
+                                          "Q4_K_M/m-Q4_K_M-00003-of-00003.gguf", "m-Q8_0.gguf", "README.md"};
+  const std::vector<std::string> shards = {"Q4_K_M/m-Q4_K_M-00001-of-00003.gguf", "Q4_K_M/m-Q4_K_M-00002-of-00003.gguf",
+                                           "Q4_K_M/m-Q4_K_M-00003-of-00003.gguf"};
+  ModelFiles f = select_model_files(paths, "Q4_K_M", "r");
+  EXPECT_EQ(f.files, shards);
+  EXPECT_EQ(f.gguf, shards[0]);
+  EXPECT_EQ(select_model_files(paths, "", "r").files, shards);  // the Q4_K_M default counts the set once
+  EXPECT_EQ(select_model_files(paths, "Q8_0", "r").files, std::vector<std::string>{"m-Q8_0.gguf"});
+  // The only GGUF model of a repo, even in three files.
+  EXPECT_EQ(select_model_files(shards, "", "r").gguf, shards[0]);
+  // Every shard the names imply, listed or not (so a missing one can be named).
+  f = select_model_files({"x-Q2_K-00002-of-00002.gguf"}, "Q2_K", "r");
+  EXPECT_EQ(f.files, (std::vector<std::string>{"x-Q2_K-00001-of-00002.gguf", "x-Q2_K-00002-of-00002.gguf"}));
+  // Two models with one tag: still an error, naming both.
+  try {
+    select_model_files({"a-Q8_0-00001-of-00002.gguf", "a-Q8_0-00002-of-00002.gguf", "b-Q8_0.gguf"}, "Q8_0", "r");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a-Q8_0-00001-of-00002.gguf, b-Q8_0.gguf"), std::string::npos) << e.what();
+  }
+}
+
 TEST(HubCacheDir, FollowsHuggingfaceHubsOrder) {
   HubEnv e;
   e.home = "/h";
@@ -146,6 +170,46 @@ TEST_F(CacheTree, MissingThingsSayWhatToPull) {
   // A ref that holds something other than a commit id.
   write(cache_ / "models--org--gguf-repo" / "refs" / "main", "../../etc");
   EXPECT_NE(error_of("org/gguf-repo").find("does not hold a commit id"), std::string::npos);
+}
+
+TEST_F(CacheTree, SplitGgufResolvesToShardOneAndListsOnce) {
+  add("org/split", kMain, "big-Q4_K_M-00001-of-00002.gguf", "abc");
+  add("org/split", kMain, "big-Q4_K_M-00002-of-00002.gguf", "defgh");
+  write(cache_ / "models--org--split" / "refs" / "main", kMain);
+  EXPECT_EQ(resolve("org/split:Q4_K_M"),
+            cache_ / "models--org--split" / "snapshots" / kMain / "big-Q4_K_M-00001-of-00002.gguf");
+  bool listed = false;
+  for (const CachedModel& m : list_cached_models(cache_)) {
+    if (m.name.rfind("org/split", 0) != 0) continue;
+    EXPECT_FALSE(listed) << "listed twice: " << m.name;
+    listed = true;
+    EXPECT_EQ(m.name, "org/split:Q4_K_M");
+    EXPECT_EQ(m.kind, "gguf-split");
+    EXPECT_EQ(m.bytes, 8u);  // both shards
+  }
+  EXPECT_TRUE(listed);
+  // A shard missing from the snapshot: named, with the pull that fetches it; the listing says so.
+  fs::remove(cache_ / "models--org--split" / "snapshots" / kMain / "big-Q4_K_M-00002-of-00002.gguf");
+  const std::string e = error_of("org/split:Q4_K_M");
+  EXPECT_NE(e.find("big-Q4_K_M-00002-of-00002.gguf is missing from the cached snapshot; fetch it with `ferry pull "
+                   "org/split:Q4_K_M`"),
+            std::string::npos)
+      << e;
+  for (const CachedModel& m : list_cached_models(cache_))
+    if (m.name.rfind("org/split", 0) == 0) EXPECT_EQ(m.name, "org/split:Q4_K_M (1 of 2 shards)");
+}
+
+TEST(FolderModels, SplitGgufListedOnce) {
+  const fs::path dir = fs::temp_directory_path() / ("ferry_folder_models_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  write(dir / "m-00001-of-00002.gguf", "12");
+  write(dir / "m-00002-of-00002.gguf", "345");
+  write(dir / "plain-Q8_0.gguf", "6");
+  std::vector<std::string> rows;
+  for (const CachedModel& m : list_folder_models(dir))
+    rows.push_back(m.name + " " + m.kind + " " + std::to_string(m.bytes));
+  EXPECT_EQ(rows, (std::vector<std::string>{"m-00001-of-00002.gguf gguf-split 5", "plain-Q8_0.gguf gguf 1"}));
+  fs::remove_all(dir);
 }
 
 TEST_F(CacheTree, ListsEveryQuantAndFolder) {

@@ -166,6 +166,40 @@ TEST_F(PullTest, FolderModelsCheckGitBlobIdsAndLfsShas) {
   EXPECT_EQ(r.model_path, snap);
 }
 
+TEST_F(PullTest, SplitGgufGetsEveryShard) {
+  const std::vector<Blob> files = {{"Q4_K_M/m-Q4_K_M-00001-of-00003.gguf", random_bytes(3000, 11)},
+                                   {"Q4_K_M/m-Q4_K_M-00002-of-00003.gguf", random_bytes(4000, 12)},
+                                   {"Q4_K_M/m-Q4_K_M-00003-of-00003.gguf", random_bytes(500, 13)},
+                                   {"m-Q8_0.gguf", random_bytes(100, 14)}};
+  Files served;
+  bool drop_shard_2 = false;  // a repo whose listing lacks shard 2
+  FakeHub hub([&](const FakeRequest& r) -> FakeHub::Reply {
+    if (r.target.rfind("/api/models/org/split/revision/main", 0) == 0) {
+      std::vector<Blob> listed = files;
+      if (drop_shard_2) listed.erase(listed.begin() + 1);
+      return {FakeHub::response(200, info_json(listed).dump())};
+    }
+    for (const Blob& b : files)
+      if (r.target == std::string("/org/split/resolve/") + kCommit + "/" + b.path) return served.serve(r, b.content);
+    return {FakeHub::response(404, "")};
+  });
+  const PullResult r = pull_model(options("org/split:Q4_K_M", hub));
+  EXPECT_EQ(r.files_downloaded, 3);  // every shard, not the Q8_0 file
+  EXPECT_EQ(r.bytes_downloaded, 7500u);
+  const fs::path snap = root_ / "cache" / "models--org--split" / "snapshots" / kCommit;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(read(snap / files[size_t(i)].path), files[size_t(i)].content) << i;
+  EXPECT_FALSE(fs::exists(snap / "m-Q8_0.gguf"));
+  EXPECT_EQ(r.model_path, snap / files[0].path);  // -m loads shard 1, which finds the others beside it
+  EXPECT_EQ(resolve_cached_model(root_ / "cache", *parse_model_ref("org/split:Q4_K_M")), snap / files[0].path);
+
+  drop_shard_2 = true;
+  fs::remove_all(root_ / "cache");
+  const std::string e = pull_error(options("org/split:Q4_K_M", hub));
+  EXPECT_NE(e.find("Q4_K_M/m-Q4_K_M-00002-of-00003.gguf is not in the repo (a split GGUF needs every shard)"),
+            std::string::npos)
+      << e;
+}
+
 TEST_F(PullTest, GatedRepoNeedsTheToken) {
   const std::vector<Blob> files = {{"m-Q8_0.gguf", random_bytes(100, 5)}};
   FakeHub hub([&](const FakeRequest& r) -> FakeHub::Reply {

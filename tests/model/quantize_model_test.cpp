@@ -17,6 +17,7 @@
 #include "fixtures/batches.h"
 #include "fixtures/numeric.h"
 #include "fixtures/test_paths.h"
+#include "model/file_logits.h"
 #include "formats/gguf.h"
 #include "model/llama_model.h"
 #include "model/model_file.h"
@@ -28,34 +29,9 @@
 namespace ferry {
 namespace {
 
-constexpr int32_t kBlock = 16, kBlocks = 4;
+using test::logits_of;
 
 std::string fixture(const std::string& name) { return test::source_dir() + "/tests/fixtures/models/" + name; }
-
-// Logits of every row of a 24-token prompt (ids spread over the vocabulary), then of 4 greedy decode steps.
-std::vector<float> logits_of(const std::string& path, CpuKernels kernels) {
-  const ModelFile f = open_model(path);
-  CpuBackendOptions o;
-  o.kernels = kernels;
-  o.n_threads = 1;
-  o.simd = detect_simd();
-  CpuBackend backend(o);
-  ModelWeights w = load_weights(f.config, *f.weights, f.gguf_names, backend);
-  LlamaModel model(f.config, std::move(w), backend, KvCacheShape{kBlocks, kBlock}, 32);
-  const int32_t vocab = f.config.vocab_size;
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 24; ++i) prompt.push_back((i * 53 + 7) % vocab);
-  std::vector<float> all, step;
-  model.forward(test::single_sequence_batch(prompt, 0, true, kBlocks), step);
-  all = step;
-  int32_t pos = int32_t(prompt.size());
-  for (int i = 0; i < 4; ++i) {
-    const int32_t tok = int32_t(std::max_element(step.end() - vocab, step.end()) - (step.end() - vocab));
-    model.forward(test::single_sequence_batch({tok}, pos++, false, kBlocks), step);
-    all.insert(all.end(), step.begin(), step.end());
-  }
-  return all;
-}
 
 QuantizeSummary quantize_to(const std::string& in, const std::string& out, const std::string& type,
                             std::vector<QuantizedTensor>* reports = nullptr) {

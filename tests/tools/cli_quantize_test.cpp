@@ -43,6 +43,33 @@ TEST(CliQuantize, GenWritesAKQuantMix) {
   EXPECT_NE(inspect.output.find("general.file_type"), std::string::npos) << inspect.output;
 }
 
+TEST(CliQuantize, GenProgressForFp8FoldersAndRandomModelLoads) {
+  const std::string dir = test::temp_path("cli-gen-fp8-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const auto gen = test::run_ferry("gen --shape tiny --type fp8-block -o " + dir);
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  EXPECT_NE(gen.output.find("gen tiny: done, "), std::string::npos) << gen.output;  // the log's last progress line
+  std::filesystem::remove_all(dir);
+  const auto quiet = test::run_ferry("gen --shape tiny --type fp8 -q -o " + dir);
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.output;
+  EXPECT_EQ(quiet.output.find("gen tiny"), std::string::npos) << quiet.output;
+  std::filesystem::remove_all(dir);
+
+  const auto run = test::run_ferry("run -m random:tiny:q8_0 -p hi -n 2 --temp 0");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("loading model: generating: done"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("loading model: mapping"), std::string::npos) << run.output;  // nothing is mapped
+
+  // Split options: one line each for what cannot be.
+  const auto fp8_split = test::run_ferry("gen --shape tiny --type fp8 --split-max-size 1M -o " + dir);
+  EXPECT_EQ(fp8_split.exit_code, 1) << fp8_split.output;
+  EXPECT_NE(fp8_split.output.find("a split GGUF is not written for --type fp8"), std::string::npos) << fp8_split.output;
+  const auto bad_size = test::run_ferry("gen --shape tiny --split-max-size 12X -o " + dir + ".gguf");
+  EXPECT_EQ(bad_size.exit_code, 1) << bad_size.output;
+  EXPECT_NE(bad_size.output.find("--split-max-size '12X' is not a size such as 500M or 2G"), std::string::npos)
+      << bad_size.output;
+}
+
 TEST(CliQuantize, BadInputIsOneClearLine) {
   const std::string out = test::temp_path("cli-quantize-bad.gguf");
   const std::string src = test::source_dir() + "/tests/fixtures/models/tiny-llama";

@@ -13,7 +13,9 @@ Runner add_inspect(CLI::App& app) {
     bool tensors = false;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("model", o->model, "a .gguf file or a Hugging Face folder (default: the default model)");
+  app.add_option("model", o->model,
+                 "a .gguf file (any shard of a split one), a Hugging Face folder or org/repo[:QUANT] (default: the "
+                 "default model)");
   app.add_flag("--tensors", o->tensors, "list every tensor");
   return [o](const Env& env) {
     EngineOptions eo;
