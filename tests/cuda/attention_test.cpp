@@ -7,7 +7,7 @@
 // split-KV decode kernel (fp32 math on the bf16 values) and every row at other head dims 1e-5 (the CUDA
 // kernels sum in a different order and use exp2); decode rows on the tensor-core decode kernel (head_dim
 // 64/128: Q and P split into bf16 hi + lo parts, ~16 bits each, fp32 accumulation) 3e-5 (the split predicts
-// ~5e-6); rows of sequences with q_len >= 2 at head_dim 64/128 (tensor-core prefill kernel: Q and P rounded
+// ~5e-6); rows of sequences with q_len >= 2 at head_dim 64/128/256 (tensor-core prefill kernel: Q and P rounded
 // to bf16, fp32 accumulation and softmax) 2e-2 (bf16 rounding of Q and P alone predicts ~3e-3 on these
 // inputs; the figure is printed).
 // Decode is run twice on the same scratch: the split merge's arrival counters must be back at zero, and
@@ -215,7 +215,7 @@ class CudaAttention : public CudaOpsTest {
       g.insert(g.end(), got.begin() + long(b), got.begin() + long(e));
       r.insert(r.end(), ref.begin() + long(b), ref.begin() + long(e));
     }
-    const bool tensor_cores = D == 64 || D == 128;
+    const bool tensor_cores = cuda_ops::flash_prefill_supports(int(D));  // prompt rows: 64, 128, 256
     if (!ref_dec.empty()) {
       const double err = rel_l2(got_dec, ref_dec);
       EXPECT_LE(err, decode_bound(int(D))) << "decode rows, H " << H << " KVH " << KVH << " D " << D;

@@ -139,8 +139,9 @@ class CudaAttentionWindow : public CudaOpsTest {
       const Tensor out = poisoned({L.n_tokens, H, D});
       gpu_->attention(out, gq, gkc, gvc, m, scale);
       gpu_->synchronize();  // throws on a device error (a read of a given-back block sets kBadBlock)
-      const bool fast = D == 64 || D == 128;
-      const double tol = !fast ? kFp32Tol : has_prompt ? kPrefillTol : kMmaDecodeTol;
+      const double tol = has_prompt && cuda_ops::flash_prefill_supports(int(D)) ? kPrefillTol
+                         : cuda_ops::decode_mma_supports(int(D))                   ? kMmaDecodeTol
+                                                                                   : kFp32Tol;
       report(mirrors ? "attention() with host mirrors" : "attention() device metadata", download(out), 0, tol);
     }
 
@@ -215,7 +216,8 @@ TEST_F(CudaAttentionWindow, WindowHeadDim128) { check({32, 8, 128, 16}, kSteps, 
 TEST_F(CudaAttentionWindow, SoftcapHeadDim128) { check({32, 8, 128, 16}, kSteps, {0, 5}, 4, 301); }
 TEST_F(CudaAttentionWindow, WindowAndSoftcapHeadDim128) { check({32, 8, 128, 16}, kSteps, {100, 10}, 4, 302); }
 TEST_F(CudaAttentionWindow, WindowHeadDim64BlockSize8) { check({16, 2, 64, 8}, kSteps, {37, 3}, 4, 303); }
-// Gemma's head_dim (the simple kernel for prompt rows, CUDA cores for decode) and Phi-3's (the simple kernel).
+// Gemma's head_dim (the mma.sync prefill kernel's 64-row tiles, CUDA cores for decode) and Phi-3's (the simple
+// kernel).
 TEST_F(CudaAttentionWindow, WindowAndSoftcapHeadDim256) { check({8, 4, 256, 16}, kSteps, {50, 3}, 4, 304); }
 TEST_F(CudaAttentionWindow, WindowHeadDim96) { check({8, 2, 96, 16}, kSteps, {33, 0}, 1, 305); }
 // Block sizes that are not multiples of 16 (the decode kernels' per-row lookups), a window of one position (each

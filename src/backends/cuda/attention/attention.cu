@@ -216,8 +216,8 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(p.head_dim >= 1 && p.head_dim <= 256);
   FERRY_CUDA_REQUIRE(p.n_kv_heads >= 1 && p.n_heads % p.n_kv_heads == 0 && p.block_size >= 1);
   if (!use_fast_path(p)) {
-    // Head dims without the tensor-core kernels: decode rows on the CUDA-core split kernel where it takes the
-    // head_dim (32, 256: Gemma), everything else on the simple kernel (one block per row and head).
+    // Head dims without the tensor-core prefill kernel: decode rows on the CUDA-core split kernel where it takes
+    // the head_dim (32, 96), everything else on the simple kernel (one block per row and head).
     if (!decode_split_supports(p.head_dim)) {
       attention_simple(p, stream);
       return;

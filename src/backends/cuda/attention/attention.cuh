@@ -14,9 +14,10 @@
 // grid, so they overlap) where it applies (the tensor-core decode plan); otherwise two launches, each kernel
 // skipping the other's sequences on the device. A step the host knows to be prompt-only (min_q_len >= 2) runs the
 // wgmma prefill kernel instead (flash_prefill_wgmma.cuh, FlashAttention-3's structure; head_dim 64 and 128); in
-// batch-invariant mode, the mma.sync one when its 128-row tiles fill two waves. Other head dims: prompt rows on the
-// simple kernel below, decode rows on the CUDA-core split kernel at head_dim 32 and 256 (Gemma), on the simple
-// kernel at the rest (Phi-3's 96). Every kernel takes AttentionParams::window and ::softcap, except the one-launch
+// batch-invariant mode, the mma.sync one when its 128-row tiles fill two waves. head_dim 256 (Gemma): the mma.sync
+// prefill kernel (64-row tiles) and the CUDA-core split decode kernel, in two launches. Other head dims: prompt rows
+// on the simple kernel below, decode rows on the CUDA-core split kernel at head_dim 32 and 96 (Phi-3), on the simple
+// kernel at the rest. Every kernel takes AttentionParams::window and ::softcap, except the one-launch
 // kernel (mixed_attention_supports says no: such a step runs two launches).
 #pragma once
 

@@ -3,7 +3,7 @@
 // device memory), so one captured graph serves every context up to that bound.
 //
 // Two kernels read the plan (DecodeKernel): the CUDA-core kernel (decode_split.cu, fp32 FMAs, any head_dim of
-// 32/64/128/256) and the tensor-core kernel (decode_mma.cu, mma.sync bf16, head_dim 64/128). Both cut the
+// 32/64/96/128/256) and the tensor-core kernel (decode_mma.cu, mma.sync bf16, head_dim 64/128). Both cut the
 // context the same way; they differ in rows per block and ring depth.
 //
 // Rule: a block is one (sequence, KV head, row group, chunk); aim for at most kTargetBlocksPerSm blocks per

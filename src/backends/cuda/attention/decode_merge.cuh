@@ -142,10 +142,11 @@ __device__ inline void decode_merge_one_pass(const AttentionParams& p, const Dec
   }
 }
 
-// Call after __syncthreads() once sm.m / sm.l / acc (kWarps, R, D) f32 hold every warp's state. Every
-// thread of the block (kWarps * 32) must call it. kOnePass: the last block's merge may take the one-pass form
-// (decode_merge_one_pass, when plan.one_pass_merge): same arithmetic in the same order, so the same bits.
-template <int D, int R, int kWarps, bool kOnePass = false>
+// Call after __syncthreads() once sm.m / sm.l / acc (kWarps, R, D) f32 hold every warp's state (dims [0, kHd) of
+// each row: the head_dim, <= D, the register layout's width). Every thread of the block (kWarps * 32) must call it.
+// kOnePass: the last block's merge may take the one-pass form (decode_merge_one_pass, when plan.one_pass_merge): same
+// arithmetic in the same order, so the same bits.
+template <int D, int R, int kWarps, bool kOnePass = false, int kHd = D>
 __device__ inline void decode_block_epilogue(const AttentionParams& p, const DecodeSplitPlan& plan,
                                              const DecodeBlockPos& b, const float (*acc)[R][D],
                                              DecodeEpilogueSmem<R, kWarps>& sm) {
@@ -155,8 +156,8 @@ __device__ inline void decode_block_epilogue(const AttentionParams& p, const Dec
   // Merge the warps: one (row, dim) per thread and pass.
   const int64_t n_splits = plan.n_splits;
   const DecodeScratch L = decode_scratch(p, plan.n_splits);
-  for (int idx = threadIdx.x; idx < b.n_rows * D; idx += kThreads) {
-    const int r = idx / D, d = idx % D;
+  for (int idx = threadIdx.x; idx < b.n_rows * kHd; idx += kThreads) {
+    const int r = idx / kHd, d = idx % kHd;
     const int h = b.kvh * b.group + b.r0 + r;
     float m_all = -INFINITY;
 #pragma unroll
@@ -169,10 +170,10 @@ __device__ inline void decode_block_epilogue(const AttentionParams& p, const Dec
       o = fmaf(acc[w][r][d], wgt, o);
     }
     if (n_splits == 1) {
-      store_attention_out(p, (int64_t(b.row) * p.n_heads + h) * D + d, o / l_all);
+      store_attention_out(p, (int64_t(b.row) * p.n_heads + h) * kHd + d, o / l_all);
     } else {
       const int64_t part = (int64_t(b.s) * p.n_heads + h) * n_splits + b.split;
-      L.acc[part * D + d] = o;
+      L.acc[part * kHd + d] = o;
       if (d == 0) {
         L.ml[part * 2] = m_all;
         L.ml[part * 2 + 1] = l_all;
@@ -196,7 +197,7 @@ __device__ inline void decode_block_epilogue(const AttentionParams& p, const Dec
   __threadfence();
   if constexpr (kOnePass) {
     if (plan.one_pass_merge) {
-      decode_merge_one_pass<D, R, kWarps>(p, b, n_splits, n_used, L, sm);
+      decode_merge_one_pass<kHd, R, kWarps>(p, b, n_splits, n_used, L, sm);
       return;
     }
   }
@@ -224,23 +225,23 @@ __device__ inline void decode_block_epilogue(const AttentionParams& p, const Dec
   // dependent L2 load per split and dim took most of a batch-1 call: docs/perf-log.md).
   // The sum runs over the splits in ascending order (the same bits whatever the batch).
   constexpr int kBatch = 8;
-  for (int idx = threadIdx.x; idx < b.n_rows * D / 4; idx += kThreads) {
-    const int r = idx / (D / 4), d = idx % (D / 4) * 4;
+  for (int idx = threadIdx.x; idx < b.n_rows * kHd / 4; idx += kThreads) {
+    const int r = idx / (kHd / 4), d = idx % (kHd / 4) * 4;
     const int h = b.kvh * b.group + b.r0 + r;
-    const float4* acc_p = reinterpret_cast<const float4*>(L.acc + (int64_t(b.s) * p.n_heads + h) * n_splits * D + d);
+    const float4* acc_p = reinterpret_cast<const float4*>(L.acc + (int64_t(b.s) * p.n_heads + h) * n_splits * kHd + d);
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
     const auto add = [&](const float4& x, float w) { fma_float4(o, x, w); };
     int i = 0;
     for (; i + kBatch <= n_used; i += kBatch) {
       float4 a[kBatch];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) a[u] = __ldcg(acc_p + int64_t(i + u) * (D / 4));
+      for (int u = 0; u < kBatch; ++u) a[u] = __ldcg(acc_p + int64_t(i + u) * (kHd / 4));
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) add(a[u], sm.w[r][i + u]);
     }
-    for (; i < n_used; ++i) add(__ldcg(acc_p + int64_t(i) * (D / 4)), sm.w[r][i]);
+    for (; i < n_used; ++i) add(__ldcg(acc_p + int64_t(i) * (kHd / 4)), sm.w[r][i]);
     const float inv = sm.inv_l[r];
-    store_attention_out4(p, (int64_t(b.row) * p.n_heads + h) * D + d,
+    store_attention_out4(p, (int64_t(b.row) * p.n_heads + h) * kHd + d,
                          make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv));
   }
 }

@@ -53,24 +53,24 @@ struct DecodeShape {
 
 // Issues warp iteration `it`'s copies (positions p0 + j * kRpw + sub, j < kSteps) into its stage; rows before
 // `begin` (the window's first position: their blocks may be given back) or past `end`, and rows in bad blocks
-// (reported), are zero-filled.
-template <int D, int R, int kSteps>
+// (reported), are zero-filled, as are the chunks c past the head's kHd dims (kHd < D: a head_dim the layout pads).
+template <int D, int R, int kSteps, int kHd>
 __device__ inline void issue_stage(const AttentionParams& p, const int32_t* table, int kvh, int p0, int begin,
                                    int end, int sub, int c, bool bs_pow2, int bs_shift, unsigned char* stage) {
   constexpr int kRpw = 32 / (D / 8);  // keys per warp load (DecodeShape::kRpw)
   const int lane = threadIdx.x % 32;
-  const int64_t kv_row = int64_t(p.n_kv_heads) * D;
+  const int64_t kv_row = int64_t(p.n_kv_heads) * kHd;
   const int bs = p.block_size;
 #pragma unroll
   for (int j = 0; j < kSteps; ++j) {
     const int pos = p0 + j * kRpw + sub;
     int64_t off = 0;
     int bytes = 0;
-    if (pos >= begin && pos < end) {
+    if (pos >= begin && pos < end && 8 * c < kHd) {
       const int bi = bs_pow2 ? pos >> bs_shift : pos / bs;
       const int32_t blk = table[bi];
       if (blk >= 0 && blk < p.n_blocks) {
-        off = (int64_t(blk) * bs + (pos - bi * bs)) * kv_row + int64_t(kvh) * D + 8 * c;
+        off = (int64_t(blk) * bs + (pos - bi * bs)) * kv_row + int64_t(kvh) * kHd + 8 * c;
         bytes = 16;
       } else if (c == 0) {
         report_error(p.errors, kBadBlock, blk);
@@ -81,7 +81,8 @@ __device__ inline void issue_stage(const AttentionParams& p, const int32_t* tabl
   }
 }
 
-template <int D, int R, int kSteps, int kStagesT>
+// kHd: the head_dim (D, or less where the layout pads it: Phi-3's 96 in the 128 layout, its last 4 lanes of a row idle).
+template <int D, int R, int kSteps, int kStagesT, int kHd = D>
 __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kernel(AttentionParams p, DecodeSplitPlan plan) {
   pdl_allow_dependents();
   pdl_wait();
@@ -122,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
 #pragma unroll
   for (int it = 0; it < kStages - 1; ++it) {
     if (it < n_iters)
-      issue_stage<D, R, kSteps>(p, table, kvh, first + it * stride, lo, end, sub, c, bs_pow2, bs_shift,
+      issue_stage<D, R, kSteps, kHd>(p, table, kvh, first + it * stride, lo, end, sub, c, bs_pow2, bs_shift,
                                 ring + it * Sh::kStageBytes);
     cp_async_commit();  // empty groups keep the count uniform
   }
@@ -134,8 +135,8 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
     l[r] = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) q[r][i] = acc[r][i] = 0.0f;
-    if (r < n_rows) {
-      const float* qp = p.q + (int64_t(row) * p.n_heads + kvh * group + r0 + r) * D + 8 * c;
+    if (r < n_rows && 8 * c < kHd) {
+      const float* qp = p.q + (int64_t(row) * p.n_heads + kvh * group + r0 + r) * kHd + 8 * c;
       const float4 a = reinterpret_cast<const float4*>(qp)[0], b = reinterpret_cast<const float4*>(qp)[1];
       const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
   for (int it = 0; it < n_iters; ++it) {
     const int ahead = it + kStages - 1;
     if (ahead < n_iters)
-      issue_stage<D, R, kSteps>(p, table, kvh, first + ahead * stride, lo, end, sub, c, bs_pow2, bs_shift,
+      issue_stage<D, R, kSteps, kHd>(p, table, kvh, first + ahead * stride, lo, end, sub, c, bs_pow2, bs_shift,
                                 ring + (ahead % kStages) * Sh::kStageBytes);
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // iteration it's copies (this lane's own: no barrier needed) have landed
@@ -243,44 +244,45 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
   }
   __syncthreads();
 
-  decode_block_epilogue<D, R, kWarps>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv - base, row, group, r0, n_rows}, s_acc, es);
+  decode_block_epilogue<D, R, kWarps, false, kHd>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv - base, row, group, r0, n_rows},
+                                                 s_acc, es);
 }
 
-template <int D, int R, int kSteps, int kStages>
+template <int D, int R, int kSteps, int kStages, int kHd>
 void launch_decode_rows(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
   constexpr size_t kSmem = DecodeShape<D, R, kSteps, kStages>::kSmemBytes;
   FERRY_CUDA_REQUIRE(attention_out_aligned(p));  // the merge stores float4 (bf16: 8 bytes)
-  const auto kernel = decode_split_kernel<D, R, kSteps, kStages>;
+  const auto kernel = decode_split_kernel<D, R, kSteps, kStages, kHd>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   const dim3 grid(unsigned(plan.n_splits), unsigned(p.n_seqs), unsigned(p.n_kv_heads * plan.n_row_groups));
   launch_pdl(kernel, grid, dim3(kThreads), kSmem, stream, p, plan);
   FERRY_CUDA_CHECK_LAUNCH(decode_split_kernel);
 }
 
-template <int D, int kStages>
+template <int D, int kStages, int kHd>
 void launch_decode_stages(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
   switch (plan.rows) {
-    case 1: launch_decode_rows<D, 1, 4, kStages>(p, plan, stream); break;
-    case 2: launch_decode_rows<D, 2, 4, kStages>(p, plan, stream); break;
-    case 4: launch_decode_rows<D, 4, 4, kStages>(p, plan, stream); break;
-    default: launch_decode_rows<D, 8, 4, kStages>(p, plan, stream); break;
+    case 1: launch_decode_rows<D, 1, 4, kStages, kHd>(p, plan, stream); break;
+    case 2: launch_decode_rows<D, 2, 4, kStages, kHd>(p, plan, stream); break;
+    case 4: launch_decode_rows<D, 4, 4, kStages, kHd>(p, plan, stream); break;
+    default: launch_decode_rows<D, 8, 4, kStages, kHd>(p, plan, stream); break;
   }
 }
 
-template <int D>
+template <int D, int kHd = D>
 void launch_decode(const AttentionParams& p, const DecodeSplitPlan& plan, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(plan.stages == DecodeSplitLimits::kDeepStages || plan.stages == DecodeSplitLimits::kWideStages);
   if (plan.stages == DecodeSplitLimits::kDeepStages) {
-    launch_decode_stages<D, DecodeSplitLimits::kDeepStages>(p, plan, stream);
+    launch_decode_stages<D, DecodeSplitLimits::kDeepStages, kHd>(p, plan, stream);
   } else {
-    launch_decode_stages<D, DecodeSplitLimits::kWideStages>(p, plan, stream);
+    launch_decode_stages<D, DecodeSplitLimits::kWideStages, kHd>(p, plan, stream);
   }
 }
 
 }  // namespace
 
 bool decode_split_supports(int head_dim) {
-  return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
+  return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
 }
 
 DecodeKernel default_decode_kernel(int head_dim, int group) {
@@ -329,6 +331,7 @@ void decode_split_attention(const AttentionParams& p, const DecodeSplitPlan& pla
   switch (p.head_dim) {
     case 32: launch_decode<32>(p, plan, stream); break;
     case 64: launch_decode<64>(p, plan, stream); break;
+    case 96: launch_decode<128, 96>(p, plan, stream); break;  // Phi-3: the 128 layout, 12 of its 16 lanes a row
     case 128: launch_decode<128>(p, plan, stream); break;
     default: launch_decode<256>(p, plan, stream); break;
   }

@@ -26,7 +26,8 @@ namespace ferry::cuda_ops {
 __device__ __forceinline__ int decode_split_base(int first_pos) { return first_pos & ~15; }
 #endif
 
-// head_dim 32, 64, 128 or 256 (the tensor-core kernel: 64 and 128; other sizes run on CUDA cores).
+// head_dim 32, 64, 96, 128 or 256 (the tensor-core kernel: 64 and 128; other sizes run on CUDA cores, 96 in the
+// 128 layout).
 bool decode_split_supports(int head_dim);
 // The kernel the dispatcher runs for these sizes (chosen from head_dim and the GQA group only, never from the
 // batch, so batch-invariant mode keeps one kernel): tensor cores wherever they apply, faster at every batch and

@@ -64,13 +64,19 @@ void launch_prefill(const AttentionParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-bool flash_prefill_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
+bool flash_prefill_supports(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 void flash_prefill_attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.n_tokens == 0 || p.n_seqs == 0) return;
   FERRY_CUDA_REQUIRE(flash_prefill_supports(p.head_dim));
   FERRY_CUDA_REQUIRE(p.n_heads <= 65535 && p.n_kv_heads >= 1 && p.n_heads % p.n_kv_heads == 0);
   FERRY_CUDA_REQUIRE(flash_prefill_cache_fits(p));
+  // head_dim 256 (Gemma): 64-row tiles (MT = 1), Q fragments read from shared memory at each step; the window and
+  // soft-cap instance only, since every model of that head_dim ferry reads has one or the other.
+  if (p.head_dim == 256) {
+    launch_prefill<256, 1, 64, prefill_detail::kWarps, true>(p, stream);
+    return;
+  }
   // A window or a soft-cap: the instance that applies them (flash_prefill_walk's kWindowCap).
   if (p.window > 0 || p.softcap > 0) {
     p.head_dim == 64 ? launch_prefill<64, 2, 64, prefill_detail::kWarps, true>(p, stream)

@@ -20,7 +20,7 @@
 
 namespace ferry::cuda_ops {
 
-// head_dim 64 or 128.
+// head_dim 64, 128 or 256 (64-row tiles).
 bool flash_prefill_supports(int head_dim);
 // The prefill tile's K/V copies index the cache in 32-bit rows: fewer than 2^31 rows (n_blocks x block_size) of
 // n_kv_heads x head_dim bf16 each (< 2^31 bytes). flash_prefill_attention and mixed_attention require it.

@@ -164,8 +164,9 @@ __device__ __forceinline__ void load_kv_tile_async(const AttentionParams& p, Key
 // Blocks per SM the register allocation must allow. Shared memory allows 2 at D = 128 (104 / 87 KB per
 // block for MT = 2 / 1) and 4 at D = 64 (55 / 46 KB); registers: D = 128, MT = 2 needs ~250 per thread.
 // 8 warps (NW = 8, MT = 1): 1 block of 256 threads at ~200 registers (D 128); 2 at D = 64 (<= 128 registers).
+// D = 256 (MT = 1, 64 rows): 165 KB of shared memory, 1 block per SM.
 template <int D, int MT, int NW = kWarps>
-constexpr int kMinBlocks = NW == 8 ? (D == 64 ? 2 : 1) : (D == 64 && MT == 1) ? 3 : 2;
+constexpr int kMinBlocks = D == 256 ? 1 : NW == 8 ? (D == 64 ? 2 : 1) : (D == 64 && MT == 1) ? 3 : 2;
 
 // Where query tile `tile` (0: the sequence's last rows, which see the most keys) of sequence s (q_len >= 2) sits,
 // for tiles of kTileQ query rows and key tiles of kTileK positions. Any thread may compute it (reads q_len,
@@ -227,7 +228,7 @@ __device__ __forceinline__ void flash_prefill_walk(const AttentionParams& p, con
                                                    TileAcc<D, MT>& acc) {
   using Sh = PrefillShape<D, MT, KT, NW>;
   constexpr int kTileQ = Sh::kTileQ, kTileK = Sh::kTileK, kStride = Sh::kStride, kBlockThreads = Sh::kThreads;
-  constexpr bool kQInRegs = MT == 1;
+  constexpr bool kQInRegs = MT == 1 && D <= 128;  // D = 256: 64 more registers than the tile has room for
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (kTileQ, D + 8) bf16
   __nv_bfloat16* ks = qs + Sh::kQElems;          // (2, kTileK, D + 8) bf16: 2 stages
   __nv_bfloat16* vs = ks + 2 * Sh::kKvElems;     // (2, kTileK, D + 8) bf16: 2 stages
