@@ -140,6 +140,9 @@ TEST(MatmulPlan, MatvecRuleOnLlama3Shapes) {  // host only
   EXPECT_EQ(mv(DType::BF16, 128256, 4096), MatvecKernel::kStreamHalf);   // lm head
   EXPECT_EQ(mv(DType::BF16, 6144, 4096), MatvecKernel::kStreamHalf);     // fused q|k|v
   EXPECT_EQ(mv(DType::F16, 4096, 4096), MatvecKernel::kStreamHalf);      // wo
+  EXPECT_EQ(mv(DType::BF16, 9216, 2304), MatvecKernel::kStreamHalf);     // Gemma 2 2B gate, up (3 rows a stage)
+  EXPECT_EQ(mv(DType::BF16, 4096, 2304), MatvecKernel::kStreamHalf);     // its fused q|k|v
+  EXPECT_EQ(mv(DType::BF16, 10240, 2560), MatvecKernel::kStreamHalf);    // Gemma 3 4B gate, up
   EXPECT_EQ(mv(DType::BF16, 20000, 576), MatvecKernel::kRowBlocks);      // no stream: 576 columns
   EXPECT_EQ(mv(DType::BF16, 4096, 576), MatvecKernel::kTiled);
   EXPECT_EQ(mv(DType::BF16, 4096, 14336, 2), MatvecKernel::kTiled);      // two tokens
@@ -271,7 +274,8 @@ TEST_F(CudaMatvec, StreamedShapes) {
   };
   for (const Shape s : {Shape{1, 256}, Shape{5, 2048}, Shape{133, 1024}, Shape{1000, 3072}, Shape{4103, 2048},
                         Shape{300, 14336}, Shape{64, 16384}, Shape{263, 4096}, Shape{131, 6144}, Shape{17, 7168},
-                        Shape{9, 768}, Shape{700, 7168}, Shape{150, 10240}, Shape{90, 2816}, Shape{33, 1792}}) {
+                        Shape{9, 768}, Shape{700, 7168}, Shape{150, 10240}, Shape{90, 2816}, Shape{33, 1792},
+                        Shape{1001, 2304}, Shape{134, 2560}}) {
     for (const DType t : {DType::BF16, DType::F16}) {
       ASSERT_TRUE(cuda_ops::stream_half_applies(t, 1, s.n_out, s.n_in)) << dtype_name(t) << " " << s.n_out << "x"
                                                                           << s.n_in;
@@ -290,10 +294,10 @@ TEST_F(CudaMatvec, StreamedShapes) {
   EXPECT_FALSE(cuda_ops::stream_half_applies(DType::Q4_1, 1, 64, 4096));   // not a streamed weight type
   EXPECT_FALSE(cuda_ops::stream_half_applies(DType::Q4_K, 1, 64, 4096));
   // The stage-batched consumer: half-precision weights whose (segments per warp, rows per stage) pair has an
-  // instance: 1792, 2048 and 2816..16384 columns (7168: 28 segments, 4 on warps 0-3 and 3 on warps 4-7).
-  for (const int64_t cols : {1792, 2048, 2816, 3072, 4096, 6144, 7168, 8192, 10240, 12288, 14336, 16384})
+  // instance: 1792 and 2048..16384 columns (7168: 28 segments, 4 on warps 0-3 and 3 on warps 4-7; 2304 and 2560:
+  // 2 segments a warp, 3 rows a stage).
+  for (const int64_t cols : {1792, 2048, 2304, 2560, 2816, 3072, 4096, 6144, 7168, 8192, 10240, 12288, 14336, 16384})
     EXPECT_TRUE(cuda_ops::stream_half_applies(DType::BF16, 1, 4103, cols, true)) << cols;
-  EXPECT_FALSE(cuda_ops::stream_half_applies(DType::BF16, 1, 64, 2560, true));  // 3 rows a stage: no instance
   EXPECT_FALSE(cuda_ops::stream_half_applies(DType::BF16, 1, 64, 1024, true));  // 8 rows a stage: no instance
   EXPECT_FALSE(cuda_ops::stream_half_applies(DType::Q8_0, 1, 64, 4096, true));
   // Deterministic: the same call twice gives the same bits.

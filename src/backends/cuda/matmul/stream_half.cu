@@ -41,12 +41,18 @@ StreamPlan make_half_plan(int64_t rows, int64_t cols, int64_t grid) {
 // row's last segment load nothing for that j: 7168 columns are 28 segments, 4 for warps 0-3 and 3 for warps 4-7)
 // and the plan's rows per stage (16 KB of whole rows: 4 at 1792-2048 columns, 2 at 2816-4096, else 1), when an
 // instance for that pair is compiled; 0 otherwise.
+int64_t batched_rows(int64_t cols) {
+  return streaming::make_plan(1, cols * 2, int(cols / kSegVals), 1).rows_per_stage;
+}
+
 int batched_segs(int64_t cols) {
   if (cols < kSegVals || cols % kSegVals != 0 || cols > kStreamMaxCols) return 0;
   const int64_t k = (cols / kSegVals + kConsumerWarps - 1) / kConsumerWarps;
-  const int64_t rows_per_stage = streaming::make_plan(1, cols * 2, int(cols / kSegVals), 1).rows_per_stage;
-  const int64_t rows_for_k = k == 1 ? 4 : k == 2 ? 2 : 1;  // the instances of launch_for_cols
-  return rows_per_stage == rows_for_k ? int(k) : 0;
+  const int64_t rows = batched_rows(cols);
+  // The instances of launch_for_cols, (segments a warp, rows a stage): (1, 4), (2, 2), (2, 3) (Gemma's 2304 and 2560
+  // columns), (3..8, 1).
+  const bool instanced = k == 1 ? rows == 4 : k == 2 ? rows == 2 || rows == 3 : rows == 1;
+  return instanced ? int(k) : 0;
 }
 
 size_t stream_smem_bytes(const StreamPlan& p, int64_t cols) {
@@ -353,7 +359,9 @@ void launch_for_cols(const MatvecParams& p, int n_sms, StreamConsumer consumer, 
   if (consumer == StreamConsumer::kStageBatched) {
     switch (batched_segs(p.w.cols)) {
       case 1: launch_stream<T, 1, 4>(p, n_sms, stream); break;
-      case 2: launch_stream<T, 2, 2>(p, n_sms, stream); break;
+      case 2:
+        batched_rows(p.w.cols) == 3 ? launch_stream<T, 2, 3>(p, n_sms, stream) : launch_stream<T, 2, 2>(p, n_sms, stream);
+        break;
       case 3: launch_stream<T, 3, 1>(p, n_sms, stream); break;
       case 4: launch_stream<T, 4, 1>(p, n_sms, stream); break;
       case 5: launch_stream<T, 5, 1>(p, n_sms, stream); break;

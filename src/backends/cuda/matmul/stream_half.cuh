@@ -36,7 +36,7 @@ inline constexpr int64_t kStreamMaxCols = 16384;
 
 // How the consumer warps walk a ring stage: kRowByRow is the row-by-row stream; kStageBatched is the stage-batched stream (all of a stage's
 // loads first, the slot released before the reductions; BF16/F16 with columns a multiple of 256 whose segments per
-// warp and rows per stage have a compiled instance: 1792, 2048 and 2816..16384; batched_segs() in
+// warp and rows per stage have a compiled instance: 1792 and 2048..16384; batched_segs() in
 // stream_half.cu).
 enum class StreamConsumer { kRowByRow, kStageBatched };
 
