@@ -24,7 +24,7 @@
 #include "engine/spec_step.h"
 #include "engine/step_profile.h"
 #include "grammar/grammar_cache.h"
-#include "grammar/wrapped_schema.h"
+#include "engine/output_format_grammar.h"
 
 namespace ferry {
 
@@ -695,12 +695,10 @@ std::shared_ptr<RequestHandle> ServingEngine::submit(GenerationRequest r) {
                                          : r.format.kind == OutputFormatKind::Regex ? grammar::ConstraintKind::Regex
                                                                                     : grammar::ConstraintKind::Gbnf;
     const OutputFormat& f = r.format;
-    const bool wrapped = kind == grammar::ConstraintKind::JsonSchema &&
-                         (!f.prefix.empty() || !f.suffix.empty() || f.max_repeats != 1);
     seq->matcher = std::make_unique<grammar::GrammarMatcher>(
-        wrapped ? s.grammar_cache().get(grammar::ConstraintKind::Gbnf,
-                                        grammar::wrapped_json_schema_gbnf(f.text, {f.prefix, f.suffix, f.separator, f.max_repeats}))
-                : s.grammar_cache().get(kind, f.text));
+        kind == grammar::ConstraintKind::JsonSchema && is_wrapped(f)
+            ? s.grammar_cache().get(grammar::ConstraintKind::Gbnf, wrapped_schema_gbnf(f))
+            : s.grammar_cache().get(kind, f.text));
   }
   const SpecMode spec = r.spec.value_or(s.spec_default.mode);
   FERRY_CHECK(r.spec_k >= 0 && r.spec_k <= kMaxSpecTokens, "spec_k: must be in 0..{} (0: the server's), got {}",

@@ -5,6 +5,7 @@
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/reasoning_parser.h"
+#include "server/tool_arguments_form.h"
 
 namespace ferry::server {
 
@@ -40,7 +41,7 @@ ChatContext chat_context(const ParsedRequest& parsed, const ModelFacts& facts) {
   bool history_has_tools = false;
   for (const auto& m : parsed.template_messages) history_has_tools |= m["role"] == "tool" || m.contains("tool_calls");
   if (facts.tool_template.renders_tools) {
-    c.messages = parsed.template_messages;
+    c.messages = facts.tool_template.text_arguments ? with_text_arguments(parsed.template_messages) : parsed.template_messages;
     if (tools) c.tools = parsed.tools.tools;
   } else if (tools || history_has_tools) {
     c.messages = hermes_fallback_messages(parsed.template_messages, tools ? &parsed.tools : nullptr);
@@ -51,6 +52,15 @@ ChatContext chat_context(const ParsedRequest& parsed, const ModelFacts& facts) {
 }
 
 }  // namespace
+
+void learn_chat_template(const ServingEngine& engine, ModelFacts& facts) {
+  const std::string source = engine.chat_template_source();
+  facts.tool_template = detect_tool_template(source);
+  facts.tool_template.text_arguments =
+      facts.tool_template.renders_tools &&
+      template_takes_text_arguments([&engine](const std::string& c) { return engine.render_chat_template(c); });
+  facts.template_thinks = template_thinks(source);
+}
 
 GenerationPlan build_generation_request(const ParsedRequest& parsed, const ServingEngine& engine,
                                         const ModelFacts& facts, uint64_t seed) {
