@@ -78,6 +78,11 @@ struct OutputFormat {
   };
   std::vector<TaggedSchema> alternatives{};
   std::string open{}, close{};
+  // Not Text only: the format applies from the byte after the first occurrence of this text in the output
+  // (a reasoning model's end marker, "</think>": the reasoning before it is free), blanks after it skipped.
+  // Until it comes no end-of-generation token is drawn, so a model that never closes its reasoning runs to
+  // max_tokens (finish Length, no constrained text). "" : the format applies from the first token.
+  std::string starts_after{};
 };
 
 // One generation request. Every field is validated by submit(), which throws ferry::Error naming the bad one.

@@ -106,10 +106,22 @@ GenerationPlan build_generation_request(const ParsedRequest& parsed, const Servi
                      "tool_choice");
     g.format = forced_tool_call_format(format, parsed.tools);
   }
-  // A constrained output starts with its first token: no reasoning block is written before it.
-  plan.output.split_reasoning = facts.template_thinks && parsed.split_reasoning.value_or(facts.split_reasoning) &&
-                                g.format.kind == OutputFormatKind::Text;
+  plan.output.split_reasoning = facts.template_thinks && parsed.split_reasoning.value_or(facts.split_reasoning);
   plan.output.starts_in_reasoning = plan.output.split_reasoning && prompt_opens_reasoning(prompt_text);
+  if (plan.output.split_reasoning && g.format.kind != OutputFormatKind::Text && !prompt_closes_reasoning(prompt_text)) {
+    // A constrained answer after the reasoning (vLLM's structured output with a reasoning parser): the format
+    // applies after "</think>". A prompt that does not open the block itself (Qwen3's) gets it opened, so the
+    // reasoning is not left to the model's first token, which the format would otherwise have to allow.
+    if (!plan.output.starts_in_reasoning) {
+      const std::string open = std::string(kReasoningOpen) + "\n";
+      const std::vector<int32_t> ids = engine.tokenize(open, false, true);
+      g.prompt.insert(g.prompt.end(), ids.begin(), ids.end());
+      check_prompt(g.prompt, parsed.endpoint, facts);
+      if (!parsed.max_tokens) g.max_tokens = std::max<int32_t>(0, g.max_tokens - int32_t(ids.size()));
+      plan.output.starts_in_reasoning = true;
+    }
+    g.format.starts_after = std::string(kReasoningClose);
+  }
   plan.output.include_reasoning = parsed.include_reasoning;
   plan.output.id_seed = g.sampling.seed ^ 0x7f4a7c159e3779b9ull;
   return plan;
