@@ -11,6 +11,7 @@
 
 #include "server/api_error.h"
 #include "server/openai_response.h"
+#include "server/request_usage.h"
 #include "server/sse.h"
 #include "server/tokenize.h"
 
@@ -217,16 +218,11 @@ bool all_finished(const Submitted& s) {
   return true;
 }
 
-// The request's usage: the prompt once, the cached prompt tokens of the choice that had the most, the
-// completion tokens of every choice.
+// The request's usage (request_usage.h).
 RequestUsage total_usage(const Submitted& s) {
-  RequestUsage u = s.choices[0].last.usage;
-  u.completion_tokens = 0;
-  for (const Choice& c : s.choices) {
-    u.cached_prompt_tokens = std::max(u.cached_prompt_tokens, c.last.usage.cached_prompt_tokens);
-    u.completion_tokens += c.last.usage.completion_tokens;
-  }
-  return u;
+  std::vector<RequestUsage> choices;
+  for (const Choice& c : s.choices) choices.push_back(c.last.usage);
+  return request_usage(choices);
 }
 
 std::string finish_reason_of(const Choice& c) {
