@@ -73,6 +73,8 @@ GenerationPlan build_generation_request(const ParsedRequest& parsed, const Servi
       ChatPrompt p = tokenize_chat(engine, chat_context(parsed, facts), facts.parse_special_in_content);
       g.prompt = std::move(p.tokens);
       prompt_text = std::move(p.text);
+    } else if (parsed.prompt_absent) {  // the model's document start (BOS, else EOS), as GPT's <|endoftext|>
+      if (engine.info().document_start_token >= 0) g.prompt = {engine.info().document_start_token};
     } else if (parsed.prompt_text) {
       g.prompt = engine.tokenize(*parsed.prompt_text, true, false);
     } else {

@@ -185,6 +185,26 @@ TEST_F(ServeE2E, NChoicesReportThePromptsCachedTokensOnce) {
   EXPECT_LE(b["prompt_tokens_details"]["cached_tokens"].get<int>(), b["prompt_tokens"].get<int>());
 }
 
+// Reproduction (schemathesis): OpenAI's completions take no prompt (or null) as "<|endoftext|>", a new
+// document; ferry answered 400 "'prompt': is required". It now starts from the model's BOS (else EOS).
+TEST_F(ServeE2E, CompletionWithoutPromptStartsANewDocument) {
+  const std::string u = server_->url();
+  for (const std::string body : {R"({"prompt": null, "max_tokens": 3, "ignore_eos": true})", R"({"max_tokens": 3, "ignore_eos": true})"}) {
+    const CurlResult r = curl(u + "/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << body << ": " << r.body;
+    const json j = json::parse(r.body);
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 1) << r.body;
+    EXPECT_EQ(j["usage"]["completion_tokens"], 3) << r.body;
+  }
+  // max_tokens 0 (OpenAI's minimum, refused before): nothing generated, finish length.
+  const CurlResult zero = curl(u + "/v1/completions", std::string(R"({"prompt": "hello", "max_tokens": 0})"));
+  ASSERT_EQ(zero.status, 200) << zero.body;
+  const json z = json::parse(zero.body);
+  EXPECT_EQ(z["choices"][0]["text"], "");
+  EXPECT_EQ(z["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(z["usage"]["completion_tokens"], 0);
+}
+
 // Temperature 0: a request's text is the same alone and inside a busy batch.
 TEST_F(ServeE2E, GreedyTextIsBatchInvariant) {
   const auto complete = [&](const std::string& prompt) {
