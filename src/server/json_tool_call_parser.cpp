@@ -134,9 +134,12 @@ void JsonToolCallParser::step_after_marker(ParsedText& out) {
   if (pending_.empty()) return;
   if (format_ == ToolCallFormat::CommandR && !fence_done_) {  // Action:\n```json\n[ ... (the fence may be left out)
     if (pending_.size() < kJsonFence.size() && kJsonFence.starts_with(pending_)) return;  // it may still come
-    pending_.erase(0, pending_.starts_with(kJsonFence) ? kJsonFence.size() : pending_.starts_with("```") ? 3 : 0);
     fence_done_ = true;
-    return;
+    const size_t fence = pending_.starts_with(kJsonFence) ? kJsonFence.size() : pending_.starts_with("```") ? 3 : 0;
+    if (fence > 0) {
+      pending_.erase(0, fence);
+      return;  // blanks after the fence next
+    }
   }
   if (pending_[0] != (list_format(format_) ? '[' : '{')) return fail(out);
   enter_json();

@@ -185,6 +185,12 @@ TEST(ToolCallParser, NamedFamiliesContentAndLookalikes) {
   EXPECT_EQ(cr.calls[0].name, "s");
   EXPECT_EQ(cr.calls[0].arguments, R"({"q": 1})");
   EXPECT_EQ(parse(ToolCallFormat::CommandR, "No action needed.", 1).content, "No action needed.");
+  // Streamed as it comes: a call right after "Action:" (no blank, no fence) is out before the end.
+  const auto streaming = make_tool_call_parser(ToolCallFormat::CommandR, 1);
+  const ParsedText now = streaming->feed(R"(Action:[{"tool_name": "s", "parameters": {"q": 1}}])");
+  ASSERT_FALSE(now.calls.empty());
+  EXPECT_EQ(now.calls[0].name, "s");
+  EXPECT_EQ(streaming->calls().size(), 1u);
 }
 
 TEST(ToolCallParser, NamedFamiliesMalformedAndCutOff) {
