@@ -89,6 +89,7 @@ struct ModelInfo {
                                          // experts it is not routed to (expert bytes * used / experts)
   size_t weight_bytes = 0;               // bytes of all tensors in the file(s)
   size_t kv_bytes = 0;                   // bytes of the KV cache allocated
+  int32_t document_start_token = -1;     // BOS, else EOS (-1: neither): where a prompt-less completion starts
   std::vector<std::pair<std::string, std::string>> facts;                  // metadata for inspect
   struct TensorRow { std::string name, dtype, shape; size_t bytes; };
   std::vector<TensorRow> tensors;

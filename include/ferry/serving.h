@@ -69,6 +69,20 @@ struct OutputFormat {
   // e.g. prefix "<tool_call>\n", suffix "\n</tool_call>", separator "\n".
   std::string prefix{}, suffix{}, separator{};
   int32_t max_repeats = 1;
+  // JsonSchema only, for markup that names the function outside its JSON (<function=f>{...}</function>): when
+  // not empty, each value is one of these, written between its own literal texts (text, prefix and suffix are
+  // then unused), so a name is tied to its own schema. `open` / `close`: literal texts before the first value
+  // and after the last (DeepSeek's <｜tool▁calls▁begin｜> ... <｜tool▁calls▁end｜>), with either form.
+  struct TaggedSchema {
+    std::string prefix, schema, suffix;
+  };
+  std::vector<TaggedSchema> alternatives{};
+  std::string open{}, close{};
+  // Not Text only: the format applies from the byte after the first occurrence of this text in the output
+  // (a reasoning model's end marker, "</think>": the reasoning before it is free), blanks after it skipped.
+  // Until it comes no end-of-generation token is drawn, so a model that never closes its reasoning runs to
+  // max_tokens (finish Length, no constrained text). "" : the format applies from the first token.
+  std::string starts_after{};
 };
 
 // One generation request. Every field is validated by submit(), which throws ferry::Error naming the bad one.

@@ -85,6 +85,7 @@ void fill_info(LoadedModel& m, const EngineOptions& o) {
   info.model_context = c.max_context;
   info.n_params = c.n_params();
   info.kv_bytes = m.model->kv_bytes();
+  info.document_start_token = m.file.vocab.bos_id >= 0 ? m.file.vocab.bos_id : m.file.vocab.eos_id;
   info.facts = m.file.facts;
   for (auto& fact : config_facts(c)) info.facts.push_back(std::move(fact));
   for (auto& fact : m.backend->facts()) info.facts.push_back(std::move(fact));

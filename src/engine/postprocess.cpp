@@ -26,7 +26,8 @@ void compute_grammar_mask(Sequence& seq, size_t vocab_size) {
 std::span<const float> adjusted_logits(Sequence& seq, std::span<const float> logits) {
   if (!seq.matcher) {
     seq.masked_logits.assign(logits.begin(), logits.end());
-    for (const auto& [id, bias] : seq.request.logit_bias) seq.masked_logits[size_t(id)] += bias;
+    if (seq.reasoning_gate) seq.reasoning_gate->restrict(seq.masked_logits);
+    for (const auto& [id, bias] : seq.request.logit_bias) seq.masked_logits[size_t(id)] += bias;  // -inf stays
     return seq.masked_logits;
   }
   if (!seq.grammar_mask_ready) compute_grammar_mask(seq, logits.size());
@@ -62,7 +63,7 @@ void sample_rows(std::span<SampleRow> rows, ThreadPool* pool) {
     SampleRow& r = host.empty() ? rows[size_t(i)] : *host[size_t(i)];
     try {
       Sequence& seq = *r.seq;
-      if (seq.matcher || !seq.request.logit_bias.empty()) {
+      if (seq.matcher || seq.reasoning_gate || !seq.request.logit_bias.empty()) {
         r.token = seq.sampler->sample(adjusted_logits(seq, r.logits), seq.tokens);
         FERRY_CHECK(!seq.matcher || seq.matcher->accept_token(r.token),
                     "grammar: the sampler drew token {}, which the output format does not allow", r.token);
@@ -115,6 +116,12 @@ TokenOutcome finish_token(const SampleRow& row, const Tokenizer& tokenizer, int3
   }
   out.tokens.push_back(std::move(g));
   out.text = seq.text->push(tok);
+  if (seq.reasoning_gate) {  // the reasoning ended with this token: the format applies from here
+    if (auto matcher = seq.reasoning_gate->push(tokenizer.token_to_piece(tok))) {
+      seq.matcher = std::move(matcher);
+      seq.reasoning_gate.reset();
+    }
+  }
   if (seq.text->stopped()) {
     out.finished = true;
     out.reason = FinishReason::Stop;

@@ -25,6 +25,7 @@
 #include "engine/proposer.h"
 #include "engine/request_channel.h"
 #include "engine/spec_verify.h"
+#include "engine/reasoning_gate.h"
 #include "grammar/matcher.h"
 #include "sampling/sampler.h"
 #include "engine/text_stream.h"
@@ -57,6 +58,8 @@ struct Sequence {
   // next draw ((ceil(vocab_size / 64),) bits; computed while the device runs the step when mask_ready) and the
   // masked logits ((vocab_size) f32, disallowed tokens at -inf).
   std::unique_ptr<grammar::GrammarMatcher> matcher;
+  // request.format.starts_after: the matcher waits here until the reasoning has ended (matcher null till then).
+  std::unique_ptr<ReasoningGate> reasoning_gate;
   std::vector<uint64_t> grammar_mask;
   bool grammar_mask_ready = false;
   std::vector<float> masked_logits;

@@ -24,7 +24,7 @@
 #include "engine/spec_step.h"
 #include "engine/step_profile.h"
 #include "grammar/grammar_cache.h"
-#include "grammar/wrapped_schema.h"
+#include "engine/output_format_grammar.h"
 
 namespace ferry {
 
@@ -337,6 +337,7 @@ void ServingEngine::Impl::launch(StepPlan&& plan, Clock::time_point scheduled) {
       // Speculating sequences too: their verify steps need every row's logits, and their next proposals the
       // token of this step (so their steps finish before the next launch, without placeholders).
       const bool host = req.logprobs >= 0 || req.sampling.penalties_active() || c.seq->matcher != nullptr ||
+                        c.seq->reasoning_gate != nullptr ||
                         !req.logit_bias.empty() || c.seq->proposer != nullptr;
       r.mode = host ? RowMode::Host : RowMode::Device;
       r.params = req.sampling;
@@ -695,12 +696,13 @@ std::shared_ptr<RequestHandle> ServingEngine::submit(GenerationRequest r) {
                                          : r.format.kind == OutputFormatKind::Regex ? grammar::ConstraintKind::Regex
                                                                                     : grammar::ConstraintKind::Gbnf;
     const OutputFormat& f = r.format;
-    const bool wrapped = kind == grammar::ConstraintKind::JsonSchema &&
-                         (!f.prefix.empty() || !f.suffix.empty() || f.max_repeats != 1);
     seq->matcher = std::make_unique<grammar::GrammarMatcher>(
-        wrapped ? s.grammar_cache().get(grammar::ConstraintKind::Gbnf,
-                                        grammar::wrapped_json_schema_gbnf(f.text, {f.prefix, f.suffix, f.separator, f.max_repeats}))
-                : s.grammar_cache().get(kind, f.text));
+        kind == grammar::ConstraintKind::JsonSchema && is_wrapped(f)
+            ? s.grammar_cache().get(grammar::ConstraintKind::Gbnf, wrapped_schema_gbnf(f))
+            : s.grammar_cache().get(kind, f.text));
+    if (!f.starts_after.empty()) seq->reasoning_gate = std::make_unique<ReasoningGate>(f.starts_after, std::move(seq->matcher));
+  } else {
+    FERRY_CHECK(r.format.starts_after.empty(), "starts_after: needs an output format (the format is text)");
   }
   const SpecMode spec = r.spec.value_or(s.spec_default.mode);
   FERRY_CHECK(r.spec_k >= 0 && r.spec_k <= kMaxSpecTokens, "spec_k: must be in 0..{} (0: the server's), got {}",

@@ -97,7 +97,7 @@ bool json_type_matches(const Json& v, const std::string& type) {
 
 class Converter {
  public:
-  explicit Converter(const Json& root) : root_(root) {}
+  Converter(const Json& root, std::string_view rule_prefix) : root_(root), rule_prefix_(rule_prefix) {}
 
   std::string run() {
     const std::string root = visit(root_, "root", 0);
@@ -120,6 +120,7 @@ class Converter {
     std::string name;
     for (char c : hint) name += (std::isalnum(static_cast<unsigned char>(c)) ? c : '-');
     if (name.empty() || name.size() > 40) name = "r";
+    name = rule_prefix_ + name;
     std::string unique = name;
     for (int n = 1; rules_.contains(unique) || primitives().contains(unique) || unique == "root"; ++n) {
       unique = name + "-" + std::to_string(n);
@@ -460,13 +461,16 @@ class Converter {
   }
 
   const Json& root_;
+  std::string rule_prefix_;  // before every rule name but root and the primitives
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;
 };
 
 }  // namespace
 
-std::string json_schema_to_gbnf(std::string_view schema_json) {
+std::string json_schema_to_gbnf(std::string_view schema_json, std::string_view rule_prefix) {
+  for (const char c : rule_prefix)
+    FERRY_CHECK(std::isalnum(static_cast<unsigned char>(c)) || c == '-', "json schema: bad rule prefix '{}'", rule_prefix);
   FERRY_CHECK(schema_json.size() <= kMaxSchemaBytes, "json schema: larger than {} bytes", kMaxSchemaBytes);
   Json schema;
   try {
@@ -474,7 +478,7 @@ std::string json_schema_to_gbnf(std::string_view schema_json) {
   } catch (const Json::exception& e) {
     fail("json schema: not valid JSON ({})", e.what());
   }
-  return Converter(schema).run();
+  return Converter(schema, rule_prefix).run();
 }
 
 Grammar compile_json_schema(std::string_view schema_json) { return parse_gbnf(json_schema_to_gbnf(schema_json)); }

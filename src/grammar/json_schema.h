@@ -18,7 +18,9 @@
 
 namespace ferry::grammar {
 
-std::string json_schema_to_gbnf(std::string_view schema_json);
+// rule_prefix (letters, digits, '-'): put before the name of every rule the schema makes (not "root" and
+// not the shared JSON primitives), so the grammars of several schemas can be joined in one text.
+std::string json_schema_to_gbnf(std::string_view schema_json, std::string_view rule_prefix = "");
 Grammar compile_json_schema(std::string_view schema_json);
 // Any JSON object (response_format json_object).
 Grammar compile_json_object();

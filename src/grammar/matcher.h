@@ -46,6 +46,7 @@ class GrammarMatcher {
   // The output so far is a complete sentence of the grammar (a stop token would be allowed).
   bool is_complete() const;
   bool is_terminated() const { return terminated_; }
+  const TokenVocab& vocab() const { return compiled_->vocab(); }
   // The output can only end here: complete, and no byte continues it.
   bool must_stop() const;
 

@@ -4,7 +4,7 @@ namespace ferry::server {
 
 ChatOutputParser::ChatOutputParser(const ChatOutputOptions& options) : options_(options) {
   if (options_.split_reasoning) reasoning_.emplace(options_.starts_in_reasoning);
-  if (options_.tools) tools_.emplace(*options_.tools, options_.id_seed);
+  if (options_.tools) tools_ = make_tool_call_parser(*options_.tools, options_.id_seed);
 }
 
 ChatDelta ChatOutputParser::route(ReasoningSplit split, bool at_end) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,7 +52,7 @@ class ChatOutputParser {
 
   ChatOutputOptions options_;
   std::optional<ReasoningParser> reasoning_;
-  std::optional<ToolCallParser> tools_;
+  std::unique_ptr<ToolCallParser> tools_;
   std::string reasoning_text_, content_raw_, content_;
 };
 

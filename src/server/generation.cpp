@@ -5,6 +5,7 @@
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/reasoning_parser.h"
+#include "server/tool_arguments_form.h"
 
 namespace ferry::server {
 
@@ -40,7 +41,7 @@ ChatContext chat_context(const ParsedRequest& parsed, const ModelFacts& facts) {
   bool history_has_tools = false;
   for (const auto& m : parsed.template_messages) history_has_tools |= m["role"] == "tool" || m.contains("tool_calls");
   if (facts.tool_template.renders_tools) {
-    c.messages = parsed.template_messages;
+    c.messages = facts.tool_template.text_arguments ? with_text_arguments(parsed.template_messages) : parsed.template_messages;
     if (tools) c.tools = parsed.tools.tools;
   } else if (tools || history_has_tools) {
     c.messages = hermes_fallback_messages(parsed.template_messages, tools ? &parsed.tools : nullptr);
@@ -51,6 +52,15 @@ ChatContext chat_context(const ParsedRequest& parsed, const ModelFacts& facts) {
 }
 
 }  // namespace
+
+void learn_chat_template(const ServingEngine& engine, ModelFacts& facts) {
+  const std::string source = engine.chat_template_source();
+  facts.tool_template = detect_tool_template(source);
+  facts.tool_template.text_arguments =
+      facts.tool_template.renders_tools &&
+      template_takes_text_arguments([&engine](const std::string& c) { return engine.render_chat_template(c); });
+  facts.template_thinks = template_thinks(source);
+}
 
 GenerationPlan build_generation_request(const ParsedRequest& parsed, const ServingEngine& engine,
                                         const ModelFacts& facts, uint64_t seed) {
@@ -63,6 +73,8 @@ GenerationPlan build_generation_request(const ParsedRequest& parsed, const Servi
       ChatPrompt p = tokenize_chat(engine, chat_context(parsed, facts), facts.parse_special_in_content);
       g.prompt = std::move(p.tokens);
       prompt_text = std::move(p.text);
+    } else if (parsed.prompt_absent) {  // the model's document start (BOS, else EOS), as GPT's <|endoftext|>
+      if (engine.info().document_start_token >= 0) g.prompt = {engine.info().document_start_token};
     } else if (parsed.prompt_text) {
       g.prompt = engine.tokenize(*parsed.prompt_text, true, false);
     } else {
@@ -96,10 +108,22 @@ GenerationPlan build_generation_request(const ParsedRequest& parsed, const Servi
                      "tool_choice");
     g.format = forced_tool_call_format(format, parsed.tools);
   }
-  // A constrained output starts with its first token: no reasoning block is written before it.
-  plan.output.split_reasoning = facts.template_thinks && parsed.split_reasoning.value_or(facts.split_reasoning) &&
-                                g.format.kind == OutputFormatKind::Text;
+  plan.output.split_reasoning = facts.template_thinks && parsed.split_reasoning.value_or(facts.split_reasoning);
   plan.output.starts_in_reasoning = plan.output.split_reasoning && prompt_opens_reasoning(prompt_text);
+  if (plan.output.split_reasoning && g.format.kind != OutputFormatKind::Text && !prompt_closes_reasoning(prompt_text)) {
+    // A constrained answer after the reasoning (vLLM's structured output with a reasoning parser): the format
+    // applies after "</think>". A prompt that does not open the block itself (Qwen3's) gets it opened, so the
+    // reasoning is not left to the model's first token, which the format would otherwise have to allow.
+    if (!plan.output.starts_in_reasoning) {
+      const std::string open = std::string(kReasoningOpen) + "\n";
+      const std::vector<int32_t> ids = engine.tokenize(open, false, true);
+      g.prompt.insert(g.prompt.end(), ids.begin(), ids.end());
+      check_prompt(g.prompt, parsed.endpoint, facts);
+      if (!parsed.max_tokens) g.max_tokens = std::max<int32_t>(0, g.max_tokens - int32_t(ids.size()));
+      plan.output.starts_in_reasoning = true;
+    }
+    g.format.starts_after = std::string(kReasoningClose);
+  }
   plan.output.include_reasoning = parsed.include_reasoning;
   plan.output.id_seed = g.sampling.seed ^ 0x7f4a7c159e3779b9ull;
   return plan;

@@ -24,6 +24,10 @@ struct ModelFacts {
   bool split_reasoning = true;            // the server's default for reasoning_format (--reasoning-format)
 };
 
+// The chat template's traits (its tool-call markup, the form it wants past calls' arguments in, whether it
+// thinks) into facts, read once at start by the server and by `ferry batch`.
+void learn_chat_template(const ServingEngine& engine, ModelFacts& facts);
+
 // What a request becomes: the engine request of each choice (choice i: seed + i) and how its output is read.
 struct GenerationPlan {
   GenerationRequest request;  // choice 0's

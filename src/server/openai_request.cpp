@@ -1,6 +1,7 @@
 #include "server/openai_request.h"
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -145,9 +146,11 @@ void parse_messages(const json& body, ParsedRequest& r) {
     json tm = {{"role", r_name}};
     const json* calls = r_name == "assistant" ? field(m, "tool_calls") : nullptr;
     const auto content = m.find("content");
-    if (content == m.end() && calls == nullptr) bad(name + ".content", "is required");
+    // OpenAI: an assistant turn's content is optional (a turn with neither content nor calls is empty text).
+    const bool empty_turn = r_name == "assistant" && calls == nullptr && (content == m.end() || content->is_null());
+    if (content == m.end() && calls == nullptr && !empty_turn) bad(name + ".content", "is required");
     const std::string text = content == m.end() ? std::string() : message_content(*content, name + ".content");
-    tm["content"] = content == m.end() || content->is_null() ? json(nullptr) : json(text);
+    tm["content"] = empty_turn ? json("") : content == m.end() || content->is_null() ? json(nullptr) : json(text);
     if (calls != nullptr) tm["tool_calls"] = parse_tool_calls(*calls, name + ".tool_calls");
     if (const json* rc = r_name == "assistant" ? field(m, "reasoning_content") : nullptr) {  // Qwen3's template reads it
       if (!rc->is_string()) bad(name + ".reasoning_content", "must be a string");
@@ -190,7 +193,10 @@ void parse_chat_options(const json& body, ParsedRequest& r) {
 
 void parse_prompt(const json& body, ParsedRequest& r) {
   const json* p = field(body, "prompt");
-  if (p == nullptr) bad("prompt", "is required");
+  if (p == nullptr) {  // OpenAI's default, "<|endoftext|>": the start of a new document (build_generation_request)
+    r.prompt_absent = true;
+    return;
+  }
   const json* v = p;
   // A list of one prompt (OpenAI's batch form) is accepted; more than one is not.
   if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) v = &(*v)[0];
@@ -256,7 +262,8 @@ void parse_sampling(const json& body, ParsedRequest& r) {
   if (const json* v = field(body, "temperature")) s.temperature = float(number(*v, "temperature", 0.0, 2.0));
   if (const json* v = field(body, "top_p")) {
     s.top_p = float(number(*v, "top_p", 0.0, 1.0));
-    if (s.top_p <= 0.0f) bad("top_p", "must be in (0, 1]");
+    // 0 (OpenAI's range is 0..1): the smallest nucleus, the most likely token alone.
+    if (s.top_p <= 0.0f) s.top_p = std::numeric_limits<float>::min();
   }
   if (const json* v = field(body, "top_k")) s.top_k = int32_t(integer(*v, "top_k", -1, 1 << 20));  // -1 or 0: off
   if (s.top_k < 0) s.top_k = 0;
@@ -370,7 +377,11 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text, const
       mt = mct;
       max_name = "max_completion_tokens";
     }
-    if (mt != nullptr) r.max_tokens = int32_t(integer(*mt, max_name, 1, std::numeric_limits<int32_t>::max()));
+    // 0 (OpenAI's minimum): nothing is generated, finish_reason "length".
+    // Larger than any context (OpenAI takes any integer): up to the context's end.
+    if (mt != nullptr)
+      r.max_tokens = int32_t(std::min<int64_t>(integer(*mt, max_name, 0, std::numeric_limits<int64_t>::max()),
+                                               std::numeric_limits<int32_t>::max()));
     parse_stop(body, r, limits);
     if (const json* v = field(body, "stream")) r.stream = boolean(*v, "stream");
     if (const json* so = field(body, "stream_options")) {

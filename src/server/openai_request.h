@@ -44,6 +44,7 @@ struct ParsedRequest {
   int32_t n = 1;                          // choices
   std::optional<std::string> prompt_text; // completions: a string prompt
   std::vector<int32_t> prompt_tokens;     // completions: a prompt given as token ids (not range-checked here)
+  bool prompt_absent = false;             // completions: no prompt (or null): OpenAI's "<|endoftext|>", a new document
   SamplingParams sampling;                // OpenAI defaults (temperature 1, top_p 1, top_k/min_p off)
   bool seed_given = false;                // false: the route draws a random seed
   std::optional<int32_t> max_tokens;      // absent: chat -> rest of the context, completions -> 16

@@ -54,7 +54,7 @@ json logprobs_json(Endpoint endpoint, std::span<const GeneratedToken> tokens, si
       item["top_logprobs"] = std::move(top);
       content.push_back(std::move(item));
     }
-    return {{"content", std::move(content)}};
+    return {{"content", std::move(content)}, {"refusal", nullptr}};  // both required by OpenAI's schema
   }
   json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
   size_t offset = text_offset0;

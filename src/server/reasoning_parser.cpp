@@ -6,8 +6,8 @@
 namespace ferry::server {
 namespace {
 
-constexpr std::string_view kOpen = "<think>";
-constexpr std::string_view kClose = "</think>";
+constexpr std::string_view kOpen = kReasoningOpen;
+constexpr std::string_view kClose = kReasoningClose;
 
 bool blank(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -27,6 +27,12 @@ bool prompt_opens_reasoning(std::string_view prompt) {
   size_t end = prompt.size();
   while (end > 0 && blank(prompt[end - 1])) --end;
   return prompt.substr(0, end).ends_with(kOpen);
+}
+
+bool prompt_closes_reasoning(std::string_view prompt) {
+  size_t end = prompt.size();
+  while (end > 0 && blank(prompt[end - 1])) --end;
+  return prompt.substr(0, end).ends_with(kClose);
 }
 
 ReasoningParser::ReasoningParser(bool starts_in_reasoning)

@@ -19,6 +19,11 @@ struct ReasoningSplit {
 bool template_thinks(std::string_view template_source);
 // Whether the rendered prompt leaves a <think> block open (its text ends with "<think>" and blanks).
 bool prompt_opens_reasoning(std::string_view prompt_text);
+// Whether it ends with a closed block ("</think>" and blanks: Qwen3's enable_thinking false writes an empty one).
+bool prompt_closes_reasoning(std::string_view prompt_text);
+// The block's tags.
+inline constexpr std::string_view kReasoningOpen = "<think>";
+inline constexpr std::string_view kReasoningClose = "</think>";
 
 class ReasoningParser {
  public:

@@ -11,6 +11,7 @@
 
 #include "server/api_error.h"
 #include "server/openai_response.h"
+#include "server/request_usage.h"
 #include "server/sse.h"
 #include "server/tokenize.h"
 
@@ -217,16 +218,11 @@ bool all_finished(const Submitted& s) {
   return true;
 }
 
-// The request's usage: the prompt once, the cached prompt tokens of the choice that had the most, the
-// completion tokens of every choice.
+// The request's usage (request_usage.h).
 RequestUsage total_usage(const Submitted& s) {
-  RequestUsage u = s.choices[0].last.usage;
-  u.completion_tokens = 0;
-  for (const Choice& c : s.choices) {
-    u.cached_prompt_tokens = std::max(u.cached_prompt_tokens, c.last.usage.cached_prompt_tokens);
-    u.completion_tokens += c.last.usage.completion_tokens;
-  }
-  return u;
+  std::vector<RequestUsage> choices;
+  for (const Choice& c : s.choices) choices.push_back(c.last.usage);
+  return request_usage(choices);
 }
 
 std::string finish_reason_of(const Choice& c) {
@@ -405,6 +401,15 @@ void handle_generation(RouteContext& ctx, Endpoint endpoint, const httplib::Requ
   }
 }
 
+// ferry's routes are GET and POST; httplib reads the body of a POST (to any path) before routing, and leaves
+// the body of other methods unread when no route takes them (a GET with Content-Length, a PATCH), where it
+// would be read as the next request on the connection.
+bool body_left_unread(const httplib::Request& req) {
+  if (req.method == "POST") return false;
+  const std::string length = req.get_header_value("Content-Length");
+  return req.has_header("Transfer-Encoding") || (!length.empty() && length != "0");
+}
+
 json model_card(const RouteContext& ctx) {
   return {{"id", ctx.facts.names.front()}, {"object", "model"}, {"created", 0}, {"owned_by", "ferry"},
           {"max_model_len", ctx.facts.context}};
@@ -416,6 +421,7 @@ void install_routes(httplib::Server& http, RouteContext& ctx) {
   // Host, Origin, API key and Content-Type, before anything else is read; preflights are answered here.
   http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
     const AccessDecision d = check_access(ctx.access, req, res);
+    if (body_left_unread(req) && ctx.close_connection) ctx.close_connection(req);
     if (d.error) {
       send_error(res, *d.error);
       // Its body is left unread: the connection closes after the answer, so the body is not read as a request.
@@ -467,8 +473,11 @@ void install_routes(httplib::Server& http, RouteContext& ctx) {
   });
   // Responses with an error status and no body yet (unknown route 404, body too large 413, ...) get
   // OpenAI's error JSON.
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  http.set_error_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty() || res.is_chunked_content_provider_) return;
+    // httplib's own 400 (a DELETE whose body it did not take, a bad head) leaves the stream where it stopped
+    // reading: nothing after it on the connection can be trusted to start a request.
+    if ((res.status == 400 || body_left_unread(req)) && ctx.close_connection) ctx.close_connection(req);
     std::string message = "HTTP " + std::to_string(res.status);
     if (res.status == 404) message = "unknown route: " + req.method + " " + req.path;
     else if (res.status == 413) message = "the request body is too large";

@@ -63,9 +63,7 @@ struct HttpServer::Impl {
     FERRY_CHECK(!options.model_names.empty(), "serve: no model name");
     FERRY_CHECK(options.http_threads >= 1 && options.http_threads <= 65536, "serve: --http-threads must be 1..65536, got {}", options.http_threads);
     ctx.facts = {options.model_names, engine.info().context, engine.info().vocab_size, options.parse_special_in_content};
-    const std::string template_source = engine.chat_template_source();
-    ctx.facts.tool_template = detect_tool_template(template_source);
-    ctx.facts.template_thinks = template_thinks(template_source);
+    learn_chat_template(engine, ctx.facts);
     ctx.facts.split_reasoning = options.split_reasoning;
     ctx.max_prompt_bytes = max_prompt_bytes(engine);
     ctx.max_body_bytes = options.max_body_bytes;

@@ -1,21 +1,17 @@
 // Splits a model's generated text, as it streams, into content and tool calls in the markup of its
 // ToolCallFormat (tool_format.h), emitting OpenAI's streaming pieces: a call's first delta carries its index,
 // id and function name, later ones fragments of its arguments, in generation order (the fragments of a call
-// concatenate to its final arguments text).
+// concatenate to its final arguments text). Two implementations: json_tool_call_parser.h for the families
+// that write the name inside the call's JSON, named_tool_call_parser.h for those that write it in the markup.
 //
-//   Hermes:  content, then <tool_call>{json}</tool_call> blocks (whitespace between them is dropped)
-//   Llama3:  the whole output is {json} calls separated by ";" (<|python_tag|> is a control token: no text)
-//   Mistral: [TOOL_CALLS] (a control token: no text, so the output starts with "[") then a JSON list of calls
-//
-// A call is {"name": "...", "arguments" (Llama 3: "parameters"): {...}}. Output that only looks like the start
-// of a bare call (Llama3 / Mistral: the first non-blank byte is "{" / "[") is held back until its first key
-// says: "name" (or the arguments key) commits it; anything else, or invalid JSON, hands the held text back as
-// content. A committed call that turns out malformed (bad JSON, no name) makes failed() true; the text after
-// the fault is content. Output that ends inside a call (max_tokens) drops that call and keeps the complete
-// ones (truncated()). Memory is bounded by the output's length.
+// Common to both: the output does not depend on how the stream is split; a call whose markup was committed
+// and then turns out malformed makes failed() true (the text after the fault is content); output that ends
+// inside a call (max_tokens) drops that call and keeps the complete ones (truncated()). Memory is bounded by
+// the output's length.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
@@ -43,67 +39,32 @@ struct ToolCall {
 
 class ToolCallParser {
  public:
-  // id_seed: call ids are drawn from it ("call_" + 24 alphanumerics; Mistral: 9, as its template requires).
-  ToolCallParser(ToolCallFormat format, uint64_t id_seed);
+  virtual ~ToolCallParser() = default;
 
-  ParsedText feed(std::string_view text);
-  ParsedText finish();  // the end of the output: held-back text and a call left open are settled
+  virtual ParsedText feed(std::string_view text) = 0;
+  virtual ParsedText finish() = 0;  // the end of the output: held-back text and a call left open are settled
 
   const std::vector<ToolCall>& calls() const { return calls_; }  // the complete calls so far
   bool failed() const { return failed_; }          // a call was malformed
   bool truncated() const { return truncated_; }    // the output ended inside a call (dropped; the others stay)
 
- private:
-  enum class Mode { Content, AfterMarker, Json, AfterCall, Plain };
-  // Where the scanner is at a call object's own level: before a key, after it, before its value, inside a
-  // number/literal, a string or a container value, after the value.
-  enum class Slot { Key, Colon, Value, InValue, InString, InContainer, Comma };
-
-  void step_content(ParsedText& out, bool at_end);
-  void step_after_marker(ParsedText& out);
-  void step_json(ParsedText& out);
-  void step_after_call(ParsedText& out, bool at_end);
-  void enter_json();
-  void scan_char(char c, ParsedText& out);
-  void on_key(ParsedText& out);
-  void begin_call();
-  void end_value(size_t end, ParsedText& out);
-  void end_call(ParsedText& out);
-  void announce(ParsedText& out);
-  void fault(ParsedText& out);  // fail() when committed, else revert()
-  void fail(ParsedText& out);
-  void revert(ParsedText& out);
+ protected:
+  // id_seed: call ids are drawn from it ("call_" + 24 alphanumerics; Mistral: 9, as its template requires).
+  ToolCallParser(ToolCallFormat format, uint64_t id_seed) : format_(format), rng_(id_seed) {}
   std::string new_id();
 
   ToolCallFormat format_;
-  std::mt19937_64 rng_;
-  Mode mode_ = Mode::Content;
-  std::string pending_;     // unconsumed text
-  bool at_start_ = true;    // nothing but blanks seen so far
-  bool drop_blanks_ = false; // after a call: blanks before the next call or text are dropped
-  bool after_semicolon_ = false;  // Llama 3: a ";" after a call, waiting for the next "{"
-  bool committed_ = false;  // a bare start became a call (or a marker opened one)
-  std::string held_;        // a bare start's raw text, handed back as content if it is not a call
-  size_t call_depth_ = 1;   // nesting at which a call object's keys live (Mistral: 2, inside the list)
-
-  // JSON scanner state
-  std::vector<char> stack_;
-  bool in_string_ = false, escape_ = false, string_is_key_ = false;
-  Slot slot_ = Slot::Key;
-  std::string call_text_;     // the current call object's raw text (empty: not inside a call)
-  std::string key_raw_, key_; // the key being read (JSON text) and the last key read
-  bool value_is_string_ = false;
-  size_t value_start_ = 0;    // offset of the current value in call_text_
-  bool first_key_checked_ = false;
-
-  // the current call
-  std::string id_, name_, args_;
-  bool name_done_ = false, args_done_ = false, args_open_ = false, announced_ = false;
-  size_t args_emitted_ = 0;  // bytes of the open arguments value already emitted
-
   std::vector<ToolCall> calls_;
   bool failed_ = false;
   bool truncated_ = false;
+
+ private:
+  std::mt19937_64 rng_;
 };
+
+std::unique_ptr<ToolCallParser> make_tool_call_parser(ToolCallFormat format, uint64_t id_seed);
+
+// The length of the longest suffix of s that is a proper prefix of marker (text that may begin it).
+size_t partial_suffix(std::string_view s, std::string_view marker);
 
 }  // namespace ferry::server

@@ -4,13 +4,39 @@ namespace ferry::server {
 
 using nlohmann::ordered_json;
 
+namespace {
+
+bool has(std::string_view src, std::string_view what) { return src.find(what) != std::string_view::npos; }
+
+bool is_command_r(ToolCallFormat format) { return format == ToolCallFormat::CommandR || format == ToolCallFormat::CommandR7b; }
+
+// One function's call in a markup that names it outside the JSON: the literal texts around its arguments.
+OutputFormat::TaggedSchema named_call(ToolCallFormat format, const ToolFunction& f) {
+  const std::string args = f.parameters.dump();
+  switch (format) {
+    case ToolCallFormat::DeepSeekV3:
+      return {"<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + f.name + "\n```json\n", args, "\n```<｜tool▁call▁end｜>"};
+    case ToolCallFormat::DeepSeekV31: return {"<｜tool▁call▁begin｜>" + f.name + "<｜tool▁sep｜>", args, "<｜tool▁call▁end｜>"};
+    case ToolCallFormat::FunctionaryV31: return {"<function=" + f.name + ">", args, "</function>"};
+    default: return {f.name + "\n", args, ""};  // FunctionaryV32: the prompt ends with ">>>"
+  }
+}
+
+}  // namespace
+
 ToolTemplateTraits detect_tool_template(std::string_view src) {
   ToolTemplateTraits t;
-  t.renders_tools = src.find("tools") != std::string_view::npos;
-  if (src.find("[TOOL_CALLS]") != std::string_view::npos) t.format = ToolCallFormat::Mistral;
-  else if (src.find("<tool_call>") != std::string_view::npos) t.format = ToolCallFormat::Hermes;
-  else if (src.find("<|python_tag|>") != std::string_view::npos || src.find("\"parameters\"") != std::string_view::npos)
-    t.format = ToolCallFormat::Llama3;
+  t.renders_tools = has(src, "tools");
+  // The most distinctive markers first: Functionary v3.1's template also writes <|python_tag|>, DeepSeek's
+  // (llama.cpp's R1 one) and Command R7B's also mention "tool_name" / "Action:".
+  if (has(src, "tool▁call▁begin")) t.format = has(src, "```json") ? ToolCallFormat::DeepSeekV3 : ToolCallFormat::DeepSeekV31;
+  else if (has(src, ">>>all")) t.format = ToolCallFormat::FunctionaryV32;
+  else if (has(src, "<function=")) t.format = ToolCallFormat::FunctionaryV31;
+  else if (has(src, "[TOOL_CALLS]")) t.format = ToolCallFormat::Mistral;
+  else if (has(src, "<tool_call>")) t.format = ToolCallFormat::Hermes;
+  else if (has(src, "<|START_ACTION|>")) t.format = ToolCallFormat::CommandR7b;
+  else if (has(src, "tool_name") && has(src, "Action:")) t.format = ToolCallFormat::CommandR;
+  else if (has(src, "<|python_tag|>") || has(src, "\"parameters\"")) t.format = ToolCallFormat::Llama3;
   return t;
 }
 
@@ -19,29 +45,65 @@ const char* tool_call_format_name(ToolCallFormat format) {
     case ToolCallFormat::Hermes: return "hermes";
     case ToolCallFormat::Llama3: return "llama3_json";
     case ToolCallFormat::Mistral: return "mistral";
+    case ToolCallFormat::CommandR: return "command_r";
+    case ToolCallFormat::CommandR7b: return "command_r7b";
+    case ToolCallFormat::DeepSeekV3: return "deepseek_v3";
+    case ToolCallFormat::DeepSeekV31: return "deepseek_v31";
+    case ToolCallFormat::FunctionaryV31: return "functionary_v3.1";
+    case ToolCallFormat::FunctionaryV32: return "functionary_v3.2";
   }
   return "hermes";
 }
 
-const char* arguments_key(ToolCallFormat format) { return format == ToolCallFormat::Llama3 ? "parameters" : "arguments"; }
+bool name_in_json(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::Hermes:
+    case ToolCallFormat::Llama3:
+    case ToolCallFormat::Mistral:
+    case ToolCallFormat::CommandR:
+    case ToolCallFormat::CommandR7b: return true;
+    default: return false;
+  }
+}
+
+const char* name_key(ToolCallFormat format) { return is_command_r(format) ? "tool_name" : "name"; }
+
+const char* arguments_key(ToolCallFormat format) {
+  return format == ToolCallFormat::Llama3 || is_command_r(format) ? "parameters" : "arguments";
+}
 
 OutputFormat forced_tool_call_format(ToolCallFormat format, const ToolRequest& tools) {
-  // One call: {"name": <const>, "<arguments key>": <parameters>}, a branch per allowed function.
+  const bool many = tools.choice == ToolChoice::Required && tools.parallel;
+  OutputFormat out;
+  out.kind = OutputFormatKind::JsonSchema;
+  if (!name_in_json(format)) {  // one alternative per function: its name in the markup, its schema after it
+    for (const ToolFunction& f : tools.functions)
+      if (tools.choice != ToolChoice::Function || f.name == tools.forced_name) out.alternatives.push_back(named_call(format, f));
+    out.max_repeats = many ? 0 : 1;
+    if (format == ToolCallFormat::DeepSeekV3 || format == ToolCallFormat::DeepSeekV31) {
+      out.open = "<｜tool▁calls▁begin｜>";
+      out.close = "<｜tool▁calls▁end｜>";
+      out.separator = format == ToolCallFormat::DeepSeekV3 ? "\n" : "";
+    } else if (format == ToolCallFormat::FunctionaryV32) {
+      out.separator = ">>>";
+    }
+    return out;
+  }
+  // One call: {"<name key>": <const>, "<arguments key>": <parameters>}, a branch per allowed function.
   ordered_json branches = ordered_json::array();
   for (const ToolFunction& f : tools.functions) {
     if (tools.choice == ToolChoice::Function && f.name != tools.forced_name) continue;
     ordered_json props = ordered_json::object();
-    props["name"] = {{"const", f.name}};
+    props[name_key(format)] = {{"const", f.name}};
     props[arguments_key(format)] = f.parameters;
     branches.push_back({{"type", "object"},
                         {"properties", props},
-                        {"required", {"name", arguments_key(format)}},
+                        {"required", {name_key(format), arguments_key(format)}},
                         {"additionalProperties", false}});
   }
   const ordered_json call = branches.size() == 1 ? branches[0] : ordered_json{{"anyOf", branches}};
-  const bool many = tools.choice == ToolChoice::Required && tools.parallel;
-  OutputFormat out;
-  out.kind = OutputFormatKind::JsonSchema;
+  ordered_json list = {{"type", "array"}, {"items", call}, {"minItems", 1}};
+  if (!many) list["maxItems"] = 1;
   switch (format) {
     case ToolCallFormat::Hermes:
       out.text = call.dump();
@@ -53,12 +115,14 @@ OutputFormat forced_tool_call_format(ToolCallFormat format, const ToolRequest& t
     case ToolCallFormat::Llama3:
       out.text = call.dump();
       break;
-    case ToolCallFormat::Mistral: {
-      ordered_json list = {{"type", "array"}, {"items", call}, {"minItems", 1}};
-      if (!many) list["maxItems"] = 1;
+    case ToolCallFormat::CommandR:
+      out.text = list.dump();
+      out.prefix = "Action:\n```json\n";
+      out.suffix = "```";  // as the template writes it: "]```"
+      break;
+    default:  // Mistral, Command R7B: the list after a control token
       out.text = list.dump();
       break;
-    }
   }
   return out;
 }

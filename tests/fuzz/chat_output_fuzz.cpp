@@ -1,11 +1,13 @@
 // Fuzz target: arbitrary bytes as a model's output, through the chat output parser (reasoning split, then
-// tool calls in each markup). The first byte picks the markup, whether the prompt opened a <think> block and
-// the stream's piece size; the rest is the text. Checked: no crash or hang; the same result whether the text
+// tool calls in each markup). The first byte picks the markup (its low bits 3: the next byte picks no tools
+// or one of the later families), whether the prompt opened a <think> block and the stream's piece size; the
+// rest is the text. Checked: no crash or hang; the same result whether the text
 // arrives whole or in pieces; the streamed deltas add up to the whole message (content, reasoning, each
 // complete call's id, name and arguments); every complete call's arguments are a JSON object.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -57,12 +59,21 @@ Collected run(const ChatOutputOptions& o, std::string_view text, size_t piece, C
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t mode = data[0];
-  const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
+  std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
   ChatOutputOptions o;
   o.split_reasoning = (mode & 4) != 0;
   o.starts_in_reasoning = (mode & 8) != 0;
   const int f = mode & 3;
-  if (f < 3) o.tools = f == 0 ? ToolCallFormat::Hermes : f == 1 ? ToolCallFormat::Llama3 : ToolCallFormat::Mistral;
+  if (f < 3) {
+    o.tools = f == 0 ? ToolCallFormat::Hermes : f == 1 ? ToolCallFormat::Llama3 : ToolCallFormat::Mistral;
+  } else if (!text.empty()) {  // the next byte: no tools (0) or one of the later families
+    constexpr ToolCallFormat kLater[] = {ToolCallFormat::CommandR,    ToolCallFormat::CommandR7b,
+                                         ToolCallFormat::DeepSeekV3,  ToolCallFormat::DeepSeekV31,
+                                         ToolCallFormat::FunctionaryV31, ToolCallFormat::FunctionaryV32};
+    const size_t pick = static_cast<uint8_t>(text[0]) % (std::size(kLater) + 1);
+    if (pick > 0) o.tools = kLater[pick - 1];
+    text.remove_prefix(1);
+  }
   const size_t piece = 1 + (mode >> 4);
   ChatMessageOut whole_msg, split_msg;
   bool whole_called = false, split_called = false;

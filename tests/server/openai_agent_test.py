@@ -145,16 +145,21 @@ def tools_checks():
 
     # n > 1: indexed choices, different samples, seeds per choice reproducible, the prompt shared.
     prompt = [{"role": "user", "content": "Write one word about the sea, a fresh prompt for n."}]
+    fresh = {"ignore_eos": True, "cache_salt": "n3-usage"}  # a cache partition of its own: nothing cached yet
     r = client.chat.completions.create(model=MODEL, messages=prompt, n=3, max_tokens=12, temperature=1, seed=11,
-                                       extra_body={"ignore_eos": True})
+                                       extra_body=fresh)
     check([c.index for c in r.choices] == [0, 1, 2], "n=3: three indexed choices")
     check(r.usage.completion_tokens == 36, "n=3: usage counts every choice (%d)" % r.usage.completion_tokens)
-    check(r.usage.prompt_tokens_details.cached_tokens > 0, "n=3: later choices reuse the prompt's cached KV")
+    # The prompt is new: 0 cached tokens for the request (choices 1 and 2 reuse choice 0's K/V, which is not a
+    # cache hit of the request's prompt); the same request again finds it cached.
+    check(r.usage.prompt_tokens_details.cached_tokens == 0,
+          "n=3: a new prompt has no cached tokens (%d)" % r.usage.prompt_tokens_details.cached_tokens)
     texts = [c.message.content for c in r.choices]
     check(len(set(texts)) > 1, "n=3: the choices differ (%s)" % texts)
     again = client.chat.completions.create(model=MODEL, messages=prompt, n=3, max_tokens=12, temperature=1, seed=11,
-                                           extra_body={"ignore_eos": True})
+                                           extra_body=fresh)
     check([c.message.content for c in again.choices] == texts, "n=3: the same seed gives the same choices")
+    check(again.usage.prompt_tokens_details.cached_tokens > 0, "n=3 again: the prompt is cached")
     chunks = list(client.chat.completions.create(model=MODEL, messages=prompt, n=3, max_tokens=12, temperature=1, seed=11,
                                                  stream=True, stream_options={"include_usage": True},
                                                  extra_body={"ignore_eos": True}))

@@ -2,6 +2,8 @@
 // 400 ApiError naming the parameter.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <string>
 
 #include "server/api_error.h"
@@ -34,6 +36,14 @@ TEST(OpenAIRequest, ChatFullParameterSet) {
   EXPECT_EQ(r.messages[2].content, "");
   EXPECT_EQ(r.messages[3].role, "system");
   EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_EQ(r.template_messages[2]["content"], "");  // an assistant turn without content or calls: empty text
+  // OpenAI's minimum max_tokens is 0 (schemathesis): nothing is generated.
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "x", "max_tokens": 0})").max_tokens, 0);
+  EXPECT_EQ(parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 313332169214})")
+                .max_tokens, std::numeric_limits<int32_t>::max());  // more than any context: up to its end
+  EXPECT_GT(parse_request(Endpoint::Completion, R"({"prompt": "x", "top_p": 0})").sampling.top_p, 0.0f);  // the top token
+  EXPECT_EQ(parse_request(Endpoint::Chat, R"({"messages": [{"role": "assistant"}, {"role": "user", "content": "x"}]})")
+                .template_messages[0]["content"], "");
   EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
   EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
   EXPECT_EQ(r.sampling.top_k, 20);
@@ -127,13 +137,11 @@ TEST(OpenAIRequest, BadParametersAreNamed) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"temperature", R"("temperature": 2.5)"},
       {"temperature", R"("temperature": "hot")"},
-      {"top_p", R"("top_p": 0)"},
       {"top_p", R"("top_p": 1.5)"},
       {"top_k", R"("top_k": 1.5)"},
       {"min_p", R"("min_p": -0.1)"},
       {"presence_penalty", R"("presence_penalty": 3)"},
       {"frequency_penalty", R"("frequency_penalty": -2.01)"},
-      {"max_tokens", R"("max_tokens": 0)"},
       {"max_tokens", R"("max_tokens": -5)"},
       {"max_tokens", R"("max_tokens": 1e40)"},
       {"max_completion_tokens", R"("max_completion_tokens": "many")"},
@@ -249,7 +257,9 @@ TEST(OpenAIRequest, BadMessagesAndPrompts) {
   EXPECT_EQ(error_of(Endpoint::Chat, R"({"messages": [{"role": "user"}]})").param(), "messages[0].content");
   EXPECT_EQ(error_of(Endpoint::Chat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})").param(),
             "messages[0].content[0].type");
-  EXPECT_EQ(error_of(Endpoint::Completion, "{}").param(), "prompt");
+  EXPECT_TRUE(parse_request(Endpoint::Completion, "{}").prompt_absent);  // OpenAI's default: a new document
+  EXPECT_TRUE(parse_request(Endpoint::Completion, R"({"prompt": null})").prompt_absent);
+  EXPECT_FALSE(parse_request(Endpoint::Completion, R"({"prompt": ""})").prompt_absent);
   EXPECT_EQ(error_of(Endpoint::Completion, R"({"prompt": []})").param(), "prompt");
   EXPECT_EQ(error_of(Endpoint::Completion, R"({"prompt": [1, -2]})").param(), "prompt");
   EXPECT_EQ(error_of(Endpoint::Completion, R"({"prompt": [1, "a"]})").param(), "prompt");

@@ -102,6 +102,8 @@ TEST(OpenAIResponse, LogprobShapes) {
   EXPECT_FLOAT_EQ(chat["content"][0]["logprob"].get<float>(), -0.25f);
   EXPECT_EQ(chat["content"][0]["bytes"], json({72, 101}));
   EXPECT_EQ(chat["content"][1]["top_logprobs"][1]["token"], "y");
+  // OpenAI's schema requires "refusal" beside "content" (schemathesis found it missing).
+  EXPECT_TRUE(chat.contains("refusal") && chat["refusal"].is_null());
   const json comp = logprobs_json(Endpoint::Completion, toks, 3);
   EXPECT_EQ(comp["tokens"], json({"He", "llo"}));
   EXPECT_EQ(comp["text_offset"], json({3, 5}));

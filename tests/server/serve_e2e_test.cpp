@@ -161,6 +161,50 @@ TEST_F(ServeE2E, CurlErrors) {
   EXPECT_EQ(curl(u + "/health").status, 200);
 }
 
+// n = 3 on a prompt the server has not seen (its own cache partition, so not even the template's system
+// prefix is cached): the usage counts the prompt once with 0 cached tokens (choices
+// 1 and 2 reuse the K/V choice 0 wrote, which is not a cache hit of the request's prompt: before, the
+// largest choice's figure was reported, nearly the whole prompt), completions summed; the same request
+// again finds the prompt cached.
+TEST_F(ServeE2E, NChoicesReportThePromptsCachedTokensOnce) {
+  const std::string u = server_->url();
+  const std::string body =
+      R"({"messages": [{"role": "user", "content": "A fresh prompt for the n-choices usage check, long enough to fill )"
+      R"(several KV blocks of the prefix cache: one two three four five six seven eight nine ten."}], "n": 3, )"
+      R"("max_tokens": 3, "temperature": 1, "seed": 5, "ignore_eos": true, "cache_salt": "n-choices-usage"})";
+  const CurlResult first = curl(u + "/v1/chat/completions", body);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json a = json::parse(first.body)["usage"];
+  EXPECT_GT(a["prompt_tokens"].get<int>(), 32);
+  EXPECT_EQ(a["completion_tokens"], 9);
+  EXPECT_EQ(a["prompt_tokens_details"]["cached_tokens"], 0) << first.body;
+  const CurlResult second = curl(u + "/v1/chat/completions", body);
+  ASSERT_EQ(second.status, 200) << second.body;
+  const json b = json::parse(second.body)["usage"];
+  EXPECT_GT(b["prompt_tokens_details"]["cached_tokens"].get<int>(), 0) << second.body;
+  EXPECT_LE(b["prompt_tokens_details"]["cached_tokens"].get<int>(), b["prompt_tokens"].get<int>());
+}
+
+// Reproduction (schemathesis): OpenAI's completions take no prompt (or null) as "<|endoftext|>", a new
+// document; ferry answered 400 "'prompt': is required". It now starts from the model's BOS (else EOS).
+TEST_F(ServeE2E, CompletionWithoutPromptStartsANewDocument) {
+  const std::string u = server_->url();
+  for (const std::string body : {R"({"prompt": null, "max_tokens": 3, "ignore_eos": true})", R"({"max_tokens": 3, "ignore_eos": true})"}) {
+    const CurlResult r = curl(u + "/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << body << ": " << r.body;
+    const json j = json::parse(r.body);
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 1) << r.body;
+    EXPECT_EQ(j["usage"]["completion_tokens"], 3) << r.body;
+  }
+  // max_tokens 0 (OpenAI's minimum, refused before): nothing generated, finish length.
+  const CurlResult zero = curl(u + "/v1/completions", std::string(R"({"prompt": "hello", "max_tokens": 0})"));
+  ASSERT_EQ(zero.status, 200) << zero.body;
+  const json z = json::parse(zero.body);
+  EXPECT_EQ(z["choices"][0]["text"], "");
+  EXPECT_EQ(z["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(z["usage"]["completion_tokens"], 0);
+}
+
 // Temperature 0: a request's text is the same alone and inside a busy batch.
 TEST_F(ServeE2E, GreedyTextIsBatchInvariant) {
   const auto complete = [&](const std::string& prompt) {

@@ -45,6 +45,7 @@ Runner add_batch(CLI::App& app) {
       if (!n.empty()) job.facts.names.push_back(n);
     job.facts.context = engine.info().context;
     job.facts.vocab_size = engine.info().vocab_size;
+    server::learn_chat_template(engine, job.facts);
     std::unique_ptr<Progress> bar;
     const ProgressMode mode = progress_mode(o->model.quiet);
     const server::BatchSummary s = server::run_batch(engine, job, [&](int64_t done, int64_t total) {
