@@ -45,6 +45,27 @@ TEST_P(CudaLogits, MatchTransformers) {
   EXPECT_EQ(a.argmax_same + a.argmax_near_tie, a.positions);
 }
 
+// A model file's teacher-forced logits of `tokens`: the CPU reference kernels (device "cpu") or the CUDA backend.
+std::vector<float> score_file(const std::string& path, const std::string& device, int context, int step,
+                              const std::vector<int32_t>& tokens) {
+  EngineOptions o;
+  o.model_path = path;
+  o.device = device;
+  o.kernels = device == "cpu" ? KernelSet::Reference : KernelSet::Fast;
+  o.context = context;
+  o.max_step_tokens = step;
+  Engine engine(o);
+  return engine.score(tokens);
+}
+
+// want and got: (positions, vocab) logits, compared per position.
+test::LogitAgreement agreement(const std::vector<float>& want, const std::vector<float>& got, size_t vocab) {
+  test::LogitAgreement a;
+  for (size_t p = 0; p < want.size() / vocab; ++p) a.add(want.data() + p * vocab, got.data() + p * vocab, int(vocab));
+  a.finish();
+  return a;
+}
+
 // Every quantized weight type the GPU reads natively, and the K-quant mixes as llama.cpp's quantizer lays them out
 // (Q4_K_M: Q4_K with output, attn_v and ffn_down of half the layers in Q6_K), end to end: the CUDA engine's
 // teacher-forced logits against the CPU reference kernels (plain loops, f32 activations, exact dequantization) on
@@ -63,23 +84,11 @@ TEST_P(CudaQuantLogits, MatchCpuReference) {
   constexpr size_t kVocab = 4096;
   std::vector<int32_t> tokens;
   for (int i = 0; i < 40; ++i) tokens.push_back(int32_t((i * 7919 + 13) % 4000));
-  const auto score = [&](const std::string& device, int step) {
-    EngineOptions o;
-    o.model_path = path;
-    o.device = device;
-    o.kernels = device == "cpu" ? KernelSet::Reference : KernelSet::Fast;
-    o.context = 64;
-    o.max_step_tokens = step;
-    Engine engine(o);
-    return engine.score(tokens);
-  };
-  const std::vector<float> want = score("cpu", 64);
+  const std::vector<float> want = score_file(path, "cpu", 64, 64, tokens);
   for (const int step : {64, 1}) {  // the prompt in one step (GEMM / skinny paths), and one token a step (matvecs)
-    const std::vector<float> got = score("cuda", step);
+    const std::vector<float> got = score_file(path, "cuda", 64, step, tokens);
     ASSERT_EQ(got.size(), want.size());
-    test::LogitAgreement a;
-    for (size_t p = 0; p < tokens.size(); ++p) a.add(want.data() + p * kVocab, got.data() + p * kVocab, int(kVocab));
-    a.finish();
+    const test::LogitAgreement a = agreement(want, got, kVocab);
     std::printf("%s %s cuda step %d vs cpu reference: %s\n", shape.c_str(), type.c_str(), step, a.summary().c_str());
     // llama3-small (dim 2048): one token a step runs the streamed matvecs on the backend's one-level int8
     // activations (~0.5% per value, llama.cpp's q8_1), which set its error, the same for Q8_0 and Q4_0 as for the
@@ -143,9 +152,7 @@ TEST_P(CudaFp8Logits, MatchCpuReferenceAndStayFp8) {
                 gpu_bytes, file_bytes, double(gpu_bytes) / double(file_bytes));
     const std::vector<float> got = engine->score(tokens);
     ASSERT_EQ(got.size(), want.size());
-    test::LogitAgreement a;
-    for (size_t p = 0; p < tokens.size(); ++p) a.add(want.data() + p * kVocab, got.data() + p * kVocab, int(kVocab));
-    a.finish();
+    const test::LogitAgreement a = agreement(want, got, kVocab);
     std::printf("%s cuda step %d vs cpu reference: %s\n", GetParam().c_str(), step, a.summary().c_str());
     EXPECT_GE(a.min_cosine, 0.9999) << GetParam() << " step " << step;
     EXPECT_LE(a.max_rel_l2, 1e-2) << GetParam() << " step " << step;
@@ -173,23 +180,11 @@ TEST(CudaGemmaLogits, WindowsAndSoftcapsMatchCpuReference) {
   constexpr size_t kVocab = 4096;
   std::vector<int32_t> tokens;
   for (int i = 0; i < 200; ++i) tokens.push_back(int32_t((i * 7919 + 13) % 4000));
-  const auto score = [&](const std::string& device, int step) {
-    EngineOptions o;
-    o.model_path = path;
-    o.device = device;
-    o.kernels = device == "cpu" ? KernelSet::Reference : KernelSet::Fast;
-    o.context = 256;
-    o.max_step_tokens = step;
-    Engine engine(o);
-    return engine.score(tokens);
-  };
-  const std::vector<float> want = score("cpu", 256);
+  const std::vector<float> want = score_file(path, "cpu", 256, 256, tokens);
   for (const int step : {256, 48, 1}) {
-    const std::vector<float> got = score("cuda", step);
+    const std::vector<float> got = score_file(path, "cuda", 256, step, tokens);
     ASSERT_EQ(got.size(), want.size());
-    test::LogitAgreement a;
-    for (size_t p = 0; p < tokens.size(); ++p) a.add(want.data() + p * kVocab, got.data() + p * kVocab, int(kVocab));
-    a.finish();
+    const test::LogitAgreement a = agreement(want, got, kVocab);
     std::printf("gemma2-micro bf16 cuda step %d vs cpu reference: %s\n", step, a.summary().c_str());
     EXPECT_GE(a.min_cosine, 0.9999) << "step " << step;
     EXPECT_LE(a.max_rel_l2, 1.5e-2) << "step " << step;
