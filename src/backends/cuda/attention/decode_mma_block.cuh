@@ -53,9 +53,9 @@ __device__ inline void split_bf16x2(float a, float b, uint32_t& hi, uint32_t& lo
 
 // Issues the copies of tile [p0, p0 + 16) into `stage` (K at 0, V at kTileBytes); rows at or past `end` and
 // rows in bad blocks (reported) are zero-filled, rows before `begin` (the window's first position) are not valid.
-// Returns the tile's valid-row mask (bit r: position p0 + r), the same in every lane. bs16: block_size % 16 == 0 and p0 % 16 == 0, so the tile lies in one block: one
-// table read, one base offset, rows at a fixed stride (the common case; ~4 instructions per copy). Otherwise
-// each row finds its block (and the lanes vote the mask).
+// Returns the tile's valid-row mask (bit r: position p0 + r), the same in every lane. bs16: block_size % 16 == 0
+// and p0 % 16 == 0, so the tile lies in one block: one table read, one base offset, rows at a fixed stride (the
+// common case; ~4 instructions per copy). Otherwise each row finds its block (and the lanes vote the mask).
 template <int D, int kStages>
 __device__ inline uint32_t issue_tile(const AttentionParams& p, const int32_t* table, int kvh, int p0, int begin,
                                       int end, bool bs16, bool bs_pow2, int bs_shift, unsigned char* stage) {
@@ -389,8 +389,8 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
     }
   }
   __syncthreads();
-  decode_block_epilogue<D, kM, kWarps, kOnePass>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv - base, row, group, r0, n_rows}, s_acc,
-                                       es);
+  const DecodeBlockPos where{s, kvh, rg, split, kv - base, row, group, r0, n_rows};
+  decode_block_epilogue<D, kM, kWarps, kOnePass>(p, plan, where, s_acc, es);
   stamp(p.stamps, 4);
 }
 

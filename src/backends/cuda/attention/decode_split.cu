@@ -81,7 +81,8 @@ __device__ inline void issue_stage(const AttentionParams& p, const int32_t* tabl
   }
 }
 
-// kHd: the head_dim (D, or less where the layout pads it: Phi-3's 96 in the 128 layout, its last 4 lanes of a row idle).
+// kHd: the head_dim (D, or less where the layout pads it: Phi-3's 96 in the 128 layout, the last 4 lanes of a row
+// idle).
 template <int D, int R, int kSteps, int kStagesT, int kHd = D>
 __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kernel(AttentionParams p, DecodeSplitPlan plan) {
   pdl_allow_dependents();
@@ -244,8 +245,8 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
   }
   __syncthreads();
 
-  decode_block_epilogue<D, R, kWarps, false, kHd>(p, plan, DecodeBlockPos{s, kvh, rg, split, kv - base, row, group, r0, n_rows},
-                                                 s_acc, es);
+  const DecodeBlockPos where{s, kvh, rg, split, kv - base, row, group, r0, n_rows};
+  decode_block_epilogue<D, R, kWarps, false, kHd>(p, plan, where, s_acc, es);
 }
 
 template <int D, int R, int kSteps, int kStages, int kHd>

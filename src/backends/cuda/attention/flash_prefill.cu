@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(NW * 32, (kMinBlocks<D, MT, NW>)) flash_prefil
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int s = 0, tile = 0;
   if (!find_tile(p, PrefillShape<D, MT, KT, NW>::kTileQ, int(blockIdx.y), s, tile)) return;  // same in every warp
-  flash_prefill_tile<D, MT, KT, NW, true, kWindowCap>(p, s, tile, int(blockIdx.x), smem_raw);  // diagonal skip at MT = 2
+  // kSkipDiag: the diagonal skip at MT = 2.
+  flash_prefill_tile<D, MT, KT, NW, true, kWindowCap>(p, s, tile, int(blockIdx.x), smem_raw);
 }
 
 template <int D, int MT, int KT, int NW = prefill_detail::kWarps, bool kWindowCap = false>
