@@ -30,6 +30,7 @@ RequestResult send_request(httplib::Client& client, const WorkItem& item, const 
                {"temperature", o.temperature},
                {"stream", o.stream}};
   if (!o.model.empty()) body["model"] = o.model;
+  if (!o.extra_fields.empty()) body.update(json::parse(o.extra_fields));
   if (o.stream) body["stream_options"] = {{"include_usage", true}};
   RequestResult r;
   const Clock::time_point t0 = Clock::now();

@@ -24,6 +24,7 @@ struct ClientOptions {
   std::string model;
   bool stream = true;
   float temperature = 0.0f;
+  std::string extra_fields;  // a JSON object whose fields every request's body gets (e.g. response_format); empty: none
 };
 
 RequestResult send_request(httplib::Client& client, const WorkItem& item, const ClientOptions& o);

@@ -67,6 +67,13 @@ int main(int argc, char** argv) {
   app.add_option("--model", model, "model name (default: the first of GET /v1/models)");
   app.add_option("--temperature", c.temperature, "sampling temperature");
   app.add_flag("--stream", stream, "stream (SSE): measures TTFT and inter-token latency");
+  app.add_option("--extra-fields", c.extra_fields,
+                 "a JSON object merged into every request's body, e.g. structured output: "
+                 "'{\"response_format\":{\"type\":\"regex\",\"regex\":\"[a-z ]+\"}}'")
+      ->check([](const std::string& s) {
+        const auto j = nlohmann::json::parse(s, nullptr, false);
+        return j.is_object() ? std::string() : std::string("--extra-fields: not a JSON object");
+      });
   app.add_option("--timeout", timeout_s, "per-request read timeout in seconds");
   app.add_option("--json", json_path, "also write the figures to this JSON file");
   CLI11_PARSE(app, argc, argv);

@@ -253,21 +253,29 @@ if has serve; then
     note "[serve $bin${va:+ $va}] $(grep -E 'step graphs recorded' "$OUT/server.log") GPU memory used $(nvidia-smi \
       --query-gpu=memory.used --format=csv,noheader | head -1)"
     seed=1  # each run on this server draws new prompts (a repeated run of one seed would hit the prefix cache)
+    # FERRY_SERVE_EXTRAS: ';'-separated JSON objects merged into every request's body, one run each per client
+    # count on this server ("none": as is), e.g. 'none;{"response_format":{"type":"regex","regex":"[a-z ]+"}}'
+    # (structured output's cost).
+    IFS=';' read -ra formats <<< "${FERRY_SERVE_EXTRAS:-none}"
     for n in ${FERRY_SERVE_CLIENTS:-64 256}; do
+    for fmt in "${formats[@]}"; do
+      fa=()
+      [ "$fmt" = none ] || fa=(--extra-fields "$fmt")
       # SM clock and board power sampled every 250 ms during the run (is a GEMM-bound step throttled?).
       nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 250 \
         > "$OUT/clocks.csv" 2>/dev/null &
       sampler=$!
       timeout 200 "$C/serve_bench" --url "http://127.0.0.1:$port" --clients $n --requests $((n * ${FERRY_SERVE_PER_CLIENT:-10})) --seed $seed \
-        --input-len 512 --output-len 128 --stream --timeout 180 --json "$OUT/serve$n.json" > "$OUT/s.log" 2>&1
+        --input-len 512 --output-len 128 --stream --timeout 180 --json "$OUT/serve$n.json" "${fa[@]}" > "$OUT/s.log" 2>&1
       kill $sampler 2>/dev/null; wait $sampler 2>/dev/null
       seed=$((seed + 1))
       cat "$OUT/s.log" >> "$log"
-      note "[serve $bin${va:+ $va}, $n clients, seed $((seed - 1)), 512/128] $(tr '\n' ' ' < "$OUT/s.log" | tail -c 600)"
+      note "[serve $bin${va:+ $va}, $n clients, seed $((seed - 1)), 512/128${fa:+, $fmt}] $(tr '\n' ' ' < "$OUT/s.log" | tail -c 600)"
       note "[serve clocks, $n clients] $(awk -F', *' '$1 > 0 {n++; c += $1; p += $2; if ($1 < lo || lo == 0) lo = $1;
         if ($2 > hp) hp = $2; t = $3} END {if (n) printf "%d samples: SM clock mean %.0f MHz (min %d), " \
         "power mean %.0f W (max %.0f), temperature %d C", n, c / n, lo, p / n, hp, t}' "$OUT/clocks.csv")"
       rm -f "$OUT/clocks.csv"
+    done
     done
     curl -s "http://127.0.0.1:$port/metrics" | grep -E "^ferry_" | grep -vE "_bucket" >> "$log"
     kill -TERM $server; wait $server; note "serve exit status: $?"

@@ -53,6 +53,15 @@ void ModelRunner::launch_sampled(const StepPlan& plan, std::span<const RowSampli
   launched_.push_back(std::move(launched));
 }
 
+void ModelRunner::seal(std::span<const std::span<const uint64_t>> masks) {
+  FERRY_CHECK(!launched_.empty(), "ModelRunner::seal: no step was launched");
+  const std::vector<int32_t>& first = launched_.back().logit_row;
+  FERRY_ASSERT(masks.size() + 1 == first.size());
+  row_masks_.assign(row_modes_.size(), {});
+  for (size_t i = 0; i < masks.size(); ++i) row_masks_[size_t(first[i])] = masks[i];  // a Device row: one logit row
+  model_.seal_sampled(row_masks_);
+}
+
 void ModelRunner::collect() {
   FERRY_CHECK(!launched_.empty(), "ModelRunner::collect: no step was launched");
   host_index_ = std::move(launched_.front().host_index);

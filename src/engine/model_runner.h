@@ -89,6 +89,10 @@ class ModelRunner {
   // collect waits for the oldest launched step, after which token(i) / logits(i) are that step's. Between them the
   // plan's sequences may change (the batch was copied at launch).
   void launch_sampled(const StepPlan& plan, std::span<const RowSampling> rows);
+  // A launched step with masked rows (RowSampling::masked): its draw, with masks[i] ((ceil(vocab / 64)) u64
+  // words, empty: none) for the i-th chunk that samples (LlamaModel::seal_sampled).
+  void seal(std::span<const std::span<const uint64_t>> masks);
+  bool newest_unsealed() const { return model_.newest_unsealed(); }
   void collect();
   // After run: every row; after collect: the Host rows. r: the r-th logit row of a verify chunk (after run).
   std::span<const float> logits(size_t i, size_t r = 0) const;
@@ -116,6 +120,7 @@ class ModelRunner {
   std::vector<int32_t> first_logit_row_;  // (n_sampling_chunks + 1) the chunk's first logit row (a verify chunk:
                                           // 1 + n_draft rows from there), then the end of the real rows
   std::vector<RowSampling> row_modes_;  // launch_sampled: (logit rows) the rows' settings, padding rows Skip
+  std::vector<std::span<const uint64_t>> row_masks_;  // seal: (logit rows) the rows' masks
   SampledStep sampled_;                 // collect: the drawn ids and the Host rows' logits
   struct LaunchedRows {
     std::vector<int32_t> host_index;  // (n_sampling_chunks) the chunk's first row of sampled_.host_logits, -1: none

@@ -1,11 +1,11 @@
 #include "engine/postprocess.h"
 
 #include <algorithm>
-#include <limits>
 #include <vector>
 
 #include "core/check.h"
 #include "engine/logprobs.h"
+#include "sampling/token_mask.h"
 
 namespace ferry {
 
@@ -32,18 +32,8 @@ std::span<const float> adjusted_logits(Sequence& seq, std::span<const float> log
   }
   if (!seq.grammar_mask_ready) compute_grammar_mask(seq, logits.size());
   seq.grammar_mask_ready = false;
-  FERRY_CHECK(seq.grammar_mask.size() * 64 >= logits.size(), "grammar: mask of {} words for {} logits",
-              seq.grammar_mask.size(), logits.size());
-  seq.masked_logits.resize(logits.size());
-  bool any = false;
-  for (size_t w = 0; w * 64 < logits.size(); ++w) {
-    const uint64_t bits = seq.grammar_mask[w];
-    any = any || bits != 0;
-    const size_t end = std::min(logits.size(), w * 64 + 64);
-    for (size_t t = w * 64; t < end; ++t) {
-      seq.masked_logits[t] = ((bits >> (t - w * 64)) & 1) ? logits[t] : -std::numeric_limits<float>::infinity();
-    }
-  }
+  seq.masked_logits.assign(logits.begin(), logits.end());
+  const bool any = apply_token_mask(seq.masked_logits, seq.grammar_mask);
   FERRY_CHECK(any, "grammar: no token of the vocabulary continues the output format here");
   for (const auto& [id, bias] : seq.request.logit_bias) seq.masked_logits[size_t(id)] += bias;  // -inf stays
   return seq.masked_logits;

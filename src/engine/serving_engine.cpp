@@ -129,6 +129,10 @@ struct ServingEngine::Impl {
   void step();
   void launch(StepPlan&& plan, Clock::time_point scheduled);
   void complete_oldest();  // waits for the oldest launched step and postprocesses it
+  // Structured output: seqs' grammar masks (Sequence::grammar_mask), on the sample threads.
+  void compute_masks(std::span<Sequence* const> seqs);
+  // The newest launched step's draw, when its masked rows wait for their masks (ModelRunner::seal).
+  void seal_newest();
   // Speculation: the postprocess of a verify chunk (sampling chunk i of the step): the target's draws decide the
   // kept proposals (spec_verify.h), the rest of the K/V is dropped, the kept tokens and the next are emitted.
   void postprocess_verify(const ScheduledChunk& c, size_t i, int64_t& new_tokens);
@@ -278,8 +282,11 @@ void ServingEngine::Impl::step() {
   } else {
     launch(std::move(plan), t0);
     // Asynchronous scheduling: the step just launched runs while the previous one is postprocessed and the next
-    // one scheduled. Otherwise (or when its rows need the host's logits) it is postprocessed now.
-    while (!launched.empty() && (launched.size() > 1 || launched.back().must_finish)) complete_oldest();
+    // one scheduled. Otherwise (or when its rows need the host's logits) it is postprocessed now. Its masked rows'
+    // draw waits until the step before has been postprocessed (their masks need its tokens).
+    while (launched.size() > 1) complete_oldest();
+    seal_newest();
+    if (!launched.empty() && launched.back().must_finish) complete_oldest();
   }
   if (options.check_invariants) check_invariants();
 }
@@ -336,10 +343,11 @@ void ServingEngine::Impl::launch(StepPlan&& plan, Clock::time_point scheduled) {
       RowSampling& r = s.rows.emplace_back();
       // Speculating sequences too: their verify steps need every row's logits, and their next proposals the
       // token of this step (so their steps finish before the next launch, without placeholders).
-      const bool host = req.logprobs >= 0 || req.sampling.penalties_active() || c.seq->matcher != nullptr ||
-                        c.seq->reasoning_gate != nullptr ||
+      // Structured output draws on the device too, with the matcher's mask (seal_newest).
+      const bool host = req.logprobs >= 0 || req.sampling.penalties_active() || c.seq->reasoning_gate != nullptr ||
                         !req.logit_bias.empty() || c.seq->proposer != nullptr;
       r.mode = host ? RowMode::Host : RowMode::Device;
+      r.masked = !host && c.seq->matcher != nullptr;
       r.params = req.sampling;
       r.position = uint64_t(c.seq->tokens.size());
       s.must_finish = s.must_finish || host;
@@ -377,26 +385,16 @@ void ServingEngine::Impl::launch(StepPlan&& plan, Clock::time_point scheduled) {
     }
     s.placeholder_at.push_back(at);
   }
-  // Structured output: the rows' masks are computed now, on the sample threads, while the device runs the step
-  // (the matcher's state is final: a constrained row is postprocessed before the next launch).
+  // Structured output drawn on the host: the rows' masks are computed now, on the sample threads, while the device
+  // runs the step (the matcher's state is final: a Host row is postprocessed before the next launch).
   std::vector<Sequence*> constrained;
-  for (const ScheduledChunk& c : plan.chunks)
-    if (c.sample && c.seq->matcher && !c.seq->matcher->is_terminated()) constrained.push_back(c.seq);
-  if (!constrained.empty()) {
-    const size_t vocab = size_t(m->model->config().vocab_size);
-    auto one = [&](int64_t i) {
-      try {
-        compute_grammar_mask(*constrained[size_t(i)], vocab);
-      } catch (const std::exception&) {
-        constrained[size_t(i)]->grammar_mask_ready = false;  // sample_rows computes it again and reports the error
-      }
-    };
-    if (postprocess_pool && postprocess_pool->size() > 1 && constrained.size() > 1) {
-      postprocess_pool->run_chunks(int64_t(constrained.size()), one);
-    } else {
-      for (size_t i = 0; i < constrained.size(); ++i) one(int64_t(i));
-    }
+  for (size_t j = 0, i = 0; j < plan.chunks.size(); ++j) {
+    const ScheduledChunk& c = plan.chunks[j];
+    if (!c.sample) continue;
+    const bool on_device = device_sampling && s.rows[i++].mode == RowMode::Device;
+    if (!on_device && c.seq->matcher && !c.seq->matcher->is_terminated()) constrained.push_back(c.seq);
   }
+  compute_masks(constrained);
   s.launch_s = std::chrono::duration<double>(Clock::now() - t1).count();
   s.plan = std::move(plan);
   if (!launched.empty()) {  // the previous step is still in flight: this one overlaps its postprocessing
@@ -404,6 +402,52 @@ void ServingEngine::Impl::launch(StepPlan&& plan, Clock::time_point scheduled) {
     ++stats.overlapped_steps;
   }
   launched.push_back(std::move(s));
+}
+
+void ServingEngine::Impl::compute_masks(std::span<Sequence* const> seqs) {
+  if (seqs.empty()) return;
+  const size_t vocab = size_t(m->model->config().vocab_size);
+  auto one = [&](int64_t i) {
+    try {
+      compute_grammar_mask(*seqs[size_t(i)], vocab);
+    } catch (const std::exception&) {
+      seqs[size_t(i)]->grammar_mask_ready = false;  // the host sampler computes it again and reports the error
+    }
+  };
+  if (postprocess_pool && postprocess_pool->size() > 1 && seqs.size() > 1) {
+    postprocess_pool->run_chunks(int64_t(seqs.size()), one);
+  } else {
+    for (size_t i = 0; i < seqs.size(); ++i) one(int64_t(i));
+  }
+}
+
+void ServingEngine::Impl::seal_newest() {
+  if (launched.empty() || !runner->newest_unsealed()) return;
+  const LaunchedStep& s = launched.back();
+  // The masked rows' matchers have taken every token drawn so far (the step before was postprocessed), so their
+  // masks are final; the device is running this step's forward meanwhile.
+  std::vector<Sequence*> seqs;
+  std::vector<size_t> at;  // (seqs) their sampling rows
+  size_t i = 0;
+  for (size_t j = 0; j < s.plan.chunks.size(); ++j) {
+    const ScheduledChunk& c = s.plan.chunks[j];
+    if (!c.sample) continue;
+    const size_t row = i++;
+    if (!s.rows[row].masked || c.seq->state == SequenceState::Finished || c.seq->epoch != s.epoch[j]) continue;
+    seqs.push_back(c.seq);
+    at.push_back(row);
+  }
+  compute_masks(seqs);
+  std::vector<std::span<const uint64_t>> masks(i);
+  const size_t words = (size_t(m->model->config().vocab_size) + 63) / 64;
+  for (size_t k = 0; k < seqs.size(); ++k) {
+    Sequence& seq = *seqs[k];
+    // A mask that failed: no token allowed, so the draw finds nothing and the row's request fails (never unmasked).
+    if (!seq.grammar_mask_ready) seq.grammar_mask.assign(words, 0);
+    seq.grammar_mask_ready = false;  // this draw uses it
+    masks[at[k]] = seq.grammar_mask;
+  }
+  runner->seal(masks);  // rows of finished sequences: no mask (their draw is wasted anyway)
 }
 
 void ServingEngine::Impl::complete_oldest() {
@@ -455,7 +499,12 @@ void ServingEngine::Impl::complete_oldest() {
       if (device_sampling && s.rows[i].mode == RowMode::Device) {
         r.on_device = true;
         r.token = runner->token(i);
-        if (r.token < 0) r.error = "sampler: every logit is NaN or -inf, nothing to sample";
+        if (r.token < 0) {
+          r.error = seq->matcher ? "grammar: no token of the vocabulary continues the output format here"
+                                 : "sampler: every logit is NaN or -inf, nothing to sample";
+        } else if (seq->matcher && !seq->matcher->accept_token(r.token)) {
+          r.error = fmt::format("grammar: the sampler drew token {}, which the output format does not allow", r.token);
+        }
       } else {
         r.logits = runner->logits(i);
       }

@@ -300,6 +300,8 @@ const float* LlamaModel::execute_step(const Batch& batch, bool host_logits) {
 
 void LlamaModel::forward_sampled(const Batch& batch, std::span<const RowSampling> rows, SampledStep& out) {
   FERRY_CHECK(in_flight_.empty(), "forward_sampled: {} launched steps are not collected", in_flight_.size());
+  FERRY_CHECK(std::none_of(rows.begin(), rows.end(), [](const RowSampling& r) { return r.masked; }),
+              "forward_sampled: masked rows need launch_sampled + seal_sampled");
   launch_sampled(batch, rows);
   collect_sampled(out);
 }
@@ -339,9 +341,9 @@ void LlamaModel::launch_sampled(const Batch& batch, std::span<const RowSampling>
               in_flight_.size());
   FERRY_CHECK(in_flight_.empty() || in_flight_.back().n_host == 0,
               "launch_sampled: the step in flight copies logits to the host; collect it first");
+  FERRY_CHECK(!newest_unsealed(), "launch_sampled: the step in flight waits for its token masks (seal_sampled)");
   check_step_tokens(batch);
   const int64_t m = int64_t(rows.size());
-  const int64_t V = vocab_.full;  // world 1: the gathered logits are (m, V) rows
   InFlightStep step;
   step.started = std::chrono::steady_clock::now();
   step.m = m;
@@ -351,9 +353,8 @@ void LlamaModel::launch_sampled(const Batch& batch, std::span<const RowSampling>
     step.modes[size_t(i)] = rows[size_t(i)].mode;
     if (rows[size_t(i)].mode == RowMode::Device) step.n_dev = i + 1;
     if (rows[size_t(i)].mode == RowMode::Host) ++step.n_host;
+    step.masked = step.masked || (rows[size_t(i)].mode == RowMode::Device && rows[size_t(i)].masked);
   }
-  sample_params_.clear();
-  sample_positions_.clear();
   for (int64_t i = 0; i < step.n_dev; ++i) {
     const RowSampling& r = rows[size_t(i)];
     SamplingParams p;
@@ -363,47 +364,14 @@ void LlamaModel::launch_sampled(const Batch& batch, std::span<const RowSampling>
       p.temperature = 0.0f;  // a placeholder draw (argmax, one pass), never read
       p.repetition_penalty = 1.0f, p.presence_penalty = 0.0f, p.frequency_penalty = 0.0f;
     }
-    sample_params_.push_back(p);
-    sample_positions_.push_back(r.position);
+    step.params.push_back(p);
+    step.positions.push_back(r.position);
   }
   encode_batch(batch, step_bytes_);
   try {
     comm_->broadcast(step_bytes_);  // world 1: a no-op (kept so that the step is framed like forward's)
     execute_step(batch, false);
-    const Tensor logits = logits_.view(DType::F32, {m, V});  // (m, V) f32 device
-    if (step.n_dev > 0) {
-      if (sample_ids_.bytes() < size_t(m) * 4) {
-        FERRY_CHECK(!token_feedback_, "launch_sampled: {} logit rows exceed the sampled-id buffer", m);
-        sample_ids_ = backend_.alloc(size_t(m) * 8);
-      }
-      step.staging = next_staging_;
-      next_staging_ = (next_staging_ + 1) % kMaxInFlight;
-      DeviceBuffer& staging = sample_ids_staging_[size_t(step.staging)];
-      if (staging.bytes() < size_t(m) * 4) {
-        staging = DeviceBuffer();
-        staging = backend_.alloc_host(size_t(m) * 8);
-      }
-      const Tensor ids = sample_ids_.view(DType::I32, {step.n_dev});  // (n_dev) i32 device
-      const Tensor head = Tensor::make(DType::F32, {step.n_dev, V}, logits.data, logits.device);
-      backend_.sample(ids, head, sample_params_, sample_positions_);
-      backend_.copy_to_host_async(staging.data(), ids, size_t(step.n_dev) * 4);
-    }
-    // Host rows: consecutive runs, each one copy into the staging buffer at the same row.
-    auto* staging = static_cast<float*>(logits_staging_.data());
-    for (int64_t i = 0; i < m;) {
-      if (rows[size_t(i)].mode != RowMode::Host) {
-        ++i;
-        continue;
-      }
-      int64_t j = i;
-      while (j < m && rows[size_t(j)].mode == RowMode::Host) ++j;
-      const Tensor run = Tensor::make(DType::F32, {j - i, V}, static_cast<float*>(logits.data) + i * V, logits.device);
-      backend_.copy_to_host_async(staging + i * V, run, size_t(run.nbytes()));
-      traffic_.host_bytes += int64_t(run.nbytes());
-      i = j;
-    }
-    step.mark = backend_.mark();
-    step.enqueued = std::chrono::steady_clock::now();
+    if (!step.masked) seal(step, {});
   } catch (const std::exception& e) {
     comm_->abort(e.what());
     throw;
@@ -412,10 +380,73 @@ void LlamaModel::launch_sampled(const Batch& batch, std::span<const RowSampling>
   in_flight_.push_back(std::move(step));
 }
 
+void LlamaModel::seal_sampled(std::span<const std::span<const uint64_t>> masks) {
+  FERRY_CHECK(newest_unsealed(), "seal_sampled: the newest launched step is not waiting for masks");
+  InFlightStep& step = in_flight_.back();
+  FERRY_CHECK(masks.size() == size_t(step.m), "seal_sampled: {} masks for {} logit rows", masks.size(), step.m);
+  const auto words = size_t((vocab_.full + 63) / 64);
+  sample_masks_.assign(size_t(step.n_dev) * words, ~uint64_t(0));  // rows without a mask: every token allowed
+  for (int64_t i = 0; i < step.n_dev; ++i) {
+    const std::span<const uint64_t> mask = masks[size_t(i)];
+    if (mask.empty()) continue;
+    FERRY_CHECK(step.modes[size_t(i)] == RowMode::Device && mask.size() >= words,
+                "seal_sampled: row {} has a mask of {} words ({} needed) or is not drawn on the device", i, mask.size(),
+                words);
+    std::copy_n(mask.begin(), words, sample_masks_.begin() + ptrdiff_t(size_t(i) * words));
+  }
+  try {
+    seal(step, sample_masks_);
+  } catch (const std::exception& e) {
+    comm_->abort(e.what());
+    throw;
+  }
+}
+
+void LlamaModel::seal(InFlightStep& step, std::span<const uint64_t> masks) {
+  const int64_t m = step.m;
+  const int64_t V = vocab_.full;                                 // world 1: the gathered logits are (m, V) rows
+  const Tensor logits = logits_.view(DType::F32, {m, V});  // (m, V) f32 device
+  if (step.n_dev > 0) {
+    if (sample_ids_.bytes() < size_t(m) * 4) {
+      FERRY_CHECK(!token_feedback_, "launch_sampled: {} logit rows exceed the sampled-id buffer", m);
+      sample_ids_ = backend_.alloc(size_t(m) * 8);
+    }
+    step.staging = next_staging_;
+    next_staging_ = (next_staging_ + 1) % kMaxInFlight;
+    DeviceBuffer& staging = sample_ids_staging_[size_t(step.staging)];
+    if (staging.bytes() < size_t(m) * 4) {
+      staging = DeviceBuffer();
+      staging = backend_.alloc_host(size_t(m) * 8);
+    }
+    const Tensor ids = sample_ids_.view(DType::I32, {step.n_dev});  // (n_dev) i32 device
+    const Tensor head = Tensor::make(DType::F32, {step.n_dev, V}, logits.data, logits.device);
+    backend_.sample(ids, head, step.params, step.positions, masks);
+    backend_.copy_to_host_async(staging.data(), ids, size_t(step.n_dev) * 4);
+  }
+  // Host rows: consecutive runs, each one copy into the staging buffer at the same row.
+  auto* staging = static_cast<float*>(logits_staging_.data());
+  for (int64_t i = 0; i < m;) {
+    if (step.modes[size_t(i)] != RowMode::Host) {
+      ++i;
+      continue;
+    }
+    int64_t j = i;
+    while (j < m && step.modes[size_t(j)] == RowMode::Host) ++j;
+    const Tensor run = Tensor::make(DType::F32, {j - i, V}, static_cast<float*>(logits.data) + i * V, logits.device);
+    backend_.copy_to_host_async(staging + i * V, run, size_t(run.nbytes()));
+    traffic_.host_bytes += int64_t(run.nbytes());
+    i = j;
+  }
+  step.mark = backend_.mark();
+  step.enqueued = std::chrono::steady_clock::now();
+  step.sealed = true;
+}
+
 void LlamaModel::collect_sampled(SampledStep& out) {
   FERRY_CHECK(!in_flight_.empty(), "collect_sampled: no step was launched");
   const InFlightStep step = std::move(in_flight_.front());
   in_flight_.pop_front();
+  FERRY_CHECK(step.sealed, "collect_sampled: the step was never sealed (seal_sampled: its token masks)");
   const int64_t V = vocab_.full;
   try {
     // wait_s: the time this call blocks (with a step launched after this one, the host's work in between is not

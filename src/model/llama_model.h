@@ -49,6 +49,7 @@ struct RowSampling {
   RowMode mode = RowMode::Skip;
   SamplingParams params;  // Device: penalties off
   uint64_t position = 0;  // Device: the Philox counter = the history length (prompt + generated) before the draw
+  bool masked = false;    // Device: the draw takes a token mask that seal_sampled gives (structured output)
 };
 // forward_sampled's results. tokens: (m) i32, the drawn id of each Device row (-1: every logit NaN/-inf;
 // unspecified for other rows); host_logits: (n_host, vocab) f32, the Host rows' logits in row order.
@@ -102,8 +103,14 @@ class LlamaModel {
   // collect_sampled waits for the OLDEST launched step only (not what was launched after it) and returns its
   // results. At most kMaxInFlight steps are launched and not collected; a step with Host rows must be collected
   // before the next launch (the logits staging buffer is single).
+  // A step with masked rows (RowSampling::masked) is launched without its draw: the forward runs while the host
+  // computes the masks (which may need the previous step's tokens), then seal_sampled enqueues the draw with them.
+  // masks: (m) spans, one per logit row, each (ceil(V / 64)) u64 words for a masked row (empty: no mask). Such a
+  // step must be sealed before it is collected and before the next launch.
   static constexpr int kMaxInFlight = 2;
   void launch_sampled(const Batch& batch, std::span<const RowSampling> rows);
+  void seal_sampled(std::span<const std::span<const uint64_t>> masks);
+  bool newest_unsealed() const { return !in_flight_.empty() && !in_flight_.back().sealed; }
   void collect_sampled(SampledStep& out);
   int steps_in_flight() const { return int(in_flight_.size()); }
   // Token feedback (needs supports_device_sampling()): with it on, a launched step's input ids may hold
@@ -230,14 +237,20 @@ class LlamaModel {
     int staging = 0;                       // its sample_ids_staging_ buffer
     uint64_t mark = 0;                     // Backend::mark() after its last copy
     std::vector<RowMode> modes;            // (m)
+    std::vector<SamplingParams> params;    // (n_dev) the draws' settings (a placeholder draw for non-Device rows)
+    std::vector<uint64_t> positions;       // (n_dev) their Philox counters
+    bool masked = false;                   // some Device row takes a mask (RowSampling::masked)
+    bool sealed = false;                   // its draw and copies are enqueued (seal)
     std::chrono::steady_clock::time_point started, enqueued;
   };
+  // Enqueues the draw of the Device rows (with masks: (n_dev, words) u64, or empty), the copies of the Host rows'
+  // logits and the step's mark.
+  void seal(InFlightStep& step, std::span<const uint64_t> masks);
   std::deque<InFlightStep> in_flight_;  // oldest first
   int next_staging_ = 0;
   std::vector<RowMode> last_modes_;     // (m) the last launched sampled step's row modes (placeholders name them)
   bool token_feedback_ = false;
-  std::vector<SamplingParams> sample_params_;  // (n sampled) forward_sampled's per-row settings
-  std::vector<uint64_t> sample_positions_;     // (n sampled) their Philox counters
+  std::vector<uint64_t> sample_masks_;  // (n_dev, words) u64: seal_sampled's masks in the sampler's layout
   LogitsTraffic traffic_;
   std::vector<uint8_t> step_bytes_;     // the step's Batch as broadcast to the followers (batch_codec.h)
   std::vector<float> follower_logits_;  // a follower rank's logits of the step (m, vocab) f32: assembled like rank 0's, then unused

@@ -290,10 +290,13 @@ class Backend {
   // out: (m) i32 device = one token per row of logits (m, vocab) f32 device, the token sampling/sampler.cpp's
   // Sampler(params[i]).sample would draw at history length positions[i] (the Philox counter); -1 for a row
   // with no finite logit. params, positions: (m) host. Penalties must be off (ferry::Error otherwise).
-  // Enqueued on the backend's stream (results after synchronize()); not capturable in a step graph.
+  // mask (structured output): empty, or (m, ceil(vocab / 64)) u64 host words, bit t % 64 of word t / 64 set when
+  // row i may draw token t; the logits of the clear bits become -inf in place before the draw. It is copied
+  // before sample() returns. Enqueued on the backend's stream (results after synchronize()); not capturable in a
+  // step graph.
   virtual void sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
-                      std::span<const uint64_t> positions) {
-    (void)out, (void)logits, (void)params, (void)positions;
+                      std::span<const uint64_t> positions, std::span<const uint64_t> mask) {
+    (void)out, (void)logits, (void)params, (void)positions, (void)mask;
     fail("backend {} cannot sample on the device", name());
   }
   // Token feedback (asynchronous scheduling: a step is enqueued before the previous step's sampled ids reach the

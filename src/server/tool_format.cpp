@@ -94,11 +94,18 @@ OutputFormat forced_tool_call_format(ToolCallFormat format, const ToolRequest& t
   for (const ToolFunction& f : tools.functions) {
     if (tools.choice == ToolChoice::Function && f.name != tools.forced_name) continue;
     ordered_json props = ordered_json::object();
+    ordered_json required = ordered_json::array();
+    if (format == ToolCallFormat::CommandR7b) {  // its template numbers the calls first: "tool_call_id": "0"
+      props["tool_call_id"] = {{"type", "string"}, {"pattern", "^[0-9]{1,4}$"}};
+      required.push_back("tool_call_id");
+    }
     props[name_key(format)] = {{"const", f.name}};
     props[arguments_key(format)] = f.parameters;
+    required.push_back(name_key(format));
+    required.push_back(arguments_key(format));
     branches.push_back({{"type", "object"},
                         {"properties", props},
-                        {"required", {name_key(format), arguments_key(format)}},
+                        {"required", required},
                         {"additionalProperties", false}});
   }
   const ordered_json call = branches.size() == 1 ? branches[0] : ordered_json{{"anyOf", branches}};

@@ -21,6 +21,7 @@
 #include "backends/cuda/sampling/sampling.cuh"
 #include "sampling/philox.h"
 #include "sampling/sampler.h"
+#include "sampling/token_mask.h"
 #include "sampling/sampler_math.h"
 
 namespace ferry::test {
@@ -536,13 +537,71 @@ TEST(CudaSampling, BackendMethod) {
     if (r == 4) params[size_t(r)].min_p = 0.05f;
     positions[size_t(r)] = uint64_t(r) * 3;
   }
-  gpu.sample(go, gl, params, positions);
+  gpu.sample(go, gl, params, positions, {});
   std::vector<int32_t> got(static_cast<size_t>(m));
   gpu.copy_to_host(got.data(), go, got.size() * 4);
   for (int64_t r = 0; r < m; ++r) {
     Sampler cpu(params[size_t(r)], int32_t(vocab));
     const std::vector<int32_t> history(size_t(positions[size_t(r)]), 0);
     EXPECT_EQ(got[size_t(r)], cpu.sample({logits.data() + r * vocab, size_t(vocab)}, history)) << "row " << r;
+  }
+}
+// Structured output's masks (CudaBackend::sample with a mask): the masked logits become -inf on the device and
+// the draw equals the CPU sampler's over the same masked row, for every sampling path; rows whose mask allows a
+// handful of tokens (a grammar's usual case), about half of them, or all of them (an unmasked row beside them).
+TEST(CudaSampling, MaskedRowsDrawOnlyAllowedTokens) {
+  if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  CudaBackend gpu;
+  const int64_t m = 12, vocab = 128256, words = (vocab + 63) / 64;
+  std::mt19937_64 rng(31);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  std::vector<float> logits(static_cast<size_t>(m * vocab));
+  for (float& v : logits) v = d(rng);
+  std::vector<uint64_t> mask(static_cast<size_t>(m * words), 0);
+  for (int64_t r = 0; r < m; ++r) {
+    uint64_t* row = mask.data() + r * words;
+    if (r % 3 == 0) {  // a few allowed tokens, one of them in the last, partial word
+      for (int k = 0; k < 5; ++k) {
+        const auto t = uint64_t(rng() % uint64_t(vocab));
+        row[t / 64] |= uint64_t(1) << (t % 64);
+      }
+      row[(vocab - 1) / 64] |= uint64_t(1) << ((vocab - 1) % 64);
+    } else if (r % 3 == 1) {
+      for (int64_t w = 0; w < words; ++w) row[w] = rng();
+    } else {
+      std::fill(row, row + words, ~uint64_t(0));
+    }
+  }
+  DeviceBuffer lb = gpu.alloc(logits.size() * 4), ob = gpu.alloc(size_t(m) * 4);
+  const Tensor gl = Tensor::make(DType::F32, {m, vocab}, lb.data(), Device::Cuda);  // (m, vocab) f32
+  const Tensor go = Tensor::make(DType::I32, {m}, ob.data(), Device::Cuda);          // (m) i32
+  gpu.copy_to_device(gl, logits.data(), logits.size() * 4);
+  std::vector<SamplingParams> params(static_cast<size_t>(m));
+  std::vector<uint64_t> positions(static_cast<size_t>(m));
+  for (int64_t r = 0; r < m; ++r) {
+    SamplingParams& p = params[size_t(r)];
+    p.seed = uint64_t(r) + 5;
+    p.temperature = r % 4 == 0 ? 0.0f : 1.0f;
+    p.top_k = r % 4 == 1 ? 40 : 0;
+    p.top_p = r % 4 == 2 ? 0.9f : 1.0f;
+    p.min_p = r % 4 == 3 ? 0.05f : 0.0f;
+    positions[size_t(r)] = uint64_t(r) * 7 + 1;
+  }
+  gpu.sample(go, gl, params, positions, mask);
+  std::vector<int32_t> got(static_cast<size_t>(m));
+  gpu.copy_to_host(got.data(), go, got.size() * 4);
+  std::vector<float> masked_back(logits.size());
+  gpu.copy_to_host(masked_back.data(), gl, masked_back.size() * 4);
+  for (int64_t r = 0; r < m; ++r) {
+    std::vector<float> row(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+    ASSERT_TRUE(apply_token_mask(row, std::span(mask).subspan(size_t(r * words), size_t(words))));
+    ASSERT_EQ(0, std::memcmp(row.data(), masked_back.data() + r * vocab, row.size() * 4)) << "row " << r;
+    const int32_t t = got[size_t(r)];
+    ASSERT_TRUE(t >= 0 && t < vocab) << "row " << r;
+    EXPECT_TRUE((mask[size_t(r * words + t / 64)] >> (t % 64)) & 1) << "row " << r << " drew " << t;
+    Sampler cpu(params[size_t(r)], int32_t(vocab));
+    const std::vector<int32_t> history(size_t(positions[size_t(r)]), 0);
+    EXPECT_EQ(t, cpu.sample(row, history)) << "row " << r;
   }
 }
 }  // namespace

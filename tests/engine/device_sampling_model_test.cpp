@@ -30,9 +30,10 @@ class SamplingCpuBackend final : public test::ForwardingCpuBackend {
   bool supports_sampling() const override { return true; }
   // out: (m) i32; logits: (m, vocab) f32 (host memory here).
   void sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
-              std::span<const uint64_t> positions) override {
+              std::span<const uint64_t> positions, std::span<const uint64_t> mask) override {
     const int64_t m = logits.rows(), vocab = logits.cols();
     ASSERT_EQ(params.size(), size_t(m));
+    ASSERT_TRUE(mask.empty());  // these tests give no output format
     ASSERT_EQ(out.numel(), m);
     ++calls;
     rows_sampled += m;

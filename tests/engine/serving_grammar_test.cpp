@@ -45,6 +45,38 @@ TEST(ServingGrammar, SchemaOutputsValidateAndStop) {
   }
 }
 
+// Constrained rows are drawn on the device (the CPU backend's sampler here) with the matcher's mask, sealed after
+// the step before was postprocessed, while asynchronous scheduling keeps steps overlapping: the same tokens as the
+// host sampler's, bit for bit (the same draw from the same masked logits), and every draw made on the "device".
+TEST(ServingGrammar, DeviceDrawsWithMasksMatchTheHostSampler) {
+  const std::string schema = R"({"type":"object","properties":{"id":{"type":"integer"},
+    "tags":{"type":"array","items":{"enum":["x","yy","zzz"]},"maxItems":3}},"required":["id","tags"]})";
+  auto run = [&](bool device) {
+    ServingOptions so;
+    so.device_sampling = device;
+    ServingEngine s(tiny_options(256), so);
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      GenerationRequest r = constrained(seed % 2 ? OutputFormatKind::JsonSchema : OutputFormatKind::Regex,
+                                        seed % 2 ? schema : "[a-f]{3,9}(!|\\?)", seed, 60);
+      if (seed == 4) r.sampling.temperature = 0;  // greedy among the allowed tokens
+      hs.push_back(s.submit(r));
+    }
+    hs.push_back(s.submit(test::greedy_request(test::random_prompt(9, 5), 12)));  // an unconstrained row beside them
+    std::vector<std::vector<int32_t>> ids;
+    for (auto& h : hs) ids.push_back(collect(*h).ids());
+    return std::pair(ids, s.stats());
+  };
+  const auto [host, host_stats] = run(false);
+  const auto [dev, dev_stats] = run(true);
+  EXPECT_EQ(dev, host);
+  EXPECT_EQ(host_stats.device_sampled_tokens, 0);
+  int64_t tokens = 0;
+  for (const auto& v : dev) tokens += int64_t(v.size());
+  EXPECT_GE(dev_stats.device_sampled_tokens, tokens);  // (with the rows wasted behind a finished request)
+  EXPECT_GT(dev_stats.overlapped_steps, 0);
+}
+
 TEST(ServingGrammar, RegexAndGbnfAndLengthCutOff) {
   ServingEngine s(tiny_options(256), {});
   for (uint64_t seed = 1; seed <= 3; ++seed) {

@@ -244,8 +244,6 @@ TEST(ToolFormat, ForcedCallGrammarIsTheTemplatesMarkup) {
     // a second call); the model's own markup, which the grammar writes, closes it.
     if (f.format == ToolCallFormat::DeepSeekV3 && text.find("<｜tool▁calls▁end｜>") == std::string::npos) text += "<｜tool▁calls▁end｜>";
     if (f.format == ToolCallFormat::CommandR7b) text.erase(0, text.find('['));  // <|START_ACTION|>: a control token
-    if (f.format == ToolCallFormat::CommandR7b)
-      continue;  // its calls carry "tool_call_id", which the forced grammar does not write; the parser reads both
     for (const ToolChoice choice : {ToolChoice::Required, ToolChoice::Function}) {
       tools.choice = choice;
       tools.forced_name = "get_weather";

@@ -71,7 +71,7 @@ class CpuBackend final : public Backend {
   // the serving engine then draws rows here, in parallel, as it does on a GPU.
   bool supports_sampling() const override { return true; }
   void sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
-              std::span<const uint64_t> positions) override;
+              std::span<const uint64_t> positions, std::span<const uint64_t> mask) override;
   void resolve_placeholders(const Tensor& ids, const Tensor& sampled) override;
 
   ThreadPool& pool() { return pool_; }

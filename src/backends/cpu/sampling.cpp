@@ -7,17 +7,20 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/check.h"
 #include "sampling/sampler.h"
+#include "sampling/token_mask.h"
 
 namespace ferry {
 
 void CpuBackend::sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
-                        std::span<const uint64_t> positions) {
-  // out: (m) i32; logits: (m, vocab) f32; params, positions: (m)
+                        std::span<const uint64_t> positions, std::span<const uint64_t> mask) {
+  // out: (m) i32; logits: (m, vocab) f32; params, positions: (m); mask: empty or (m, words) u64
   const int64_t m = logits.rows(), vocab = logits.cols();
+  const int64_t words = (vocab + 63) / 64;
   FERRY_CHECK(logits.dtype == DType::F32 && out.dtype == DType::I32 && out.numel() >= m &&
-                  params.size() == size_t(m) && positions.size() == size_t(m),
-              "sample: {} rows of logits, {} outputs, {} settings, {} positions", m, out.numel(), params.size(),
-              positions.size());
+                  params.size() == size_t(m) && positions.size() == size_t(m) &&
+                  (mask.empty() || mask.size() == size_t(m * words)),
+              "sample: {} rows of logits, {} outputs, {} settings, {} positions, {} mask words", m, out.numel(),
+              params.size(), positions.size(), mask.size());
   for (const SamplingParams& p : params)
     FERRY_CHECK(!p.penalties_active(), "sample: penalties are applied on the host, not by the backend's sampler");
   int32_t* ids = out.ptr<int32_t>();
@@ -34,6 +37,8 @@ void CpuBackend::sample(const Tensor& out, const Tensor& logits, std::span<const
     }
   }
   pool_.run_chunks(m, [&](int64_t i) {
+    if (!mask.empty())
+      apply_token_mask({logits.ptr<float>() + i * vocab, size_t(vocab)}, mask.subspan(size_t(i * words), size_t(words)));
     try {
       ids[i] = samplers_[size_t(i)]->sample_at({rows + i * vocab, size_t(vocab)}, positions[size_t(i)]);
     } catch (const std::exception&) {  // every logit NaN/-inf: nothing to draw (the CUDA kernel's -1)

@@ -31,6 +31,7 @@
 #include "backends/cuda/matmul/weight_repack.h"
 #include "backends/cuda/sampling/sampling.cuh"
 #include "backends/cuda/sampling/token_feedback.cuh"
+#include "backends/cuda/sampling/token_mask.cuh"
 #include "backends/cuda/step_graph.h"
 #include "core/check.h"
 #include "formats/quant.h"
@@ -641,13 +642,16 @@ void CudaBackend::gather_rows(const Tensor& out, const Tensor& x, const Tensor& 
 }
 
 void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
-                         std::span<const uint64_t> positions) {
+                         std::span<const uint64_t> positions, std::span<const uint64_t> mask) {
   FERRY_CHECK(!capturing_, "CUDA backend: sample() cannot be captured in a step graph yet");
   require_cuda(out, "sample output");
   require_cuda(logits, "sample logits");
   const int64_t m = logits.rows();
   FERRY_ASSERT(logits.dtype == DType::F32 && out.dtype == DType::I32 && out.numel() == m);
+  const int64_t words = (logits.cols() + 63) / 64;
   FERRY_ASSERT(params.size() == size_t(m) && positions.size() == size_t(m));
+  FERRY_CHECK(mask.empty() || mask.size() == size_t(m * words), "CUDA sampling: {} mask words for {} rows of {}",
+              mask.size(), m, logits.cols());
   if (m == 0) return;
   std::vector<cuda_ops::SampleRowParams> rows(static_cast<size_t>(m));
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -678,6 +682,22 @@ void CudaBackend::sample(const Tensor& out, const Tensor& logits, std::span<cons
   }
   std::memcpy(slot.host.data(), rows.data(), bytes);
   FERRY_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.data(), slot.host.data(), bytes, cudaMemcpyHostToDevice, stream_));
+  if (!mask.empty()) {  // structured output: the masked logits are -inf before any pass reads them
+    const size_t mask_bytes = mask.size_bytes();
+    if (slot.mask.bytes() < mask_bytes) {
+      slot.mask = DeviceBuffer();
+      slot.mask = alloc_host(mask_bytes);
+    }
+    if (sample_mask_.bytes() < mask_bytes) {
+      sample_mask_ = DeviceBuffer();
+      sample_mask_ = alloc(mask_bytes);
+    }
+    std::memcpy(slot.mask.data(), mask.data(), mask_bytes);
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(sample_mask_.data(), slot.mask.data(), mask_bytes, cudaMemcpyHostToDevice, stream_));
+    cuda_ops::apply_token_mask({.logits = logits.ptr<float>(), .mask = static_cast<const uint64_t*>(sample_mask_.data()),
+                                .m = m, .vocab = logits.cols(), .words = words},
+                               stream_);
+  }
   FERRY_CUDA_CHECK(cudaEventRecord(slot.copied, stream_));
   // The streaming passes split over blocks at every m (sampling_heuristics.h); their scratch grows like
   // sample_rows_; the plan sizes the blocks by m (fixed huge blocks ran in waves at many rows: docs/perf-log.md).

@@ -160,7 +160,7 @@ class CudaBackend final : public Backend {
   // Enqueued on the backend's stream; params are copied from host memory (not capturable yet).
   bool supports_sampling() const override { return true; }
   void sample(const Tensor& out, const Tensor& logits, std::span<const SamplingParams> params,
-              std::span<const uint64_t> positions) override;
+              std::span<const uint64_t> positions, std::span<const uint64_t> mask) override;
   void resolve_placeholders(const Tensor& ids, const Tensor& sampled) override;  // token_feedback.cuh
   // Stream markers: a ring of kMaxMarksInFlight events recorded on the stream.
   uint64_t mark() override;
@@ -215,11 +215,13 @@ class CudaBackend final : public Backend {
   DeviceBuffer attn_scratch_;    // attention_scratch_bytes(): split-KV decode partials
   DeviceBuffer sample_rows_;     // (m) cuda_ops::SampleRowParams for sample()
   DeviceBuffer sample_parts_;    // (m) cuda_ops::sample_rows_parts_bytes: sample()'s streaming passes' partials
+  DeviceBuffer sample_mask_;     // (m, words) u64: sample()'s token masks (structured output), when given
   DeviceBuffer sample_cand_;     // (m) cuda_ops::sample_rows_cand_bytes: the fast paths' scratch (left zeroed)
   int64_t sample_cand_vocab_ = 0;  // the vocabulary sample_cand_'s rows are laid out for
   struct SampleStaging {
     DeviceBuffer host;             // (m) cuda_ops::SampleRowParams, page-locked: the copy's source
-    CUevent_st* copied = nullptr;  // recorded after the copy that reads it
+    DeviceBuffer mask;             // (m, words) u64 token masks, page-locked (structured output's rows)
+    CUevent_st* copied = nullptr;  // recorded after the copies that read them
   };
   std::array<SampleStaging, kMaxMarksInFlight> sample_staging_;  // sample()'s settings, one slot per step in flight
   size_t sample_staging_next_ = 0;
