@@ -295,8 +295,11 @@ void JsonToolCallParser::on_key(ParsedText& out) {
   if (first_key_checked_) return;
   first_key_checked_ = true;
   if (committed_) return;
-  if (!is_name_key(format_, key_) && !is_arguments_key(format_, key_)) return revert(out);
-  committed_ = true;  // a bare start whose first key is a call's: it is a call
+  // A bare start whose first key is a call's is a call (Command R7B's calls open with their "tool_call_id").
+  const bool call_key = is_name_key(format_, key_) || is_arguments_key(format_, key_) ||
+                        (format_ == ToolCallFormat::CommandR7b && key_ == "tool_call_id");
+  if (!call_key) return revert(out);
+  committed_ = true;
   held_.clear();
 }
 

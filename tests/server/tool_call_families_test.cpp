@@ -243,7 +243,10 @@ TEST(ToolFormat, ForcedCallGrammarIsTheTemplatesMarkup) {
     // R1's distill templates leave a single call's section open (they write <｜tool▁calls▁end｜> only after
     // a second call); the model's own markup, which the grammar writes, closes it.
     if (f.format == ToolCallFormat::DeepSeekV3 && text.find("<｜tool▁calls▁end｜>") == std::string::npos) text += "<｜tool▁calls▁end｜>";
-    if (f.format == ToolCallFormat::CommandR7b) text.erase(0, text.find('['));  // <|START_ACTION|>: a control token
+    if (f.format == ToolCallFormat::CommandR7b) {  // <|START_ACTION|> and <|END_ACTION|>: control tokens
+      text.erase(0, text.find('['));
+      text.erase(text.rfind("<|END_ACTION|>"));
+    }
     for (const ToolChoice choice : {ToolChoice::Required, ToolChoice::Function}) {
       tools.choice = choice;
       tools.forced_name = "get_weather";
