@@ -225,6 +225,48 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
   BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+// Every set's scratch grown to the largest of `plans` (make_problem sized it for the default plan), counters zero.
+void fit_decode_scratch(Problem& pr, const cuda_ops::DecodeSplitPlan* plans, int n_plans) {
+  for (auto& p : pr.params) {
+    size_t need = 0;
+    for (int i = 0; i < n_plans; ++i) need = std::max(need, cuda_ops::decode_split_scratch_bytes(p, plans[i]));
+    if (need > p.scratch_bytes) {
+      void* scratch = nullptr;
+      BENCH_CUDA_CHECK(cudaMalloc(&scratch, need));
+      BENCH_CUDA_CHECK(cudaMemset(scratch, 0, need));
+      pr.keep.push_back(scratch);
+      p.scratch = static_cast<float*>(scratch);
+      p.scratch_bytes = need;
+    }
+  }
+}
+
+// One decode call cycling over pr's sets; ms per call of n_calls such calls captured in one CUDA graph and
+// replayed (what a captured decode step sees). Then one more call on set 0 into a NaN-poisoned output, its
+// n_out floats returned in *out.
+double graph_decode_ms(Problem& pr, const cuda_ops::DecodeSplitPlan& plan, int n_calls, size_t n_out,
+                       cudaStream_t s, std::vector<float>* out) {
+  const size_t n_sets = pr.params.size();
+  size_t next = 0;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < n_calls; ++i) {
+    cuda_ops::decode_split_attention(pr.params[next], plan, s);
+    next = (next + 1) % n_sets;
+  }
+  BENCH_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  BENCH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms = median_ms(s, [&] { BENCH_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 7) / n_calls;
+  BENCH_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  BENCH_CUDA_CHECK(cudaGraphDestroy(graph));
+  BENCH_CUDA_CHECK(cudaMemset(pr.params[0].out, 0xFF, n_out * 4));  // NaN: every row must be rewritten
+  cuda_ops::decode_split_attention(pr.params[0], plan, s);
+  BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
+  *out = download(pr.params[0].out, n_out);
+  return ms;
+}
+
 // Decode variants: v1 = CUDA cores (decode_split.cu, the first version); tensor cores (decode_mma.cu), default plan:
 // v2 = the kernel before dattn2 (plan.early_kv and plan.one_pass_merge off), v4 = early K/V requests only, v5 = both
 // (the default); v6 = v5 with the plan for half the SMs (half the splits). "vs v1": relative L2 of a variant's output
@@ -257,44 +299,22 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
         cuda_ops::plan_decode_split(pr.params[0], n_sms / 2, DecodeKernel::kTensorCores)};  // half the splits
     plans[1].early_kv = plans[1].one_pass_merge = false;
     plans[2].one_pass_merge = false;
-    // Scratch sized for the largest plan (make_problem sized it for the default one).
-    for (auto& p : pr.params) {
-      size_t need = 0;
-      for (const auto& pl : plans) need = std::max(need, cuda_ops::decode_split_scratch_bytes(p, pl));
-      if (need > p.scratch_bytes) {
-        void* scratch = nullptr;
-        BENCH_CUDA_CHECK(cudaMalloc(&scratch, need));
-        BENCH_CUDA_CHECK(cudaMemset(scratch, 0, need));
-        pr.keep.push_back(scratch);
-        p.scratch = static_cast<float*>(scratch);
-        p.scratch_bytes = need;
-      }
-    }
+    fit_decode_scratch(pr, plans, kVariants);
     const size_t n_out = size_t(B) * 32 * 128;
     double t_graph[kVariants], t_stream = 0;
     std::vector<float> outs[kVariants];
+    const int n_calls = std::max(20, n_sets);
     for (int v = 0; v < kVariants; ++v) {
-      const cuda_ops::DecodeSplitPlan& plan = plans[v];
-      int next = 0;
-      auto call = [&] {
-        cuda_ops::decode_split_attention(pr.params[size_t(next)], plan, s);
-        next = (next + 1) % n_sets;
-      };
-      const int n_calls = std::max(20, n_sets);
-      if (v == 0) t_stream = median_ms(s, [&] { for (int i = 0; i < n_calls; ++i) call(); }, 5) / n_calls;
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      BENCH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < n_calls; ++i) call();
-      BENCH_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-      BENCH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      t_graph[v] = median_ms(s, [&] { BENCH_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 7) / n_calls;
-      BENCH_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      BENCH_CUDA_CHECK(cudaGraphDestroy(graph));
-      BENCH_CUDA_CHECK(cudaMemset(pr.params[0].out, 0xFF, n_out * 4));  // NaN: every row must be rewritten
-      cuda_ops::decode_split_attention(pr.params[0], plan, s);
-      BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
-      outs[v] = download(pr.params[0].out, n_out);
+      if (v == 0) {  // v1 also back to back on the stream
+        int next = 0;
+        t_stream = median_ms(s, [&] {
+          for (int i = 0; i < n_calls; ++i) {
+            cuda_ops::decode_split_attention(pr.params[size_t(next)], plans[0], s);
+            next = (next + 1) % n_sets;
+          }
+        }, 5) / n_calls;
+      }
+      t_graph[v] = graph_decode_ms(pr, plans[v], n_calls, n_out, s, &outs[v]);
     }
     auto pct = [&](double ms) { return 100.0 * bytes / (ms * 1e-3) / bench::kCopyBytesPerSecond; };
     const bool same = std::memcmp(outs[2].data(), outs[1].data(), n_out * 4) == 0 &&
@@ -343,42 +363,11 @@ void bench_depth(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& j
                                             cuda_ops::plan_decode_split(pr.params[0], n_sms),
                                             cuda_ops::plan_decode_split(pr.params[0], n_sms)};
       plans[1].fit_chunk = false;
-      for (auto& p : pr.params) {
-        size_t need = 0;
-        for (const auto& pl : plans) need = std::max(need, cuda_ops::decode_split_scratch_bytes(p, pl));
-        if (need > p.scratch_bytes) {
-          void* scratch = nullptr;
-          BENCH_CUDA_CHECK(cudaMalloc(&scratch, need));
-          BENCH_CUDA_CHECK(cudaMemset(scratch, 0, need));
-          pr.keep.push_back(scratch);
-          p.scratch = static_cast<float*>(scratch);
-          p.scratch_bytes = need;
-        }
-      }
+      fit_decode_scratch(pr, plans, 3);
       const size_t n_out = size_t(B) * 32 * 128;
       double t[3];
       std::vector<float> outs[3];
-      for (int v = 0; v < 3; ++v) {
-        int next = 0;
-        auto call = [&] {
-          cuda_ops::decode_split_attention(pr.params[size_t(next)], plans[v], s);
-          next = (next + 1) % n_sets;
-        };
-        const int n_calls = std::max(20, n_sets);
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        BENCH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < n_calls; ++i) call();
-        BENCH_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-        BENCH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        t[v] = median_ms(s, [&] { BENCH_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 7) / n_calls;
-        BENCH_CUDA_CHECK(cudaGraphExecDestroy(exec));
-        BENCH_CUDA_CHECK(cudaGraphDestroy(graph));
-        BENCH_CUDA_CHECK(cudaMemset(pr.params[0].out, 0xFF, n_out * 4));  // NaN: every row must be rewritten
-        cuda_ops::decode_split_attention(pr.params[0], plans[v], s);
-        BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
-        outs[v] = download(pr.params[0].out, n_out);
-      }
+      for (int v = 0; v < 3; ++v) t[v] = graph_decode_ms(pr, plans[v], std::max(20, n_sets), n_out, s, &outs[v]);
       auto pct = [&](double ms) { return 100.0 * bytes / (ms * 1e-3) / bench::kCopyBytesPerSecond; };
       const bool same = std::memcmp(outs[2].data(), outs[0].data(), n_out * 4) == 0;
       std::printf("%6d %4d | %4dx%-5d %8.2f %5.1f%% | %6d %4dx%-5d | %8.2f %5.1f%% | %8.2f %5.1f%% %5s\n", C, B,
