@@ -20,7 +20,9 @@
 //            splits are the same ("=" in the bits column).
 //   mixed  : mixed serving steps (prompt chunks + decode rows), old two launches against the one-launch
 //            kernel (mixed_attention.cuh) and each part alone; see bench_mixed.
-// Usage: attention_bench [--json FILE] [prefill|decode|mixed]... (none: all).
+//   depth  : decode at batch 1 and 64, contexts 4k-128k, at the exact table width and at a captured step's
+//            power-of-two width; see bench_depth.
+// Usage: attention_bench [--json FILE] [prefill|decode|depth|mixed]... (none: all).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -78,11 +80,13 @@ struct Problem {
 // seqs: (q_len, kv_len) per sequence. key_splits > 1: the scratch also holds mixed_attention's key-split partials
 // for up to that many splits, and the sets share one scratch (calls run one after the other on one stream and
 // leave its counters at zero; the partials are written and read within a call).
+// table_blocks: the block tables' width (max_blocks_per_seq) when wider than the longest sequence needs (a captured
+// step's power-of-two bucket), entries past a sequence's blocks -1.
 void make_problem_seqs(Problem& pr, int n_sets, const std::vector<std::pair<int, int>>& seqs, int H, int KVH, int D,
-                       cuda_ops::DeviceErrors* errors, int n_sms, int key_splits = 1) {
+                       cuda_ops::DeviceErrors* errors, int n_sms, int key_splits = 1, int table_blocks = 0) {
   const int bs = 16;
   const int B = int(seqs.size());
-  int max_blocks = 1, n_tok = 0, blocks_per_set = 0;
+  int max_blocks = std::max(1, table_blocks), n_tok = 0, blocks_per_set = 0;
   for (const auto& [ql, kl] : seqs) {
     max_blocks = std::max(max_blocks, (kl + bs - 1) / bs);
     blocks_per_set += (kl + bs - 1) / bs;
@@ -221,6 +225,48 @@ void bench_prefill(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson&
   BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+// Every set's scratch grown to the largest of `plans` (make_problem sized it for the default plan), counters zero.
+void fit_decode_scratch(Problem& pr, const cuda_ops::DecodeSplitPlan* plans, int n_plans) {
+  for (auto& p : pr.params) {
+    size_t need = 0;
+    for (int i = 0; i < n_plans; ++i) need = std::max(need, cuda_ops::decode_split_scratch_bytes(p, plans[i]));
+    if (need > p.scratch_bytes) {
+      void* scratch = nullptr;
+      BENCH_CUDA_CHECK(cudaMalloc(&scratch, need));
+      BENCH_CUDA_CHECK(cudaMemset(scratch, 0, need));
+      pr.keep.push_back(scratch);
+      p.scratch = static_cast<float*>(scratch);
+      p.scratch_bytes = need;
+    }
+  }
+}
+
+// One decode call cycling over pr's sets; ms per call of n_calls such calls captured in one CUDA graph and
+// replayed (what a captured decode step sees). Then one more call on set 0 into a NaN-poisoned output, its
+// n_out floats returned in *out.
+double graph_decode_ms(Problem& pr, const cuda_ops::DecodeSplitPlan& plan, int n_calls, size_t n_out,
+                       cudaStream_t s, std::vector<float>* out) {
+  const size_t n_sets = pr.params.size();
+  size_t next = 0;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < n_calls; ++i) {
+    cuda_ops::decode_split_attention(pr.params[next], plan, s);
+    next = (next + 1) % n_sets;
+  }
+  BENCH_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  BENCH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms = median_ms(s, [&] { BENCH_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 7) / n_calls;
+  BENCH_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  BENCH_CUDA_CHECK(cudaGraphDestroy(graph));
+  BENCH_CUDA_CHECK(cudaMemset(pr.params[0].out, 0xFF, n_out * 4));  // NaN: every row must be rewritten
+  cuda_ops::decode_split_attention(pr.params[0], plan, s);
+  BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
+  *out = download(pr.params[0].out, n_out);
+  return ms;
+}
+
 // Decode variants: v1 = CUDA cores (decode_split.cu, the first version); tensor cores (decode_mma.cu), default plan:
 // v2 = the kernel before dattn2 (plan.early_kv and plan.one_pass_merge off), v4 = early K/V requests only, v5 = both
 // (the default); v6 = v5 with the plan for half the SMs (half the splits). "vs v1": relative L2 of a variant's output
@@ -253,44 +299,22 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
         cuda_ops::plan_decode_split(pr.params[0], n_sms / 2, DecodeKernel::kTensorCores)};  // half the splits
     plans[1].early_kv = plans[1].one_pass_merge = false;
     plans[2].one_pass_merge = false;
-    // Scratch sized for the largest plan (make_problem sized it for the default one).
-    for (auto& p : pr.params) {
-      size_t need = 0;
-      for (const auto& pl : plans) need = std::max(need, cuda_ops::decode_split_scratch_bytes(p, pl));
-      if (need > p.scratch_bytes) {
-        void* scratch = nullptr;
-        BENCH_CUDA_CHECK(cudaMalloc(&scratch, need));
-        BENCH_CUDA_CHECK(cudaMemset(scratch, 0, need));
-        pr.keep.push_back(scratch);
-        p.scratch = static_cast<float*>(scratch);
-        p.scratch_bytes = need;
-      }
-    }
+    fit_decode_scratch(pr, plans, kVariants);
     const size_t n_out = size_t(B) * 32 * 128;
     double t_graph[kVariants], t_stream = 0;
     std::vector<float> outs[kVariants];
+    const int n_calls = std::max(20, n_sets);
     for (int v = 0; v < kVariants; ++v) {
-      const cuda_ops::DecodeSplitPlan& plan = plans[v];
-      int next = 0;
-      auto call = [&] {
-        cuda_ops::decode_split_attention(pr.params[size_t(next)], plan, s);
-        next = (next + 1) % n_sets;
-      };
-      const int n_calls = std::max(20, n_sets);
-      if (v == 0) t_stream = median_ms(s, [&] { for (int i = 0; i < n_calls; ++i) call(); }, 5) / n_calls;
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      BENCH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < n_calls; ++i) call();
-      BENCH_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-      BENCH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      t_graph[v] = median_ms(s, [&] { BENCH_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 7) / n_calls;
-      BENCH_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      BENCH_CUDA_CHECK(cudaGraphDestroy(graph));
-      BENCH_CUDA_CHECK(cudaMemset(pr.params[0].out, 0xFF, n_out * 4));  // NaN: every row must be rewritten
-      cuda_ops::decode_split_attention(pr.params[0], plan, s);
-      BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
-      outs[v] = download(pr.params[0].out, n_out);
+      if (v == 0) {  // v1 also back to back on the stream
+        int next = 0;
+        t_stream = median_ms(s, [&] {
+          for (int i = 0; i < n_calls; ++i) {
+            cuda_ops::decode_split_attention(pr.params[size_t(next)], plans[0], s);
+            next = (next + 1) % n_sets;
+          }
+        }, 5) / n_calls;
+      }
+      t_graph[v] = graph_decode_ms(pr, plans[v], n_calls, n_out, s, &outs[v]);
     }
     auto pct = [&](double ms) { return 100.0 * bytes / (ms * 1e-3) / bench::kCopyBytesPerSecond; };
     const bool same = std::memcmp(outs[2].data(), outs[1].data(), n_out * 4) == 0 &&
@@ -308,6 +332,55 @@ void bench_decode(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& 
   BENCH_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+// Decode at depth (issue 25 item 5): batch 1 and 64 at contexts 4k..128k, the default kernel and plan, two table
+// widths: "exact" (max_blocks_per_seq = the context's blocks, the plan's bound = the context) and "graph" (the width
+// a captured tg128 step at that depth has: LlamaModel rounds max_blocks_per_seq up to a power of two, so the bound is
+// ~2x the context). At the graph width the default plan (plan.fit_chunk: each row cuts its own kv_len into the
+// plan's splits) runs beside the same plan with chunks of plan.chunk positions ("fixed": the kernel before
+// fit_chunk, half its splits empty). bits: "=" where the fit plan's output at the graph width equals the exact
+// width's bit for bit (it must wherever both plans give the row the same chunks). Bytes and % as bench_decode.
+// About 20 s on an H200 (the batch-64 128k cache is 34 GB).
+void bench_depth(cuda_ops::DeviceErrors* errors, int n_sms, bench::KernelJson& json) {
+  std::printf("\n== decode attention at depth, H 32 KVH 8 D 128, bf16 K/V, default kernel, graph-replayed calls (%% of "
+              "4300 GB/s counting K+V bf16 + q/out f32) ==\n");
+  std::printf("%6s %4s | %10s %8s %6s | %6s %10s | %8s %6s | %8s %6s %5s\n", "ctx", "B", "exact", "us", "%",
+              "table", "graph plan", "fixed us", "%", "fit us", "%", "bits");
+  cudaStream_t s;
+  BENCH_CUDA_CHECK(cudaStreamCreate(&s));
+  for (const int B : {1, 64}) {
+    for (const int C : {4096, 8192, 16384, 32768, 131072}) {
+      const double kv_bytes = double(B) * C * 8 * 128 * 2 * 2;
+      const double bytes = kv_bytes + double(B) * 2 * 32 * 128 * 4;  // + q and out, f32
+      const int n_sets = int(std::max(1.0, std::ceil(512e6 / kv_bytes)));
+      int table = 1;  // the graph's bucket for the last step of tg128 at depth C: blocks of C + 128 positions
+      while (table < (C + 128 + 15) / 16) table *= 2;
+      Problem pr;
+      make_problem_seqs(pr, n_sets, std::vector<std::pair<int, int>>(size_t(B), {1, C}), 32, 8, 128, errors, n_sms, 1,
+                        table);
+      cuda_ops::AttentionParams exact_p = pr.params[0];
+      exact_p.max_blocks_per_seq = (C + 15) / 16;  // the plan only: the tables keep their width
+      cuda_ops::DecodeSplitPlan plans[3] = {cuda_ops::plan_decode_split(exact_p, n_sms),
+                                            cuda_ops::plan_decode_split(pr.params[0], n_sms),
+                                            cuda_ops::plan_decode_split(pr.params[0], n_sms)};
+      plans[1].fit_chunk = false;
+      fit_decode_scratch(pr, plans, 3);
+      const size_t n_out = size_t(B) * 32 * 128;
+      double t[3];
+      std::vector<float> outs[3];
+      for (int v = 0; v < 3; ++v) t[v] = graph_decode_ms(pr, plans[v], std::max(20, n_sets), n_out, s, &outs[v]);
+      auto pct = [&](double ms) { return 100.0 * bytes / (ms * 1e-3) / bench::kCopyBytesPerSecond; };
+      const bool same = std::memcmp(outs[2].data(), outs[0].data(), n_out * 4) == 0;
+      std::printf("%6d %4d | %4dx%-5d %8.2f %5.1f%% | %6d %4dx%-5d | %8.2f %5.1f%% | %8.2f %5.1f%% %5s\n", C, B,
+                  plans[0].n_splits, plans[0].chunk, t[0] * 1e3, pct(t[0]), table, plans[2].n_splits, plans[2].chunk,
+                  t[1] * 1e3, pct(t[1]), t[2] * 1e3, pct(t[2]), same ? "=" : "DIFF");
+      for (const int v : {0, 2})
+        json.add("decode attention depth ctx" + std::to_string(C) + " B" + std::to_string(B) +
+                     (v == 0 ? " exact" : " graph"),
+                 4.0 * B * 32 * double(C) * 128, bytes, t[v] * 1e-3);
+    }
+  }
+  BENCH_CUDA_CHECK(cudaStreamDestroy(s));
+}
 
 // Mixed serving steps (issue 4): prompt chunks beside decode rows, H 32, KVH 8, D 128, block 16, shuffled blocks.
 // Versions, each timed as back-to-back calls on the stream (PDL between them, as in an eager step) cycling
@@ -493,6 +566,7 @@ int main(int argc, char** argv) {
   try {
     if (wanted("prefill")) bench_prefill(errors, n_sms, json);
     if (wanted("decode")) bench_decode(errors, n_sms, json);
+    if (wanted("depth")) bench_depth(errors, n_sms, json);
     if (wanted("mixed")) bench_mixed(errors, n_sms, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());

@@ -113,6 +113,10 @@ class CudaAttention : public CudaOpsTest {
       if (tc ? !cuda_ops::decode_mma_supports(int(sh.head_dim)) : !cuda_ops::decode_split_supports(int(sh.head_dim)))
         continue;  // head dims the backend runs on the simple kernel (16, 96) or on CUDA cores only (32, 256)
       for (const bool fixed : {false, true}) {
+        // The fixed plan's limit (CudaBackend refuses batch-invariant mode past it): 128 chunks of 256 positions.
+        if (fixed && int64_t(p.max_blocks_per_seq) * p.block_size >
+                         int64_t(cuda_ops::DecodeSplitLimits::kMaxSplits) * cuda_ops::kFixedChunk)
+          continue;
         p.batch_invariant = fixed;
         const cuda_ops::DecodeSplitPlan plan = cuda_ops::plan_decode_split(p, n_sms, kernel);
         ASSERT_EQ(plan.kernel, kernel);
@@ -142,10 +146,12 @@ class CudaAttention : public CudaOpsTest {
   }
 
   // seqs: (q_len, kv_len) per sequence; the cache already holds (random) keys for positions < kv_len - q_len.
-  void check(const Shape& sh, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed) {
+  // table_blocks: block tables wider than the longest sequence (as a captured step's), -1 past each one's blocks.
+  void check(const Shape& sh, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed,
+             int32_t table_blocks = 0) {
     const int64_t H = sh.n_heads, KVH = sh.n_kv_heads, D = sh.head_dim, bs = sh.block_size;
     // Scatter: sequence s gets blocks from a shuffled list; unused table entries are -1.
-    test::PagedLayout L = test::make_paged_layout(bs, seqs, seed);  // host views below point into it
+    test::PagedLayout L = test::make_paged_layout(bs, seqs, seed, table_blocks);  // host views below point into it
     const int32_t n_seqs = int32_t(seqs.size()), max_blocks = L.max_blocks, n_tokens = L.n_tokens;
     const int64_t n_blocks = L.n_blocks;
     std::vector<int32_t>& tables = L.tables;
@@ -342,6 +348,22 @@ TEST_F(CudaAttention, DecodeEarlyKvAndOnePassMerge) {
   check({16, 1, 128, 16}, {{1, 9000}, {1, 4097}}, 203);
   check({12, 2, 64, 16}, {{1, 8193}}, 204);
   check({32, 4, 64, 8}, {{1, 5000}, {1, 300}, {1, 1}}, 205);
+}
+
+// Decode at depth (issue 25 item 5), batch 1 and 3, shuffled blocks: contexts of 32k-40k positions, and tables wider
+// than the context as a captured step has them (LlamaModel rounds max_blocks_per_seq up to a power of two: the plan's
+// bound is ~2x the context, and each row cuts its own kv_len into the plan's splits, plan.fit_chunk). 32,896: tg128's
+// last step at depth 32k in a 4,096-block table (Llama-3-8B's heads on 132 SMs: 33 splits of up to 2,048 planned,
+// all 33 used with chunks of 1,024); 40,001 at the exact width (33 splits of 1,216, the last one short); three rows of
+// 33,000 / 20,000 / 1,500 in a 4,096-block table (2 KV heads: 44 splits, so the merge's second round; chunks of
+// 768 / 512 / 128, the last the kMinChunk floor), and at head_dim 64, block size 32 (22 splits: 1,536 / 960 / 128).
+// check() runs the dispatch and each kernel directly against the CPU reference (the fixed plan only up to its 32,768
+// positions).
+TEST_F(CudaAttention, DecodeAtDepthInWideTables) {
+  check({32, 8, 128, 16}, {{1, 32896}}, 210, 4096);
+  check({32, 8, 128, 16}, {{1, 40001}}, 211);
+  check({8, 2, 128, 16}, {{1, 33000}, {1, 20000}, {1, 1500}}, 212, 4096);
+  check({16, 4, 64, 32}, {{1, 33000}, {1, 20000}, {1, 1500}}, 213, 2048);
 }
 
 // Batch-invariant plans: a sequence's decode row is bit-identical alone and inside a batch of 40 other

@@ -15,12 +15,21 @@
 // 132 SMs, target 2 x 132 = 264 blocks:
 //   batch 1, context 4096:  8 units; 264 / 8 = 33 splits, capped by 4096 / 128 = 32 -> 32 chunks of
 //                           128 positions: 256 blocks (~2 per SM), each reading 128 x 2 x 256 B = 64 KB.
-//   batch 1, context 32768: 33 splits -> chunk ceil(32768 / 33) = 993, rounded up to 1024 -> 32 chunks;
-//                           256 blocks of 512 KB each.
+//   batch 1, context 32768: 33 splits -> chunk ceil(32768 / 33) = 993, rounded up to 1024 -> 32 chunks of
+//                           work; 264 blocks, of which the 8 of split 32 are empty and exit; 256 of 512 KB each.
 //   batch 8, context 4096:  64 units; 264 / 64 = 4 splits (rounded down: 5 would be 320 blocks, 1.2 waves)
 //                           -> chunk 1024 -> 4 chunks: 256 blocks.
 //   batch 64, any context:  512 units >= 264 -> 1 split: 512 blocks, each a whole context; the kernel
 //                           writes the output directly (no partials, no merge).
+// The bound is not the context: a captured decode step's table is max_blocks_per_seq rounded up to a power of two
+// (LlamaModel's graph bucket), so tg128 at depth 32768 (up to 32,896 positions, 2,056 blocks) plans for 4,096
+// blocks = 65,536 positions: 33 splits, chunks of at most 2,048. Chunks of a fixed 2,048 positions would leave 16
+// or 17 of them busy (136 blocks, ~1 per SM, half the bytes in flight: 47 us instead of 36.5 at batch 1 in the
+// 2026-11-30 runs of half the splits). So the plan fixes the split count and the largest chunk, and each row cuts
+// its own kv_len (plan.fit_chunk, decode_chunk in decode_split.cuh): 32,896 / 33 -> 997, rounded up to 64 -> 1,024
+// positions a chunk: 33 busy splits, 264 blocks, as at the exact bound. The chunks depend on kv_len and the split
+// count only: a row's bits are the same under any bound that gives the same split count (4096 and 8192 blocks
+// both give 33 at batch 1).
 // The tensor-core kernel (rows 8 or 16 per block: the GQA group padded to the mma tile) has the same unit
 // count for groups up to 8 and keeps 2 blocks per SM (a 96 KB ring per block: 4 warps x 24 KB, 3 tiles of
 // 16 positions at head_dim 128, 6 at 64), so the examples above hold for it unchanged. This plan at 2 blocks per
@@ -53,6 +62,10 @@ struct DecodeSplitPlan {
   bool early_kv = true;        // issue the first ring tiles of positions below kv_len - 1 before griddepcontrol.wait
   bool one_pass_merge = true;  // the last block requests every split's partials and (m, l) at once (else in
                                // dependent batches of 8)
+  // Chunks cut from each row's own kv_len (decode_chunk, decode_split.cuh): its positions over the n_splits
+  // chunks, so every split has work whatever the context is below the bound; false: chunks of `chunk` positions
+  // from the row's start (the batch-invariant plan, and plans made by hand). plan_decode_split sets it.
+  bool fit_chunk = false;
 };
 
 struct DecodeSplitLimits {
@@ -106,7 +119,10 @@ inline DecodeSplitPlan plan_decode_split(int64_t n_seqs, int64_t n_kv_heads, int
   int64_t chunk = (max_kv + splits - 1) / splits;
   chunk = (chunk + L::kChunkAlign - 1) / L::kChunkAlign * L::kChunkAlign;
   plan.chunk = int32_t(std::min<int64_t>(chunk, int64_t(1) << 30));
-  plan.n_splits = int32_t((max_kv + plan.chunk - 1) / plan.chunk);
+  // Every row cuts its own kv_len into the `splits` chunks (decode_chunk): the grid keeps all of them, even where the
+  // bound's chunks would need fewer (at the bound the last ones stay empty and exit at once).
+  plan.n_splits = int32_t(splits);
+  plan.fit_chunk = true;
   return plan;
 }
 

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/attention/attention.cuh"
 #include "backends/cuda/attention/attention_split_heuristic.cuh"
+#include "backends/cuda/attention/decode_split.cuh"
 
 namespace ferry::cuda_ops {
 
@@ -183,7 +184,8 @@ __device__ inline void decode_block_epilogue(const AttentionParams& p, const Dec
   if (n_splits == 1) return;
 
   // Count this chunk in; the last of the unit's non-empty chunks merges them.
-  const int n_used = min(plan.n_splits, (b.n_keys + plan.chunk - 1) / plan.chunk);
+  const int chunk = decode_chunk(plan, b.n_keys);
+  const int n_used = min(plan.n_splits, (b.n_keys + chunk - 1) / chunk);
   __threadfence();  // this block's partials are visible device-wide before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {

@@ -156,14 +156,15 @@ __device__ __forceinline__ void decode_mma_block(const AttentionParams& p, const
   const int q_len = p.q_len[s], kv = p.kv_len[s];  // both requested at once (kv_len is valid for every sequence)
   // Chunks from decode_split_base of the row's first attended position (0 without a window).
   const int lo = window_begin(p, kv - 1), base = decode_split_base(lo);
-  const int start = base + split * plan.chunk;
+  const int chunk = decode_chunk(plan, kv - base);  // the row's own chunk (plan.fit_chunk), else plan.chunk
+  const int start = base + split * chunk;
   // Not a decode row, or an empty chunk (the merge does not wait for it): uniform over the block. With kOwnWait
   // the block still waits: a kernel whose blocks all exited without waiting could complete before its predecessor.
   if (q_len != 1 || start >= kv) {
     if constexpr (kOwnWait) pdl_wait();
     return;
   }
-  const int end = split == plan.n_splits - 1 ? kv : min(kv, start + plan.chunk);
+  const int end = split == plan.n_splits - 1 ? kv : min(kv, start + chunk);
   const int group = p.n_heads / p.n_kv_heads;
   const int r0 = rg * kM, n_rows = min(kM, group - r0);
   const int row = p.q_start[s];

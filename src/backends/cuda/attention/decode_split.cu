@@ -102,11 +102,12 @@ __global__ void __launch_bounds__(kThreads, (R <= 4 ? 4 : 2)) decode_split_kerne
   // Chunks of the window's positions (all of them without one) from `base`, the window's first position `lo`
   // rounded down to 16 (decode_split_base: the tensor-core kernel's tile alignment, the same chunks here).
   const int lo = window_begin(p, kv - 1), base = decode_split_base(lo);
-  const int start = base + split * plan.chunk;
+  const int chunk = decode_chunk(plan, kv - base);
+  const int start = base + split * chunk;
   if (start >= kv) return;  // an empty chunk: the merge does not wait for it
   // The last chunk runs to kv_len even past the planned bound (a kv_len beyond max_blocks_per_seq *
   // block_size would be a caller bug; this keeps every position counted).
-  const int end = split == plan.n_splits - 1 ? kv : min(kv, start + plan.chunk);
+  const int end = split == plan.n_splits - 1 ? kv : min(kv, start + chunk);
   const int group = p.n_heads / p.n_kv_heads;
   const int r0 = rg * R, n_rows = min(R, group - r0);
   const int row = p.q_start[s];

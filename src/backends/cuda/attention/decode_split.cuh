@@ -1,6 +1,6 @@
 // Split-KV decode attention: the rows of sequences with q_len == 1, over the paged bf16 KV cache. The KV
-// range of each (sequence, KV head) is cut into plan.n_splits chunks of plan.chunk positions
-// (attention_split_heuristic.cuh); one block per (chunk, sequence, KV head x row group) takes up to
+// range of each (sequence, KV head) is cut into plan.n_splits chunks of decode_chunk positions (its kv_len's share,
+// or plan.chunk; attention_split_heuristic.cuh); one block per (chunk, sequence, KV head x row group) takes up to
 // plan.rows query heads of the GQA group, so each K/V row it loads serves all of them. With one chunk the
 // block writes the output row directly; otherwise each block writes an unnormalised partial (acc, running
 // max m, denominator l) to scratch, counts itself on its unit's arrival counter, and the last block of
@@ -24,6 +24,18 @@ namespace ferry::cuda_ops {
 // read). Both decode kernels and the merge's chunk count use it.
 #ifdef __CUDACC__
 __device__ __forceinline__ int decode_split_base(int first_pos) { return first_pos & ~15; }
+
+// Positions per chunk of a row whose chunks cover n_keys positions (kv_len - decode_split_base of its first attended
+// position): plan.chunk, or with plan.fit_chunk the row's own share, n_keys over plan.n_splits rounded up to
+// kChunkAlign, at least kMinChunk and at most plan.chunk (the bound's). Both decode kernels and the merge's chunk
+// count use it, so a row's chunks, and its bits, depend on its kv_len and the plan only. Example: 33 splits, plan
+// chunk 2,048 (bound 65,536), kv_len 32,896 -> 1,024 (33 busy splits); kv_len 65,536 -> 2,048 (32 busy).
+__device__ __forceinline__ int decode_chunk(const DecodeSplitPlan& plan, int n_keys) {
+  using L = DecodeSplitLimits;
+  if (!plan.fit_chunk || plan.n_splits == 1) return plan.chunk;
+  const int share = (n_keys + plan.n_splits - 1) / plan.n_splits;
+  return min(plan.chunk, max(L::kMinChunk, (share + L::kChunkAlign - 1) / L::kChunkAlign * L::kChunkAlign));
+}
 #endif
 
 // head_dim 32, 64, 96, 128 or 256 (the tensor-core kernel: 64 and 128; other sizes run on CUDA cores, 96 in the
