@@ -77,6 +77,8 @@ GenerationPlan build_generation_request(const ParsedRequest& parsed, const Servi
       if (engine.info().document_start_token >= 0) g.prompt = {engine.info().document_start_token};
     } else if (parsed.prompt_text) {
       g.prompt = engine.tokenize(*parsed.prompt_text, true, false);
+      // "" (a tokenizer that adds no BOS): the document start too, as OpenAI answers an empty prompt.
+      if (g.prompt.empty() && engine.info().document_start_token >= 0) g.prompt = {engine.info().document_start_token};
     } else {
       g.prompt = parsed.prompt_tokens;
     }

@@ -273,8 +273,10 @@ void parse_sampling(const json& body, ParsedRequest& r) {
   if (const json* v = field(body, "repetition_penalty"))  // vLLM's extension
     s.repetition_penalty = float(number(*v, "repetition_penalty", 0.01, 100.0));
   if (const json* v = field(body, "seed")) {
-    if (!v->is_number_integer()) bad("seed", "must be an integer");
-    s.seed = v->is_number_unsigned() ? v->get<uint64_t>() : uint64_t(v->get<int64_t>());
+    // An integral float (1937.0) is an integer too, as JSON Schema counts it.
+    s.seed = v->is_number_unsigned() ? v->get<uint64_t>()
+                                     : uint64_t(integer(*v, "seed", std::numeric_limits<int64_t>::min(),
+                                                        std::numeric_limits<int64_t>::max()));
     r.seed_given = true;
   }
 }

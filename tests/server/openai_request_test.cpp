@@ -96,6 +96,15 @@ TEST(OpenAIRequest, LogitBias) {
   EXPECT_EQ(r.logit_bias[1], (std::pair<int32_t, float>{17, 2.5f}));
 }
 
+// JSON Schema counts 1937.0 as an integer (schemathesis sent it as a seed); 1.5 stays refused (BadRequests).
+TEST(OpenAIRequest, IntegralFloatSeedIsAnInteger) {
+  const ParsedRequest r =
+      parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "seed": 1937.0})");
+  EXPECT_EQ(r.sampling.seed, 1937u);
+  EXPECT_TRUE(r.seed_given);
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "x", "seed": -2.0})").sampling.seed, uint64_t(-2));
+}
+
 TEST(OpenAIRequest, DefaultsAreOpenAIs) {
   const ParsedRequest r = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}]})");
   EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);

@@ -7,7 +7,7 @@ here). Checks: no server error (5xx), every response valid against the descripti
 content types the description lists, and schema-valid requests accepted (positive_data_acceptance; a
 refusal is reported, and must be a 400 that names a field README lists as unsupported).
 
-usage: run_schemathesis.py FERRY_BINARY [--model DIR] [--max-examples N] [--report FILE]
+usage: run_schemathesis.py FERRY_BINARY [--model DIR] [--max-examples N] [--seed N] [--report FILE]
 Runs with the Python that has schemathesis (python3 -m venv V && V/bin/pip install schemathesis).
 Exit status: schemathesis's (0: nothing found).
 """
@@ -60,6 +60,10 @@ def without_unsupported(schemas):
     completion["best_of"] = {"type": "integer", "enum": [1], "nullable": True}
     completion["echo"] = {"type": "boolean", "enum": [False], "nullable": True}
     completion["n"]["maximum"] = 16
+    # A completions prompt holds one prompt: the batch forms (a list of strings, a list of token lists) with one.
+    for branch in completion["prompt"]["oneOf"]:
+        if branch["type"] == "array" and branch["items"].get("type") in ("string", "array"):
+            branch["minItems"] = branch["maxItems"] = 1
     # logit_bias maps token ids of the served model to -100..100 (OpenAI's description says so in words only).
     token_id = {"pattern": "^(0|[1-9][0-9]{0,1}|[1-4][0-9]{2}|50[0-9]|51[01])$"}  # 0..511: tiny-llama's vocabulary
     for properties in (chat, completion):
@@ -127,9 +131,10 @@ def ferry_spec(path, vocab_size):
     return spec
 
 
-def run(spec_path, url, checks, max_examples, report_dir, name):
+def run(spec_path, url, checks, max_examples, seed, report_dir, name):
     cmd = [sys.executable, "-m", "schemathesis.cli", "run", spec_path, "--url", url, "--checks", checks,
            "--max-examples", str(max_examples), "--continue-on-failure", "--request-timeout", "30",
+           "--seed", str(seed),
            "--report", "junit", "--report-dir", report_dir, "--workers", "2", "--suppress-health-check", "all"]
     print("$ " + " ".join(cmd), flush=True)
     rc = subprocess.call(cmd)
@@ -143,6 +148,7 @@ def main():
     ap.add_argument("--model", default=os.path.join(SOURCE, "tests", "fixtures", "models", "tiny-llama"),
                     help="a Hugging Face folder (its config.json gives the vocabulary size)")
     ap.add_argument("--max-examples", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=1, help="schemathesis's seed (the same cases every run)")
     ap.add_argument("--report", default=os.path.join(tempfile.gettempdir(), "ferry-schemathesis"))
     a = ap.parse_args()
     if not os.path.exists(OPENAI_SPEC):
@@ -160,9 +166,9 @@ def main():
     try:
         base = "http://127.0.0.1:%d" % port
         urllib.request.urlopen(base + "/health", timeout=10).read()
-        rc_openai = run(openai_spec, base + "/v1", OPENAI_CHECKS, a.max_examples, os.path.join(a.report, "openai"),
+        rc_openai = run(openai_spec, base + "/v1", OPENAI_CHECKS, a.max_examples, a.seed, os.path.join(a.report, "openai"),
                         "openai routes")
-        rc_ferry = run(own_spec, base, FERRY_CHECKS, a.max_examples, os.path.join(a.report, "ferry"), "ferry routes")
+        rc_ferry = run(own_spec, base, FERRY_CHECKS, a.max_examples, a.seed, os.path.join(a.report, "ferry"), "ferry routes")
         alive = proc.poll() is None
         print("server still running: %s" % alive)
     finally:
