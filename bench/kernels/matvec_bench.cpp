@@ -10,8 +10,9 @@
 // the quantized types, its activation pre-pass included in the time; stream_half / stream_quant = the one-token
 // streamed kernels), "vs rows" = the rows kernel's time / this kernel's time (> 1: faster), and every row ends with
 // its relative L2 against the rows kernel ("MISMATCH" above 1e-4). Retired kernels: docs/perf-log.md.
-// Usage: matvec_bench [--quick] [--hot] [--types T1,T2,..] [--json FILE] (quick: M = 1 only; hot: no rotation over
-// weight copies, so weights up to ~50 MB are read from L2 (the consumers' own rate); --types: only these weight
+// Usage: matvec_bench [--quick] [--hot] [--stacked] [--types T1,T2,..] [--json FILE] (quick: M = 1 only; hot: no
+// rotation over weight copies, so weights up to ~50 MB are read from L2 (the consumers' own rate); --stacked: only the
+// mixed-type q|k|v comparison (stacked_bench); --types: only these weight
 // types, by dtype name, e.g. bf16,q8_0,q4_0,q4_K;
 // --json: every row as {name, flops, bytes, seconds} for `ferry bench --plot --kernels`, bench/kernels/kernel_json.h;
 // bytes there = weight + activations read + outputs written).
@@ -25,10 +26,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/matmul/matvec.cuh"
+#include "backends/cuda/matmul/stream_quant.cuh"
 #include "backends/cuda/matmul/weight_layout.cuh"
 #include "cuda_bench.h"
 #include "formats/quant.h"
@@ -98,10 +101,84 @@ void free_copies(std::vector<void*>& v) {
   v.clear();
 }
 
+// --stacked: the q|k|v of the Llama-3-8B shape's mixed layers at M = 1 (q 4096 and k 1024 rows in Q4_K or Q5_K, v
+// 1024 rows in Q6_K, 4096 columns): the three single-type stream_quant launches back to back (today's unfused
+// layer, minus its norm and epilogue launches) against the one stream_quant_stacked launch over the same bytes
+// (rotated over copies as above), with whether the two give the same bits (they should: stream_quant.cuh).
+void stacked_bench(CudaBackend& backend, cudaStream_t s, const float* x, float* out, bool hot,
+                   ferry::bench::KernelJson& json) {
+  constexpr int64_t cols = 4096, q_rows = 4096, kv_rows = 1024;
+  const auto view = [](DType t, const Tensor& w) {
+    return cuda_ops::WeightView{static_cast<const uint8_t*>(w.data), w.rows(), w.cols(),
+                                cuda_ops::is_split_type(t) ? cuda_ops::scales_offset(t, w.rows(), w.cols()) : 0};
+  };
+  for (const DType head : {DType::Q4_K, DType::Q5_K}) {
+    std::vector<DeviceBuffer> keep;
+    const std::vector<uint8_t> hq = random_weight(head, q_rows + kv_rows, cols), hv = random_weight(DType::Q6_K, kv_rows, cols);
+    // qk: (5120, 4096) the head type (q's rows then k's); v: (1024, 4096) Q6_K
+    const Tensor qk = backend.prepare_weight(Tensor::make(head, {q_rows + kv_rows, cols}, const_cast<uint8_t*>(hq.data())), keep);
+    const Tensor v = backend.prepare_weight(Tensor::make(DType::Q6_K, {kv_rows, cols}, const_cast<uint8_t*>(hv.data())), keep);
+    backend.synchronize();
+    const size_t qk_bytes = cuda_ops::prepared_bytes(head, q_rows + kv_rows, cols);
+    const size_t v_bytes = cuda_ops::prepared_bytes(DType::Q6_K, kv_rows, cols);
+    std::vector<void*> qk_copies = l2_copies(qk.data, qk_bytes, hot), v_copies = l2_copies(v.data, v_bytes, hot);
+    const auto views = [&](int call) {
+      cuda_ops::WeightView a = view(head, qk), b = view(DType::Q6_K, v);
+      a.data = static_cast<const uint8_t*>(qk_copies[size_t(call) % qk_copies.size()]);
+      b.data = static_cast<const uint8_t*>(v_copies[size_t(call) % v_copies.size()]);
+      return std::pair{a, b};
+    };
+    const auto separate = [&](int call) {
+      auto [a, b] = views(call);
+      cuda_ops::WeightView q = a, k = a;
+      q.rows = q_rows;
+      k.rows = kv_rows;
+      k.data = a.data + cuda_ops::prepared_bytes(head, q_rows, cols);  // Q4_K/Q5_K rows are contiguous super-blocks
+      const cuda_ops::MatvecParams p{.w = q, .x = x, .bias = nullptr, .out = out, .n_tokens = 1,
+                                     .kernel = cuda_ops::MatvecKernel::kStreamQuant, .one_level_acts = true};
+      cuda_ops::matvec(head, p, s);
+      cuda_ops::MatvecParams pk = p, pv = p;
+      pk.w = k;
+      pk.out = out + q_rows;
+      pv.w = b;
+      pv.out = out + q_rows + kv_rows;
+      cuda_ops::matvec(head, pk, s);
+      cuda_ops::matvec(DType::Q6_K, pv, s);
+    };
+    const auto stacked = [&](int call) {
+      auto [a, b] = views(call);
+      cuda_ops::stream_quant_stacked(head, DType::Q6_K,
+                                     {.w = a, .x = x, .bias = nullptr, .out = out, .n_tokens = 1,
+                                      .kernel = cuda_ops::MatvecKernel::kStreamQuant, .one_level_acts = true},
+                                     b, s);
+    };
+    std::vector<float> r1(size_t(q_rows + 2 * kv_rows)), r2(r1.size());
+    separate(0);
+    BENCH_CUDA_CHECK(cudaMemcpyAsync(r1.data(), out, r1.size() * 4, cudaMemcpyDeviceToHost, s));
+    stacked(0);
+    BENCH_CUDA_CHECK(cudaMemcpyAsync(r2.data(), out, r2.size() * 4, cudaMemcpyDeviceToHost, s));
+    BENCH_CUDA_CHECK(cudaStreamSynchronize(s));
+    const bool same = std::memcmp(r1.data(), r2.data(), r1.size() * 4) == 0;
+    const double bytes = double(qk_bytes + v_bytes);
+    for (const bool one : {false, true}) {
+      const double us = one ? median_us(s, stacked) : median_us(s, separate);
+      const double gbs = bytes / (us * 1e-6) / 1e9;
+      const std::string name = std::string(dtype_name(head)) + "+q6_K q|k|v 6144x4096 M1 " +
+                               (one ? "stream_quant_stacked" : "stream_quant x3");
+      json.add(name, 2.0 * 6144 * 4096, bytes + double(cols + 6144) * 4, us * 1e-6);
+      std::printf("%-44s %9.2f us %8.0f GB/s %5.1f%% of roof%s\n", name.c_str(), us, gbs, 100.0 * gbs * 1e9 / kRoofline,
+                  one ? (same ? "  same bits as x3" : "  DIFFERENT BITS from x3") : "");
+      std::fflush(stdout);
+    }
+    free_copies(qk_copies);
+    free_copies(v_copies);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, hot = false;
+  bool quick = false, hot = false, stacked_only = false;
   std::string json_path, types_filter;  // types_filter: ",T1,T2,", empty = every type
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
@@ -109,12 +186,14 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--hot") {
       hot = true;
+    } else if (arg == "--stacked") {
+      stacked_only = true;
     } else if (arg == "--json" && a + 1 < argc) {
       json_path = argv[++a];
     } else if (arg == "--types" && a + 1 < argc) {
       types_filter = "," + std::string(argv[++a]) + ",";
     } else {
-      std::fprintf(stderr, "usage: matvec_bench [--quick] [--hot] [--types T1,T2,..] [--json FILE]\n");
+      std::fprintf(stderr, "usage: matvec_bench [--quick] [--hot] [--stacked] [--types T1,T2,..] [--json FILE]\n");
       return 2;
     }
   }
@@ -144,6 +223,11 @@ int main(int argc, char** argv) {
     for (float& v : hx) v = d(rng);
     BENCH_CUDA_CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     BENCH_CUDA_CHECK(cudaMemset(xb, 0x3c, 16 * 14336 * 2));
+  }
+  if (stacked_only) {
+    stacked_bench(backend, s, x, out, hot, json);
+    cublasDestroy(h);
+    return json.write(json_path) ? 0 : 1;
   }
   std::printf("%-6s %-13s %3s %-12s %9s %8s %6s | %9s %8s %9s | %6s\n", "type", "rows x cols", "M", "kernel", "us", "GB/s",
               "%roof", "cuBLAS us", "GB/s", "vs cuBLAS", "vs rows");

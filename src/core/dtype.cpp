@@ -10,7 +10,7 @@
 namespace ferry {
 namespace {
 
-constexpr std::array<DTypeInfo, 23> kInfos = {{
+constexpr std::array<DTypeInfo, 24> kInfos = {{
     {"f32", 1, 4, 0, false},
     {"f16", 1, 2, 1, false},
     {"bf16", 1, 2, 30, false},
@@ -34,6 +34,7 @@ constexpr std::array<DTypeInfo, 23> kInfos = {{
     {"q8_0g4", 32, 64, -1, true},
     {"q8_1g4", 32, 68, -1, true},
     {"f8_e4m3_b128", 128, 132, -1, true},
+    {"stacked", 1, 0, -1, true},
 }};
 
 }  // namespace
@@ -63,6 +64,7 @@ size_t row_bytes(DType t, int64_t n) {
   FERRY_CHECK(n % info.block_elems == 0, "{} values of type {} are not a whole number of {}-value blocks", n,
               info.name, info.block_elems);
   const uint64_t blocks = uint64_t(n) / uint64_t(info.block_elems);
+  if (info.block_bytes == 0) return 0;  // DType::Stacked: no layout of its own
   FERRY_CHECK(blocks <= std::numeric_limits<uint64_t>::max() / uint64_t(info.block_bytes),
               "byte size of {} values of type {} overflows", n, info.name);
   return size_t(blocks * uint64_t(info.block_bytes));

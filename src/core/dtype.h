@@ -19,6 +19,10 @@ enum class DType : uint8_t {
   // FP8 checkpoint weights kept as stored (not a GGUF file type; ggml_id -1): a block = 128 e4m3 codes then one
   // f32 scale (formats/quant.h BlockF8E4M3B128), value = e4m3(q) * scale.
   F8_E4M3_B128,
+  // A backend's stack of row ranges of different types (model/fuse_weights.h: a K-quant mix's q|k|v, q|k in Q4_K and
+  // v in Q6_K): no element layout of its own, so nothing reads it by its dtype; the backend that prepared it keeps
+  // its parts (CudaBackend::prepare_stacked_weight). Not a file type (ggml_id -1); row_bytes is 0.
+  Stacked,
 };
 
 struct DTypeInfo {

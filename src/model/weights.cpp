@@ -46,13 +46,19 @@ struct Loader {
     return prepared;
   }
 
-  // Matmul weights stacked by rows into one (model/fuse_weights.h), or an empty tensor (nothing prepared) when
-  // their types or column counts differ. `named` lists the file's tensors either way.
+  // Matmul weights stacked by rows into one (model/fuse_weights.h): one type, or row ranges of different types where
+  // the backend stacks them (prepare_stacked_rows); else an empty tensor (nothing prepared). `named` lists the
+  // file's tensors either way.
   Tensor fused_matrix(std::initializer_list<std::pair<std::string, int64_t>> parts, int64_t cols) {
     std::vector<const Tensor*> hosts;
     for (const auto& [name, rows] : parts) hosts.push_back(&host_matrix(name, rows, cols));
-    if (!can_fuse_rows(hosts)) return Tensor{};
-    Tensor prepared = prepare_fused_rows(backend, hosts, out.storage);
+    Tensor prepared;
+    if (can_fuse_rows(hosts)) {
+      prepared = prepare_fused_rows(backend, hosts, out.storage);
+    } else if (can_stack_rows(hosts)) {
+      prepared = prepare_stacked_rows(backend, hosts, out.storage);
+    }
+    if (prepared.empty()) return Tensor{};
     size_t i = 0;
     for (const auto& part : parts) out.named.emplace_back(part.first, *hosts[i++]);
     return prepared;

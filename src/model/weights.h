@@ -37,12 +37,14 @@ struct LayerWeights {
   std::vector<Tensor> ffn_down_exps;  // E x (dim, H)
   bool is_moe() const { return !ffn_gate_inp.empty(); }
   // Fused projections (model/fuse_weights.h), made at load when the backend wants_fused_projections() and the
-  // parts share a type; then the separate tensors above are empty (not kept). Phi-3 stores them fused
+  // parts share a type, or where their types differ and the backend stacks them (DType::Stacked:
+  // Backend::prepare_stacked_weight, e.g. a Q4_K_M layer's q|k in Q4_K and v in Q6_K on the CUDA backend); then the
+  // separate tensors above are empty (not kept). Phi-3 stores them fused
   // (qkv_proj / attn_qkv, gate_up_proj / ffn_up of 2*hidden_dim rows): kept as these when the backend wants fused
   // projections, else split into row views of the file's tensor (wq, wk, wv; w_gate, w_up), no copy.
-  Tensor wqkv;       // ((n_heads + 2*n_kv_heads)*head_dim, dim): rows of wq, then wk, then wv; stored type
+  Tensor wqkv;       // ((n_heads + 2*n_kv_heads)*head_dim, dim): rows of wq, then wk, then wv; stored type or Stacked
   Tensor bqkv;       // ((n_heads + 2*n_kv_heads)*head_dim) f32: bq|bk|bv (zeros for a missing one), or empty
-  Tensor w_gate_up;  // (2*hidden_dim, dim): rows of w_gate, then w_up; stored type
+  Tensor w_gate_up;  // (2*hidden_dim, dim): rows of w_gate, then w_up; stored type or Stacked
 };
 
 struct ModelWeights {

@@ -123,6 +123,14 @@ class Backend {
   // Makes a weight usable by matmul/embedding. The CPU backend returns the view itself (weights stay in the
   // mmap); a GPU backend uploads and may repack. `keep` receives the storage the result points into.
   virtual Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) = 0;
+  // Row ranges of different types stacked into one matmul weight (model/fuse_weights.h: a K-quant mix's q|k|v,
+  // `runs` = the q|k rows in Q4_K, then the v rows in Q6_K): host tensors of one column count, each of one type, in
+  // row order. The result (sum of rows, cols) is DType::Stacked, read only by this backend's matmul ops; empty
+  // where the backend does not stack these types (the default: the model then keeps the parts apart).
+  virtual Tensor prepare_stacked_weight(std::span<const Tensor> runs, std::vector<DeviceBuffer>& keep) {
+    (void)runs, (void)keep;
+    return Tensor{};
+  }
   // Whether load_weights should concatenate wq|wk|wv into one wqkv and w_gate|w_up into one w_gate_up (fewer,
   // larger matmuls; the model then runs qkv_attention (qkv_epilogue + attention) and matmul_swiglu (matmul +
   // swiglu_fused)). A backend that says true implements qkv_epilogue and swiglu_fused.

@@ -6,6 +6,7 @@
 #ifdef FERRY_HAS_CUDA
 
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include "backends/cuda/cuda_backend.h"
 #include "ferry/engine.h"
@@ -107,6 +108,48 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaQuantLogits,
 INSTANTIATE_TEST_SUITE_P(Streamed, CudaQuantLogits,
                          ::testing::Combine(::testing::Values("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0"),
                                             ::testing::Values("llama3-small")));
+
+// The K-quant mixes' mixed-type layers keep the fused q|k|v (CudaBackend::prepare_stacked_weight): on llama3-small
+// (2 layers, dim 2048) layer 1's attn_v is Q6_K (llama.cpp's use_more_bits), its attn_q / attn_k Q4_K or Q5_K; the
+// backend stacks that layer's q|k|v across the two types and its one-token plan is the one stacked launch with the
+// norm in its prologue (the facts the backend reports, read from its plan), and the logits at one token a step
+// (that launch) and at the whole prompt a step (the GEMM over the stack's bf16 rows) agree with the CPU reference
+// as CudaQuantLogits' llama3-small bounds.
+class CudaMixedStack : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaMixedStack, FusedQkvInMixedLayers) {
+  if (CudaBackend::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string type = GetParam(), shape = "llama3-small";
+  const std::string path = ::testing::TempDir() + "ferry-stack-" + shape + "-" + type + ".gguf";
+  gen_random_model({.path = path, .shape = shape, .weight_type = type, .seed = 9, .n_threads = 0});
+  const std::string pair = type == "Q4_K_M" ? "q4_K+q6_K" : "q5_K+q6_K";
+  {
+    EngineOptions o;
+    o.model_path = path;
+    o.device = "cuda";
+    o.context = 64;
+    Engine engine(o);
+    std::string stacks;
+    for (const auto& [key, value] : engine.info().facts)
+      if (key == "cuda.stacked_weights") stacks = value;
+    EXPECT_EQ(stacks, fmt::format("1 (1 {}); one token: 1 stream_quant_stacked with the norm prologue", pair));
+  }
+  constexpr size_t kVocab = 4096;
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(int32_t((i * 7919 + 13) % 4000));
+  const std::vector<float> want = score_file(path, "cpu", 64, 64, tokens);
+  for (const int step : {64, 1}) {
+    const test::LogitAgreement a = agreement(want, score_file(path, "cuda", 64, step, tokens), kVocab);
+    std::printf("%s %s (stacked q|k|v) cuda step %d vs cpu reference: %s\n", shape.c_str(), type.c_str(), step,
+                a.summary().c_str());
+    EXPECT_GE(a.min_cosine, step == 1 ? 0.9995 : 0.9999) << type << " step " << step;
+    EXPECT_LE(a.max_rel_l2, step == 1 ? 3e-2 : 1.5e-2) << type << " step " << step;
+    EXPECT_LE(a.mean_kl, 1e-3) << type << " step " << step;
+  }
+  std::remove(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixes, CudaMixedStack, ::testing::Values("Q4_K_M", "Q5_K_M"));
 
 // FP8 checkpoints kept as FP8 on the GPU (F8_E4M3_B128, weight_layout.cuh): a `ferry gen` FP8 folder of the
 // llama3-micro shape in each checkpoint layout gives the CPU reference's logits (the same bounds as

@@ -186,6 +186,51 @@ TEST(MatmulPlan, EpiloguesFollowTheKernel) {  // host only
   EXPECT_EQ(p.swiglu, cuda_ops::SwigluKernel::kNone);
 }
 
+// A stacked weight of two types (a K-quant mix's q|k|v, plan.h): at one token the one stacked launch with the norm in
+// its prologue, no other epilogue; at more tokens a GEMM over the stack's bf16 rows, never a matvec; stacked only
+// where that launch takes the pair and width (stack_worth_it), and not under a matvec comparison of FERRY_CUDA_TUNE.
+TEST(MatmulPlan, StackedQkvOfAKQuantMix) {  // host only
+  using cuda_ops::MatmulKernel;
+  const auto stacked = [](DType head, DType tail, int64_t head_rows, int64_t tail_rows, int64_t cols, int64_t n) {
+    return cuda_ops::MatmulShape{.wtype = head, .rows = head_rows + tail_rows, .cols = cols, .n = n,
+                                 .tail_rows = tail_rows, .tail_type = tail};
+  };
+  for (const DType head : {DType::Q4_K, DType::Q5_K}) {
+    for (const bool copy : {false, true}) {
+      const cuda_ops::MatmulCaps caps = h200_caps(copy);
+      const cuda_ops::MatmulShape qkv = stacked(head, DType::Q6_K, 4096 + 1024, 1024, 4096, 1);  // Llama-3-8B
+      EXPECT_TRUE(cuda_ops::stack_worth_it(qkv, caps)) << dtype_name(head);
+      cuda_ops::MatmulPlan p = cuda_ops::plan_matmul(qkv, caps);
+      EXPECT_EQ(p.kernel, MatmulKernel::kMatvec);
+      EXPECT_EQ(p.matvec, cuda_ops::MatvecKernel::kStreamQuant);
+      EXPECT_TRUE(p.in_norm);
+      EXPECT_FALSE(p.residual_add);
+      EXPECT_FALSE(p.peer_push);
+      EXPECT_EQ(p.swiglu, cuda_ops::SwigluKernel::kNone);
+      EXPECT_TRUE(cuda_ops::stack_worth_it(stacked(head, DType::Q6_K, 2048 + 512, 512, 2048, 1), caps));  // 1B
+      for (const int64_t n : {2, 4, 8, 16, 32, 48, 512}) {
+        p = cuda_ops::plan_matmul(stacked(head, DType::Q6_K, 5120, 1024, 4096, n), caps);
+        EXPECT_NE(p.kernel, MatmulKernel::kMatvec) << n;
+        EXPECT_FALSE(p.in_norm || p.residual_add || p.peer_push) << n;
+      }
+    }
+  }
+  const cuda_ops::MatmulCaps caps = h200_caps(false);
+  EXPECT_FALSE(cuda_ops::stack_worth_it(stacked(DType::Q4_0, DType::Q6_K, 5120, 1024, 4096, 1), caps));  // no pair
+  EXPECT_FALSE(cuda_ops::stack_worth_it(stacked(DType::Q6_K, DType::Q4_K, 5120, 1024, 4096, 1), caps));  // order
+  EXPECT_FALSE(cuda_ops::stack_worth_it(stacked(DType::Q4_K, DType::Q6_K, 8192 + 1024, 1024, 8192, 1), caps));  // 70B
+  EXPECT_FALSE(cuda_ops::stack_worth_it(stacked(DType::Q4_K, DType::Q6_K, 5120, 1024, 3072, 1), caps));  // Q6_K: 2048s
+  EXPECT_FALSE(cuda_ops::stack_worth_it(stacked(DType::Q4_K, DType::Q6_K, 5120, 0, 4096, 1), caps));
+  cuda_ops::MatmulCaps tiled = caps, invariant = caps;
+  tiled.tune.matvec = MatvecTune::kTiled;
+  invariant.batch_invariant = true;
+  EXPECT_FALSE(cuda_ops::stack_worth_it(stacked(DType::Q4_K, DType::Q6_K, 5120, 1024, 4096, 1), tiled));
+  EXPECT_FALSE(cuda_ops::stack_worth_it(stacked(DType::Q4_K, DType::Q6_K, 5120, 1024, 4096, 1), invariant));
+  // The single-type plans are untouched by the new fields' defaults.
+  EXPECT_EQ(plan_of(DType::Q4_K, 6144, 4096, 1, caps).matvec, cuda_ops::MatvecKernel::kStreamQuant);
+  EXPECT_TRUE(plan_of(DType::Q4_K, 6144, 4096, 1, caps).residual_add);
+}
+
 TEST(MatmulPlan, KernelByTokenCount) {  // host only
   using cuda_ops::MatmulKernel;
   const auto k = [](int64_t n, int64_t rows, int64_t cols, cuda_ops::MatmulCaps caps = h200_caps()) {

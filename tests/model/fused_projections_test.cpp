@@ -11,10 +11,13 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <span>
+#include <utility>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/simd.h"
 #include "fixtures/batches.h"
+#include "fixtures/forwarding_backend.h"
 #include "fixtures/numeric.h"
 #include "fixtures/test_paths.h"
 #include "formats/quant.h"
@@ -261,6 +264,71 @@ TEST(FuseWeights, ConcatRowsAndBiases) {
   const std::vector<float>* biases[] = {&bq, &none, &bv};
   const int64_t lengths[] = {3, 2, 2};
   EXPECT_EQ(concat_f32(biases, lengths), (std::vector<float>{1, 2, 3, 0, 0, 4, 5}));
+}
+
+// Parts of different types (a Q4_K_M layer's q|k in Q4_K, v in Q6_K): stackable as row ranges of their own types;
+// the runs of one type reach Backend::prepare_stacked_weight as one host tensor each (q's rows then k's, copied; v
+// as it is), and a backend that does not stack (the CPU's default) declines, so the model keeps the parts apart.
+TEST(FuseWeights, StackRunsOfDifferentTypes) {
+  const int64_t cols = 256;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<Tensor> parts;
+  const std::pair<DType, int64_t> specs[] = {{DType::Q4_K, 4}, {DType::Q4_K, 2}, {DType::Q6_K, 2}};
+  for (const auto& [type, rows] : specs) {
+    const std::vector<float> f = test::random_floats(size_t(rows * cols), 40 + uint32_t(bytes.size()));
+    bytes.emplace_back(size_t(rows) * row_bytes(type, cols));
+    for (int64_t r = 0; r < rows; ++r)
+      quantize_row(type, f.data() + r * cols, bytes.back().data() + size_t(r) * row_bytes(type, cols), cols);
+  }
+  for (size_t i = 0; i < 3; ++i) parts.push_back(Tensor::make(specs[i].first, {specs[i].second, cols}, bytes[i].data()));
+  const Tensor* qkv[] = {&parts[0], &parts[1], &parts[2]};
+  EXPECT_FALSE(can_fuse_rows(qkv));
+  ASSERT_TRUE(can_stack_rows(qkv));
+  EXPECT_EQ(type_runs(qkv), (std::vector<std::pair<size_t, size_t>>{{0, 2}, {2, 3}}));
+  const Tensor* one[] = {&parts[0], &parts[1]};
+  EXPECT_EQ(type_runs(one), (std::vector<std::pair<size_t, size_t>>{{0, 2}}));
+  const Tensor narrow = Tensor::make(DType::Q6_K, {1, 512}, bytes[2].data());
+  const Tensor* uneven[] = {&parts[0], &narrow};
+  EXPECT_FALSE(can_stack_rows(uneven));
+
+  // A backend that stacks: it sees the two runs, their rows and bytes in order.
+  class Stacking final : public test::ForwardingCpuBackend {
+   public:
+    using ForwardingCpuBackend::ForwardingCpuBackend;
+    Tensor prepare_stacked_weight(std::span<const Tensor> runs, std::vector<DeviceBuffer>&) override {
+      for (const Tensor& r : runs) {
+        const auto* p = static_cast<const uint8_t*>(r.data);
+        seen.push_back({r.dtype, r.rows(), std::vector<uint8_t>(p, p + r.nbytes())});
+      }
+      return Tensor::make(DType::Stacked, {8, 256}, this);  // a marker: the caller hands it on
+    }
+    struct Run {
+      DType type;
+      int64_t rows;
+      std::vector<uint8_t> bytes;
+    };
+    std::vector<Run> seen;
+  };
+  const CpuBackendOptions o{.kernels = CpuKernels::Reference, .n_threads = 1, .simd = SimdLevel::Scalar};
+  Stacking stacking(o);
+  std::vector<DeviceBuffer> keep;
+  const Tensor stacked = prepare_stacked_rows(stacking, qkv, keep);
+  EXPECT_EQ(stacked.dtype, DType::Stacked);
+  ASSERT_EQ(stacking.seen.size(), 2u);
+  EXPECT_EQ(stacking.seen[0].type, DType::Q4_K);
+  EXPECT_EQ(stacking.seen[0].rows, 6);
+  std::vector<uint8_t> qk = bytes[0];
+  qk.insert(qk.end(), bytes[1].begin(), bytes[1].end());
+  EXPECT_EQ(stacking.seen[0].bytes, qk);
+  EXPECT_EQ(stacking.seen[1].type, DType::Q6_K);
+  EXPECT_EQ(stacking.seen[1].rows, 2);
+  EXPECT_EQ(stacking.seen[1].bytes, bytes[2]);
+  EXPECT_EQ(row_bytes(DType::Stacked, cols), 0u);  // no layout of its own
+
+  // The CPU backend does not stack: empty, nothing kept.
+  CpuBackend cpu(o);
+  EXPECT_TRUE(prepare_stacked_rows(cpu, qkv, keep).empty());
+  EXPECT_TRUE(keep.empty());
 }
 
 }  // namespace

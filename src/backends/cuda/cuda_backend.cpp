@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <cstdio>
+#include <map>
 #include <vector>
 
 #include "backends/cuda/attention/qkv_epilogue.cuh"
@@ -176,6 +177,24 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
   f.emplace_back("cuda.prefill_weights",
                  copy_bytes_ > 0 ? fmt::format("bf16 copies of the quantized weights ({} bytes)", copy_bytes_)
                                  : std::string("the weights as prepared (quantized ones dequantized per GEMM)"));
+  if (!stacks_.empty()) {
+    // How many projections stack row ranges of different types, by pair, and how many of them the one-token plan
+    // streams in one launch with the norm in its prologue (the decode q|k|v path of a Q4_K_M layer).
+    std::map<std::string, int> pairs;
+    int fused = 0;
+    for (const auto& [data, s] : stacks_) {
+      ++pairs[fmt::format("{}+{}", dtype_name(s.head.dtype), dtype_name(s.tail.dtype))];
+      const Tensor w = Tensor::make(DType::Stacked, {s.head.rows() + s.tail.rows(), s.head.cols()},
+                                    const_cast<void*>(data), Device::Cuda);
+      const cuda_ops::MatmulPlan p = plan(1, w);
+      fused += p.matvec == cuda_ops::MatvecKernel::kStreamQuant && p.kernel == cuda_ops::MatmulKernel::kMatvec && p.in_norm;
+    }
+    std::string by_pair;
+    for (const auto& [pair, count] : pairs) by_pair += fmt::format("{}{} {}", by_pair.empty() ? "" : ", ", count, pair);
+    f.emplace_back("cuda.stacked_weights",
+                   fmt::format("{} ({}); one token: {} stream_quant_stacked with the norm prologue", stacks_.size(),
+                               by_pair, fused));
+  }
   return f;
 }
 
@@ -197,6 +216,64 @@ DeviceBuffer CudaBackend::alloc(size_t bytes) {
 }
 
 Tensor CudaBackend::prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) {
+  return upload_weight(host, keep, has_bf16_copy(options_, host.dtype));
+}
+
+Tensor CudaBackend::prepare_stacked_weight(std::span<const Tensor> runs, std::vector<DeviceBuffer>& keep) {
+  if (runs.size() != 2 || runs[0].dtype == runs[1].dtype || runs[0].cols() != runs[1].cols()) return Tensor{};
+  for (const Tensor& r : runs) FERRY_ASSERT(r.device == Device::Cpu && r.n_dims == 2);
+  const int64_t head_rows = runs[0].rows(), tail_rows = runs[1].rows(), rows = head_rows + tail_rows;
+  const int64_t cols = runs[0].cols();
+  // The plan decides: a stack only where its one-token matmul is the one stacked launch.
+  if (!cuda_ops::stack_worth_it({.wtype = runs[0].dtype, .rows = rows, .cols = cols, .n = 1, .tail_rows = tail_rows,
+                                 .tail_type = runs[1].dtype},
+                                {.bf16_weight = has_bf16_copy(options_, DType::Stacked),
+                                 .sm90_gemm = sm90_gemm_ != nullptr,
+                                 .skinny_wgmma = wg_skinny_ != nullptr,
+                                 .batch_invariant = options_.batch_invariant,
+                                 .tune = options_.tune,
+                                 .n_sms = n_sms_,
+                                 .max_smem = max_smem_}))
+    return Tensor{};
+  StackedWeight s{.head = upload_weight(runs[0], keep, false), .tail = upload_weight(runs[1], keep, false)};
+  if (has_bf16_copy(options_, DType::Stacked)) {
+    DeviceBuffer copy = alloc(size_t(rows) * size_t(cols) * 2);  // (rows, cols) bf16: the head's rows, the tail's
+    auto* b = static_cast<uint16_t*>(copy.data());
+    dequantize_to_bf16(s.head.dtype, weight_view(s.head), b, stream_);
+    dequantize_to_bf16(s.tail.dtype, weight_view(s.tail), b + size_t(head_rows) * size_t(cols), stream_);
+    s.bf16 = b;
+    copy_bytes_ += copy.bytes();
+    keep.push_back(std::move(copy));
+  }
+  const Tensor stack = Tensor::make(DType::Stacked, {rows, cols}, s.head.data, Device::Cuda);
+  stacks_.emplace(stack.data, s);
+  return stack;
+}
+
+const CudaBackend::StackedWeight& CudaBackend::stacked(const Tensor& w) const {
+  const auto it = stacks_.find(w.data);
+  FERRY_CHECK(w.dtype == DType::Stacked && it != stacks_.end() && it->second.head.rows() + it->second.tail.rows() ==
+                                                                      w.rows(),
+              "CUDA backend: a stacked weight it did not prepare (shape {})", w.shape_str());
+  return it->second;
+}
+
+size_t CudaBackend::weight_nbytes(const Tensor& w) const {
+  if (w.dtype != DType::Stacked) return w.nbytes();
+  const StackedWeight& s = stacked(w);
+  return cuda_ops::prepared_bytes(s.head.dtype, s.head.rows(), s.head.cols()) +
+         cuda_ops::prepared_bytes(s.tail.dtype, s.tail.rows(), s.tail.cols());
+}
+
+void CudaBackend::stacked_matvec(const Tensor& w, cuda_ops::MatvecParams p) {
+  const StackedWeight& s = stacked(w);
+  p.w = weight_view(s.head);
+  p.stream = weight_stream(s.head.dtype);
+  p.kernel = cuda_ops::MatvecKernel::kStreamQuant;
+  cuda_ops::stream_quant_stacked(s.head.dtype, s.tail.dtype, p, weight_view(s.tail), stream_);
+}
+
+Tensor CudaBackend::upload_weight(const Tensor& host, std::vector<DeviceBuffer>& keep, bool bf16_copy) {
   FERRY_ASSERT(host.device == Device::Cpu);
   const int64_t rows = host.rows(), cols = host.cols();
   FERRY_CHECK(rows > 0 && cols > 0, "CUDA backend: empty weight of shape {}", host.shape_str());
@@ -230,7 +307,6 @@ Tensor CudaBackend::prepare_weight(const Tensor& host, std::vector<DeviceBuffer>
   FERRY_CHECK(cols % chunk_vals(host.dtype) == 0,
               "CUDA backend: a {} weight needs a multiple of {} columns (shape {})", dtype_name(host.dtype),
               chunk_vals(host.dtype), host.shape_str());
-  const bool bf16_copy = has_bf16_copy(options_, host.dtype);
   const size_t copy_at = bf16_copy_offset(host.dtype, rows, cols);
   DeviceBuffer buf = alloc(bf16_copy ? copy_at + size_t(rows) * size_t(cols) * 2 : prepared_bytes(host.dtype, rows, cols));
   auto* base = static_cast<uint8_t*>(buf.data());
@@ -434,7 +510,14 @@ DType CudaBackend::matmul_input_dtype(int64_t n_tokens) const {
 }
 
 cuda_ops::MatmulPlan CudaBackend::plan(int64_t n, const Tensor& w, const Tensor& out) const {
-  return cuda_ops::plan_matmul({.wtype = w.dtype, .rows = w.rows(), .cols = w.cols(), .n = n},
+  cuda_ops::MatmulShape shape{.wtype = w.dtype, .rows = w.rows(), .cols = w.cols(), .n = n};
+  if (w.dtype == DType::Stacked) {
+    const StackedWeight& s = stacked(w);
+    shape.wtype = s.head.dtype;
+    shape.tail_rows = s.tail.rows();
+    shape.tail_type = s.tail.dtype;
+  }
+  return cuda_ops::plan_matmul(shape,
                                {.bf16_weight = w.dtype == DType::BF16 || has_bf16_copy(options_, w.dtype),
                                 .sm90_gemm = sm90_gemm_ != nullptr,
                                 .out_aligned = reinterpret_cast<uintptr_t>(out.data) % 8 == 0,
@@ -452,7 +535,7 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
   FERRY_ASSERT((x.dtype == DType::F32 || x.dtype == DType::BF16) && out.dtype == DType::F32);
   FERRY_ASSERT(x.cols() == w.cols() && out.rows() == x.rows() && out.cols() == w.rows());
   FERRY_ASSERT(bias.empty() || (bias.numel() == w.rows() && bias.device == Device::Cuda));
-  FERRY_ASSERT(is_native_weight_type(w.dtype));
+  FERRY_ASSERT(is_native_weight_type(w.dtype) || w.dtype == DType::Stacked);
   const int64_t n = x.rows();
   if (n == 0) return;
   const cuda_ops::MatmulPlan p = plan(n, w, out);
@@ -463,11 +546,15 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
                               matvec ? cuda_ops::matvec_kernel_name(p.matvec) : cuda_ops::matmul_kernel_name(p.kernel),
                               dtype_name(w.dtype), w.rows(), w.cols(), token_bucket(n))
                 : std::string(),
-      double(w.nbytes()) + double(x.nbytes()) + double(out.nbytes()));
+      double(weight_nbytes(w)) + double(x.nbytes()) + double(out.nbytes()));
   // bf16 activations come only at token counts where no matvec runs (matmul_input_dtype).
   FERRY_CHECK(x.dtype == DType::F32 || !matvec,
               "CUDA matmul: bf16 activations at {} tokens (the matvec reads f32; matmul_input_dtype says f32 here)", n);
-  if (matvec) {
+  if (matvec && w.dtype == DType::Stacked) {  // the plan's one stacked launch (stream_quant_stacked)
+    stacked_matvec(w, {.w = {}, .x = x.ptr<float>(), .bias = bias.empty() ? nullptr : bias.ptr<float>(),
+                       .out = out.ptr<float>(), .n_tokens = 1, .stamps = matvec_stamps("matvec", w),
+                       .one_level_acts = options_.tune.act_levels == 1});
+  } else if (matvec) {
     // The matvec's activation scratch (quantized weights: int8 activations) reuses x_bf16_, which only the
     // GEMM path otherwise uses, in stream order.
     const size_t scratch = cuda_ops::matvec_scratch_bytes(w.dtype, p.matvec, int(n), w.cols());
@@ -487,6 +574,15 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w, co
 const uint16_t* CudaBackend::gemm_weight_bf16(const Tensor& w) {
   const int64_t n_in = w.cols(), n_out = w.rows();
   if (w.dtype == DType::BF16) return w.ptr<uint16_t>();
+  if (w.dtype == DType::Stacked) {  // (rows, cols) bf16: the stack's copy, or both runs dequantized into one
+    const StackedWeight& s = stacked(w);
+    if (s.bf16 != nullptr) return s.bf16;
+    ensure(w_bf16_, size_t(n_out) * size_t(n_in) * 2);
+    auto* b = static_cast<uint16_t*>(w_bf16_.data());
+    dequantize_to_bf16(s.head.dtype, weight_view(s.head), b, stream_);
+    dequantize_to_bf16(s.tail.dtype, weight_view(s.tail), b + size_t(s.head.rows()) * size_t(n_in), stream_);
+    return b;
+  }
   if (has_bf16_copy(options_, w.dtype))
     return reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + bf16_copy_offset(w.dtype, n_out, n_in));
   ensure(w_bf16_, size_t(n_out) * size_t(n_in) * 2);

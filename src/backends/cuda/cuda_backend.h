@@ -86,6 +86,10 @@ class CudaBackend final : public Backend {
   DeviceBuffer alloc(size_t bytes) override;
   DType kv_dtype() const override { return DType::BF16; }  // the attention kernels read bf16 K/V
   Tensor prepare_weight(const Tensor& host, std::vector<DeviceBuffer>& keep) override;
+  // Two runs of different types (a K-quant mix's q|k and v) where the matmul plan streams them in one launch
+  // (cuda_ops::stack_worth_it); each run prepared as prepare_weight lays it out, without a bf16 copy of its own; with
+  // CudaBackendOptions::prefill_bf16_weights one bf16 copy (rows, cols) of the whole stack for the GEMMs.
+  Tensor prepare_stacked_weight(std::span<const Tensor> runs, std::vector<DeviceBuffer>& keep) override;
   // wq|wk|wv and w_gate|w_up as one matmul each (decode: fewer, larger matvecs) + qkv_epilogue / swiglu_fused.
   bool wants_fused_projections() const override { return true; }
   DType matmul_input_dtype(int64_t n_tokens) const override;  // bf16 above 16 tokens (every path a GEMM)
@@ -238,6 +242,21 @@ class CudaBackend final : public Backend {
   };
   const MoeTable& moe_table(const MoeFfnArgs& a);
   std::unordered_map<const void*, MoeTable> moe_tables_;
+  // prepare_stacked_weight's stacks, keyed by the DType::Stacked tensor's data (its head's): the two runs as prepared,
+  // head (head rows, cols) then tail (tail rows, cols), and the stack's bf16 copy (rows, cols) or null.
+  struct StackedWeight {
+    Tensor head, tail;
+    const uint16_t* bf16 = nullptr;
+  };
+  std::unordered_map<const void*, StackedWeight> stacks_;
+  const StackedWeight& stacked(const Tensor& w) const;
+  // The prepared weight's bytes (a stacked one's: its parts'), for the profiler's bandwidth figures.
+  size_t weight_nbytes(const Tensor& w) const;
+  // prepare_weight's upload, with or without the bf16 copy after the layout.
+  Tensor upload_weight(const Tensor& host, std::vector<DeviceBuffer>& keep, bool bf16_copy);
+  // A stacked weight's one-token streamed matvec (stream_quant_stacked): p as for the whole stack (out, bias, the
+  // prologue), its w and stream filled here from the head.
+  void stacked_matvec(const Tensor& w, cuda_ops::MatvecParams p);
   DeviceBuffer moe_scratch_;  // moe_ffn's logits, routes, grouping lists and the slots' hidden and output rows
 };
 

@@ -42,15 +42,19 @@ void CudaBackend::rms_norm_matmul(const Tensor& out, const Tensor& normed, const
       profiler_.get(),
       profiler_ ? fmt::format("norm+matmul stream_quant {} {}x{} n=1", dtype_name(w.dtype), w.rows(), w.cols())
                 : std::string(),
-      double(w.nbytes()));
-  cuda_ops::matvec(w.dtype,
-                   {.w = weight_view(w), .x = nullptr, .bias = bias.empty() ? nullptr : bias.ptr<float>(),
-                    .out = out.ptr<float>(), .n_tokens = 1, .kernel = cuda_ops::MatvecKernel::kStreamQuant,
-                    .in_norm = {.residual = x.ptr<float>(), .delta = nullptr, .weight = norm_weight.ptr<float>(),
-                                .eps = eps},
-                    .stamps = matvec_stamps("norm+matmul", w), .stream = weight_stream(w.dtype),
-                    .one_level_acts = options_.tune.act_levels == 1},
-                   stream_);
+      double(weight_nbytes(w)));
+  const cuda_ops::MatvecParams p{
+      .w = w.dtype == DType::Stacked ? cuda_ops::WeightView{} : weight_view(w), .x = nullptr,
+      .bias = bias.empty() ? nullptr : bias.ptr<float>(), .out = out.ptr<float>(), .n_tokens = 1,
+      .kernel = cuda_ops::MatvecKernel::kStreamQuant,
+      .in_norm = {.residual = x.ptr<float>(), .delta = nullptr, .weight = norm_weight.ptr<float>(), .eps = eps},
+      .stamps = matvec_stamps("norm+matmul", w), .stream = weight_stream(w.dtype),
+      .one_level_acts = options_.tune.act_levels == 1};
+  if (w.dtype == DType::Stacked) {  // a K-quant mix's q|k|v: one launch over both runs (stream_quant_stacked)
+    stacked_matvec(w, p);
+  } else {
+    cuda_ops::matvec(w.dtype, p, stream_);
+  }
 }
 
 void CudaBackend::sublayer_end(const SublayerEnd& s) {

@@ -60,7 +60,37 @@ const char* matmul_kernel_name(MatmulKernel k) {
   return "?";
 }
 
+namespace {
+
+// A stacked weight's plan (plan.h).
+MatmulPlan plan_stacked(const MatmulShape& s, const MatmulCaps& c) {
+  MatmulPlan p;
+  p.kernel = choose_kernel(s, c);
+  const int64_t head_rows = s.rows - s.tail_rows;
+  const bool stream = p.kernel == MatmulKernel::kMatvec && s.n == 1 && c.tune.matvec == MatvecTune::kRule &&
+                      stream_quant_stacked_supports(s.wtype, head_rows, s.tail_type, s.tail_rows, s.cols, c.n_sms,
+                                                    c.max_smem);
+  if (stream) {
+    p.matvec = MatvecKernel::kStreamQuant;
+    p.in_norm = stream_quant_in_norm_applies(s.wtype, s.cols) && stream_quant_in_norm_applies(s.tail_type, s.cols);
+  } else if (p.kernel == MatmulKernel::kMatvec) {
+    p.kernel = MatmulKernel::kCublas;  // no matvec reads a stack of two layouts but the streamed one
+  }
+  return p;
+}
+
+}  // namespace
+
+bool stack_worth_it(const MatmulShape& s, const MatmulCaps& c) {
+  if (s.tail_rows <= 0 || s.tail_rows >= s.rows) return false;
+  MatmulShape one = s;
+  one.n = 1;
+  const MatmulPlan p = plan_stacked(one, c);
+  return p.kernel == MatmulKernel::kMatvec && p.matvec == MatvecKernel::kStreamQuant;
+}
+
 MatmulPlan plan_matmul(const MatmulShape& s, const MatmulCaps& c) {
+  if (s.tail_rows > 0) return plan_stacked(s, c);
   MatmulPlan p;
   p.kernel = choose_kernel(s, c);
   if (p.kernel == MatmulKernel::kMatvec) p.matvec = choose_matvec(s, c);

@@ -26,11 +26,15 @@ enum class SwigluKernel { kNone, kStreamHalf, kStreamQuant, kGemmSm90 };
 
 const char* matmul_kernel_name(MatmulKernel k);
 
-// A matmul to plan: out (n, rows) = x (n, cols) . w^T through a prepared weight of `wtype`.
+// A matmul to plan: out (n, rows) = x (n, cols) . w^T through a prepared weight of `wtype`, or through a stacked
+// weight of two types (DType::Stacked, a K-quant mix's q|k|v: CudaBackend::prepare_stacked_weight): its first
+// rows - tail_rows rows of `wtype` (the head), then tail_rows rows of `tail_type`.
 struct MatmulShape {
   DType wtype;
   int64_t rows, cols;  // the weight's (n_out, n_in)
   int64_t n;           // tokens
+  int64_t tail_rows = 0;          // > 0: a stacked weight (its tail's rows)
+  DType tail_type = DType::F32;   // the stacked weight's tail type
 };
 
 // What the backend has at hand for it.
@@ -58,6 +62,15 @@ struct MatmulPlan {
 };
 
 MatmulPlan plan_matmul(const MatmulShape& s, const MatmulCaps& caps);
+
+// A stacked weight (MatmulShape::tail_rows > 0) at one token: one streamed quantized matvec whose blocks take the
+// parts by row range (stream_quant_stacked), with the norm in its prologue where both parts' types take it; no
+// residual add, peer push or SwiGLU. At more tokens the GEMMs over the stack's bf16 rows (its copy, or both parts
+// dequantized into one (rows, cols) matrix per call): every matvec path is cut at 1 token (a stacked weight is kept
+// only where that launch takes it: stack_worth_it).
+// Whether a backend should stack parts of these types at all: where the one-token plan streams them in one launch
+// (else the parts stay apart, each on its own plan).
+bool stack_worth_it(const MatmulShape& s, const MatmulCaps& caps);
 
 // The matvec at one token: BF16/F16 the stage-batched stream (kStreamHalf) wherever it applies, else its row-by-row
 // consumer from 7168 columns, else kRowBlocks for BF16 from 16384 rows, else kTiled; the quantized types kStreamQuant

@@ -66,6 +66,51 @@ void stream_quant(DType wtype, const MatvecParams& p, cudaStream_t stream) {
   launch(wtype, p, p.w.rows, false, stream);
 }
 
+bool stream_quant_stacked_supports(DType head, int64_t head_rows, DType tail, int64_t tail_rows, int64_t cols,
+                                   int n_sms, size_t max_smem) {
+  if (!quant_stream::stacked_cols_ok(head, tail, cols) || head_rows < 1 || tail_rows < 1 || n_sms < 2) return false;
+  const quant_stream::StackedGrid g = quant_stream::stacked_grid(head, head_rows, tail, tail_rows, cols, n_sms);
+  const auto fits = [&](DType w, int64_t rows, int64_t grid) {
+    const streaming::StreamPlan plan = quant_stream::make_plan(w, rows, cols, grid);
+    return plan.stages >= 2 && quant_stream::smem_bytes(plan, w, cols) <= max_smem;
+  };
+  return fits(head, head_rows, g.head) && fits(tail, tail_rows, g.tail);
+}
+
+void stream_quant_stacked(DType head, DType tail, const MatvecParams& p, const WeightView& tail_w, cudaStream_t stream) {
+  const int n_sms = streaming::device_sm_count();
+  FERRY_CUDA_REQUIRE(p.n_tokens == 1 && tail_w.cols == p.w.cols &&
+                     stream_quant_stacked_supports(head, p.w.rows, tail, tail_w.rows, p.w.cols, n_sms,
+                                                   streaming::device_max_smem()));
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  if (p.in_norm.residual != nullptr) {
+    FERRY_CUDA_REQUIRE(p.in_norm.weight != nullptr && aligned(p.in_norm.residual) && aligned(p.in_norm.delta) &&
+                       aligned(p.in_norm.weight));
+  } else {
+    FERRY_CUDA_REQUIRE(aligned(p.x));
+  }
+  FERRY_CUDA_REQUIRE(aligned(p.w.data) && aligned(tail_w.data) && p.w.scales % 16 == 0 && tail_w.scales % 16 == 0);
+  FERRY_CUDA_REQUIRE(p.residual_add.residual == nullptr && p.peer_push.counter == nullptr);
+  const int64_t cols = p.w.cols;
+  const quant_stream::StackedGrid g = quant_stream::stacked_grid(head, p.w.rows, tail, tail_w.rows, cols, n_sms);
+  MatvecParams pt = p;
+  pt.w = tail_w;
+  pt.out = p.out + p.w.rows;  // (1, tail rows): the stack's rows after the head's
+  pt.bias = p.bias != nullptr ? p.bias + p.w.rows : nullptr;
+  pt.stamps = PhaseStamps{};  // block 0 (the head's) stamps the launch
+  const streaming::StreamPlan plan_h = quant_stream::make_plan(head, p.w.rows, cols, g.head);
+  const streaming::StreamPlan plan_t = quant_stream::make_plan(tail, tail_w.rows, cols, g.tail);
+  const size_t sh = quant_stream::smem_bytes(plan_h, head, cols), st = quant_stream::smem_bytes(plan_t, tail, cols);
+  const quant_stream::StackedLaunch l{.head = p, .tail = pt, .plan_head = plan_h, .plan_tail = plan_t,
+                                      .grid_head = g.head, .grid_tail = g.tail,
+                                      .smem = streaming::one_block_per_sm(sh > st ? sh : st)};
+  if (head == DType::Q4_K) {
+    quant_stream::launch_stacked_q4k_q6k(l, stream);
+  } else {
+    quant_stream::launch_stacked_q5k_q6k(l, stream);
+  }
+}
+
 bool stream_quant_in_norm_applies(DType wtype, int64_t cols) {
   return quant_stream::stream_type(wtype) && quant_stream::stream_cols_ok(wtype, cols) &&
          quant_stream::segs_per_warp(cols) == 1 && cols <= kInNormMaxCols;

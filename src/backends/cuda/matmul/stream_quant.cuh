@@ -40,6 +40,7 @@
 namespace ferry::cuda_ops {
 
 struct MatvecParams;
+struct WeightView;
 
 // Whether kStreamQuant takes this weight type, token count and shape on a device with `n_sms` SMs and
 // `max_smem` bytes of opt-in shared memory per block (the per-row partials grow with rows / SMs).
@@ -59,6 +60,17 @@ bool stream_quant_swiglu_supports(DType wtype, int n_tokens, int64_t weight_rows
                                 size_t max_smem);
 bool stream_quant_swiglu_applies(DType wtype, int n_tokens, int64_t weight_rows, int64_t cols);
 void stream_quant_swiglu(DType wtype, const MatvecParams& p, cudaStream_t stream);
+
+// kStreamQuant over a stacked weight whose row ranges have different types (a q|k|v of a K-quant mix: q|k in Q4_K
+// or Q5_K, v in Q6_K): one launch, its blocks split between the parts by their bytes (quant_stream::stacked_grid),
+// each part's blocks streaming its rows in its own layout with its own plan; the same prologue (x, or in_norm) in
+// every block, so the output rows equal the per-part launches' bit for bit. p: the head part (p.w its (head rows,
+// cols) view; p.out (1, head rows + tail rows) f32 and p.bias (head rows + tail rows) or null for the whole stack);
+// tail_w: the tail part's (tail rows, cols) view. No residual_add, peer_push or SwiGLU (none follows a q|k|v).
+// Takes the pairs quant_stream::stacked_pair names at 2048 or 4096 columns.
+bool stream_quant_stacked_supports(DType head, int64_t head_rows, DType tail, int64_t tail_rows, int64_t cols,
+                                   int n_sms, size_t max_smem);
+void stream_quant_stacked(DType head, DType tail, const MatvecParams& p, const WeightView& tail_w, cudaStream_t stream);
 
 // Whether kStreamQuant (plain or SwiGLU) takes MatvecParams::in_norm for `cols` input columns: one column segment a
 // consumer warp (512..4096 columns, a multiple of 512), so each lane's activations sit in registers beside the

@@ -30,8 +30,11 @@ using streaming::StreamPlan;
 // products of a unit land in the block and the SwiGLU is applied where it writes: no (1, 2 hidden) intermediate, no
 // swiglu_fused launch. Partials: (warps, 2, max_rows), gate then up.
 // kOne (MatvecParams::one_level_acts): the activations as one int8 level (stream_quant_math.cuh).
-template <DType W, int kSegs, int kRows, bool kSwiglu = false, bool kOne = false>
-__global__ void __launch_bounds__(kThreads, 1) stream_quant_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
+// The body of one block (`block` of `grid`): the kernels below run it for blockIdx.x, the stacked kernel for its
+// part's blocks.
+template <DType W, int kSegs, int kRows, bool kSwiglu, bool kOne>
+__device__ __forceinline__ void stream_quant_block(const MatvecParams& p, const StreamPlan& plan, int64_t grid,
+                                                   int64_t block) {
   pdl_allow_dependents();
   stamp(p.stamps, 0);
   extern __shared__ __align__(128) uint8_t smem[];
@@ -48,7 +51,7 @@ __global__ void __launch_bounds__(kThreads, 1) stream_quant_kernel(MatvecParams 
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t hidden = p.w.rows / 2;  // kSwiglu: output units
-  const BlockRows br = streaming::block_rows(kSwiglu ? hidden : p.w.rows, grid, blockIdx.x);  // kSwiglu: units
+  const BlockRows br = streaming::block_rows(kSwiglu ? hidden : p.w.rows, grid, block);  // kSwiglu: units
 
   if (threadIdx.x == 0) streaming::init_ring_barriers(full, empty, plan.stages, kConsumerWarps);
   __syncthreads();
@@ -127,6 +130,26 @@ __global__ void __launch_bounds__(kThreads, 1) stream_quant_kernel(MatvecParams 
   stamp(p.stamps, 4);
 }
 
+template <DType W, int kSegs, int kRows, bool kSwiglu = false, bool kOne = false>
+__global__ void __launch_bounds__(kThreads, 1) stream_quant_kernel(MatvecParams p, StreamPlan plan, int64_t grid) {
+  stream_quant_block<W, kSegs, kRows, kSwiglu, kOne>(p, plan, grid, blockIdx.x);
+}
+
+// A stacked weight of two types (stream_quant_stacked): blocks [0, grid_head) stream the head part's rows (type WH,
+// head.w (head rows, cols), head.out (1, head rows)), blocks [grid_head, grid_head + grid_tail) the tail part's (WT,
+// tail.out = the head's out + head rows), each with its part's plan and the same prologue (x or in_norm). The
+// branch is block-uniform; registers are the larger part's, shared memory the larger plan's.
+template <DType WH, int kRowsH, DType WT, int kRowsT, int kSegs, bool kOne>
+__global__ void __launch_bounds__(kThreads, 1)
+    stream_quant_stacked_kernel(MatvecParams head, StreamPlan plan_head, int64_t grid_head, MatvecParams tail,
+                                StreamPlan plan_tail, int64_t grid_tail) {
+  if (int64_t(blockIdx.x) < grid_head) {
+    stream_quant_block<WH, kSegs, kRowsH, false, kOne>(head, plan_head, grid_head, blockIdx.x);
+  } else {
+    stream_quant_block<WT, kSegs, kRowsT, false, kOne>(tail, plan_tail, grid_tail, int64_t(blockIdx.x) - grid_head);
+  }
+}
+
 template <DType W, int kSegs, int kRows, bool kSwiglu, bool kOne>
 void launch_instance(const MatvecParams& p, const StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream) {
   if constexpr (kSwiglu ? swiglu_instance_used(W, kSegs, kRows) : instance_used(W, kSegs, kRows)) {
@@ -166,6 +189,46 @@ template <DType W, bool kSwiglu = false>
 void launch_type(const MatvecParams& p, const StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream) {
   if (p.one_level_acts) return launch_levels<W, kSwiglu, true>(p, plan, grid, smem, stream);
   launch_levels<W, kSwiglu, false>(p, plan, grid, smem, stream);
+}
+
+// The stacked kernel's launch (stream_quant_stacked_<pair>.cu): the rows-per-stage pair of the two plans picks the
+// instance; only those some column count runs are compiled (stacked_instance_used).
+template <DType WH, int kRowsH, DType WT, int kRowsT, bool kOne>
+void launch_stacked_instance(const StackedLaunch& l, cudaStream_t stream) {
+  if constexpr (stacked_instance_used(WH, kRowsH, WT, kRowsT)) {
+    const auto kernel = stream_quant_stacked_kernel<WH, kRowsH, WT, kRowsT, 1, kOne>;
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(l.smem)));
+    launch_pdl(kernel, dim3(unsigned(l.grid_head + l.grid_tail)), dim3(kThreads), l.smem, stream, l.head, l.plan_head,
+               l.grid_head, l.tail, l.plan_tail, l.grid_tail);
+    FERRY_CUDA_CHECK_LAUNCH(stream_quant_stacked_kernel);
+  } else {
+    FERRY_CUDA_REQUIRE(!"no stream_quant_stacked instance for these (type, rows) pairs");
+  }
+}
+
+template <DType WH, int kRowsH, DType WT, bool kOne>
+void launch_stacked_tail(const StackedLaunch& l, cudaStream_t stream) {
+  switch (l.plan_tail.rows_per_stage) {
+    case 4: launch_stacked_instance<WH, kRowsH, WT, 4, kOne>(l, stream); break;
+    case 8: launch_stacked_instance<WH, kRowsH, WT, 8, kOne>(l, stream); break;
+    default: FERRY_CUDA_REQUIRE(!"stream_quant_stacked: the tail's rows per stage must be 4 or 8");
+  }
+}
+
+template <DType WH, DType WT>
+void launch_stacked_pair(const StackedLaunch& l, cudaStream_t stream) {
+  const auto one = [&]<bool kOne>() {
+    switch (l.plan_head.rows_per_stage) {
+      case 4: launch_stacked_tail<WH, 4, WT, kOne>(l, stream); break;
+      case 8: launch_stacked_tail<WH, 8, WT, kOne>(l, stream); break;
+      default: FERRY_CUDA_REQUIRE(!"stream_quant_stacked: the head's rows per stage must be 4 or 8");
+    }
+  };
+  if (l.head.one_level_acts) {
+    one.template operator()<true>();
+  } else {
+    one.template operator()<false>();
+  }
 }
 
 }  // namespace ferry::cuda_ops::quant_stream

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/matmul/matvec.cuh"
 #include "backends/cuda/matmul/stream_plan.cuh"
 #include "backends/cuda/matmul/stream_producer.cuh"
 #include "backends/cuda/matmul/stream_quant_kquant_math.cuh"
@@ -77,6 +78,52 @@ inline size_t smem_bytes(const streaming::StreamPlan& p, DType w, int64_t cols, 
   return size_t(streaming::kBarrierBytes) + size_t(p.stages) * size_t(p.rows_per_stage * quant_row_bytes(w, cols)) +
          size_t(streaming::kConsumerWarps) * size_t(p.max_rows) * (swiglu ? 2 : 1) * sizeof(float);
 }
+
+// The stacked form (stream_quant_stacked): the (head type, tail type) pairs real files put in one q|k|v, llama.cpp's
+// Q4_K_M and Q5_K_M mixes (attn_q / attn_k in Q4_K or Q5_K, attn_v in Q6_K in about half the layers:
+// model/quant_mix.cpp); one column segment a warp (512..4096 columns, with Q6_K's multiple of 2048: 2048 or 4096),
+// the widths whose norm the prologue takes (stream_quant_in_norm_applies).
+constexpr bool stacked_pair(DType head, DType tail) {
+  return (head == DType::Q4_K || head == DType::Q5_K) && tail == DType::Q6_K;
+}
+constexpr bool stacked_cols_ok(DType head, DType tail, int64_t cols) {
+  return stacked_pair(head, tail) && stream_cols_ok(head, cols) && stream_cols_ok(tail, cols) &&
+         segs_per_warp(cols) == 1;
+}
+// Whether some column count runs the stacked instance (head, rows_head, tail, rows_tail): Q4_K + Q6_K at 2048
+// columns (8, 8) and 4096 (8, 4); Q5_K + Q6_K at 2048 (8, 8) and 4096 (4, 4).
+constexpr bool stacked_instance_used(DType head, int rows_head, DType tail, int rows_tail) {
+  for (int64_t cols = kSegVals; cols <= streaming::kConsumerWarps * kSegVals; cols += kSegVals)
+    if (stacked_cols_ok(head, tail, cols) && stage_rows(head, cols) == rows_head && stage_rows(tail, cols) == rows_tail)
+      return true;
+  return false;
+}
+
+// The SMs split between the parts by their bytes, so every block streams about the same: rounded, at least one
+// block a part and no more blocks than rows. E.g. the 8B q|k|v at 132 SMs: head 5120 Q4_K rows of 2304 bytes (11.8
+// MB), tail 1024 Q6_K rows of 3360 (3.4 MB): 102 + 30 blocks, 116 / 115 KB each.
+struct StackedGrid {
+  int64_t head, tail;
+};
+inline StackedGrid stacked_grid(DType head, int64_t head_rows, DType tail, int64_t tail_rows, int64_t cols, int n_sms) {
+  const double hb = double(head_rows) * double(quant_row_bytes(head, cols));
+  const double tb = double(tail_rows) * double(quant_row_bytes(tail, cols));
+  int64_t gh = int64_t(double(n_sms) * hb / (hb + tb) + 0.5);
+  gh = gh < 1 ? 1 : (gh > n_sms - 1 ? n_sms - 1 : gh);
+  int64_t gt = n_sms - gh;
+  return {gh < head_rows ? gh : head_rows, gt < tail_rows ? gt : tail_rows};
+}
+
+// One stacked launch: each part's params (w its rows, out and bias at its rows), plan and blocks; smem the larger
+// part's bytes (one block per SM).
+struct StackedLaunch {
+  MatvecParams head, tail;
+  streaming::StreamPlan plan_head, plan_tail;
+  int64_t grid_head, grid_tail;
+  size_t smem;
+};
+void launch_stacked_q4k_q6k(const StackedLaunch& l, cudaStream_t stream);
+void launch_stacked_q5k_q6k(const StackedLaunch& l, cudaStream_t stream);
 
 // One launch of the instance for plan (stream_quant_<type>.cu).
 void launch_q8(const MatvecParams& p, const streaming::StreamPlan& plan, int64_t grid, size_t smem, cudaStream_t stream);
