@@ -236,6 +236,12 @@ void GuardedServer::close_after_response(const httplib::Request& req) {
   if (it != sockets_.end()) it->second.close_after_response = true;
 }
 
+bool GuardedServer::closes_after_response(const httplib::Request& req) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = sockets_.find({req.remote_addr, req.remote_port});
+  return it != sockets_.end() && it->second.close_after_response;
+}
+
 int GuardedServer::open_connections() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return int(sockets_.size());

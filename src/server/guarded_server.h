@@ -42,6 +42,7 @@ class GuardedServer : public httplib::Server {
   // Closes the connection of `req` once its response is written (a refused body was left unread: what
   // follows it must not be taken for the next request).
   void close_after_response(const httplib::Request& req);
+  bool closes_after_response(const httplib::Request& req) const;  // close_after_response was called for its socket
   int open_connections() const;
 
  private:

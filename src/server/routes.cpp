@@ -484,6 +484,10 @@ void install_routes(httplib::Server& http, RouteContext& ctx) {
     else if (res.status == 400) message = "bad HTTP request";
     send_json(res, res.status, error_json(res.status, message, "", res.status == 404 ? "unknown_route" : ""));
   });
+  // A response after which the connection closes says so: a client must not send its next request on it.
+  http.set_post_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (ctx.closing && ctx.closing(req)) res.set_header("Connection", "close");
+  });
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {

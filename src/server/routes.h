@@ -28,6 +28,7 @@ struct RouteContext {
   bool stream_error_on_cancel = true;  // a cancelled stream ends with an error event (else finish_reason "abort")
   std::function<bool(const httplib::Request&)> client_gone;  // the client closed its connection (null: never)
   std::function<void(const httplib::Request&)> close_connection;  // after this response (null: no-op)
+  std::function<bool(const httplib::Request&)> closing;  // close_connection was called for this response's socket
 };
 
 // Installs every handler (and the error, exception and logging hooks) on `http`. `ctx` must outlive it.

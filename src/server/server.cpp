@@ -71,6 +71,7 @@ struct HttpServer::Impl {
     ctx.stream_error_on_cancel = options.stream_error_on_cancel;
     ctx.client_gone = [this](const httplib::Request& req) { return http.client_gone(req); };
     ctx.close_connection = [this](const httplib::Request& req) { http.close_after_response(req); };
+    ctx.closing = [this](const httplib::Request& req) { return http.closes_after_response(req); };
     // One worker per connection: a stream holds its worker for its whole life, so the pool bounds the
     // number of concurrent streams (httplib's default is hardware threads - 1).
     const size_t n_threads = size_t(options.http_threads);

@@ -64,6 +64,16 @@ def without_unsupported(schemas):
     for branch in completion["prompt"]["oneOf"]:
         if branch["type"] == "array" and branch["items"].get("type") in ("string", "array"):
             branch["minItems"] = branch["maxItems"] = 1
+    # A completions prompt's token ids are the served model's (0..511: tiny-llama's vocabulary).
+    for branch in completion["prompt"]["oneOf"]:
+        items = branch.get("items", {})
+        if items.get("type") == "array":
+            items = items["items"]
+        if items.get("type") == "integer":
+            items["minimum"], items["maximum"] = 0, 511
+    # A function's name: a-z, A-Z, 0-9, _ and -, at most 64 (OpenAI's description says so in words only).
+    function = schemas["FunctionObject"]["properties"]["name"]
+    function["pattern"] = "^[a-zA-Z0-9_-]{1,64}$"
     # logit_bias maps token ids of the served model to -100..100 (OpenAI's description says so in words only).
     token_id = {"pattern": "^(0|[1-9][0-9]{0,1}|[1-4][0-9]{2}|50[0-9]|51[01])$"}  # 0..511: tiny-llama's vocabulary
     for properties in (chat, completion):
@@ -135,7 +145,7 @@ def run(spec_path, url, checks, max_examples, seed, report_dir, name):
     cmd = [sys.executable, "-m", "schemathesis.cli", "run", spec_path, "--url", url, "--checks", checks,
            "--max-examples", str(max_examples), "--continue-on-failure", "--request-timeout", "30",
            "--seed", str(seed),
-           "--report", "junit", "--report-dir", report_dir, "--workers", "2", "--suppress-health-check", "all"]
+           "--report", "junit", "--report-dir", report_dir, "--workers", "1", "--suppress-health-check", "all"]
     print("$ " + " ".join(cmd), flush=True)
     rc = subprocess.call(cmd)
     print("%s: schemathesis exit %d" % (name, rc), flush=True)
