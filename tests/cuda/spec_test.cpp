@@ -88,7 +88,7 @@ TEST_F(CudaSpec, BatchInvariantOracleAndNgramGiveThePlainGreedyTokens) {
   EXPECT_EQ(changed, 0);
   // n-gram proposals (kept and rejected) through the same verify steps.
   EngineOptions spec = options(true);
-  spec.spec = {.mode = SpecMode::Ngram, .k = 4};
+  spec.spec = {.mode = SpecMode::Ngram, .k = 4, .draft_model = {}};
   Engine plain(options(true)), ngram(spec);
   for (uint64_t seed = 1; seed <= 3; ++seed) {
     const std::vector<int32_t> prompt = grounded_prompt(seed, 30);
@@ -121,7 +121,7 @@ TEST_F(CudaSpec, ServingMixesSpeculatingAndPlainRequestsWithGraphs) {
     for (uint64_t i = 0; i < 6; ++i) alone.push_back(test::collect(*solo.submit(request(i, std::nullopt))).ids());
   }
   EngineOptions eo = options(true);
-  eo.spec = {.mode = SpecMode::Ngram, .k = 6};  // the server's default; requests 0 and 3 opt out
+  eo.spec = {.mode = SpecMode::Ngram, .k = 6, .draft_model = {}};  // the server's default; requests 0 and 3 opt out
   ServingEngine busy(eo, so);
   std::vector<std::shared_ptr<RequestHandle>> hs;
   for (uint64_t i = 0; i < 6; ++i)
