@@ -143,6 +143,12 @@ class Engine {
 
   void reset();  // drop the cached sequence
 
+  // Benchmarks only (`ferry bench --spec oracle`; nothing in run, chat or serve calls it, and no --spec text or
+  // request field names it): until called again with an empty sequence, generate() speculates with the oracle
+  // proposer (engine/oracle_proposer.h), which proposes up to k tokens of `recorded` (a plain greedy run's prompt
+  // and output) wherever the history is a prefix of it, instead of EngineOptions::spec. k in 1..kMaxSpecTokens.
+  void replay_proposals(std::vector<int32_t> recorded, int k);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -10,6 +10,7 @@
 #include "engine/draft_proposer.h"
 #include "engine/loaded_model.h"
 #include "engine/ngram_proposer.h"
+#include "engine/oracle_proposer.h"
 #include "engine/session.h"
 #include "engine/spec_verify.h"
 #include "kv/block_pool.h"
@@ -31,6 +32,8 @@ struct Engine::Impl {
   std::unique_ptr<DraftModel> draft;
   std::unique_ptr<Proposer> proposer;
   int spec_k = 0;
+  std::unique_ptr<Proposer> oracle;  // replay_proposals (benchmarks): used instead of `proposer` while set
+  int oracle_k = 0;
 };
 
 Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
@@ -84,9 +87,11 @@ GenerateResult Engine::generate(std::span<const int32_t> prompt, const SamplingP
   FERRY_CHECK(int64_t(prompt.size()) <= m.session->max_context(),
               "prompt of {} tokens is longer than the context of {} tokens", prompt.size(), m.session->max_context());
   Sampler sampler(params, model.config().vocab_size);  // validates params; the host path's sampler
-  // Draw on the device where the backend can (only the id crosses to the host); penalties need the host.
-  // Speculation verifies on the host (the logits of every row of a verify step).
-  const bool on_device = m.device_sampling && !params.penalties_active() && !m.proposer;
+  // Draw on the device where the backend can (only the id crosses to the host); penalties need the host. A verify
+  // step then draws every row there too (Session::verify_sampled), the draws the plain decode makes.
+  const bool on_device = m.device_sampling && !params.penalties_active();
+  Proposer* const proposer = m.oracle ? m.oracle.get() : m.proposer.get();
+  const int spec_k = m.oracle ? m.oracle_k : m.spec_k;
   const auto drawn = [](int32_t tok) {
     FERRY_CHECK(tok >= 0, "sampler: every logit is NaN or -inf, nothing to sample");
     return tok;
@@ -128,14 +133,14 @@ GenerateResult Engine::generate(std::span<const int32_t> prompt, const SamplingP
   // prefix).
   const auto runs_step = [&](int i) { return i + 1 < max_tokens && m.session->n_tokens() < m.session->max_context(); };
 
-  if (m.proposer) {
+  if (proposer) {
     // Each step runs the last token and up to k proposals (engine/spec_verify.h) and keeps the proposals the
     // sampler draws itself at their positions; the rows after the first mismatch are truncated away.
-    SpecLength length(m.spec_k);
-    std::vector<int32_t> proposals, run_tokens, emitted, history;
-    std::vector<float> rows;  // (proposals + 1, vocab_size) logits of the verify step
+    SpecLength length(spec_k);
+    std::vector<int32_t> proposals, run_tokens, emitted, history, ids;
+    std::vector<float> rows;  // (proposals + 1, vocab_size) logits of the verify step (host sampling)
     const size_t V = size_t(model.config().vocab_size);
-    int32_t tok = max_tokens > 0 ? sampler.sample(logits, m.session->history()) : -1;
+    int32_t tok = max_tokens <= 0 ? -1 : on_device ? drawn(next) : sampler.sample(logits, m.session->history());
     for (int produced = 0; max_tokens > 0;) {
       if (!emit(tok)) break;
       ++produced;
@@ -145,13 +150,18 @@ GenerateResult Engine::generate(std::span<const int32_t> prompt, const SamplingP
       const int32_t cap = std::min({length.next(), max_tokens - produced - 1, m.session->max_context() - n0 - 1});
       history.assign(m.session->history().begin(), m.session->history().end());
       history.push_back(tok);
-      m.proposer->propose(history, std::max(cap, 0), proposals);
+      proposer->propose(history, std::max(cap, 0), proposals);
       run_tokens.assign(1, tok);
       run_tokens.insert(run_tokens.end(), proposals.begin(), proposals.end());
-      m.session->append_all_logits(run_tokens, rows);
+      if (on_device) {
+        m.session->verify_sampled(run_tokens, params, ids);
+      } else {
+        m.session->verify(run_tokens, rows);
+      }
       ++r.target_steps;
       history.insert(history.end(), proposals.begin(), proposals.end());
       const int32_t accepted = verify_point_proposals(proposals, [&](size_t i) {
+        if (on_device) return drawn(ids[i]);
         return sampler.sample(std::span<const float>(rows).subspan(i * V, V),
                               std::span<const int32_t>(history).first(size_t(n0) + 1 + i));
       }, emitted);
@@ -220,5 +230,15 @@ std::vector<float> Engine::score(std::span<const int32_t> tokens) {
 }
 
 void Engine::reset() { impl_->session->reset(); }
+
+void Engine::replay_proposals(std::vector<int32_t> recorded, int k) {
+  if (recorded.empty()) {
+    impl_->oracle.reset();
+    return;
+  }
+  FERRY_CHECK(k >= 1 && k <= kMaxSpecTokens, "speculation: k must be in 1..{}, got {}", kMaxSpecTokens, k);
+  impl_->oracle = std::make_unique<OracleProposer>(std::move(recorded));
+  impl_->oracle_k = k;
+}
 
 }  // namespace ferry

@@ -79,49 +79,52 @@ int32_t ModelRunner::token(size_t i) const {
 void ModelRunner::build_batch(const StepPlan& plan) {
   const int32_t bs = model_.kv_shape().block_size;
   Batch& b = batch_;
-  b.tokens.clear();
-  b.positions.clear();
-  b.slots.clear();
-  b.q_start.clear();
-  b.q_len.clear();
-  b.kv_len.clear();
-  b.logit_rows.clear();
+  b = Batch{};
   first_logit_row_.clear();
   int32_t mb = 0;
   for (const ScheduledChunk& c : plan.chunks) mb = std::max(mb, int32_t(c.seq->table.blocks.size()));
   b.max_blocks_per_seq = mb;
-  b.block_tables.assign(plan.chunks.size() * size_t(mb), -1);
-  for (size_t s = 0; s < plan.chunks.size(); ++s) {
-    const ScheduledChunk& c = plan.chunks[s];
+  std::vector<int32_t> tokens;  // a verify chunk's rows
+  std::vector<int64_t> slots;
+  for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& seq = *c.seq;
     const int32_t pos0 = seq.n_computed();
     const auto n_known = int32_t(seq.tokens.size());
     FERRY_ASSERT(c.n_tokens > 0 && pos0 + c.n_tokens <= n_known + c.n_draft && c.n_draft <= int32_t(seq.draft.size()));
-    FERRY_ASSERT(c.n_draft == 0 || (c.sample && pos0 + 1 == n_known));
+    FERRY_ASSERT(c.n_draft == 0 || (c.sample && pos0 + 1 == n_known && c.n_tokens == 1 + c.n_draft));
+    if (c.sample) first_logit_row_.push_back(int32_t(b.logit_rows.size()));
+    if (c.n_draft > 0) {  // the last token and the proposals: one-row entries (model/batch.h)
+      tokens.assign(1, seq.tokens[size_t(pos0)]);
+      tokens.insert(tokens.end(), seq.draft.begin(), seq.draft.begin() + c.n_draft);
+      slots.resize(tokens.size());
+      for (size_t i = 0; i < tokens.size(); ++i) slots[i] = seq.table.slot(pos0 + int32_t(i), bs);
+      verify_entries(b, tokens, pos0, slots, seq.table.blocks);
+      continue;
+    }
     const auto row0 = int32_t(b.tokens.size());
     for (int32_t i = 0; i < c.n_tokens; ++i) {
       const int32_t pos = pos0 + i;
-      b.tokens.push_back(pos < n_known ? seq.tokens[size_t(pos)] : seq.draft[size_t(pos - n_known)]);
+      b.tokens.push_back(seq.tokens[size_t(pos)]);
       b.positions.push_back(pos);
       b.slots.push_back(seq.table.slot(pos, bs));
     }
     b.q_start.push_back(row0);
     b.q_len.push_back(c.n_tokens);
     b.kv_len.push_back(pos0 + c.n_tokens);
-    std::copy(seq.table.blocks.begin(), seq.table.blocks.end(), b.block_tables.begin() + ptrdiff_t(s * size_t(mb)));
-    if (c.sample) first_logit_row_.push_back(int32_t(b.logit_rows.size()));
-    for (int32_t r = c.n_tokens - c.n_logit_rows(); r < c.n_tokens; ++r) b.logit_rows.push_back(row0 + r);
+    b.block_tables.resize(b.block_tables.size() + size_t(mb), -1);
+    std::copy(seq.table.blocks.begin(), seq.table.blocks.end(), b.block_tables.end() - ptrdiff_t(mb));
+    if (c.sample) b.logit_rows.push_back(row0 + c.n_tokens - 1);
   }
   first_logit_row_.push_back(int32_t(b.logit_rows.size()));  // the end of the real rows
   if (padding_.scratch_first < 0 || plan.chunks.empty()) return;
-  const bool decode = std::all_of(plan.chunks.begin(), plan.chunks.end(),
-                                  [](const ScheduledChunk& c) { return c.n_tokens == 1 && c.sample; });
-  // Prompt padding gives each sequence one logit row: not with verify chunks (the serving engine runs them on
-  // backends without step graphs only).
-  const bool verifies = std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) { return c.n_draft > 0; });
-  FERRY_CHECK(!verifies || !padding_.pad_prompts, "speculative decoding: verify steps are not padded for step graphs yet");
-  if (decode && padding_.pad_decodes) pad_decode_step(plan.chunks.size());
-  if (!decode && padding_.pad_prompts) pad_prompt_step(plan.chunks.size());
+  // Decode-shaped: every entry one sampled row (decode chunks and verify chunks' one-row entries), padded like a
+  // decode step (its graph key has rows_share_kv beside: model/llama_model.h). Else prompt padding, where a verify
+  // chunk's entries count as sequences (one logit row each, as the padding assumes).
+  const bool decode = std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
+    return c.sample && (c.n_tokens == 1 || c.n_draft > 0);
+  });
+  if (decode && padding_.pad_decodes) pad_decode_step(size_t(b.n_seqs()));
+  if (!decode && padding_.pad_prompts) pad_prompt_step(size_t(b.n_seqs()));
 }
 
 void ModelRunner::pad_decode_step(size_t n_chunks) {
@@ -240,6 +243,10 @@ int32_t ModelRunner::warm_up_graphs(const GraphWarmup& w) {
   for (int32_t mb = 1; mb <= max_mb; mb *= 2) {
     for (int32_t p = 1; p <= max_decode && steps < w.max_graphs; p *= 2) {
       if (!padding_.pad_decodes || !build_dummy_step(p, p, mb, true)) continue;
+      run_dummy_step(w.device_sampling);
+      ++steps;
+      if (!w.verify_keys || p == 1 || steps >= w.max_graphs) continue;
+      batch_.rows_share_kv = true;  // the same shape as a verify step's (two entries at least)
       run_dummy_step(w.device_sampling);
       ++steps;
     }

@@ -35,6 +35,13 @@ struct StepPadding {
   int32_t granule = kPromptPadGranule;  // tokens of a padded prompt step: a multiple of this, or max_step_tokens
 };
 
+// Verify steps (speculative decoding): a verify chunk runs as 1 + n_draft one-row entries (model/batch.h
+// verify_entries), so a step of decode and verify chunks is decode-shaped and padded as a decode step, entries
+// counted as sequences; its graph key differs from a plain decode step's only by Batch::rows_share_kv. Worked
+// example: 3 plain decodes and one sequence verifying 4 proposals make 3 + 5 = 8 entries, the key of an 8-sequence
+// decode step with rows_share_kv; at batch 1, k = 1..8 gives entries 2, 4, 4, 8, 8, 8, 8, 16 (at most 5 keys per
+// table width). A step that also carries prompt chunks is prompt-padded (each verify entry one sequence).
+//
 // Decode padding (backends that replay step graphs): a graph is recorded per (tokens, sequences, table width,
 // logit rows), so a decode step of n sequences is padded to the next power of two with dummy sequences (token
 // 0 at position 0, KV in a scratch block no sequence owns, their logits computed and ignored). 1..128 running
@@ -55,7 +62,8 @@ struct StepPadding {
 // take is otherwise captured the first time a step has it, which costs that step an eager run, the capture and
 // the instantiation on the serving path. warm_up_graphs runs each key once on dummy rows whose KV lives in the
 // scratch blocks (no pool block, no sequence, no cache entry is touched), so the first requests replay graphs:
-//  - decode steps of P = 1, 2, 4, .. sequences up to the padded max_seqs;
+//  - decode steps of P = 1, 2, 4, .. sequences up to the padded max_seqs (with GraphWarmup::verify_keys, P >= 2
+//    also as verify steps: rows_share_kv);
 //  - with prompt padding, prompt-carrying steps of the full budget (the shape a loaded server's prompt steps take)
 //    with P = 1, 2, 4, .. sequences up to the padded max_seqs + 1;
 // each at every table width mb = 1, 2, 4, .. up to the padded max_blocks (a step's key has the power of two at or
@@ -69,6 +77,7 @@ struct GraphWarmup {
   int32_t max_blocks = 1;         // blocks of a full-context sequence
   bool device_sampling = false;   // the path the serving steps take (launch_sampled vs run): part of the graph key
   int32_t max_graphs = 64;        // at most this many keys (the model's graph cache)
+  bool verify_keys = false;       // also each decode key of 2+ sequences as a verify step's (Batch::rows_share_kv)
 };
 
 class ModelRunner {

@@ -95,8 +95,8 @@ struct ServingEngine::Impl {
   std::vector<SampleRow> rows;                    // loop thread only: the current step's rows to sample
   bool device_sampling = false;                   // rows without logprobs/penalties are drawn on the device
   bool async_scheduling = false;                  // device_sampling and ServingOptions::async_scheduling
-  // Speculative decoding: the requests' default (EngineOptions::spec) and whether this engine verifies at all (no
-  // step graphs, world 1: the CPU backend).
+  // Speculative decoding: the requests' default (EngineOptions::spec) and whether this engine verifies at all
+  // (tensor-parallel world 1).
   SpecOptions spec_default;
   bool spec_supported = false;
   std::vector<int32_t> verify_history;  // loop thread only: a verify chunk's tokens + proposals
@@ -647,13 +647,13 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   s.device_sampling = so.device_sampling && eo.device_sampling && s.m->model->supports_device_sampling();
   s.async_scheduling = s.device_sampling && so.async_scheduling;
   s.m->model->set_token_feedback(s.async_scheduling);  // before the warm-up: its graphs resolve placeholders
-  // Speculation verifies steps without step graphs (their shapes are not padded for graphs yet), at world 1: the
-  // CPU backend (CUDA: Engine::generate only).
+  // Speculation at world 1, on any backend: verify chunks run as one-row entries, so a step of decode and verify
+  // rows is padded and captured like a decode step (engine/model_runner.h). Tensor parallelism: not yet.
   s.spec_default = eo.spec;
-  s.spec_supported = !pad && !s.m->backend->supports_step_graphs() && eo.tp == 1;
+  s.spec_supported = eo.tp == 1;
   if (eo.spec.mode != SpecMode::Off) {
-    FERRY_CHECK(s.spec_supported, "serving: speculative decoding runs on the CPU backend (tensor-parallel world 1) "
-                "for now; this engine is on {} (ferry run / chat speculate on CUDA too)", s.m->info.backend);
+    FERRY_CHECK(s.spec_supported, "serving: speculative decoding runs at tensor-parallel world 1 for now, not --tp {}",
+                eo.tp);
     FERRY_CHECK(eo.spec.k >= 1 && eo.spec.k <= kMaxSpecTokens, "serving: speculation k must be in 1..{}, got {}",
                 kMaxSpecTokens, eo.spec.k);
     if (eo.spec.mode == SpecMode::Draft)
@@ -667,7 +667,8 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
           GraphWarmup{.max_seqs = so.max_running,
                       .max_blocks = (s.m->context + kv.block_size - 1) / kv.block_size,
                       .device_sampling = s.device_sampling,
-                      .max_graphs = LlamaModel::max_graphs()});
+                      .max_graphs = LlamaModel::max_graphs(),
+                      .verify_keys = eo.spec.mode != SpecMode::Off});
     } catch (const std::exception& e) {
       fail("serving: recording the step graphs at start failed (ServingOptions::graph_warmup = false, `ferry serve "
            "--no-graph-warmup`, skips it): {}", e.what());
@@ -757,8 +758,8 @@ std::shared_ptr<RequestHandle> ServingEngine::submit(GenerationRequest r) {
   FERRY_CHECK(r.spec_k >= 0 && r.spec_k <= kMaxSpecTokens, "spec_k: must be in 0..{} (0: the server's), got {}",
               kMaxSpecTokens, r.spec_k);
   if (spec != SpecMode::Off) {
-    FERRY_CHECK(s.spec_supported, "speculation: this server runs on {}, where the serving engine does not speculate yet",
-                s.m->info.backend);
+    FERRY_CHECK(s.spec_supported, "speculation: this server runs at tensor-parallel world {}, where the serving "
+                "engine does not speculate yet", s.m->model->tp_world());
     FERRY_CHECK(spec != SpecMode::Draft || s.draft, "speculation: this server has no draft model (start it with "
                 "--spec draft:MODEL)");
     // Logprobs, logit_bias and formats sample through paths of their own: such requests decode plainly.

@@ -70,6 +70,44 @@ void Session::append_all_logits(std::span<const int32_t> tokens, std::vector<flo
   run(tokens, true, logits);
 }
 
+void Session::fill_verify_batch(std::span<const int32_t> tokens) {
+  FERRY_CHECK(!tokens.empty() && int64_t(tokens.size()) <= model_.max_step_tokens(),
+              "verify step of {} tokens (1..{} allowed)", tokens.size(), model_.max_step_tokens());
+  FERRY_CHECK(inflight_.empty(), "{} decode steps are in flight: collect or drop them first", inflight_.size());
+  const int32_t pos0 = n_tokens();
+  FERRY_CHECK(int64_t(pos0) + int64_t(tokens.size()) <= max_context_, "{} tokens do not fit the context of {} tokens "
+              "({} already in it)", tokens.size(), max_context_, pos0);
+  for (int32_t t : tokens)
+    FERRY_CHECK(t >= 0 && t < model_.config().vocab_size, "token id {} out of range (vocabulary of {})", t,
+                model_.config().vocab_size);
+  reserve_kv(pos0 + int32_t(tokens.size()));
+  const int32_t bs = model_.kv_shape().block_size;
+  std::vector<int64_t> slots(tokens.size());  // (n) the rows' KV slots
+  for (size_t i = 0; i < tokens.size(); ++i) slots[i] = table_.slot(pos0 + int32_t(i), bs);
+  batch_ = Batch{};
+  batch_.max_blocks_per_seq = int32_t(table_.blocks.size());
+  verify_entries(batch_, tokens, pos0, slots, table_.blocks);
+}
+
+void Session::verify(std::span<const int32_t> tokens, std::vector<float>& logits) {
+  fill_verify_batch(tokens);
+  model_.forward(batch_, logits);
+  history_.insert(history_.end(), tokens.begin(), tokens.end());
+  table_.n_tokens = int32_t(history_.size());
+}
+
+void Session::verify_sampled(std::span<const int32_t> tokens, const SamplingParams& params, std::vector<int32_t>& ids) {
+  fill_verify_batch(tokens);
+  const auto pos0 = uint64_t(n_tokens());
+  verify_rows_.resize(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i)
+    verify_rows_[i] = RowSampling{.mode = RowMode::Device, .params = params, .position = pos0 + i + 1};
+  model_.forward_sampled(batch_, verify_rows_, sampled_);
+  ids.assign(sampled_.tokens.begin(), sampled_.tokens.begin() + ptrdiff_t(tokens.size()));
+  history_.insert(history_.end(), tokens.begin(), tokens.end());
+  table_.n_tokens = int32_t(history_.size());
+}
+
 void Session::reserve_kv(int32_t total) {
   const int32_t bs = model_.kv_shape().block_size;
   FERRY_CHECK(table_.reserve(pool_, total, bs), "KV cache full: {} tokens need {} blocks, {} free", total,

@@ -36,6 +36,14 @@ class Session {
   int32_t append_sampled(std::span<const int32_t> tokens, const SamplingParams& params);
   // Appends tokens and returns the logits of every one of them: (tokens.size(), vocab_size), row-major.
   void append_all_logits(std::span<const int32_t> tokens, std::vector<float>& logits);
+  // A verify step (engine/spec_verify.h): appends tokens (the last accepted token and the proposals, at most one
+  // step) in one step laid out as one-row entries (model/batch.h: each row reads the keys a plain decode at its
+  // position reads; on a backend with step graphs the step is captured as a decode-shaped graph). verify fills
+  // logits (tokens.size(), vocab_size); verify_sampled (device sampling, params without penalties) draws each
+  // row on the device instead, row i with the Philox counter of the history before it (the draw append_sampled
+  // would make there) and fills ids (tokens.size()), -1 where every logit was NaN/-inf.
+  void verify(std::span<const int32_t> tokens, std::vector<float>& logits);
+  void verify_sampled(std::span<const int32_t> tokens, const SamplingParams& params, std::vector<int32_t>& ids);
 
   // Pipelined decoding (model.token_feedback() on, device sampling): launch_decode appends one token and enqueues
   // its step without waiting; the step draws the next token on the device (as append_sampled would). token: a
@@ -70,6 +78,8 @@ class Session {
   // one (last_logits) or of none.
   void fill_batch(std::span<const int32_t> tokens, int32_t pos0, bool all_logits, bool last_logits);
   size_t common_prefix_to_keep(std::span<const int32_t> tokens) const;
+  // verify / verify_sampled: checks tokens, reserves their K/V and fills batch_ with their one-row entries.
+  void fill_verify_batch(std::span<const int32_t> tokens);
 
   LlamaModel& model_;
   BlockPool& pool_;
@@ -80,6 +90,7 @@ class Session {
   std::vector<float> step_logits_;
   Batch batch_;
   RowSampling device_row_;  // run with device sampling: the one logit row's settings
+  std::vector<RowSampling> verify_rows_;  // verify_sampled: (tokens) every row's settings
   SampledStep sampled_;     // its result
   // Decode steps in flight (launch_decode), oldest first: the history index each one's drawn token takes.
   std::deque<int32_t> inflight_;

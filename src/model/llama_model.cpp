@@ -115,6 +115,7 @@ LlamaModel::StepLayout LlamaModel::layout_for(const Batch& batch, int32_t mb) {
   L.mb = mb;
   L.m = int32_t(batch.logit_rows.size());
   L.decode_only = std::all_of(batch.q_len.begin(), batch.q_len.end(), [](int32_t q) { return q == 1; });
+  L.rows_share_kv = batch.rows_share_kv;
   size_t off = 0;
   const auto take = [&](size_t bytes) {
     const size_t at = off;
@@ -252,7 +253,7 @@ const float* LlamaModel::execute_step(const Batch& batch, bool host_logits) {
     // Token feedback: the copy goes ahead of the graph, where the backend can fence the staging buffer for the
     // next step's inputs (wait_for_copies) while this step still runs.
     if (token_feedback_) copy_inputs(L);
-    const GraphKey key{L.n, L.n_seqs, L.mb, L.m, host_logits, L.decode_only};
+    const GraphKey key{L.n, L.n_seqs, L.mb, L.m, host_logits, L.decode_only, L.rows_share_kv};
     const auto it = graphs_.find(key);
     ++graph_clock_;
     if (it != graphs_.end() && backend_.replay(*it->second.graph)) {
@@ -508,6 +509,7 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   meta.kv_len = i32(L.kv_len, L.n_seqs);
   meta.block_tables = i32(L.tables, int64_t(L.n_seqs) * L.mb);
   meta.decode_only = L.decode_only;  // not n == n_seqs: a padded prompt step's empty dummy sequences hold no token
+  meta.rows_share_kv = L.rows_share_kv;  // a verify step's one-row entries (model/batch.h): no store fused into attention
   if (host_meta) {
     FERRY_ASSERT(host_meta->max_blocks_per_seq == L.mb);
     meta.host_q_start = host_meta->q_start.data();

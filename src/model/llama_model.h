@@ -127,7 +127,8 @@ class LlamaModel {
 
   // Step graphs (on backends that support them): a decode step (one token per sequence) is captured once per
   // (n_seqs, block-table bucket, logit rows) and replayed; the bucket is max_blocks_per_seq rounded up to a
-  // power of two (tables are padded with -1). On by default; off: every step runs op by op.
+  // power of two (tables are padded with -1). A verify step laid out as one-row entries (Batch::rows_share_kv,
+  // model/batch.h) is such a step, with a key of its own. On by default; off: every step runs op by op.
   void set_step_graphs(bool on) { graphs_on_ = on; }
   // Prompt-carrying steps too (EngineOptions::prompt_graphs): with step graphs
   // on, every step that is not a pure decode step is captured and replayed like one, keyed on its exact shape. The
@@ -162,12 +163,15 @@ class LlamaModel {
   struct StepLayout {
     int32_t n = 0, n_seqs = 0, mb = 0, m = 0;  // tokens, sequences, table stride, logit rows
     bool decode_only = false;  // every sequence has exactly one query row (padded prompt steps may hold q_len 0)
+    bool rows_share_kv = false;  // Batch::rows_share_kv (a verify step's one-row entries)
     size_t slots = 0, tokens = 0, positions = 0, q_start = 0, q_len = 0, kv_len = 0, rows = 0, tables = 0;
     size_t bytes = 0;
   };
-  // (n, n_seqs, table stride, logit rows, logits copied to the host in the graph, decode-only). decode-only is a key
-  // of its own: a padded prompt step can have n == n_seqs (empty dummy sequences) with a decode step's other keys.
-  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t, bool, bool>;
+  // (n, n_seqs, table stride, logit rows, logits copied to the host in the graph, decode-only, rows share K/V).
+  // decode-only is a key of its own: a padded prompt step can have n == n_seqs (empty dummy sequences) with a decode
+  // step's other keys; so is rows_share_kv: a verify step (one-row entries, model/batch.h) has a decode step's shape
+  // but its graph stores K/V apart from the attention.
+  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t, bool, bool, bool>;
   struct GraphEntry {
     std::unique_ptr<StepGraph> graph;
     uint64_t last_use = 0;  // graph_clock_ at its last replay or capture (the least recent one is evicted)

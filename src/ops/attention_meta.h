@@ -25,6 +25,9 @@ struct AttentionMeta {
   // Every sequence has exactly one query row (a decode step), as the caller knows even without host mirrors
   // (a captured step): a backend may then run its decode kernel alone. False: not known, look at q_len.
   bool decode_only = false;
+  // Some sequences' rows read K/V that other sequences of this step store (Batch::rows_share_kv: a verify chunk
+  // laid out as one-row entries): a backend must store every row's K/V before any attention reads the cache.
+  bool rows_share_kv = false;
   // Per layer (the model sets them on its copy for each layer; a backend without Backend::supports(
   // ModelFeature::SlidingWindow / SoftCap) refuses the model at load, so it never sees them set):
   int32_t window = 0;   // > 0: query at position p attends to positions max(0, p - window + 1) .. p; 0: to 0 .. p

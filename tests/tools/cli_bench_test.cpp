@@ -173,5 +173,23 @@ TEST_F(CliBench, CorpusAndRunWithSpeculation) {
   EXPECT_NE(r.output.find("'eagle' is not one of off, ngram, draft, draft:MODEL"), std::string::npos) << r.output;
 }
 
+// --spec oracle is ferry bench's (measure/oracle_bench.h): per k its tok/s, verify step cost and the same tokens,
+// then the argmax line; ferry run / chat / serve refuse it (parse_spec knows no such mode).
+TEST_F(CliBench, OracleIsBenchOnly) {
+  const std::string tiny = test::source_dir() + "/tests/fixtures/models/tiny-llama";
+  test::FerryRun r = run_ferry("bench -m " + tiny + " -p 0 -n 16 -r 1 -t 2 --spec oracle --spec-k 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* k : {"oracle k=1:", "oracle k=2:", "oracle k=3:"}) EXPECT_NE(r.output.find(k), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("x a plain step"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("THE TOKENS DIFFER"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("argmax vs the plain decode: 0 of "), std::string::npos) << r.output;
+  for (const char* cmd : {"run -p x -n 4 -m ", "chat -m ", "serve -m "}) {
+    r = run_ferry(std::string(cmd) + tiny + " --spec oracle");
+    EXPECT_EQ(r.exit_code, 1) << cmd << r.output;
+    EXPECT_NE(r.output.find("'oracle' is not one of off, ngram, draft, draft:MODEL"), std::string::npos)
+        << cmd << r.output;
+  }
+}
+
 }  // namespace
 }  // namespace ferry

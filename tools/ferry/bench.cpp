@@ -7,6 +7,10 @@
 // GB/s and FLOP/s, arithmetic intensity, the roof's tok/s, the share of the roof reached and which ceiling
 // binds. Ceilings: --ceilings GBPS,TFLOPS; else the H200 figures for cuda, or measured at start for cpu
 // (src/measure/cpu_ceilings.h). --plot FILE.svg draws the tests (and --kernels FILE.json harness results).
+//
+// --spec oracle (this command only; measure/oracle_bench.h): the tg test runs plainly, then replayed by the oracle
+// proposer at k = 1..--spec-k: tok/s, the verify step's cost as a multiple of a plain decode step, and how many
+// positions' argmax changed between the plain decode and the verify steps.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +31,7 @@
 #include "core/env.h"
 #include "measure/bench_run.h"
 #include "measure/cpu_ceilings.h"
+#include "measure/oracle_bench.h"
 #include "measure/roofline.h"
 #include "measure/roofline_svg.h"
 
@@ -146,7 +151,7 @@ Runner add_bench(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   o->model.add(app);
-  o->spec.add(app);
+  o->spec.add(app, true);
   app.add_option("--corpus", o->corpus, "instead of pp/tg: generate (greedy, -n tokens at most) after each prompt of "
                                         "this file (prompts separated by lines of %%; e.g. bench/spec/corpus.txt), "
                                         "and with --spec, the same without speculation and the speed-up");
@@ -172,7 +177,9 @@ Runner add_bench(CLI::App& app) {
     FERRY_CHECK(o->random.empty() || o->model.model.empty(), "use either -m or --random");
     EngineOptions eo = o->model.engine_options(
         o->random.empty() ? resolve_model(o->model.model, env) : "random:" + o->random + ":" + o->random_type, env);
-    o->spec.apply(eo, [&](const std::string& m) { return resolve_model(m, env); });
+    const bool oracle = o->spec.spec == "oracle";  // bench only: not a parse_spec mode (measure/oracle_bench.h)
+    FERRY_CHECK(!oracle || o->corpus.empty(), "--spec oracle replays the tg test; it does not run --corpus");
+    if (!oracle) o->spec.apply(eo, [&](const std::string& m) { return resolve_model(m, env); });
     if (!o->corpus.empty()) {
       const std::vector<std::string> prompts = read_corpus(o->corpus);
       const auto report = [&](const char* label, const CorpusRun& c, bool speculative) {
@@ -286,10 +293,50 @@ Runner add_bench(CLI::App& app) {
       row(t, s);
       return run;
     };
+    // --spec oracle: the plain row, then per k its tok/s, verify step cost and tokens, then the argmax changes.
+    const auto run_oracle = [&](const BenchTest& t) {
+      std::vector<int> ks;
+      for (int k = 1; k <= o->spec.k; ++k) ks.push_back(k);
+      std::vector<double> plain_rates;
+      std::vector<std::vector<double>> rates(ks.size()), ratios(ks.size());
+      std::vector<OracleRun> last;
+      int64_t compared = 0, changed = 0;
+      for (int r = 0; r <= o->reps; ++r) {
+        const std::vector<int32_t> depth = random_tokens(t.depth);
+        const std::vector<int32_t> test = random_tokens(1);
+        BenchRun plain;
+        last = run_oracle_tests(engine, t, depth, test, ks, plain);
+        if (r == 0) continue;
+        plain_rates.push_back(plain.tokens_per_s());
+        for (size_t i = 0; i < ks.size(); ++i) {
+          rates[i].push_back(last[i].run.tokens_per_s());
+          ratios[i].push_back(last[i].step_ratio);
+          compared += last[i].compared;
+          changed += last[i].changed;
+        }
+      }
+      const Stat plain = stats(plain_rates);
+      row(t, plain);
+      for (size_t i = 0; i < ks.size(); ++i) {
+        const Stat rate = stats(rates[i]), ratio = stats(ratios[i]);
+        std::printf("oracle k=%d: %.1f ± %.1f tok/s (%.2fx plain), verify step (%d rows) %.3f ± %.3f x a plain "
+                    "step%s; %s\n",
+                    ks[i], rate.mean, rate.sd, rate.mean / plain.mean, ks[i] + 1, ratio.mean, ratio.sd,
+                    spec_summary(last[i].run.timed).c_str(),
+                    last[i].changed == 0 ? "the same tokens" : "THE TOKENS DIFFER");
+      }
+      std::printf("argmax vs the plain decode: %lld of %lld compared positions changed (%.3f%%)%s\n",
+                  static_cast<long long>(changed), static_cast<long long>(compared),
+                  compared > 0 ? 100.0 * double(changed) / double(compared) : 0.0,
+                  eo.batch_invariant ? " [--batch-invariant]" : "");
+      std::fflush(stdout);
+    };
     for (const int depth : o->depths) {
       Stat s;
       if (o->n_prompt > 0) run_test({TestKind::Prompt, o->n_prompt, step_tokens, depth}, s);
-      if (o->n_gen > 0) {
+      if (o->n_gen > 0 && oracle) {
+        run_oracle(BenchTest{TestKind::Generate, o->n_gen, 0, depth});
+      } else if (o->n_gen > 0) {
         const BenchTest t{TestKind::Generate, o->n_gen, 0, depth};
         const BenchRun last = run_test(t, s);
         if (eo.spec.mode != SpecMode::Off)

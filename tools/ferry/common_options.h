@@ -58,9 +58,14 @@ struct SpecCliOptions {
   std::string spec = "off";
   int k = 4;
   std::string draft;
-  void add(CLI::App& app) {
-    app.add_option("--spec", spec, "speculative decoding: off, ngram (prompt lookup), draft (with --draft), "
-                                   "draft:MODEL (a smaller model with the same tokenizer); the same tokens as without");
+  // bench: `ferry bench` also takes oracle (measure/oracle_bench.h), which it handles itself: parse_spec refuses it.
+  void add(CLI::App& app, bool bench = false) {
+    app.add_option("--spec", spec, std::string("speculative decoding: off, ngram (prompt lookup), draft (with --draft), "
+                                               "draft:MODEL (a smaller model with the same tokenizer); the same tokens "
+                                               "as without") +
+                                       (bench ? "; oracle: the tg test replayed by its own greedy output, k = 1.."
+                                                "--spec-k (the verify step's cost and the ceiling)"
+                                              : ""));
     app.add_option("--spec-k", k, "most tokens proposed per step (adapts below it)")->check(CLI::Range(1, kMaxSpecTokens));
     app.add_option("--draft", draft, "the draft model of --spec draft (the forms of -m)");
   }

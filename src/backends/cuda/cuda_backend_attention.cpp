@@ -69,7 +69,8 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
 void CudaBackend::qkv_attention(const QkvEpilogueArgs& e, const Tensor& out, const AttentionMeta& meta, float scale) {
   const int64_t D = e.q.n_dims == 3 ? e.q.shape[2] : 0, H = e.q.n_dims == 3 ? e.q.shape[1] : 0;
   const int64_t KVH = e.k_cache.n_dims == 4 ? e.k_cache.shape[2] : 0;
-  const bool fusable = meta.decode_only && e.k_out.empty() && e.v_out.empty() &&
+  // Not when entries share K/V (a verify step's one-row entries): the fused store would race the other entries' reads.
+  const bool fusable = meta.decode_only && !meta.rows_share_kv && e.k_out.empty() && e.v_out.empty() &&
                        cuda_ops::decode_mma_supports(int(D)) && KVH > 0 && H % KVH == 0 &&
                        cuda_ops::default_decode_kernel(int(D), int(H / KVH)) == cuda_ops::DecodeKernel::kTensorCores &&
                        2 * e.inv_freq.numel() == D && e.qkv.dtype == DType::F32 && e.qkv.n_dims == 3 &&
