@@ -207,8 +207,8 @@ void parse_prompt(const json& body, ParsedRequest& r) {
   if (!v->is_array() || v->empty()) bad("prompt", "must be a string, a non-empty list of token ids, or a list of one of these");
   r.prompt_tokens.reserve(v->size());
   for (const json& t : *v) {
-    if (!t.is_number_integer()) bad("prompt", "must be a string, a non-empty list of token ids, or a list of one of these");
-    const int64_t id = integer(t, "prompt", 0, std::numeric_limits<int32_t>::max());
+    if (!t.is_number()) bad("prompt", "must be a string, a non-empty list of token ids, or a list of one of these");
+    const int64_t id = integer(t, "prompt", 0, std::numeric_limits<int32_t>::max());  // 313.0 is a token id too
     r.prompt_tokens.push_back(int32_t(id));
   }
 }

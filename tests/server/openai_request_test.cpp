@@ -103,6 +103,7 @@ TEST(OpenAIRequest, IntegralFloatSeedIsAnInteger) {
   EXPECT_EQ(r.sampling.seed, 1937u);
   EXPECT_TRUE(r.seed_given);
   EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "x", "seed": -2.0})").sampling.seed, uint64_t(-2));
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": [[7, 313.0]]})").prompt_tokens, (std::vector<int32_t>{7, 313}));
 }
 
 TEST(OpenAIRequest, DefaultsAreOpenAIs) {
