@@ -57,9 +57,10 @@ int64_t integer(const json& v, const std::string& name, int64_t lo, int64_t hi) 
   if (v.is_number_integer()) {
     if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) bad(name, "is out of range");
     x = v.get<int64_t>();
-  } else if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
-             std::abs(v.get<double>()) < 9e15) {
-    x = int64_t(v.get<double>());  // 16.0 is an integer too
+  } else if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>())) {
+    // 16.0 is an integer too; one past int64's range counts as its nearest end (then the range check applies).
+    const double d = v.get<double>();
+    x = d >= 9.2e18 ? std::numeric_limits<int64_t>::max() : d <= -9.2e18 ? std::numeric_limits<int64_t>::min() : int64_t(d);
   } else {
     bad(name, "must be an integer");
   }

@@ -60,7 +60,15 @@ ToolRequest parse_tool_request(const ordered_json& body) {
       r.functions.push_back(std::move(f));
     }
     if (!r.functions.empty()) {
-      r.tools = *tools;
+      // What the template renders: the fields OpenAI defines, not whatever else a client sent (ignored).
+      r.tools = ordered_json::array();
+      for (const ordered_json& t : *tools) {
+        const ordered_json& fn = t["function"];
+        ordered_json clean = {{"name", fn["name"]}};
+        for (const char* key : {"description", "parameters", "strict"})
+          if (const ordered_json* v = field(fn, key)) clean[key] = *v;
+        r.tools.push_back({{"type", "function"}, {"function", std::move(clean)}});
+      }
       r.choice = ToolChoice::Auto;
     }
   }

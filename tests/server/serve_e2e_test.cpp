@@ -244,17 +244,22 @@ TEST_F(ServeE2E, SpeculationPerRequestKeepsTheText) {
   EXPECT_NE(metrics.body.find("ferry_spec_proposed_tokens_total"), std::string::npos);
 }
 
-TEST_F(ServeE2E, OpenAIPythonClient) {
-  const std::string python = std::string(FERRY_BINARY_DIR) + "/.venv-test/bin/python";
-  if (!fs::exists(python))
-    GTEST_SKIP() << "no " << python << " (scripts/install_test_deps.sh " << FERRY_BINARY_DIR << " makes it; `make test` runs it)";
-  const std::string cmd = "timeout 120 " + python + " " + source_dir() + "/tests/server/openai_client_test.py " + server_->url() + " 2>&1";
+// A shell command's output (stdout and what it redirects there) and its wait status.
+std::pair<std::string, int> run_command(const std::string& cmd) {
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf{};
   size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
+  return {out, pclose(p)};
+}
+
+TEST_F(ServeE2E, OpenAIPythonClient) {
+  const std::string python = std::string(FERRY_BINARY_DIR) + "/.venv-test/bin/python";
+  if (!fs::exists(python))
+    GTEST_SKIP() << "no " << python << " (scripts/install_test_deps.sh " << FERRY_BINARY_DIR << " makes it; `make test` runs it)";
+  const std::string cmd = "timeout 120 " + python + " " + source_dir() + "/tests/server/openai_client_test.py " + server_->url() + " 2>&1";
+  const auto [out, status] = run_command(cmd);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
 }
 
@@ -265,13 +270,7 @@ std::string run_agent_script(const std::string& kind, const std::string& url) {
   const std::string python = std::string(FERRY_BINARY_DIR) + "/.venv-test/bin/python";
   const std::string cmd = "timeout 300 " + python + " " + source_dir() + "/tests/server/openai_agent_test.py " + kind + " " +
                           url + " 2>&1; echo \"exit=$?\"";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  pclose(p);
-  return out;
+  return run_command(cmd).first;
 }
 
 TEST_F(ServeE2E, OpenAIClientAgentFeatures) {
@@ -294,12 +293,7 @@ TEST(ServeConformance, SchemathesisFindsNothing) {
   const std::string report = (fs::temp_directory_path() / ("ferry-schemathesis-" + std::to_string(getpid()))).string();
   const std::string cmd = "timeout 240 " + python + " " + source_dir() + "/tests/server/conformance/run_schemathesis.py " +
                           FERRY_BINARY_DIR + "/ferry --max-examples 8 --report " + report + " 2>&1; echo \"exit=$?\"";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  pclose(p);
+  const std::string out = run_command(cmd).first;
   fs::remove_all(report);
   EXPECT_NE(out.find("exit=0"), std::string::npos) << out.substr(out.size() > 20000 ? out.size() - 20000 : 0);
 }

@@ -5,7 +5,9 @@ schemathesis over OpenAI's published description of the routes ferry implements 
 narrowed to the served name) and over ferry's own description of its other routes (ferry_routes.openapi.json
 here). Checks: no server error (5xx), every response valid against the description, status codes and
 content types the description lists, and schema-valid requests accepted (positive_data_acceptance; a
-refusal is reported, and must be a 400 that names a field README lists as unsupported).
+refusal is reported, and must be a 400 that names a field README lists as unsupported). request_hooks.py
+keeps the generated prompts inside the served context (4096 tokens: the fixture's config copied with a longer
+max_position_embeddings).
 
 usage: run_schemathesis.py FERRY_BINARY [--model DIR] [--max-examples N] [--seed N] [--report FILE]
 Runs with the Python that has schemathesis (python3 -m venv V && V/bin/pip install schemathesis).
@@ -44,7 +46,8 @@ def keep_refs(schema, names):
 def without_unsupported(schemas):
     """The request features README lists as not supported (each a 400 naming the field) taken out of the
     description, so that positive_data_acceptance checks everything else: content parts other than text, the
-    deprecated function role / functions / function_call, tools other than functions, n > 16, best_of other
+    deprecated function role / functions / function_call, tools other than functions (and a tool_choice of
+    allowed_tools or a custom tool), n > 16, best_of other
     than 1, echo; and stream_options without stream, which OpenAI refuses too."""
     keep_refs(schemas["ChatCompletionRequestUserMessageContentPart"], {"ChatCompletionRequestMessageContentPartText"})
     keep_refs(schemas["ChatCompletionRequestAssistantMessageContentPart"], {"ChatCompletionRequestMessageContentPartText"})
@@ -53,6 +56,8 @@ def without_unsupported(schemas):
     keep_refs(schemas["ChatCompletionMessageToolCalls"]["items"], {"ChatCompletionMessageToolCall"})
     chat = schemas["CreateChatCompletionRequest"]["allOf"][1]["properties"]
     keep_refs(chat["tools"]["items"], {"ChatCompletionTool"})
+    choice = schemas["ChatCompletionToolChoiceOption"]  # the modes and a named function, not allowed_tools / custom
+    choice["oneOf"] = [b for b in choice["oneOf"] if b.get("$ref", "").rsplit("/", 1)[-1] in ("", "ChatCompletionNamedToolChoice")]
     for name in ("functions", "function_call"):
         chat.pop(name, None)
     chat["n"]["maximum"] = 16
@@ -60,6 +65,16 @@ def without_unsupported(schemas):
     completion["best_of"] = {"type": "integer", "enum": [1], "nullable": True}
     completion["echo"] = {"type": "boolean", "enum": [False], "nullable": True}
     completion["n"]["maximum"] = 16
+    # A response_format's schema is a JSON schema of the subset README lists (anything else is a 400 naming the
+    # keyword): generated as a small object schema of those keywords, not as an arbitrary object.
+    schemas["ResponseFormatJsonSchemaSchema"] = {
+        "type": "object", "additionalProperties": False, "required": ["type"],
+        "properties": {"type": {"enum": ["object", "string", "integer", "boolean", "array"]}}}
+    # Token counts are not negative (a 400 at OpenAI).
+    for properties in (chat, completion):
+        for name in ("max_tokens", "max_completion_tokens"):
+            if isinstance(properties.get(name), dict):
+                properties[name]["minimum"] = 0
     # A completions prompt holds one prompt: the batch forms (a list of strings, a list of token lists) with one.
     for branch in completion["prompt"]["oneOf"]:
         if branch["type"] == "array" and branch["items"].get("type") in ("string", "array"):
@@ -82,7 +97,12 @@ def without_unsupported(schemas):
             properties["logit_bias"]["additionalProperties"] = {"type": "integer", "minimum": -100, "maximum": 100}
     # stream_options without stream: true is a 400 at OpenAI too ("only allowed when stream is enabled").
     only_streamed = {"stream_options": {"required": ["stream"], "properties": {"stream": {"const": True}}}}
-    schemas["CreateChatCompletionRequest"]["allOf"][1]["dependentSchemas"] = only_streamed
+    # tool_choice without tools is a 400 at OpenAI too ("only allowed when 'tools' are specified").
+    chat_dependent = dict(only_streamed)
+    chat_dependent["tool_choice"] = {"required": ["tools"], "properties": {"tools": {"minItems": 1}}}
+    # top_logprobs needs logprobs: true, in OpenAI's description's own words.
+    chat_dependent["top_logprobs"] = {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}}
+    schemas["CreateChatCompletionRequest"]["allOf"][1]["dependentSchemas"] = chat_dependent
     schemas["CreateCompletionRequest"]["dependentSchemas"] = only_streamed
     for d in (schemas["ChatCompletionRequestUserMessageContentPart"], schemas["ChatCompletionRequestAssistantMessageContentPart"],
               schemas["ChatCompletionMessageToolCalls"]["items"], chat["tools"]["items"]):
@@ -117,9 +137,30 @@ def narrowed_openai_spec(path):
     return spec
 
 
+CONTEXT = 4096  # tokens: a tool request's Hermes system prompt alone is ~500 of tiny-llama's byte-level tokens
+
+
+def longer_context_copy(model, workdir):
+    """The model folder with max_position_embeddings raised to CONTEXT (random weights: any length runs), its
+    other files linked, so that generated conversations fit (request_hooks.py bounds them further)."""
+    out = os.path.join(workdir, "model")
+    os.makedirs(out, exist_ok=True)
+    for name in os.listdir(model):
+        dst = os.path.join(out, name)
+        if name == "config.json":
+            with open(os.path.join(model, name)) as f:
+                config = json.load(f)
+            config["max_position_embeddings"] = max(CONTEXT, config.get("max_position_embeddings", 0))
+            with open(dst, "w") as f:
+                json.dump(config, f)
+        elif not os.path.exists(dst):
+            os.symlink(os.path.abspath(os.path.join(model, name)), dst)
+    return out
+
+
 def start_server(ferry, model):
     cmd = [ferry, "serve", "-m", model, "--port", "0", "--host", "127.0.0.1", "--model-name", SERVED_NAME,
-           "-c", "512", "-t", "2"]
+           "-c", str(CONTEXT), "-t", "2"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 120
     for line in proc.stdout:
@@ -147,7 +188,9 @@ def run(spec_path, url, checks, max_examples, seed, report_dir, name):
            "--seed", str(seed),
            "--report", "junit", "--report-dir", report_dir, "--workers", "1", "--suppress-health-check", "all"]
     print("$ " + " ".join(cmd), flush=True)
-    rc = subprocess.call(cmd)
+    env = dict(os.environ, SCHEMATHESIS_HOOKS="request_hooks",
+               PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    rc = subprocess.call(cmd, env=env)
     print("%s: schemathesis exit %d" % (name, rc), flush=True)
     return rc
 
@@ -172,7 +215,7 @@ def main():
     own_spec = os.path.join(a.report, "ferry-routes.json")
     with open(own_spec, "w") as f:
         json.dump(ferry_spec(FERRY_SPEC, vocab_size), f)
-    proc, port = start_server(a.ferry, a.model)
+    proc, port = start_server(a.ferry, longer_context_copy(a.model, a.report))
     try:
         base = "http://127.0.0.1:%d" % port
         urllib.request.urlopen(base + "/health", timeout=10).read()
