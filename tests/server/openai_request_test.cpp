@@ -104,6 +104,9 @@ TEST(OpenAIRequest, IntegralFloatSeedIsAnInteger) {
   EXPECT_TRUE(r.seed_given);
   EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "x", "seed": -2.0})").sampling.seed, uint64_t(-2));
   EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": [[7, 313.0]]})").prompt_tokens, (std::vector<int32_t>{7, 313}));
+  // An integer past int64 is its end: a max_tokens beyond the context runs to the context's end.
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "x", "max_tokens": 1e40})").max_tokens,
+            std::numeric_limits<int32_t>::max());
 }
 
 TEST(OpenAIRequest, DefaultsAreOpenAIs) {
@@ -153,7 +156,7 @@ TEST(OpenAIRequest, BadParametersAreNamed) {
       {"presence_penalty", R"("presence_penalty": 3)"},
       {"frequency_penalty", R"("frequency_penalty": -2.01)"},
       {"max_tokens", R"("max_tokens": -5)"},
-      {"max_tokens", R"("max_tokens": 1e40)"},
+      {"max_tokens", R"("max_tokens": 1.5)"},
       {"max_completion_tokens", R"("max_completion_tokens": "many")"},
       {"seed", R"("seed": 1.5)"},
       {"stop", R"("stop": 5)"},
