@@ -21,12 +21,23 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "core/fp16.h"
+#include "formats/quant.h"
 #include "fixtures/numeric.h"
 
 // ASSERT_CUDA_OK(cudaMemcpy(...)): the call returned cudaSuccess (the call's text in the failure message).
 #define ASSERT_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 namespace ferry::test {
+
+// A (rows, cols) weight of type t made from random floats (quantized where t is a block type), in host
+// memory: the bytes the model file would hold.
+inline std::vector<uint8_t> make_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const std::vector<float> f = random_floats(size_t(rows * cols), seed, 0.5f);
+  std::vector<uint8_t> bytes(size_t(rows) * row_bytes(t, cols));
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_row(t, f.data() + r * cols, bytes.data() + size_t(r) * row_bytes(t, cols), cols);
+  return bytes;
+}
 
 // Every value rounded to bf16 (round to nearest even: core/fp16.h) as bits.
 inline std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {

@@ -13,14 +13,6 @@
 namespace ferry::test {
 namespace {
 
-std::vector<uint8_t> make_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
-  const std::vector<float> f = random_floats(size_t(rows * cols), seed, 0.5f);
-  std::vector<uint8_t> bytes(size_t(rows) * row_bytes(t, cols));
-  for (int64_t r = 0; r < rows; ++r)
-    quantize_row(t, f.data() + r * cols, bytes.data() + size_t(r) * row_bytes(t, cols), cols);
-  return bytes;
-}
-
 struct Case {
   DType type;
   int64_t n, n_out, n_in;

@@ -122,16 +122,6 @@ TEST_F(CudaOps, GatherRows) {
   EXPECT_EQ(rel_l2(download(out), ref), 0.0);
 }
 
-// A (rows, cols) weight of type t made from random floats (quantized where t is a block type), in host
-// memory: the bytes the model file would hold.
-std::vector<uint8_t> make_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
-  const std::vector<float> f = random_floats(size_t(rows * cols), seed, 0.5f);
-  std::vector<uint8_t> bytes(size_t(rows) * row_bytes(t, cols));
-  for (int64_t r = 0; r < rows; ++r)
-    quantize_row(t, f.data() + r * cols, bytes.data() + size_t(r) * row_bytes(t, cols), cols);
-  return bytes;
-}
-
 TEST_F(CudaOps, EmbeddingEveryTableType) {
   const int64_t vocab = 300, dim = 512;
   std::vector<int32_t> ids = {0, 299, 17, 17, 128, 5, 250};

@@ -33,22 +33,13 @@ namespace {
 
 class CudaStackedMatvec : public CudaOpsTest {
  protected:
-  // A quantized (rows, cols) host weight of `type` from fresh random values.
-  std::vector<uint8_t> quantized(DType type, int64_t rows, int64_t cols, uint32_t seed) {
-    const std::vector<float> f = random_floats(size_t(rows * cols), seed, 0.5f);
-    std::vector<uint8_t> w(size_t(rows) * row_bytes(type, cols));
-    for (int64_t r = 0; r < rows; ++r)
-      quantize_row(type, f.data() + r * cols, w.data() + size_t(r) * row_bytes(type, cols), cols);
-    return w;
-  }
-
   // head rows of `head` then tail rows of `tail`, cols columns: the stacked matvec against the CPU reference and
   // against the two single-type launches.
   void check(DType head, int64_t head_rows, DType tail, int64_t tail_rows, int64_t cols, uint32_t seed) {
     const std::string what = fmt::format("{}x{} + {}x{} ({} cols)", dtype_name(head), head_rows, dtype_name(tail),
                                          tail_rows, cols);
     const int64_t rows = head_rows + tail_rows;
-    std::vector<uint8_t> wh = quantized(head, head_rows, cols, seed), wt = quantized(tail, tail_rows, cols, seed + 1);
+    std::vector<uint8_t> wh = make_weight(head, head_rows, cols, seed), wt = make_weight(tail, tail_rows, cols, seed + 1);
     const Tensor hh = Tensor::make(head, {head_rows, cols}, wh.data()), ht = Tensor::make(tail, {tail_rows, cols}, wt.data());
     const Tensor runs[] = {hh, ht};
     const Tensor stack = gpu_->prepare_stacked_weight(runs, keep_);  // (rows, cols) DType::Stacked
@@ -174,7 +165,7 @@ TEST_F(CudaStackedMatvec, SmallShapesBothPairs) {
 TEST_F(CudaStackedMatvec, DeclinedWhereThePlanDoesNotStream) {
   // Q4_0 + Q6_K (no stacked instance) and 8192 columns (two segments a warp): the parts stay apart.
   for (const auto& [h, cols] : {std::pair{DType::Q4_0, int64_t(4096)}, std::pair{DType::Q4_K, int64_t(8192)}}) {
-    std::vector<uint8_t> wh = quantized(h, 64, cols, 3), wt = quantized(DType::Q6_K, 32, cols, 4);
+    std::vector<uint8_t> wh = make_weight(h, 64, cols, 3), wt = make_weight(DType::Q6_K, 32, cols, 4);
     const Tensor runs[] = {Tensor::make(h, {64, cols}, wh.data()), Tensor::make(DType::Q6_K, {32, cols}, wt.data())};
     EXPECT_TRUE(gpu_->prepare_stacked_weight(runs, keep_).empty()) << dtype_name(h) << " " << cols;
   }
