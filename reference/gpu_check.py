@@ -9,6 +9,10 @@ For each model:
           14336, vocab 128256, rope_theta 5e5, Llama 3.1 "llama3" rope scaling), untied lm_head;
   qwen3   Qwen3ForCausalLM, Qwen3-8B shape (36 layers, hidden 4096, 32 heads, 8 KV heads, head_dim 128,
           intermediate 12288, vocab 151936, q/k RMSNorm, rope_theta 1e6), untied lm_head;
+  qwen3moe Qwen3MoeForCausalLM, Qwen3-30B-A3B shape (48 layers, hidden 2048, 32 heads, 4 KV heads, head_dim 128,
+          128 experts of 768 units, top-8 with norm_topk_prob, vocab 151936); give it --layers (e.g. 6: ~8.5 GB)
+          for the reduced-depth check of the mixture-of-experts path (router N(0, (2/sqrt(hidden))^2) so that
+          routing is decisive, every expert N(0, 1/fan_in));
 it builds the model on --device in bfloat16 with random weights (not transformers' init, which gives nearly
 flat logits: linears N(0, 1/fan_in), embeddings N(0, 0.3^2), lm_head N(0, (2/sqrt(hidden))^2) so logits
 have std ~2, every RMSNorm weight 1 + N(0, 0.2^2)), saves it with save_pretrained (safetensors, 5 GB shards)
@@ -63,6 +67,12 @@ SHAPES = {
         num_key_value_heads=8, head_dim=128, intermediate_size=12288, max_position_embeddings=40960,
         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
         bos_token_id=151643, eos_token_id=151645)),
+    "qwen3moe": ("Qwen3MoeForCausalLM", dict(
+        vocab_size=151936, hidden_size=2048, num_hidden_layers=48, num_attention_heads=32,
+        num_key_value_heads=4, head_dim=128, intermediate_size=6144, moe_intermediate_size=768, num_experts=128,
+        num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
+        bos_token_id=151643, eos_token_id=151645)),
 }
 # Same structure, small: GQA, llama3 scaling that bites within 300 tokens (original context 64), and Qwen3's
 # head_dim (128) != hidden / heads (64).
@@ -77,6 +87,12 @@ TINY_SHAPES = {
         num_key_value_heads=2, head_dim=128, intermediate_size=640, max_position_embeddings=2048,
         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
         bos_token_id=256, eos_token_id=257)),
+    "qwen3moe": ("Qwen3MoeForCausalLM", dict(
+        vocab_size=1200, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=128, intermediate_size=640, moe_intermediate_size=64, num_experts=16,
+        num_experts_per_tok=4, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        max_position_embeddings=2048, rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
+        bos_token_id=256, eos_token_id=257)),
 }
 
 
@@ -87,7 +103,8 @@ def log(msg):
 def make_config(cls_name, kwargs):
     import inspect
     import transformers
-    config_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen3ForCausalLM": transformers.Qwen3Config}[cls_name]
+    config_cls = {"LlamaForCausalLM": transformers.LlamaConfig, "Qwen3ForCausalLM": transformers.Qwen3Config,
+                  "Qwen3MoeForCausalLM": transformers.Qwen3MoeConfig}[cls_name]
     kw = dict(kwargs)
     rope_scaling = kw.pop("rope_scaling", None)
     if "rope_parameters" in inspect.signature(config_cls.__init__).parameters:  # transformers 5
@@ -114,8 +131,10 @@ def randomize(model, seed, device):
             w = 0.3 * torch.randn(p.shape, generator=gen, device=device)
         elif name == "lm_head.weight":
             w = (2.0 / hidden ** 0.5) * torch.randn(p.shape, generator=gen, device=device)
-        elif p.dim() == 2:
-            w = torch.randn(p.shape, generator=gen, device=device) / p.shape[1] ** 0.5
+        elif name.endswith("mlp.gate.weight"):  # a mixture-of-experts router (E, hidden)
+            w = (2.0 / hidden ** 0.5) * torch.randn(p.shape, generator=gen, device=device)
+        elif p.dim() in (2, 3):  # linear (out, in), or experts stacked (E, out, in) as transformers 5 holds them
+            w = torch.randn(p.shape, generator=gen, device=device) / p.shape[-1] ** 0.5
         else:
             raise RuntimeError(f"unexpected parameter {name} {tuple(p.shape)}")
         p.copy_(w)
@@ -363,7 +382,7 @@ def main():
     ap.add_argument("--ferry", required=True, help="path of the ferry binary")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where both transformers and ferry run")
     ap.add_argument("--tiny", action="store_true", help="small shapes of the same structure (self-test)")
-    ap.add_argument("--models", default="llama3,qwen3", help="comma-separated subset of: llama3, qwen3")
+    ap.add_argument("--models", default="llama3,qwen3", help="comma-separated subset of: llama3, qwen3, qwen3moe")
     ap.add_argument("--workdir", default="/tmp/ferry-gpu-check", help="where the model folders are written")
     ap.add_argument("--keep", action="store_true", help="keep the model folders")
     ap.add_argument("--fp32", action="store_true", help="also compare both against transformers in float32")

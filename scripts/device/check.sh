@@ -12,7 +12,8 @@
 #          narrows it to the kernels that changed);
 # correctness: reference/gpu_check.py: Llama-3-8B- and Qwen3-8B-shaped random bf16 models written by
 #          transformers (safetensors); `ferry score --device cuda` logits vs transformers' at every position of
-#          3 prompts (cosine >= 0.999, mean KL <= 1e-3; float32 transformers reported alongside);
+#          3 prompts (cosine >= 0.999, mean KL <= 1e-3; float32 transformers reported alongside); then the
+#          Qwen3-30B-A3B shape (Qwen3MoeForCausalLM) at FERRY_MOE_CHECK_LAYERS layers (6; 0 skips it);
 # bench:   `ferry bench --device cuda -p 512 -n 128` on Llama-3-8B-shaped random models made on the machine
 #          with `ferry gen` (BF16, Q8_0, Q4_0; FERRY_BENCH_TYPES picks a subset); on BF16 also generation at
 #          depth, `-p 0 -n 128 -d 8192,32768` (tg128 @ d8192, d32768; FERRY_BENCH_DEPTHS sets the list, 0 skips);
@@ -127,6 +128,16 @@ if has correctness; then
   note "correctness (ferry cuda vs transformers bf16): $([ "$rc" = 0 ] && echo PASS || echo "FAIL (status $rc)")"
   sed -n '/^== summary/,$p' "$log" | tee -a "$summary"
   [ "$rc" = 0 ] || grep -E "error|Error|failed" "$log" | head -5
+  moe_layers="${FERRY_MOE_CHECK_LAYERS:-6}"
+  if [ "$moe_layers" != 0 ]; then
+    timeout 300 "$py" "$repo/reference/gpu_check.py" --ferry "$C/ferry" --models qwen3moe --layers "$moe_layers" \
+      > "$OUT/correctness-moe.log" 2>&1
+    rc=$?
+    cat "$OUT/correctness-moe.log" >> "$log"
+    note "correctness, Qwen3-30B-A3B shape at $moe_layers layers: $([ "$rc" = 0 ] && echo PASS || echo "FAIL (status $rc)")"
+    sed -n '/^== summary/,$p' "$OUT/correctness-moe.log" | tee -a "$summary"
+    rm -f "$OUT/correctness-moe.log"
+  fi
   stage_done correctness
 fi
 

@@ -1,6 +1,7 @@
 // CudaBackend::moe_ffn: the mixture-of-experts FFN on the device, every step value in device memory (a step graph
 // holds it): router logits (moe_router_logits, f32 as the CPU reference computes them), softmax top-k
-// (moe_route), the counting sort of the (token, slot) pairs by expert (moe_group), then per projection one launch
+// (moe_route), the counting sort of the (token, slot) pairs by expert (moe_group) (the three in one launch,
+// moe_route_decode, up to kMoeDecodeTokens tokens), then per projection one launch
 // over the routed experts (moe_experts_matvec up to kMoeDecodeTokens tokens, moe_experts_gemm above): gate into
 // h, up with SwiGLU over h in place (one launch for both in the matvec where gate and up share a type), down into
 // y; then out = the routing-weighted sum of y in slot order (moe_combine). Experts nobody chose are not read.
@@ -27,12 +28,13 @@ namespace {
 // Up to this many tokens a step's experts run as matvecs (each routed expert's rows streamed once), above it as
 // the grouped GEMM.
 constexpr int64_t kMoeDecodeTokens = 16;
+static_assert(kMoeDecodeTokens <= kMoeRouteDecodeMaxTokens, "decode steps route in one launch");
 
 constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 // moe_scratch_'s regions for a step of n tokens (byte offsets, each 256-aligned).
 struct MoeScratch {
-  size_t logits, expert, weight, offsets, slots, active, counts, tile_expert, tile_begin, h, y, total;
+  size_t done, logits, expert, weight, offsets, slots, active, counts, tile_expert, tile_begin, h, y, total;
 };
 MoeScratch moe_scratch_layout(int64_t n, int E, int k, int64_t H, int64_t dim, int64_t max_tiles) {
   const size_t ns = size_t(n) * size_t(k);
@@ -43,6 +45,7 @@ MoeScratch moe_scratch_layout(int64_t n, int E, int k, int64_t H, int64_t dim, i
     at += align256(bytes);
     return o;
   };
+  s.done = take(4);                            // (1) u32: moe_route_decode's counter; first, so every n shares it
   s.logits = take(size_t(n) * size_t(E) * 4);  // (n, E) f32
   s.expert = take(ns * 4);                     // (n, k) i32
   s.weight = take(ns * 4);                     // (n, k) f32
@@ -126,21 +129,32 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
                                expert_bytes * double(std::min<int64_t>(E, n_slots)));
   const MoeTable& table = moe_table(a);
   const MoeScratch s = moe_scratch_layout(n, E, k, H, dim, max_tiles);
+  const void* old_scratch = moe_scratch_.data();
   ensure(moe_scratch_, s.total);
   uint8_t* base = static_cast<uint8_t*>(moe_scratch_.data());
+  if (base != old_scratch) FERRY_CUDA_CHECK(cudaMemsetAsync(base + s.done, 0, 4, stream_));  // a new counter
   const auto i32 = [&](size_t off) { return reinterpret_cast<int32_t*>(base + off); };
   const auto f32 = [&](size_t off) { return reinterpret_cast<float*>(base + off); };
 
-  moe_router_logits(a.router.dtype, {.router = weight_view(a.router), .x = a.x.ptr<float>(), .logits = f32(s.logits),
-                                     .n = n},
-                    stream_);
-  moe_route({.logits = f32(s.logits), .expert = i32(s.expert), .weight = f32(s.weight), .n = n, .n_experts = E,
-             .top_k = k, .renormalize = a.norm == MoeNorm::Renormalize, .errors = errors_},
-            stream_);
-  moe_group({.expert = i32(s.expert), .offsets = i32(s.offsets), .slots = i32(s.slots), .active = i32(s.active),
-             .tile_expert = i32(s.tile_expert), .tile_begin = i32(s.tile_begin), .counts = i32(s.counts),
-             .n_slots = int32_t(n_slots), .n_experts = E, .tile_rows = kMoeGemmTileM, .errors = errors_},
-            stream_);
+  const MoeRouterLogitsParams logits{.router = weight_view(a.router), .x = a.x.ptr<float>(), .logits = f32(s.logits),
+                                     .n = n};
+  const MoeRouteParams route{.logits = f32(s.logits), .expert = i32(s.expert), .weight = f32(s.weight), .n = n,
+                             .n_experts = E, .top_k = k, .renormalize = a.norm == MoeNorm::Renormalize,
+                             .errors = errors_};
+  const MoeGroupParams group{.expert = i32(s.expert), .offsets = i32(s.offsets), .slots = i32(s.slots),
+                             .active = i32(s.active), .tile_expert = i32(s.tile_expert),
+                             .tile_begin = i32(s.tile_begin), .counts = i32(s.counts), .n_slots = int32_t(n_slots),
+                             .n_experts = E, .tile_rows = kMoeGemmTileM, .errors = errors_};
+  if (decode) {
+    moe_route_decode(a.router.dtype,
+                     {.logits = logits, .route = route, .group = group,
+                      .done = reinterpret_cast<uint32_t*>(base + s.done)},
+                     stream_);
+  } else {
+    moe_router_logits(a.router.dtype, logits, stream_);
+    moe_route(route, stream_);
+    moe_group(group, stream_);
+  }
   const auto* experts = static_cast<const MoeExpertWeight*>(table.device.data());
   const auto pass = [&](DType type, const MoeExpertWeight* w, int64_t rows, int64_t cols, const float* in, int in_div,
                         float* out, MoeEpilogue epilogue) {

@@ -26,30 +26,27 @@ __global__ void __launch_bounds__(kLogitWarps * 32) router_logits_kernel(MoeRout
   const float* xrow[kLogitTokens];
 FERRY_UNROLL
   for (int t = 0; t < kLogitTokens; ++t) xrow[t] = p.x + size_t(t0 + (t < nb ? t : 0)) * size_t(p.router.cols);
-  float acc[kLogitTokens];
-  warp_dot_rows<D, kLogitTokens>(p.router, e, xrow, nb, acc);
+  const WeightView w[1] = {p.router};
+  const int64_t row[1] = {e};
+  float acc[1][kLogitTokens];
+  warp_dot_rows<D, 1, kLogitTokens>(w, row, xrow, nb, acc);
   const int lane = int(threadIdx.x & 31);
 FERRY_UNROLL
   for (int t = 0; t < kLogitTokens; ++t)
-    if (t < nb && lane == t) p.logits[size_t(t0 + t) * size_t(p.router.rows) + size_t(e)] = acc[t];
+    if (t < nb && lane == t) p.logits[size_t(t0 + t) * size_t(p.router.rows) + size_t(e)] = acc[0][t];
 }
 
-// One warp per token; p[e] in shared memory.
-__global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(MoeRouteParams p) {
-  pdl_allow_dependents();
-  pdl_wait();
-  extern __shared__ float route_smem[];  // (kRouteWarps, E) f32
-  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-  const int64_t t = int64_t(blockIdx.x) * kRouteWarps + warp;
-  if (t >= p.n) return;
+// Token t's softmax and top-k, by one warp (every lane calls it); prob: (E) f32 shared memory of this warp. The
+// logits are read through L2 (__ldcg): in route_decode_kernel other blocks of the same launch wrote them.
+__device__ void route_token(const MoeRouteParams& p, int64_t t, float* prob) {
+  const int lane = int(threadIdx.x & 31);
   const int E = p.n_experts, k = p.top_k;
-  float* prob = route_smem + size_t(warp) * size_t(E);
   const float* z = p.logits + size_t(t) * size_t(E);
   // max, with non-finite logits reported (the CPU reference refuses them)
   float mx = -INFINITY;
   bool finite = true;
   for (int e = lane; e < E; e += 32) {
-    const float v = z[e];
+    const float v = __ldcg(z + e);
     finite &= isfinite(v);
     mx = fmaxf(mx, v);
   }
@@ -68,7 +65,7 @@ FERRY_UNROLL
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
   float sum = 0.0f;
   for (int e = lane; e < E; e += 32) {
-    const float v = expf(z[e] - mx);
+    const float v = expf(__ldcg(z + e) - mx);
     prob[e] = v;
     sum += v;
   }
@@ -113,15 +110,25 @@ FERRY_UNROLL
     }
 }
 
-__global__ void __launch_bounds__(kGroupThreads) group_kernel(MoeGroupParams p) {
+// One warp per token; p[e] in shared memory.
+__global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(MoeRouteParams p) {
   pdl_allow_dependents();
   pdl_wait();
-  __shared__ int32_t count[kMoeMaxExperts];
-  __shared__ int32_t fill[kMoeMaxExperts];
+  extern __shared__ float route_smem[];  // (kRouteWarps, E) f32
+  const int warp = int(threadIdx.x >> 5);
+  const int64_t t = int64_t(blockIdx.x) * kRouteWarps + warp;
+  if (t >= p.n) return;
+  route_token(p, t, route_smem + size_t(warp) * size_t(p.n_experts));
+}
+
+// The counting sort by the whole block (blockDim.x threads); count, fill: (E) shared memory. p.expert was written
+// by this block or by earlier kernels.
+__device__ void group_slots(const MoeGroupParams& p, int32_t* count, int32_t* fill) {
   const int E = p.n_experts;
-  for (int e = int(threadIdx.x); e < E; e += kGroupThreads) count[e] = 0;
+  const int threads = int(blockDim.x);
+  for (int e = int(threadIdx.x); e < E; e += threads) count[e] = 0;
   __syncthreads();
-  for (int32_t s = int32_t(threadIdx.x); s < p.n_slots; s += kGroupThreads) {
+  for (int32_t s = int32_t(threadIdx.x); s < p.n_slots; s += threads) {
     const int32_t e = p.expert[s];
     if (e < 0 || e >= E) {
       report_error(p.errors, kBadExpert, e);
@@ -151,11 +158,60 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(MoeGroupParams p) 
     p.counts[1] = n_tiles;
   }
   __syncthreads();
-  for (int32_t s = int32_t(threadIdx.x); s < p.n_slots; s += kGroupThreads) {
+  for (int32_t s = int32_t(threadIdx.x); s < p.n_slots; s += threads) {
     const int32_t e = p.expert[s];
     if (e < 0 || e >= E) continue;
     p.slots[atomicAdd(&fill[e], 1)] = s;
   }
+}
+
+__global__ void __launch_bounds__(kGroupThreads) group_kernel(MoeGroupParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
+  __shared__ int32_t count[kMoeMaxExperts];
+  __shared__ int32_t fill[kMoeMaxExperts];
+  group_slots(p, count, fill);
+}
+
+// moe_route_decode: the router-logits blocks of router_logits_kernel; the block that finishes last (a counter
+// in device memory, reset by that block for the next launch) routes every token (a warp per token) and groups the
+// slots, so a decode step's routing is one launch instead of three.
+template <class D>
+__global__ void __launch_bounds__(kLogitWarps * 32) route_decode_kernel(MoeRouteDecodeParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
+  extern __shared__ float route_smem[];  // (kLogitWarps, E) f32
+  __shared__ int32_t count[kMoeMaxExperts];
+  __shared__ int32_t fill[kMoeMaxExperts];
+  __shared__ bool last;
+  const MoeRouterLogitsParams& lp = p.logits;
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int64_t e = int64_t(blockIdx.x) * kLogitWarps + warp;
+  const int64_t t0 = int64_t(blockIdx.y) * kLogitTokens;
+  if (e < lp.router.rows) {
+    const int nb = int(lp.n - t0 < kLogitTokens ? lp.n - t0 : kLogitTokens);
+    const float* xrow[kLogitTokens];
+FERRY_UNROLL
+    for (int t = 0; t < kLogitTokens; ++t) xrow[t] = lp.x + size_t(t0 + (t < nb ? t : 0)) * size_t(lp.router.cols);
+    const WeightView w[1] = {lp.router};
+    const int64_t row[1] = {e};
+    float acc[1][kLogitTokens];
+    warp_dot_rows<D, 1, kLogitTokens>(w, row, xrow, nb, acc);
+FERRY_UNROLL
+    for (int t = 0; t < kLogitTokens; ++t)
+      if (t < nb && lane == t) lp.logits[size_t(t0 + t) * size_t(lp.router.rows) + size_t(e)] = acc[0][t];
+  }
+  __threadfence();  // this block's logits are visible device-wide before it counts itself done
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(p.done, 1u) == gridDim.x * gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int64_t t = warp; t < p.route.n; t += kLogitWarps)
+    route_token(p.route, t, route_smem + size_t(warp) * size_t(p.route.n_experts));
+  __syncthreads();  // every token's experts are written (global memory, this block)
+  group_slots(p.group, count, fill);
+  if (threadIdx.x == 0) *p.done = 0u;
 }
 
 template <class D>
@@ -181,6 +237,22 @@ void moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   FERRY_CUDA_REQUIRE(grid_for(p.n, kRouteWarps) <= 0x7FFFFFFFu);
   const size_t smem = size_t(kRouteWarps) * size_t(p.n_experts) * 4;  // <= 16 KB
   launch_pdl(route_kernel, dim3(grid_for(p.n, kRouteWarps)), dim3(kRouteWarps * 32), smem, stream, p);
+}
+
+void moe_route_decode(DType type, const MoeRouteDecodeParams& p, cudaStream_t stream) {
+  const MoeRouterLogitsParams& lp = p.logits;
+  if (lp.n == 0) return;
+  FERRY_CUDA_REQUIRE(lp.router.rows > 0 && lp.router.rows <= kMoeMaxExperts && lp.router.cols % 4 == 0);
+  FERRY_CUDA_REQUIRE(lp.n <= kMoeRouteDecodeMaxTokens && p.route.n == lp.n && p.route.logits == lp.logits);
+  FERRY_CUDA_REQUIRE(p.route.n_experts == int(lp.router.rows) && p.group.n_experts == p.route.n_experts);
+  FERRY_CUDA_REQUIRE(p.route.top_k >= 1 && p.route.top_k <= p.route.n_experts && p.route.top_k <= kMoeMaxTopK);
+  FERRY_CUDA_REQUIRE(p.group.expert == p.route.expert && p.group.n_slots == int32_t(lp.n * p.route.top_k));
+  FERRY_CUDA_REQUIRE(p.done != nullptr && reinterpret_cast<uintptr_t>(lp.x) % 16 == 0);
+  const dim3 grid(grid_for(lp.router.rows, kLogitWarps), grid_for(lp.n, kLogitTokens));
+  const size_t smem = size_t(kLogitWarps) * size_t(p.route.n_experts) * 4;  // <= 32 KB
+  FERRY_CUDA_REQUIRE(visit_decoder(type, [&]<class D>() {
+    launch_pdl(route_decode_kernel<D>, grid, dim3(kLogitWarps * 32), smem, stream, p);
+  }));
 }
 
 void moe_group(const MoeGroupParams& p, cudaStream_t stream) {

@@ -63,4 +63,16 @@ inline int64_t moe_max_tiles(int64_t n_slots, int n_experts, int tile_rows) {
 }
 void moe_group(const MoeGroupParams& p, cudaStream_t stream);
 
+// A decode step's routing in one launch: moe_router_logits, moe_route and moe_group as above, the last block to
+// finish its logits doing the route and the grouping. done: one u32 of device memory that is 0 before the first
+// launch; the kernel leaves it 0. The three parameter sets must describe the same step (checked).
+inline constexpr int64_t kMoeRouteDecodeMaxTokens = 64;  // one block routes every token: a short serial tail
+struct MoeRouteDecodeParams {
+  MoeRouterLogitsParams logits;
+  MoeRouteParams route;
+  MoeGroupParams group;
+  uint32_t* done;
+};
+void moe_route_decode(DType type, const MoeRouteDecodeParams& p, cudaStream_t stream);
+
 }  // namespace ferry::cuda_ops
