@@ -130,7 +130,7 @@ if has correctness; then
   [ "$rc" = 0 ] || grep -E "error|Error|failed" "$log" | head -5
   moe_layers="${FERRY_MOE_CHECK_LAYERS:-6}"
   if [ "$moe_layers" != 0 ]; then
-    timeout 300 "$py" "$repo/reference/gpu_check.py" --ferry "$C/ferry" --models qwen3moe --layers "$moe_layers" \
+    timeout 300 "$py" "$repo/reference/gpu_check.py" --ferry "$C/ferry" --models qwen3moe --layers "$moe_layers" --fp32 \
       > "$OUT/correctness-moe.log" 2>&1
     rc=$?
     cat "$OUT/correctness-moe.log" >> "$log"

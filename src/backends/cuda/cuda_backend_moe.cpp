@@ -1,8 +1,9 @@
 // CudaBackend::moe_ffn: the mixture-of-experts FFN on the device, every step value in device memory (a step graph
 // holds it): router logits (moe_router_logits, f32 as the CPU reference computes them), softmax top-k
 // (moe_route), the counting sort of the (token, slot) pairs by expert (moe_group) (the three in one launch,
-// moe_route_decode, up to kMoeDecodeTokens tokens), then per projection one launch
-// over the routed experts (moe_experts_matvec up to kMoeDecodeTokens tokens, moe_experts_gemm above): gate into
+// moe_route_decode, up to kMoeDecodeTokens tokens), then per projection one launch over the routed experts
+// (moe_experts_matvec up to kMoeDecodeTokens tokens or while the experts average few slots, moe_experts_gemm
+// above): gate into
 // h, up with SwiGLU over h in place (one launch for both in the matvec where gate and up share a type), down into
 // y; then out = the routing-weighted sum of y in slot order (moe_combine). Experts nobody chose are not read.
 #include <fmt/format.h>
@@ -25,9 +26,15 @@ using namespace cuda_ops;
 
 namespace {
 
-// Up to this many tokens a step's experts run as matvecs (each routed expert's rows streamed once), above it as
+// Up to this many tokens a step routes in one launch (moe_route_decode) and its experts run as matvecs (each routed
+// expert's rows streamed once); above it routing takes three launches and the experts run as matvecs or as
 // the grouped GEMM.
 constexpr int64_t kMoeDecodeTokens = 16;
+// Past kMoeDecodeTokens the matvec still runs while a step has at most this many slots per expert on average
+// (Qwen3-30B-A3B, 128 experts top-8: up to 128 tokens; Mixtral, 8 experts top-2: 32): it reads each routed expert's
+// rows once per 4 slots and ran at 1.5x the bandwidth of the grouped GEMM at 64 tokens (docs/perf-log.md, fifth
+// session).
+constexpr int64_t kMoeMatvecSlotsPerExpert = 8;
 static_assert(kMoeDecodeTokens <= kMoeRouteDecodeMaxTokens, "decode steps route in one launch");
 
 constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
@@ -119,9 +126,10 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   const int k = a.top_k;
   const int64_t n_slots = n * k;
   FERRY_CHECK(n_slots <= 0x7FFFFFFF && n <= 65535, "CUDA moe_ffn: a step of {} tokens is too large", n);
-  const bool decode = n <= kMoeDecodeTokens;
+  const bool decode = n <= kMoeDecodeTokens;  // routing in one launch
+  const bool matvec = decode || n_slots <= kMoeMatvecSlotsPerExpert * E;
   const int64_t max_tiles = moe_max_tiles(n_slots, E, kMoeGemmTileM);
-  const int64_t max_groups = decode ? std::min<int64_t>(E, n_slots) : max_tiles;
+  const int64_t max_groups = matvec ? std::min<int64_t>(E, n_slots) : max_tiles;
   FERRY_CHECK(max_groups <= 65535, "CUDA moe_ffn: a step of {} tokens is too large", n);
   // the bytes of every expert the step can touch (at most min(E, n * k) of them), for the profile
   const double expert_bytes = double(a.gate_exps[0].nbytes() + a.up_exps[0].nbytes() + a.down_exps[0].nbytes());
@@ -164,14 +172,14 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
                              .epilogue = epilogue, .offsets = i32(s.offsets), .slots = i32(s.slots),
                              .active = i32(s.active), .tile_expert = i32(s.tile_expert),
                              .tile_begin = i32(s.tile_begin), .counts = i32(s.counts), .max_groups = max_groups};
-    if (decode) {
+    if (matvec) {
       moe_experts_matvec(type, p, stream_);
     } else {
       moe_experts_gemm(type, p, stream_);
     }
   };
   const float* x = a.x.ptr<float>();
-  if (decode && gate_t == up_t) {  // gate and up rows in one launch
+  if (matvec && gate_t == up_t) {  // gate and up rows in one launch
     pass(gate_t, experts, H, dim, x, k, f32(s.h), MoeEpilogue::GateUp);
   } else {
     pass(gate_t, experts, H, dim, x, k, f32(s.h), MoeEpilogue::Store);
