@@ -26,15 +26,8 @@ using namespace cuda_ops;
 
 namespace {
 
-// Up to this many tokens a step routes in one launch (moe_route_decode) and its experts run as matvecs (each routed
-// expert's rows streamed once); above it routing takes three launches and the experts run as matvecs or as
-// the grouped GEMM.
-constexpr int64_t kMoeDecodeTokens = 16;
-// Past kMoeDecodeTokens the matvec still runs while a step has at most this many slots per expert on average
-// (Qwen3-30B-A3B, 128 experts top-8: up to 128 tokens; Mixtral, 8 experts top-2: 32): it reads each routed expert's
-// rows once per 4 slots and ran at 1.5x the bandwidth of the grouped GEMM at 64 tokens (docs/perf-log.md, fifth
-// session).
-constexpr int64_t kMoeMatvecSlotsPerExpert = 8;
+// Up to kMoeDecodeTokens (moe_experts.cuh) a step routes in one launch (moe_route_decode); above it routing takes
+// three launches. Which expert kernel runs: moe_experts_use_matvec.
 static_assert(kMoeDecodeTokens <= kMoeRouteDecodeMaxTokens, "decode steps route in one launch");
 
 constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
@@ -127,7 +120,7 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   const int64_t n_slots = n * k;
   FERRY_CHECK(n_slots <= 0x7FFFFFFF && n <= 65535, "CUDA moe_ffn: a step of {} tokens is too large", n);
   const bool decode = n <= kMoeDecodeTokens;  // routing in one launch
-  const bool matvec = decode || n_slots <= kMoeMatvecSlotsPerExpert * E;
+  const bool matvec = moe_experts_use_matvec(n, n_slots, E);
   const int64_t max_tiles = moe_max_tiles(n_slots, E, kMoeGemmTileM);
   const int64_t max_groups = matvec ? std::min<int64_t>(E, n_slots) : max_tiles;
   FERRY_CHECK(max_groups <= 65535, "CUDA moe_ffn: a step of {} tokens is too large", n);

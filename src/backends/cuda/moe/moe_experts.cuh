@@ -3,9 +3,15 @@
 // normed input for gate and up, top_k slots per token; the slot's own SwiGLU row for down). Two kernels, one
 // params struct:
 //  - moe_experts_matvec (decode, a few tokens): one warp per weight row of an active expert, every slot of the
-//    group dotted with the row as it streams by (each routed expert's rows read once a step);
-//  - moe_experts_gemm (prefill): a grouped GEMM over the tiles moe_group listed (kMoeGemmTileM slots of one
-//    expert), weight tiles decoded to f32 in shared memory (SIMT FMA: a correct first landing, not wgmma).
+//    group dotted with the row as it streams by (each routed expert's rows read once a step), f32 throughout;
+//  - moe_experts_gemm (prefill): a grouped GEMM on tensor cores over the tiles moe_group listed (up to
+//    kMoeGemmTileM slots of one expert). A block takes kMoeGemmTileN rows of the tile's expert; per k-step of
+//    kMoeGemmTileK columns it decodes the weight chunks into bf16 and rounds the slots' f32 activations to bf16
+//    in shared memory, and its 8 warps run mma.sync m16n8k16 (bf16 in, f32 accumulation) with weight rows as M
+//    and slots as N; the next k-step's loads (raw chunks and activations into registers, BF16 weights by
+//    cp.async) are in flight while the current one multiplies (moe_gemm.cu, index math in moe_gemm_tile.cuh). The
+//    bf16 rounding of the activations and of the decoded weights (every type but BF16) is its one departure from
+//    the f32 reference: ~1e-3 relative a projection, 3-4e-3 on a layer.
 // Epilogue Store writes the dot; SwiGlu writes silu(gate[s][r]) * dot (the up pass, gate the gate pass's output);
 // GateUp (matvec only) dots each row of `experts` (gate) and of `up_experts` in one launch and writes
 // silu(gate dot) * up dot: both passes of the SwiGLU input in one kernel, h written once.
@@ -19,8 +25,12 @@
 
 namespace ferry::cuda_ops {
 
-inline constexpr int kMoeGemmTileM = 32;   // slots per grouped-GEMM tile (moe_group's tile_rows)
-inline constexpr int kMoeGemmTileN = 32;   // weight rows per tile
+// Slots per grouped-GEMM tile (moe_group's tile_rows). 64, not 32: at a 512-token step of 128 experts top-8 an
+// expert gets ~Binomial(512, 8/128) slots (random routing): mean 32, sd 5.5. With 32-slot tiles about half the
+// experts need a second tile, which streams the weight rows again for a few slots; at 64 that is ~6 sd away. The
+// kernel skips the n8 tiles past a tile's slot count, so the tensor work follows the real count.
+inline constexpr int kMoeGemmTileM = 64;
+inline constexpr int kMoeGemmTileN = 128;  // weight rows per block: 8 warps x one m16 tile
 inline constexpr int kMoeGemmTileK = 128;  // columns per k-step: every decoder's chunks of a 128-aligned span
                                            // cover exactly that span (moe_gemm_tile.cuh)
 
@@ -52,6 +62,20 @@ struct MoeExpertsParams {
 };
 void moe_experts_matvec(DType type, const MoeExpertsParams& p, cudaStream_t stream);
 void moe_experts_gemm(DType type, const MoeExpertsParams& p, cudaStream_t stream);
+
+// Up to this many tokens a step's experts run as matvecs (each routed expert's rows streamed once), and its routing
+// in one launch (CudaBackend::moe_ffn).
+inline constexpr int64_t kMoeDecodeTokens = 16;
+// Past kMoeDecodeTokens the matvec still runs while a step has at most this many slots per expert on average
+// (Qwen3-30B-A3B, 128 experts top-8: up to 128 tokens; Mixtral, 8 experts top-2: 32): it reads each routed expert's
+// rows once per 4 slots and ran at 1.5x the bandwidth of the grouped GEMM at 64 tokens (docs/perf-log.md, fifth
+// session; measured against the SIMT grouped GEMM, before the tensor-core one).
+inline constexpr int64_t kMoeMatvecSlotsPerExpert = 8;
+// Whether a step of n tokens (n_slots = n * top_k) over n_experts runs moe_experts_matvec (else moe_experts_gemm):
+// the one rule, shared by CudaBackend::moe_ffn, its tests and moe_ffn_bench.
+inline bool moe_experts_use_matvec(int64_t n, int64_t n_slots, int n_experts) {
+  return n <= kMoeDecodeTokens || n_slots <= kMoeMatvecSlotsPerExpert * n_experts;
+}
 
 // out[t] = sum over j < top_k, in slot order, of weight[t * top_k + j] * y[t * top_k + j]: the deterministic
 // combine (no atomics; each output written once).
