@@ -59,6 +59,9 @@ struct EngineOptions {
                                          // (one GEMM kernel for all token counts, batch-independent attention
                                          // splits); the CPU kernels are batch-invariant always
   int tp = 1;                            // tensor-parallel ranks (cpu: threads; cuda: one process per GPU)
+  int ep = 1;                            // expert-parallel ranks (mixtures of experts: experts placed on ranks, the
+                                         // rest replicated; cpu only for now); at most one of tp, ep above 1
+  int world() const { return tp * ep; }  // ranks in all
   std::optional<bool> prompt_graphs;     // serving engine: pad steps with prompt chunks to a few shapes (tokens to
                                          // a multiple of 64, sequences and logit rows to a power of two) and replay
                                          // them from step graphs like decode steps (CUDA; on the CPU only the

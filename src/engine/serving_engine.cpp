@@ -613,7 +613,7 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   // Prompt graphs (engine/model_runner.h): prompt steps padded too, their pad tokens in scratch blocks of their own.
   // Unset: on with CUDA at tp 1 (docs/perf-log.md "## 2026-11-30: prompt-step graphs"; not yet run with tensor
   // parallelism).
-  const bool prompt_graphs = eo.prompt_graphs.value_or(eo.device != "cpu" && eo.tp == 1);
+  const bool prompt_graphs = eo.prompt_graphs.value_or(eo.device != "cpu" && eo.world() == 1);
   const int32_t scratch_blocks =
       prompt_graphs ? prompt_pad_scratch_blocks(so.max_step_tokens, eo.block_size) : (eo.device == "cpu" ? 0 : 1);
   s.m = load_model(engine_options, [&](const ModelConfig& c, int32_t context) {
@@ -650,17 +650,17 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   // Speculation at world 1, on any backend: verify chunks run as one-row entries, so a step of decode and verify
   // rows is padded and captured like a decode step (engine/model_runner.h). Tensor parallelism: not yet.
   s.spec_default = eo.spec;
-  s.spec_supported = eo.tp == 1;
+  s.spec_supported = eo.world() == 1;
   if (eo.spec.mode != SpecMode::Off) {
-    FERRY_CHECK(s.spec_supported, "serving: speculative decoding runs at tensor-parallel world 1 for now, not --tp {}",
-                eo.tp);
+    FERRY_CHECK(s.spec_supported, "serving: speculative decoding runs at parallel world 1 for now, not --tp {} --ep {}",
+                eo.tp, eo.ep);
     FERRY_CHECK(eo.spec.k >= 1 && eo.spec.k <= kMaxSpecTokens, "serving: speculation k must be in 1..{}, got {}",
                 kMaxSpecTokens, eo.spec.k);
     if (eo.spec.mode == SpecMode::Draft)
       s.draft = load_draft_model(eo, *s.m, int64_t(n_pool_blocks) * kv.block_size);
   }
   // Tensor parallelism: not yet (its steps are captured on first use, as before; the warm-up has not run there).
-  if (pad && so.graph_warmup && s.m->backend->supports_step_graphs() && eo.tp == 1) {
+  if (pad && so.graph_warmup && s.m->backend->supports_step_graphs() && eo.world() == 1) {
     const auto t0 = Clock::now();
     try {
       s.stats.graph_warmup_steps = s.runner->warm_up_graphs(

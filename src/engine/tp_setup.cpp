@@ -44,6 +44,16 @@ struct TpRuntime {
 
 namespace {
 
+// The layout of `world` ranks: expert-parallel where --ep asked for it, else tensor-parallel (under mpirun the
+// world is the number of processes, and --ep / --tp, where given, must equal it).
+ParallelLayout layout_of(const EngineOptions& o, int world) {
+  if (o.ep > 1) {
+    FERRY_CHECK(o.ep == world, "--ep {}: {} ranks were started (under mpirun --ep must equal -np)", o.ep, world);
+    return {.ep = world};
+  }
+  return {.tp = world};
+}
+
 // The kv shape and step size as bytes, for rank 0 to send to the others.
 std::vector<uint8_t> pack(const KvCacheShape& kv, int32_t max_step) {
   std::vector<uint8_t> b(16);
@@ -162,19 +172,19 @@ ParallelModel build_cpu_process_rank(const EngineOptions& o, const ModelFile& fi
                                      const MakeBackendFn& make_backend,
                                      const std::function<std::pair<KvCacheShape, int32_t>(const ModelConfig&)>& kv_for) {
   const Env& env = o.env;
-  make_shard_plan(file.config, 0, mpi_world(env));  // a clear error before the ranks meet
+  make_shard_plan(file.config, 0, layout_of(o, mpi_world(env)));  // a clear error before the ranks meet
   ParallelModel pm;
   auto rt = std::make_shared<TpRuntime>();
   rt->launch = launch_tp(o.tp, env);
   const int rank = rt->launch->rank;
-  const ShardPlan plan = make_shard_plan(file.config, rank, rt->launch->world);
+  const ShardPlan plan = make_shard_plan(file.config, rank, layout_of(o, rt->launch->world));
   rt->comm = std::make_unique<LinkCommunicator>(
       LinkCommunicatorOptions{.link = rt->launch->link.get(), .timeout = tp_timeout(env)});
   pm.backend = make_backend(0, o.n_threads);
   ModelWeights w = load_sharded_weights(plan, *file.weights, file.gguf_names, *pm.backend);
   const auto [kv, max_step] = agree_kv(*rt->comm, plan, kv_for);
   pm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *pm.backend, kv, max_step,
-                                          ParallelContext{rt->comm.get(), plan.vocab});
+                                          make_parallel_context(plan, rt->comm.get()));
   if (rank != 0) follow_and_exit(pm, std::move(rt), rank);
   rt->leader = pm.model.get();
   pm.tp = std::move(rt);
@@ -188,15 +198,19 @@ ParallelModel build_parallel_model(const EngineOptions& o, const ModelFile& file
                                    const std::function<std::pair<KvCacheShape, int32_t>(const ModelConfig&)>& kv_for) {
   const Env& env = o.env;
   FERRY_CHECK(o.tp >= 1 && o.tp <= 64, "--tp {} out of range (1..64)", o.tp);
+  FERRY_CHECK(o.ep >= 1 && o.ep <= 64, "--ep {} out of range (1..64)", o.ep);
+  FERRY_CHECK(o.tp == 1 || o.ep == 1, "--tp {} with --ep {}: use one of them (tensor and expert parallelism do not "
+              "combine yet)", o.tp, o.ep);
   const ModelConfig& c = file.config;
   ParallelModel pm;
 
   const int mpi = mpi_world(env);  // > 1: started by mpirun, one rank per process
   if (mpi > 1 && o.device == "cpu") return build_cpu_process_rank(o, file, make_backend, kv_for);
-  if (mpi == 1 && (o.device == "cpu" || o.tp == 1)) {
+  if (mpi == 1 && (o.device == "cpu" || o.world() == 1)) {
     // One process: world 1, or N rank threads sharing this machine's cores.
-    const int world = o.tp;
-    const ShardPlan plan0 = make_shard_plan(c, 0, world);  // checks divisibility before anything is loaded
+    const int world = o.world();
+    const ParallelLayout layout = layout_of(o, world);
+    const ShardPlan plan0 = make_shard_plan(c, 0, layout);  // checks divisibility before anything is loaded
     // The rank threads share the cores: each rank's pool gets its share (all of them at world 1).
     const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
     const int threads_per_rank = world == 1 ? o.n_threads : std::max(1, (o.n_threads > 0 ? o.n_threads : hw) / world);
@@ -206,15 +220,15 @@ ParallelModel build_parallel_model(const EngineOptions& o, const ModelFile& file
     ModelWeights w = load_sharded_weights(plan0, *file.weights, file.gguf_names, *pm.backend);
     const auto [kv, max_step] = kv_for(plan0.local);
     pm.model = std::make_unique<LlamaModel>(plan0.local, std::move(w), *pm.backend, kv, max_step,
-                                            ParallelContext{group ? &group->comm(0) : nullptr, plan0.vocab});
+                                            make_parallel_context(plan0, group ? &group->comm(0) : nullptr));
     if (group) {
       group->start(*pm.model, [&, kv = kv, max_step = max_step](int rank, Communicator& comm) {
-        const ShardPlan plan = make_shard_plan(c, rank, world);
+        const ShardPlan plan = make_shard_plan(c, rank, layout);
         RankModel rm;
         rm.backend = make_backend(0, threads_per_rank);
         ModelWeights wr = load_sharded_weights(plan, *file.weights, file.gguf_names, *rm.backend);
         rm.model = std::make_unique<LlamaModel>(plan.local, std::move(wr), *rm.backend, kv, max_step,
-                                                ParallelContext{&comm, plan.vocab});
+                                                make_parallel_context(plan, &comm));
         return rm;
       });
       pm.tp = std::make_shared<TpRuntime>();
@@ -226,6 +240,9 @@ ParallelModel build_parallel_model(const EngineOptions& o, const ModelFile& file
 
 #ifdef FERRY_HAS_NCCL
   FERRY_CHECK(o.device == "cuda", "--tp {} on device '{}': tensor parallelism runs on cpu or cuda", o.tp, o.device);
+  // The CUDA expert kernels index every expert (cuda_backend_moe.cpp): a rank's part of them is not wired there.
+  FERRY_CHECK(o.ep == 1, "--ep {} on device cuda: expert parallelism runs on the CPU only for now (use --tp on the "
+              "GPU)", o.ep);
   make_shard_plan(c, 0, mpi > 1 ? mpi : o.tp);  // a clear error before any process starts
   auto rt = std::make_shared<TpRuntime>();
   rt->launch = launch_tp(o.tp, env);
@@ -243,7 +260,7 @@ ParallelModel build_parallel_model(const EngineOptions& o, const ModelFile& file
   const auto [kv, max_step] = agree_kv(*rt->comm, plan, kv_for);
   rt->comm->step_done();
   pm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *pm.backend, kv, max_step,
-                                          ParallelContext{rt->comm.get(), plan.vocab});
+                                          make_parallel_context(plan, rt->comm.get()));
   // Every rank: the collectives of one decode step on their own (reported by rank 0; parallel/step_collectives.h).
   const StepCollectives sc = time_step_collectives(*rt->comm, cuda->stream(), c.n_layers, c.dim,
                                                    int64_t(world) * plan.vocab.local_rows);

@@ -111,6 +111,12 @@ struct ModelConfig {
   int n_experts_used = 0;      // experts per token (top-k)
   int expert_hidden_dim = 0;   // one expert's feed-forward size (moe_intermediate_size)
   MoeNorm moe_norm = MoeNorm::Renormalize;
+  // Expert parallelism (parallel/sharding.h, --ep N): the experts of every MoE layer this rank holds and computes,
+  // [expert_begin, expert_begin + local_experts()); the router still scores all n_experts. A config read from a
+  // file holds every expert (n_local_experts 0); a shard plan sets both.
+  int expert_begin = 0;
+  int n_local_experts = 0;
+  int local_experts() const { return n_local_experts > 0 ? n_local_experts : n_experts; }
   std::vector<int> dense_layers;  // layers of an MoE model whose FFN is dense (hidden_dim): mlp_only_layers, sparse step
   bool is_moe_layer(int layer) const;
 

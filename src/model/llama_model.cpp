@@ -17,13 +17,18 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Backend& backen
       max_step_tokens_(max_step_tokens) {
   const ModelConfig& c = config_;
   if (parallel.comm) comm_ = parallel.comm;
+  dense_comm_ = parallel.dense_replicated ? &identity_ : comm_;
   vocab_ = parallel.vocab.full > 0 ? parallel.vocab : VocabShard::whole(c.vocab_size);
   FERRY_CHECK(vocab_.local_rows == c.vocab_size, "vocabulary shard of {} rows for a config of {}", vocab_.local_rows,
               c.vocab_size);
+  const int split = dense_comm_->world();  // the ranks over which heads and hidden units are split
   full_config_ = c;
-  full_config_.n_heads = c.n_heads * comm_->world();
-  full_config_.n_kv_heads = c.n_kv_heads * comm_->world();
-  full_config_.hidden_dim = c.hidden_dim * comm_->world();
+  full_config_.n_heads = c.n_heads * split;
+  full_config_.n_kv_heads = c.n_kv_heads * split;
+  full_config_.hidden_dim = c.hidden_dim * split;
+  full_config_.expert_hidden_dim = c.expert_hidden_dim * split;
+  full_config_.expert_begin = 0;
+  full_config_.n_local_experts = 0;
   full_config_.vocab_size = vocab_.full;
   FERRY_CHECK(kv.n_blocks > 0 && kv.block_size > 0, "KV cache needs at least one block");
   FERRY_CHECK(max_step_tokens > 0, "max tokens per step must be positive");
@@ -169,7 +174,7 @@ void LlamaModel::stage_inputs(const Batch& batch, const StepLayout& L) {
 }
 
 void LlamaModel::ensure_logits(size_t rows, bool staging) {
-  const size_t bytes = size_t(comm_->world()) * rows * size_t(config_.vocab_size) * 4;  // (world, rows, vocab rows)
+  const size_t bytes = size_t(dense_comm_->world()) * rows * size_t(config_.vocab_size) * 4;  // (world, rows, vocab rows)
   if (logits_capacity_rows_ < rows) {
     drop_graphs();
     logits_ = DeviceBuffer();
@@ -223,7 +228,7 @@ void LlamaModel::run_step(const Batch& batch, std::vector<float>& logits) {
   const int64_t m = int64_t(batch.logit_rows.size());
   logits.assign(size_t(m) * size_t(vocab_.full), 0.0f);
   const float* gathered = execute_step(batch, true);
-  if (m > 0) assemble_logits(vocab_, comm_->world(), m, gathered, logits.data());
+  if (m > 0) assemble_logits(vocab_, dense_comm_->world(), m, gathered, logits.data());
 }
 
 const float* LlamaModel::execute_step(const Batch& batch, bool host_logits) {
@@ -233,7 +238,7 @@ const float* LlamaModel::execute_step(const Batch& batch, bool host_logits) {
   FERRY_ASSERT(batch.block_tables.size() == size_t(batch.n_seqs()) * size_t(batch.max_blocks_per_seq));
   FERRY_ASSERT(batch.q_start.size() == batch.q_len.size() && batch.kv_len.size() == batch.q_len.size());
   const int64_t m = int64_t(batch.logit_rows.size());
-  const int64_t gathered_bytes = int64_t(comm_->world()) * m * config_.vocab_size * 4;  // (world, m, local rows) f32
+  const int64_t gathered_bytes = int64_t(dense_comm_->world()) * m * config_.vocab_size * 4;  // (world, m, local rows) f32
 
   // A decode step (one new token per sequence) on a backend with graphs: one graph launch per step. The graph
   // copies the logits to the page-locked staging buffer only when they go to the host (a key of its own). With
@@ -540,7 +545,7 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   const float scale = c.attention_scale();
 
   backend_.embedding(x, weights_.tok_embd, ids);
-  comm_->all_reduce_sum(x);  // vocab-parallel: each rank filled its own ids' rows, zeros elsewhere
+  dense_comm_->all_reduce_sum(x);  // vocab-parallel: each rank filled its own ids' rows, zeros elsewhere
   if (c.embedding_scale > 0) backend_.scale(x, c.embedding_scale, c.dim);  // Gemma: sqrt(dim)
   observe("tok_embd", -1, x);
   AttentionMeta layer_meta = meta;  // the step's layout with this layer's window and soft-cap
@@ -607,14 +612,14 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
       backend_.attn_out_ffn({.out = xb, .residual = x, .delta = delta, .attn = flat(attn), .wo = L.wo,
                              .ffn_norm = L.ffn_norm, .ffn_in = xb, .w_gate_up = L.w_gate_up, .gate_up = gate_up,
                              .act = act, .w_down = L.w_down, .next_norm = next->attn_norm, .next_w = next_w,
-                             .eps = c.rms_eps, .group = comm_});
+                             .eps = c.rms_eps, .group = dense_comm_});
       continue;
     }
     // Row-parallel: partial sums over this rank's heads, summed over the ranks; then x += delta and the ffn norm
     // (f32 for an expert layer: Backend::moe_ffn reads f32 activations).
     const Tensor ffn_in = L.is_moe() ? moe_in_.view(DType::F32, {n, c.dim}) : xb;
     backend_.sublayer_end({.out = ffn_in, .residual = x, .delta = delta, .x = flat(attn), .w = L.wo,
-                           .norm = L.ffn_norm, .eps = c.rms_eps, .group = comm_});
+                           .norm = L.ffn_norm, .eps = c.rms_eps, .group = dense_comm_});
     observe("attn_out", l, delta);
     observe("ffn_norm", l, ffn_in);
     if (L.is_moe()) {  // the experts' FFN as one op, then x += delta and the next norm (model/moe_ffn.h)
@@ -633,10 +638,10 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
     // norm (the last layer's sum goes to the output norm below, on the rows that need logits).
     if (next != nullptr) {
       backend_.sublayer_end({.out = xb, .residual = x, .delta = delta, .x = act, .w = L.w_down,
-                             .norm = next->attn_norm, .next_w = next_w, .eps = c.rms_eps, .group = comm_});
+                             .norm = next->attn_norm, .next_w = next_w, .eps = c.rms_eps, .group = dense_comm_});
     } else {
       backend_.matmul(delta, act, L.w_down, Tensor{});
-      comm_->all_reduce_sum(delta);
+      dense_comm_->all_reduce_sum(delta);
     }
     observe("ffn_out", l, delta);
   }
@@ -653,13 +658,14 @@ Tensor LlamaModel::enqueue_step(const StepLayout& L, const Batch* host_meta, boo
   backend_.add_rms_norm(hn, hx, hd, weights_.output_norm, c.rms_eps);
   observe("output_norm", -1, hn);
   // Vocab-parallel logits: this rank's (m, vocab rows) part of gathered (world, m, vocab rows), then all-gather.
-  const int64_t world = comm_->world();
+  const int64_t world = dense_comm_->world();
   const Tensor gathered = logits_.view(DType::F32, {world, m, c.vocab_size});
   const Tensor out = Tensor::make(DType::F32, {m, c.vocab_size},
-                                  static_cast<float*>(gathered.data) + comm_->rank() * m * c.vocab_size, gathered.device);
+                                  static_cast<float*>(gathered.data) + dense_comm_->rank() * m * c.vocab_size,
+                                  gathered.device);
   backend_.matmul(out, hn, weights_.output, Tensor{});
   if (c.final_softcap > 0) backend_.softcap(out, c.final_softcap);  // Gemma 2
-  comm_->all_gather_inplace(gathered);
+  dense_comm_->all_gather_inplace(gathered);
   if (async_logits) backend_.copy_to_host_async(logits_staging_.data(), gathered, size_t(gathered.nbytes()));
   return gathered;
 }
@@ -669,7 +675,7 @@ void LlamaModel::gemma_layer_tail(int layer, const LayerWeights& L, const LayerW
   const ModelConfig& c = config_;
   // x += post_attn_norm(attn · woᵀ) (row-parallel: summed over the ranks first); xb = ffn_norm(x)
   backend_.matmul(delta, attn, L.wo, Tensor{});
-  comm_->all_reduce_sum(delta);
+  dense_comm_->all_reduce_sum(delta);
   backend_.rms_norm(delta, delta, L.post_attn_norm, c.rms_eps);
   observe("attn_out", layer, delta);
   backend_.add_rms_norm(xb, x, delta, L.ffn_norm, c.rms_eps);
@@ -683,7 +689,7 @@ void LlamaModel::gemma_layer_tail(int layer, const LayerWeights& L, const LayerW
     backend_.swiglu(gate, gate, up);
   }
   backend_.matmul(delta, gate, L.w_down, Tensor{});
-  comm_->all_reduce_sum(delta);
+  dense_comm_->all_reduce_sum(delta);
   backend_.rms_norm(delta, delta, L.post_ffn_norm, c.rms_eps);
   observe("ffn_out", layer, delta);
   // x += delta and the next layer's attention norm into xb; the last layer's delta goes to the output norm.

@@ -32,11 +32,15 @@ struct KvCacheShape {
 
 // Tensor parallelism (src/parallel): the model runs this rank's shard of the weights (config = the rank's
 // config) and calls comm->all_reduce_sum after the embedding and each row-parallel matmul (wo, w_down) and
-// comm->all_gather_inplace on the vocab-parallel logits. Defaults: world 1 (identity communicator, the whole
-// vocabulary), the same code path.
+// comm->all_gather_inplace on the vocab-parallel logits; an MoE layer's output is summed over comm too (each rank
+// computed its part of every expert, or its own experts: parallel/sharding.h). Defaults: world 1 (identity
+// communicator, the whole vocabulary), the same code path. Fill it with make_parallel_context (parallel/sharding.h).
 struct ParallelContext {
-  Communicator* comm = nullptr;  // null: world 1; else outlives the model
+  Communicator* comm = nullptr;  // null: world 1; else outlives the model. Broadcasts the steps; sums MoE outputs
   VocabShard vocab;              // full == 0: the whole vocabulary of the config
+  // Expert parallelism: the attention, dense FFNs, embedding and lm head are whole on every rank, so their sums and
+  // the logits gather run over a group of one (identity), not comm.
+  bool dense_replicated = false;
 };
 
 // What a step does with one logit row when the logits stay on the device (LlamaModel::forward_sampled).
@@ -229,7 +233,9 @@ class LlamaModel {
   DeviceBuffer logits_staging_;  // (rows, vocab) f32 host, page-locked: graph steps copy the logits here
   size_t logits_capacity_rows_ = 0;
   IdentityCommunicator identity_;
-  Communicator* comm_ = &identity_;  // tensor-parallel group (identity at world 1)
+  Communicator* comm_ = &identity_;  // the parallel group (identity at world 1): steps, MoE sums
+  Communicator* dense_comm_ = &identity_;  // sums of split heads / hidden units / vocabulary: comm_, or identity_
+                                           // where those are replicated (ParallelContext::dense_replicated)
   VocabShard vocab_;                 // this rank's vocabulary rows (the whole vocabulary at world 1)
   std::vector<float> gathered_host_;
   DeviceBuffer sample_ids_;          // (rows) i32 device: forward_sampled's drawn ids (fixed size with token feedback)

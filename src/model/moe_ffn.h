@@ -11,7 +11,8 @@ namespace ferry {
 
 // ffn_in: (n, dim) f32, the normed FFN input; next_in: (n, dim), the next layer's normed input (f32 or the backend's
 // matmul input dtype) <- rms_norm(residual) * next_norm; residual: (n, dim) f32, += the experts' output; delta:
-// (n, dim) f32, the experts' output; next_norm: (dim) f32, the next layer's attention norm, or empty for the last
+// (n, dim) f32, the experts' output (summed over comm: this rank computed its part of each expert under --tp, its
+// own experts c.expert_begin .. + c.local_experts() under --ep); next_norm: (dim) f32, the next layer's attention norm, or empty for the last
 // layer (delta is then only summed over ranks).
 void run_moe_ffn(Backend& backend, Communicator& comm, const ModelConfig& c, const LayerWeights& L,
                  const Tensor& ffn_in, const Tensor& next_in, const Tensor& residual, const Tensor& delta,

@@ -64,10 +64,12 @@ struct Loader {
     return prepared;
   }
 
-  // A mixture-of-experts projection: E matrices of (rows, cols), each prepared on its own. GGUF: slices of the
-  // stacked (E, rows, cols) tensor `stacked`; Hugging Face: the tensors per_expert(e).
+  // A mixture-of-experts projection: the config's local experts (all E, or expert parallelism's
+  // [expert_begin, expert_begin + El)), matrices of (rows, cols), each prepared on its own. GGUF: slices of the
+  // stacked (El, rows, cols) tensor `stacked` (a shard source gives this rank's experts); Hugging Face: the tensors
+  // per_expert(e), e the global index.
   std::vector<Tensor> experts(const ExpertNames& names, ExpertProj proj, int64_t rows, int64_t cols) {
-    const int E = config.n_experts;
+    const int E = config.local_experts(), e0 = config.expert_begin;
     std::vector<Tensor> out_experts;
     if (names.gguf) {
       const std::string name = names.stacked(proj);
@@ -82,7 +84,7 @@ struct Loader {
         out_experts.push_back(backend.prepare_weight(slice, out.storage));
       }
     } else {
-      for (int e = 0; e < E; ++e) out_experts.push_back(matrix(names.per_expert(e, proj), rows, cols));
+      for (int e = e0; e < e0 + E; ++e) out_experts.push_back(matrix(names.per_expert(e, proj), rows, cols));
     }
     return out_experts;
   }

@@ -80,20 +80,24 @@ struct QkvEpilogueArgs {  // every field defaults to empty / 0, so callers name 
   Tensor v_out{};      // optional out: (n, KVH, D) f32 copy of v, or empty
 };
 
-// Arguments of Backend::moe_ffn (fill with designated initializers). E = n_experts, H = one expert's hidden units,
-// k = top_k; n = tokens of the step.
+// Arguments of Backend::moe_ffn (fill with designated initializers). E = n_experts (the router's rows), El = the
+// experts this call computes (El = E, or E / N on a rank of expert parallelism), H = one expert's hidden units (its
+// tensor-parallel part under --tp), k = top_k; n = tokens of the step.
 struct MoeFfnArgs {
-  Tensor out{};                       // (n, dim) f32: per token, sum over its k experts of weight * expert(x)
+  Tensor out{};                       // (n, dim) f32: per token, sum over its k slots of weight * expert(x), the slots
+                                      // routed to experts outside [expert_begin, expert_begin + El) counting zero
   Tensor x{};                         // (n, dim) f32: the normed FFN input
-  Tensor router{};                    // (E, dim), any matmul weight type: logits = x · routerᵀ
-  std::span<const Tensor> gate_exps;  // E x (H, dim), matmul weights (prepare_weight'ed one by one)
-  std::span<const Tensor> up_exps;    // E x (H, dim)
-  std::span<const Tensor> down_exps;  // E x (dim, H)
+  Tensor router{};                    // (E, dim), any matmul weight type: logits = x · routerᵀ (every expert scored)
+  std::span<const Tensor> gate_exps;  // El x (H, dim), matmul weights (prepare_weight'ed one by one): experts
+                                      // expert_begin .. expert_begin + El - 1
+  std::span<const Tensor> up_exps;    // El x (H, dim)
+  std::span<const Tensor> down_exps;  // El x (dim, H)
   int top_k = 0;
   MoeNorm norm = MoeNorm::Renormalize;
+  int expert_begin = 0;               // the global index of gate_exps[0] (expert parallelism; 0 when El = E)
 };
-// The shapes above, checked for every backend's moe_ffn (x and out f32, E experts of one (H, dim) / (dim, H) shape,
-// 1 <= top_k <= E); a ferry::Error naming the mismatch otherwise.
+// The shapes above, checked for every backend's moe_ffn (x and out f32, El experts of one (H, dim) / (dim, H) shape,
+// 0 <= expert_begin, expert_begin + El <= E, 1 <= top_k <= E); a ferry::Error naming the mismatch otherwise.
 void check_moe_ffn_args(const MoeFfnArgs& a);
 
 // Ops and attention options beyond the Llama set, which a backend may lack (Backend::supports). The model checks

@@ -53,17 +53,39 @@ class RandomShardSource final : public WeightSource {
         fill_random_part(*t, 0, t->rows, 0, t->cols, made.second.get(), nt);
         break;
       case ShardKind::Rows:
+        if (t->n_dims == 3) {  // rows [begin, begin + count) of each stacked expert: (E, count, cols)
+          const int64_t per = t->rows / t->outer;
+          FERRY_CHECK(s.begin + s.count <= per, "{}: cannot split '{}' by rows", describe(), name);
+          made = host_tensor(t->type, 2, t->outer * s.count, t->cols, false);
+          made.first = Tensor::make(t->type, {t->outer, s.count, t->cols}, made.second.get(), Device::Cpu);
+          const size_t part = size_t(s.count) * row_bytes(t->type, t->cols);
+          for (int64_t x = 0; x < t->outer; ++x)
+            fill_random_part(*t, x * per + s.begin, s.count, 0, t->cols, made.second.get() + size_t(x) * part, nt);
+          break;
+        }
         FERRY_CHECK(t->n_dims == 2 && s.begin + s.count <= t->rows, "{}: cannot split '{}' by rows", describe(), name);
         made = host_tensor(t->type, 2, s.count, t->cols, false);
         fill_random_part(*t, s.begin, s.count, 0, t->cols, made.second.get(), nt);
         break;
-      case ShardKind::Cols: {
+      case ShardKind::Cols: {  // every row's columns [begin, begin + count) (of every stacked expert)
         const int block = dtype_info(t->type).block_elems;
-        FERRY_CHECK(t->n_dims == 2 && s.begin + s.count <= t->cols && s.begin % block == 0 && s.count % block == 0,
-                    "{}: tensor '{}' ({}) cannot be split {} ways by columns", describe(), name, dtype_name(t->type),
-                    plan_.world);
+        FERRY_CHECK(t->n_dims >= 2 && s.begin + s.count <= t->cols && s.begin % block == 0 && s.count % block == 0,
+                    "{}: tensor '{}' ({}, blocks of {} values) cannot be split {} ways: each rank's {} of its {} "
+                    "columns do not fall on block boundaries", describe(), name, dtype_name(t->type), block,
+                    plan_.world, s.count, t->cols);
         made = host_tensor(t->type, 2, t->rows, s.count, false);
+        if (t->n_dims == 3)
+          made.first = Tensor::make(t->type, {t->outer, t->rows / t->outer, s.count}, made.second.get(), Device::Cpu);
         fill_random_part(*t, 0, t->rows, s.begin, s.count, made.second.get(), nt);
+        break;
+      }
+      case ShardKind::Experts: {  // experts [begin, begin + count) of a stacked (E, rows, cols), whole
+        FERRY_CHECK(t->n_dims == 3 && s.begin + s.count <= t->outer, "{}: '{}' does not hold experts {}..{}",
+                    describe(), name, s.begin, s.begin + s.count - 1);
+        const int64_t per = t->rows / t->outer;
+        made = host_tensor(t->type, 2, s.count * per, t->cols, false);
+        made.first = Tensor::make(t->type, {s.count, per, t->cols}, made.second.get(), Device::Cpu);
+        fill_random_part(*t, s.begin * per, s.count * per, 0, t->cols, made.second.get(), nt);
         break;
       }
       case ShardKind::Vocab: {

@@ -7,7 +7,17 @@
 //                                 Vp = ceil(V / N), padded with zero rows, plus one zero row (index Vp) that
 //                                 the ids of other ranks' rows are mapped to; embedding -> all_reduce_sum,
 //                                 logits -> all_gather_inplace (zero rows are dropped on reassembly)
-//   replicated: norms, q/k norms, rope_freqs
+//   replicated: norms, q/k norms, rope_freqs, the MoE router (every rank routes every token identically)
+//
+// Mixture-of-experts layers, two layouts (only one of --tp, --ep above 1; ParallelLayout):
+//   --tp N: every expert split like the dense FFN: gate and up column-parallel (rows of each expert's (H, dim), H / N
+//           each: the stacked GGUF (E, H, dim) ffn_{gate,up}_exps per expert, or the Hugging Face per-expert tensor),
+//           down row-parallel (columns of each (dim, H)); the FFN output summed over the ranks.
+//   --ep N: experts placed on ranks, contiguous: rank r holds experts [r*E/N, (r+1)*E/N) whole (local config's
+//           expert_begin, n_local_experts); each rank computes its experts' part of every token (slots routed to
+//           other ranks' experts add zero) and the ranks' parts are summed (the FFN's all-reduce is the exchange).
+//           Everything else (attention, dense FFNs, embedding, lm head) is replicated: those sums and the logits
+//           gather run over a group of one (ParallelContext::dense_replicated).
 //
 // World 1 is the identity plan (the full tensors, no extra row), so one code path serves every N.
 #pragma once
@@ -19,17 +29,31 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/llama_model.h"
 #include "model/vocab_shard.h"
 #include "model/weights.h"
 
 namespace ferry {
 
-enum class ShardKind { Replicated, Rows, Cols, Vocab };
+// Rows/Cols of a stacked 3-D expert tensor (E, rows, cols) split each expert's matrix the same way; Experts takes the
+// experts [begin, begin + count) whole.
+enum class ShardKind { Replicated, Rows, Cols, Vocab, Experts };
+
+// How the ranks divide the model: tp ranks split every weight, or ep ranks place the experts (the rest replicated).
+// world() = tp * ep ranks; at most one of them is above 1.
+struct ParallelLayout {
+  int tp = 1;
+  int ep = 1;
+  int world() const { return tp * ep; }
+};
 
 struct ShardPlan {
   int rank = 0, world = 1;
+  ParallelLayout layout;
   ModelConfig full;    // the model as stored
-  ModelConfig local;   // what this rank runs: n_heads/N, n_kv_heads/N, hidden_dim/N, vocab_size = local_rows
+  // What this rank runs. --tp: n_heads/N, n_kv_heads/N, hidden_dim/N, expert_hidden_dim/N, vocab_size = local_rows;
+  // --ep: the full model but experts [expert_begin, expert_begin + n_local_experts) of E.
+  ModelConfig local;
   VocabShard vocab;
 
   // How the tensor named `name` (GGUF or Hugging Face naming) is split, and the [begin, begin+count) range of
@@ -41,8 +65,15 @@ struct ShardPlan {
   Slice slice_of(const std::string& name) const;
 };
 
-// ferry::Error when the model cannot be split N ways (heads, KV heads or hidden units not divisible).
+// ferry::Error when the model cannot be split N ways (heads, KV heads, hidden units, an expert's hidden units or the
+// experts not divisible; --tp and --ep both above 1; --ep for a model without experts).
+ShardPlan make_shard_plan(const ModelConfig& config, int rank, ParallelLayout layout);
+// Tensor parallelism over `world` ranks: layout {.tp = world}.
 ShardPlan make_shard_plan(const ModelConfig& config, int rank, int world);
+
+// The model's view of the plan (model/llama_model.h): comm (null at world 1), the vocabulary shard, and whether the
+// dense part is replicated (expert parallelism).
+ParallelContext make_parallel_context(const ShardPlan& plan, Communicator* comm);
 
 // A WeightSource that hands out this rank's slices of another source's tensors. Row slices are views into
 // the base (zero copy); column and vocab slices are host copies owned here until adopt_copies().

@@ -16,9 +16,9 @@ inline constexpr int32_t kRankBlock = 16;  // positions per KV block
 inline constexpr int32_t kRankBlocks = 8;  // 128 positions of context
 
 // world 1 with comm null: the unsharded model.
-inline RankModel make_cpu_rank(const ModelFile& f, int rank, int world, Communicator* comm,
+inline RankModel make_cpu_rank(const ModelFile& f, int rank, ParallelLayout layout, Communicator* comm,
                                CpuKernels kernels = CpuKernels::Fast) {
-  const ShardPlan plan = make_shard_plan(f.config, rank, world);
+  const ShardPlan plan = make_shard_plan(f.config, rank, layout);
   RankModel rm;
   CpuBackendOptions o;
   o.kernels = kernels;
@@ -27,8 +27,13 @@ inline RankModel make_cpu_rank(const ModelFile& f, int rank, int world, Communic
   rm.backend = std::make_unique<CpuBackend>(o);
   ModelWeights w = load_sharded_weights(plan, *f.weights, f.gguf_names, *rm.backend);
   rm.model = std::make_unique<LlamaModel>(plan.local, std::move(w), *rm.backend,
-                                          KvCacheShape{kRankBlocks, kRankBlock}, 64, ParallelContext{comm, plan.vocab});
+                                          KvCacheShape{kRankBlocks, kRankBlock}, 64, make_parallel_context(plan, comm));
   return rm;
+}
+// Tensor parallelism over `world` ranks.
+inline RankModel make_cpu_rank(const ModelFile& f, int rank, int world, Communicator* comm,
+                               CpuKernels kernels = CpuKernels::Fast) {
+  return make_cpu_rank(f, rank, ParallelLayout{.tp = world}, comm, kernels);
 }
 
 }  // namespace ferry::test

@@ -39,10 +39,12 @@ std::vector<float> read_floats(const std::string& path) {
   return v;
 }
 
-std::vector<std::string> score_args(const std::string& model, const std::string& out, const std::string& tp) {
+// flag: --tp, or --ep (expert parallelism) with n.
+std::vector<std::string> score_args(const std::string& model, const std::string& out, const std::string& tp,
+                                    const std::string& flag = "--tp") {
   std::vector<std::string> a = {"score", "-m", model, "--device", "cpu", "-t", "1", "--tokens", tokens_file(),
                                 "-o", out};
-  if (!tp.empty()) a.insert(a.end(), {"--tp", tp});
+  if (!tp.empty()) a.insert(a.end(), {flag, tp});
   return a;
 }
 
@@ -56,7 +58,8 @@ std::string join(const std::vector<std::string>& a) {
 
 // Rank 0's logits of a world of `world` processes (tp: the --tp each passes; "" leaves it out), every rank
 // exiting 0, against --tp 1 in one process: rel L2 <= 1e-5 and the same argmax at every position.
-void expect_matches_tp1(const std::string& model, int world, const std::string& tp, size_t vocab) {
+void expect_matches_tp1(const std::string& model, int world, const std::string& tp, size_t vocab,
+                        const std::string& flag = "--tp") {
   const std::string ref_out = test::temp_path("mpi_ref_" + std::to_string(getpid()) + ".bin");
   const test::FerryRun ref = test::run_ferry(join(score_args(model, ref_out, "1")));
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
@@ -64,7 +67,8 @@ void expect_matches_tp1(const std::string& model, int world, const std::string& 
   std::remove(out.c_str());
   const int port = test::free_port();
   std::vector<test::RankSpec> specs;
-  for (int r = 0; r < world; ++r) specs.push_back({r, score_args(model, r == 0 ? out : out + ".unused", tp), {addr_env(port)}});
+  for (int r = 0; r < world; ++r)
+    specs.push_back({r, score_args(model, r == 0 ? out : out + ".unused", tp, flag), {addr_env(port)}});
   const auto res = test::run_ranks(world, specs);
   for (int r = 0; r < world; ++r) ASSERT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ":\n" << res[size_t(r)].output;
   const std::vector<float> want = read_floats(ref_out), got = read_floats(out);
@@ -89,6 +93,11 @@ TEST(MpiLaunch, TwoProcessesMatchOneProcess) { expect_matches_tp1(tiny_llama(), 
 TEST(MpiLaunch, TpLeftOutTakesTheWorldSize) { expect_matches_tp1(tiny_llama(), 2, "", 512); }
 
 TEST(MpiLaunch, ThreeProcessesMatchOneProcess) { expect_matches_tp1(kThreeWayModel, 3, "3", 49152); }
+
+// Expert parallelism across processes: tiny-mixtral's 6 experts, 2 per rank; the FFN sums over the host link.
+TEST(MpiLaunch, ExpertParallelProcessesMatchOneProcess) {
+  expect_matches_tp1(test::source_dir() + "/tests/fixtures/models/tiny-mixtral", 3, "3", 512, "--ep");
+}
 
 // A clear error (exit status not 0, not the timeout's 124, nor a signal) containing every piece of `want`.
 void expect_error(const test::RankResult& r, const std::vector<std::string>& want) {

@@ -1,4 +1,4 @@
-// Options shared by the subcommands that load a model (run, chat, bench).
+// Options shared by the subcommands that load a model (run, chat, bench, serve, score, batch).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,6 +18,7 @@ struct ModelOptions {
   int context = 0;
   bool reference = false;
   int tp = 1;
+  int ep = 1;
   bool batch_invariant = false;
   bool quiet = false;
 
@@ -34,6 +35,10 @@ struct ModelOptions {
     app.add_option("--tp", tp, "tensor-parallel ranks (cuda: one process per GPU, started here; cpu: threads; "
                                "under mpirun: one rank per process, N = the number of processes)")
         ->check(CLI::Range(1, 64));
+    app.add_option("--ep", ep, "expert-parallel ranks for a mixture of experts (cpu: threads; under mpirun: one rank "
+                               "per process): each rank holds E/N whole experts, the rest is replicated; not with "
+                               "--tp above 1")
+        ->check(CLI::Range(1, 64));
     app.add_flag("--batch-invariant", batch_invariant,
                  "cuda: a row's result does not depend on the rest of the batch (one GEMM kernel for every token "
                  "count, fixed attention splits; slower decode). The CPU kernels are batch-invariant always");
@@ -47,6 +52,7 @@ struct ModelOptions {
     o.context = context;
     o.kernels = reference ? KernelSet::Reference : KernelSet::Fast;
     o.tp = tp;
+    o.ep = ep;
     o.batch_invariant = batch_invariant;
     o.on_load_progress = load_progress_bar(progress_mode(quiet));
     return o;

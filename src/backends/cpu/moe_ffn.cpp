@@ -5,6 +5,8 @@
 //    routed expert's tokens gathered into one block and run through the fast matmul (activations quantized once per
 //    block, all threads over the weight rows), so every routed expert's weights are read once per step for all of
 //    its tokens and experts nobody chose are not read at all; then the weighted sum per token in slot order.
+// Expert parallelism: only the local experts [expert_begin, expert_begin + El) run; a slot routed elsewhere adds
+// nothing here (the rank holding its expert adds it; the model sums the ranks' outputs).
 #include <cmath>
 #include <cstring>
 
@@ -20,6 +22,8 @@ void CpuBackend::moe_ffn(const MoeFfnArgs& a) {
   const int64_t H = a.gate_exps[0].rows();
   if (n == 0) return;
   const size_t k = size_t(a.top_k);
+  const int El = int(a.gate_exps.size()), e0 = a.expert_begin;
+  const auto local = [&](int32_t e) { return e >= e0 && e < e0 + El; };
 
   if (options_.kernels == CpuKernels::Reference) {
     std::vector<float> logits(size_t(n) * size_t(E));
@@ -36,7 +40,8 @@ void CpuBackend::moe_ffn(const MoeFfnArgs& a) {
         float* o = a.out.row<float>(t);
         std::fill(o, o + dim, 0.0f);
         for (size_t j = 0; j < k; ++j) {
-          const size_t e = size_t(r.expert[size_t(t) * k + j]);
+          if (!local(r.expert[size_t(t) * k + j])) continue;
+          const size_t e = size_t(r.expert[size_t(t) * k + j] - e0);  // the local index
           const float w = r.weight[size_t(t) * k + j];
           const Tensor &g = a.gate_exps[e], &u = a.up_exps[e], &d = a.down_exps[e];
           for (int64_t i = 0; i < H; ++i) {
@@ -61,7 +66,8 @@ void CpuBackend::moe_ffn(const MoeFfnArgs& a) {
   float* ys = up + size_t(n) * size_t(H);
   matmul_fast(Tensor::make(DType::F32, {n, int64_t(E)}, logits), a.x, a.router, Tensor{});
   const MoeRoutes r = route_moe(logits, n, E, a.top_k, a.norm);
-  for (int e = 0; e < E; ++e) {
+  for (int le = 0; le < El; ++le) {
+    const int e = e0 + le;  // the global index (routes), le the local one (weights)
     const int64_t cnt = r.count(e);
     if (cnt == 0) continue;
     const int32_t* slots = r.slots.data() + r.offsets[size_t(e)];
@@ -69,12 +75,12 @@ void CpuBackend::moe_ffn(const MoeFfnArgs& a) {
       std::memcpy(xe + i * dim, a.x.row<float>(slots[i] / a.top_k), size_t(dim) * 4);
     const Tensor xt = Tensor::make(DType::F32, {cnt, dim}, xe);
     const Tensor gt = Tensor::make(DType::F32, {cnt, H}, gate), ut = Tensor::make(DType::F32, {cnt, H}, up);
-    matmul_fast(gt, xt, a.gate_exps[size_t(e)], Tensor{});
-    matmul_fast(ut, xt, a.up_exps[size_t(e)], Tensor{});
+    matmul_fast(gt, xt, a.gate_exps[size_t(le)], Tensor{});
+    matmul_fast(ut, xt, a.up_exps[size_t(le)], Tensor{});
     pool_.parallel_for(cnt * H, 4096, [&](int64_t i0, int64_t i1) { vec_.swiglu(gate + i0, gate + i0, up + i0, i1 - i0); });
     // down into xe's rows (cnt, dim), then each row to its slot
     const Tensor yt = Tensor::make(DType::F32, {cnt, dim}, xe);
-    matmul_fast(yt, gt, a.down_exps[size_t(e)], Tensor{});
+    matmul_fast(yt, gt, a.down_exps[size_t(le)], Tensor{});
     for (int64_t i = 0; i < cnt; ++i) std::memcpy(ys + size_t(slots[i]) * size_t(dim), xe + i * dim, size_t(dim) * 4);
   }
   pool_.parallel_for(n, 4, [&](int64_t t0, int64_t t1) {
@@ -82,6 +88,7 @@ void CpuBackend::moe_ffn(const MoeFfnArgs& a) {
       float* o = a.out.row<float>(t);
       std::fill(o, o + dim, 0.0f);
       for (size_t j = 0; j < k; ++j) {
+        if (!local(r.expert[size_t(t) * k + j])) continue;
         const float w = r.weight[size_t(t) * k + j];
         const float* y = ys + (size_t(t) * k + j) * size_t(dim);
         for (int64_t i = 0; i < dim; ++i) o[i] += w * y[i];

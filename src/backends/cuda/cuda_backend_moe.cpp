@@ -6,6 +6,8 @@
 // above): gate into
 // h, up with SwiGLU over h in place (one launch for both in the matvec where gate and up share a type), down into
 // y; then out = the routing-weighted sum of y in slot order (moe_combine). Experts nobody chose are not read.
+// Tensor parallelism: each expert arrives as its rank's part (H = expert_hidden_dim / N rows of gate and up, columns
+// of down), nothing here assumes the whole H. Expert parallelism (a rank's part of the experts) is refused.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -98,6 +100,11 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   check_moe_ffn_args(a);
   const int64_t n = a.x.rows(), dim = a.x.cols();
   const int E = int(a.router.rows());
+  // Expert parallelism: the routing, grouping and expert kernels (backends/cuda/moe/) index one table of all E
+  // experts; a rank's part of them (and routes to other ranks' experts counting zero) is not wired there yet.
+  FERRY_CHECK(int(a.gate_exps.size()) == E,
+              "CUDA moe_ffn: expert parallelism (this rank holds experts {}..{} of {}) runs on the CPU only for now; "
+              "use --tp on the GPU", a.expert_begin, a.expert_begin + int(a.gate_exps.size()) - 1, E);
   FERRY_CHECK(E <= kMoeMaxExperts, "CUDA moe_ffn: {} experts (at most {})", E, kMoeMaxExperts);
   FERRY_CHECK(a.top_k <= kMoeMaxTopK, "CUDA moe_ffn: top-{} (at most {})", a.top_k, kMoeMaxTopK);
   const int64_t H = a.gate_exps[0].rows();
