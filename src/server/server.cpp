@@ -58,7 +58,7 @@ struct HttpServer::Impl {
   int listen_fd = -1;  // the socket httplib binds (seen by the socket-options hook); -1 before bind()
 
   Impl(ServingEngine& e, ServerOptions o)
-      : engine(e), options(with_copies(std::move(o))), ctx{engine, metrics, {}, {}, draining, random_salt(), 0, 0, {}, true, {}, {}},
+      : engine(e), options(with_copies(std::move(o))), ctx{engine, metrics, {}, {}, draining, random_salt(), 0, 0, {}, true, {}, {}, {}},
         http(options.connection, draining) {
     FERRY_CHECK(!options.model_names.empty(), "serve: no model name");
     FERRY_CHECK(options.http_threads >= 1 && options.http_threads <= 65536, "serve: --http-threads must be 1..65536, got {}", options.http_threads);
