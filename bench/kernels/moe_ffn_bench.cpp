@@ -9,9 +9,8 @@
 // the 4.30 TB/s copy roofline (../shared/GPU.md); for the grouped-GEMM rows also the achieved TFLOP/s
 // (2 n top_k (2 dim H + H dim) FLOP a call). The Qwen3 shape rotates over 4 copies of the layer (distinct memory, 8
 // input sets), so a call's experts are not in the 60 MB L2 from the call before; the Mixtral shape reads >= 2 x
-// 176 MB a call. The "path" column names the expert kernel moe_experts_use_matvec picks (the matvec up to 16 tokens
-// and while the experts average at most 8 slots: Qwen3 up to n = 128, Mixtral up to 32; the grouped GEMM on tensor
-// cores above).
+// 176 MB a call. The "path" column names the expert kernel moe_experts_use_matvec picks (the matvec up to 16 tokens,
+// the grouped GEMM on tensor cores above).
 // Every line is printed as it is measured (stdout unbuffered).
 // Usage: moe_ffn_bench [--json FILE] [--quick | --prefill] [--mixtral-512]
 //   --quick: the Qwen3 shape, n = 1 and 8 only;
@@ -192,7 +191,7 @@ int main(int argc, char** argv) {
         const double gbs = bytes / (ms * 1e-3) / 1e9;
         const double flops = 2.0 * 3.0 * double(n) * s.top_k * double(s.dim) * double(s.H);
         const std::string tname(dtype_name(type));
-        const bool gemm = !cuda_ops::moe_experts_use_matvec(n, n * s.top_k, s.E);
+        const bool gemm = !cuda_ops::moe_experts_use_matvec(n);
         const std::string tflops = gemm ? fmt_tflops(flops / (ms * 1e-3) / 1e12) : "-";
         std::printf("%-14s %-5s %5lld %-6s %10.1f %8.1f %12.1f %9.0f %7.1f%% %9s\n", s.name, tname.c_str(),
                     (long long)n, gemm ? "gemm" : "matvec", ms * 1e3, experts, bytes / 1e6, gbs,

@@ -81,7 +81,10 @@ TEST_P(CudaMoeLogits, MatchCpuReference) {
     if (step == 1) {
       EXPECT_GE(a.min_cosine, 0.999) << GetParam() << " step " << step;
     }
-    EXPECT_GE(a.argmax_same, a.positions - 1) << GetParam() << " step " << step;
+    // The grouped GEMM rounds its activations to bf16: an argmax may differ only where the reference's top two
+    // logits are a near-tie (its argmax_near_tie rule), and at most one position in twenty.
+    EXPECT_EQ(a.argmax_same + a.argmax_near_tie, a.positions) << GetParam() << " step " << step;
+    EXPECT_GE(a.argmax_same, a.positions - a.positions / 20) << GetParam() << " step " << step;
     EXPECT_LE(a.mean_kl, 1e-3) << GetParam() << " step " << step;
   }
   std::remove(path.c_str());

@@ -2,10 +2,8 @@
 // holds it): router logits (moe_router_logits, f32 as the CPU reference computes them), softmax top-k
 // (moe_route), the counting sort of the (token, slot) pairs by expert (moe_group) (the three in one launch,
 // moe_route_decode, up to kMoeDecodeTokens tokens), then per projection one launch over the routed experts
-// (moe_experts_matvec up to kMoeDecodeTokens tokens or while the experts average few slots, moe_experts_gemm
-// above): gate into
-// h, up with SwiGLU over h in place (one launch for both in the matvec where gate and up share a type), down into
-// y; then out = the routing-weighted sum of y in slot order (moe_combine). Experts nobody chose are not read.
+// (moe_experts_matvec up to kMoeDecodeTokens tokens, moe_experts_gemm above): gate into h, up with SwiGLU over h
+// in place (one launch for both in the matvec where gate and up share a type), down into y; then out = the routing-weighted sum of y in slot order (moe_combine). Experts nobody chose are not read.
 // Tensor parallelism: each expert arrives as its rank's part (H = expert_hidden_dim / N rows of gate and up, columns
 // of down), nothing here assumes the whole H. Expert parallelism (a rank's part of the experts) is refused.
 #include <fmt/format.h>
@@ -127,7 +125,7 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   const int64_t n_slots = n * k;
   FERRY_CHECK(n_slots <= 0x7FFFFFFF && n <= 65535, "CUDA moe_ffn: a step of {} tokens is too large", n);
   const bool decode = n <= kMoeDecodeTokens;  // routing in one launch
-  const bool matvec = moe_experts_use_matvec(n, n_slots, E);
+  const bool matvec = moe_experts_use_matvec(n);
   const int64_t max_tiles = moe_max_tiles(n_slots, E, kMoeGemmTileM);
   const int64_t max_groups = matvec ? std::min<int64_t>(E, n_slots) : max_tiles;
   FERRY_CHECK(max_groups <= 65535, "CUDA moe_ffn: a step of {} tokens is too large", n);

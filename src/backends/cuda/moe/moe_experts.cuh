@@ -66,16 +66,12 @@ void moe_experts_gemm(DType type, const MoeExpertsParams& p, cudaStream_t stream
 // Up to this many tokens a step's experts run as matvecs (each routed expert's rows streamed once), and its routing
 // in one launch (CudaBackend::moe_ffn).
 inline constexpr int64_t kMoeDecodeTokens = 16;
-// Past kMoeDecodeTokens the matvec still runs while a step has at most this many slots per expert on average
-// (Qwen3-30B-A3B, 128 experts top-8: up to 128 tokens; Mixtral, 8 experts top-2: 32): it reads each routed expert's
-// rows once per 4 slots and ran at 1.5x the bandwidth of the grouped GEMM at 64 tokens (docs/perf-log.md, fifth
-// session; measured against the SIMT grouped GEMM, before the tensor-core one).
-inline constexpr int64_t kMoeMatvecSlotsPerExpert = 8;
-// Whether a step of n tokens (n_slots = n * top_k) over n_experts runs moe_experts_matvec (else moe_experts_gemm):
-// the one rule, shared by CudaBackend::moe_ffn, its tests and moe_ffn_bench.
-inline bool moe_experts_use_matvec(int64_t n, int64_t n_slots, int n_experts) {
-  return n <= kMoeDecodeTokens || n_slots <= kMoeMatvecSlotsPerExpert * n_experts;
-}
+// Whether a step of n tokens runs moe_experts_matvec (else moe_experts_gemm):
+// the one rule, shared by CudaBackend::moe_ffn, its tests and moe_ffn_bench. The matvec rereads a slot's
+// activations from L1 for every weight chunk, so past a few slots per expert the tensor-core GEMM wins even where
+// the step reads every expert (Qwen3-30B-A3B at 64 tokens, ~4 slots an expert: matvec 1,113 us, GEMM at 512
+// tokens 693 us; docs/perf-log.md, fifth session).
+inline bool moe_experts_use_matvec(int64_t n) { return n <= kMoeDecodeTokens; }
 
 // out[t] = sum over j < top_k, in slot order, of weight[t * top_k + j] * y[t * top_k + j]: the deterministic
 // combine (no atomics; each output written once).
