@@ -98,7 +98,6 @@ struct ServingEngine::Impl {
   // Speculative decoding: the requests' default (EngineOptions::spec) and whether this engine verifies at all
   // (tensor-parallel world 1).
   SpecOptions spec_default;
-  bool spec_supported = false;
   std::vector<int32_t> verify_history;  // loop thread only: a verify chunk's tokens + proposals
   // A launched step not yet postprocessed. With asynchronous scheduling one stays in flight between loop
   // iterations: step k+1 is scheduled and launched before step k is postprocessed (see step()).
@@ -256,8 +255,7 @@ void ServingEngine::Impl::publish_stats(double step_seconds, int64_t new_tokens)
 
 void ServingEngine::Impl::step() {
   const auto t0 = Clock::now();
-  if (spec_supported)
-    for (Sequence* seq : scheduler->running()) propose_draft(*seq, m->context);
+  for (Sequence* seq : scheduler->running()) propose_draft(*seq, m->context);
   StepPlan plan = scheduler->schedule();
   for (Sequence* seq : plan.admitted) {
     if (seq->admitted_once) continue;
@@ -647,12 +645,14 @@ ServingEngine::ServingEngine(const EngineOptions& eo, const ServingOptions& so) 
   s.device_sampling = so.device_sampling && eo.device_sampling && s.m->model->supports_device_sampling();
   s.async_scheduling = s.device_sampling && so.async_scheduling;
   s.m->model->set_token_feedback(s.async_scheduling);  // before the warm-up: its graphs resolve placeholders
-  // Speculation at world 1, on any backend: verify chunks run as one-row entries, so a step of decode and verify
-  // rows is padded and captured like a decode step (engine/model_runner.h). Tensor parallelism: not yet.
+  // Speculation on any backend: verify chunks run as one-row entries, so a step of decode and verify rows is padded
+  // and captured like a decode step (engine/model_runner.h). Under --tp / --ep rank 0 proposes (n-gram: host
+  // tokens) and the verify step reaches the other ranks as any step does (model/batch_codec.h carries its
+  // entries); a draft model runs at world 1 only (its steps would need ranks of their own).
   s.spec_default = eo.spec;
-  s.spec_supported = eo.world() == 1;
   if (eo.spec.mode != SpecMode::Off) {
-    FERRY_CHECK(s.spec_supported, "serving: speculative decoding runs at parallel world 1 for now, not --tp {} --ep {}",
+    FERRY_CHECK(eo.spec.mode != SpecMode::Draft || eo.world() == 1,
+                "serving: a draft model runs at parallel world 1 for now, not --tp {} --ep {} (--spec ngram does)",
                 eo.tp, eo.ep);
     FERRY_CHECK(eo.spec.k >= 1 && eo.spec.k <= kMaxSpecTokens, "serving: speculation k must be in 1..{}, got {}",
                 kMaxSpecTokens, eo.spec.k);
@@ -758,8 +758,6 @@ std::shared_ptr<RequestHandle> ServingEngine::submit(GenerationRequest r) {
   FERRY_CHECK(r.spec_k >= 0 && r.spec_k <= kMaxSpecTokens, "spec_k: must be in 0..{} (0: the server's), got {}",
               kMaxSpecTokens, r.spec_k);
   if (spec != SpecMode::Off) {
-    FERRY_CHECK(s.spec_supported, "speculation: this server runs at tensor-parallel world {}, where the serving "
-                "engine does not speculate yet", s.m->model->tp_world());
     FERRY_CHECK(spec != SpecMode::Draft || s.draft, "speculation: this server has no draft model (start it with "
                 "--spec draft:MODEL)");
     // Logprobs, logit_bias and formats sample through paths of their own: such requests decode plainly.

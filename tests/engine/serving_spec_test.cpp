@@ -30,14 +30,17 @@ GenerationRequest request(uint64_t seed, bool sampled, std::optional<SpecMode> s
   return r;
 }
 
-TEST(ServingSpec, MixedStepsGiveEveryRequestItsPlainTokens) {
+// Six requests (greedy and seeded, two opting out, one with its own k) on a server that speculates by default, each
+// against its plain solo run on a plain server of the same parallel world (`tp` CPU-thread ranks).
+void expect_mixed_steps_keep_plain_tokens(int tp) {
   const ServingOptions so{.max_running = 6, .max_step_tokens = 24, .prefix_caching = true, .check_invariants = true};
+  EngineOptions eo = test::tiny_options(256, 4);
+  eo.tp = tp;
   std::vector<std::vector<int32_t>> alone;
   {
-    ServingEngine plain(test::tiny_options(256, 4), so);
+    ServingEngine plain(eo, so);
     for (uint64_t i = 0; i < 6; ++i) alone.push_back(collect(*plain.submit(request(i, i % 2 == 1, std::nullopt))).ids());
   }
-  EngineOptions eo = test::tiny_options(256, 4);
   eo.spec = {.mode = SpecMode::Ngram, .k = 8};  // the default; requests 0 and 3 opt out
   ServingEngine busy(eo, so);
   std::vector<std::shared_ptr<RequestHandle>> hs;
@@ -47,7 +50,7 @@ TEST(ServingSpec, MixedStepsGiveEveryRequestItsPlainTokens) {
   for (size_t i = 0; i < hs.size(); ++i) {
     const test::Collected c = collect(*hs[i]);
     EXPECT_TRUE(c.error.empty()) << c.error;
-    EXPECT_EQ(c.ids(), alone[i]) << "request " << i;
+    EXPECT_EQ(c.ids(), alone[i]) << "request " << i << ", tp " << tp;
   }
   const ServingStats st = busy.stats();
   EXPECT_GT(st.spec_proposed, 0);
@@ -56,6 +59,23 @@ TEST(ServingSpec, MixedStepsGiveEveryRequestItsPlainTokens) {
   EXPECT_GT(st.spec_steps, 0);
   EXPECT_EQ(st.requests_failed, 0);
   EXPECT_EQ(st.kv_blocks_used, 0) << "blocks leaked";
+}
+
+TEST(ServingSpec, MixedStepsGiveEveryRequestItsPlainTokens) { expect_mixed_steps_keep_plain_tokens(1); }
+
+// Under --tp rank 0 proposes and the verify steps reach the other ranks like any step.
+TEST(ServingSpec, TensorParallelServerSpeculatesWithThePlainTokens) { expect_mixed_steps_keep_plain_tokens(2); }
+
+TEST(ServingSpec, ADraftModelAtTensorParallelWorldTwoIsOneClearError) {
+  EngineOptions eo = test::tiny_options(256, 4);
+  eo.tp = 2;
+  eo.spec = {.mode = SpecMode::Draft, .k = 3, .draft_model = test::tiny_llama()};
+  try {
+    ServingEngine engine(eo, {.max_running = 2, .max_step_tokens = 16});
+    FAIL() << "a draft model at --tp 2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("draft model runs at parallel world 1"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ServingSpec, PerRequestSpeculationOnAPlainServerAndBadSettings) {
