@@ -139,7 +139,10 @@ class GuardStream : public httplib::Stream {
       return ssize_t(n);
     }
     if (!wait_for(sock_, POLLIN, deadline_)) return -1;  // past the request deadline
-    const ssize_t n = ::recv(sock_, ptr, size, 0);
+    ssize_t n;
+    do {
+      n = ::recv(sock_, ptr, size, 0);  // a signal must not end a body read as a failure (httplib answers 400)
+    } while (n < 0 && errno == EINTR);
     if (n > 0) budget_ -= size_t(n);
     return n;
   }

@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -158,6 +159,11 @@ def longer_context_copy(model, workdir):
     return out
 
 
+def drain(stream):
+    for line in stream:
+        sys.stderr.write("ferry: " + line)
+
+
 def start_server(ferry, model):
     cmd = [ferry, "serve", "-m", model, "--port", "0", "--host", "127.0.0.1", "--model-name", SERVED_NAME,
            "-c", str(CONTEXT), "-t", "2"]
@@ -167,6 +173,9 @@ def start_server(ferry, model):
         sys.stderr.write("ferry: " + line)
         m = re.search(r"listening on http://[^:]+:(\d+)", line)
         if m:
+            # The server's later output is drained as it comes: a pipe nobody reads fills at 64 KiB, and a server
+            # thread writing a line then blocks inside a request.
+            threading.Thread(target=drain, args=(proc.stdout,), daemon=True).start()
             return proc, int(m.group(1))
         if time.time() > deadline:
             break
