@@ -3,7 +3,8 @@
 // (moe_route), the counting sort of the (token, slot) pairs by expert (moe_group) (the three in one launch,
 // moe_route_decode, up to kMoeDecodeTokens tokens), then per projection one launch over the routed experts
 // (moe_experts_matvec up to kMoeDecodeTokens tokens, moe_experts_gemm above): gate into h, up with SwiGLU over h
-// in place (one launch for both in the matvec where gate and up share a type), down into y; then out = the routing-weighted sum of y in slot order (moe_combine). Experts nobody chose are not read.
+// in place (one launch for both in the matvec where gate and up share a type), down into y; then out = the
+// routing-weighted sum of y in slot order (moe_combine). Experts nobody chose are not read.
 // Tensor parallelism: each expert arrives as its rank's part (H = expert_hidden_dim / N rows of gate and up, columns
 // of down), nothing here assumes the whole H. Expert parallelism (a rank's part of the experts) is refused.
 #include <fmt/format.h>
@@ -26,8 +27,8 @@ using namespace cuda_ops;
 
 namespace {
 
-// Up to kMoeDecodeTokens (moe_experts.cuh) a step routes in one launch (moe_route_decode); above it routing takes
-// three launches. Which expert kernel runs: moe_experts_use_matvec.
+// A decode step (moe_experts_use_matvec: up to kMoeDecodeTokens, moe_experts.cuh) routes in one launch
+// (moe_route_decode) and runs the expert matvec; a larger step routes in three launches and runs the grouped GEMM.
 static_assert(kMoeDecodeTokens <= kMoeRouteDecodeMaxTokens, "decode steps route in one launch");
 
 constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
@@ -124,10 +125,9 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   const int k = a.top_k;
   const int64_t n_slots = n * k;
   FERRY_CHECK(n_slots <= 0x7FFFFFFF && n <= 65535, "CUDA moe_ffn: a step of {} tokens is too large", n);
-  const bool decode = n <= kMoeDecodeTokens;  // routing in one launch
-  const bool matvec = moe_experts_use_matvec(n);
+  const bool decode = moe_experts_use_matvec(n);  // routing in one launch, the experts as matvecs
   const int64_t max_tiles = moe_max_tiles(n_slots, E, kMoeGemmTileM);
-  const int64_t max_groups = matvec ? std::min<int64_t>(E, n_slots) : max_tiles;
+  const int64_t max_groups = decode ? std::min<int64_t>(E, n_slots) : max_tiles;
   FERRY_CHECK(max_groups <= 65535, "CUDA moe_ffn: a step of {} tokens is too large", n);
   // the bytes of every expert the step can touch (at most min(E, n * k) of them), for the profile
   const double expert_bytes = double(a.gate_exps[0].nbytes() + a.up_exps[0].nbytes() + a.down_exps[0].nbytes());
@@ -170,14 +170,14 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
                              .epilogue = epilogue, .offsets = i32(s.offsets), .slots = i32(s.slots),
                              .active = i32(s.active), .tile_expert = i32(s.tile_expert),
                              .tile_begin = i32(s.tile_begin), .counts = i32(s.counts), .max_groups = max_groups};
-    if (matvec) {
+    if (decode) {
       moe_experts_matvec(type, p, stream_);
     } else {
       moe_experts_gemm(type, p, stream_);
     }
   };
   const float* x = a.x.ptr<float>();
-  if (matvec && gate_t == up_t) {  // gate and up rows in one launch
+  if (decode && gate_t == up_t) {  // gate and up rows in one launch
     pass(gate_t, experts, H, dim, x, k, f32(s.h), MoeEpilogue::GateUp);
   } else {
     pass(gate_t, experts, H, dim, x, k, f32(s.h), MoeEpilogue::Store);
