@@ -80,7 +80,8 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::Cuda; }
   std::string name() const override;
   // cuda.weight_bytes (the prepared weights' device bytes, bf16 copies apart), cuda.widened_weights (those
-  // dequantized to f32 at load: a type no decoder reads, none of the GGUF weight types), cuda.prefill_weights (which weights the prefill GEMMs read).
+  // dequantized to f32 at load: a type no decoder reads, none of the GGUF weight types), cuda.prefill_weights
+  // (which weights the prefill GEMMs read).
   std::vector<std::pair<std::string, std::string>> facts() const override;
 
   DeviceBuffer alloc(size_t bytes) override;
