@@ -51,8 +51,9 @@ class CudaMatmul : public CudaOpsTest {
 
 TEST_F(CudaMatmul, EveryWeightTypeAndTokenCount) {
   for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K,
-                        DType::Q6_K, DType::Q5_0, DType::Q5_1, DType::Q5_K, DType::F8_E4M3_B128}) {
-    for (const int64_t n : {1, 3, 16, 100}) check({t, n, 96, 512, false});
+                        DType::Q6_K, DType::Q5_0, DType::Q5_1, DType::Q5_K, DType::Q2_K, DType::Q3_K,
+                        DType::F8_E4M3_B128}) {
+    for (const int64_t n : {1, 3, 16, 64, 100}) check({t, n, 96, 512, false});
   }
 }
 

@@ -154,6 +154,15 @@ TEST(MatmulPlan, MatvecRuleOnLlama3Shapes) {  // host only
     EXPECT_EQ(mv(t, 4096, 14336, 3), MatvecKernel::kTiled) << dtype_name(t);
   }
   EXPECT_EQ(mv(DType::Q4_1, 4096, 4096), MatvecKernel::kTiled);
+  // Q2_K / Q3_K: no stream of their own; the tiled matvec (dp4a paths) at 1..16 tokens, even under matvec=rows
+  // (the row-block kernel is not built for them).
+  for (const DType t : {DType::Q2_K, DType::Q3_K}) {
+    EXPECT_EQ(mv(t, 4096, 14336), MatvecKernel::kTiled) << dtype_name(t);
+    EXPECT_EQ(mv(t, 28672, 4096), MatvecKernel::kTiled) << dtype_name(t);
+    EXPECT_EQ(mv(t, 4096, 4096, 1, CudaTune{.matvec = MatvecTune::kRows}), MatvecKernel::kTiled) << dtype_name(t);
+    EXPECT_FALSE(cuda_ops::matvec_kernel_applies(MatvecKernel::kRowBlocks, t, 1, 4096, 4096)) << dtype_name(t);
+    EXPECT_TRUE(cuda_ops::matvec_kernel_applies(MatvecKernel::kTiled, t, 16, 4096, 4096)) << dtype_name(t);
+  }
   EXPECT_EQ(mv(DType::Q6_K, 4096, 1024), MatvecKernel::kTiled);  // Q6_K streams multiples of 2048 columns
   EXPECT_EQ(mv(DType::Q5_K, 4096, 1024), MatvecKernel::kStreamQuant);
   // FERRY_CUDA_TUNE=matvec=...: the named kernel everywhere it takes the shape.
@@ -242,6 +251,13 @@ TEST(MatmulPlan, KernelByTokenCount) {  // host only
   EXPECT_EQ(k(8, 28672, 4096), MatmulKernel::kCublas);       // rows past 8192
   EXPECT_EQ(plan_of(DType::Q4_0, 6144, 4096, 8, h200_caps(false)).kernel, MatmulKernel::kMatvec);  // no bf16 copy
   EXPECT_EQ(plan_of(DType::Q4_0, 4096, 4096, 32, h200_caps(false)).kernel, MatmulKernel::kSkinnyMma);  // dequantized
+  for (const DType t : {DType::Q2_K, DType::Q3_K}) {  // as Q5_0/Q5_1: the tiled matvec, then dequantize + GEMM
+    EXPECT_EQ(plan_of(t, 6144, 4096, 8, h200_caps(false)).kernel, MatmulKernel::kMatvec) << dtype_name(t);
+    EXPECT_EQ(plan_of(t, 6144, 4096, 8, h200_caps(false)).matvec, cuda_ops::MatvecKernel::kTiled) << dtype_name(t);
+    EXPECT_EQ(plan_of(t, 4096, 4096, 32, h200_caps(false)).kernel, MatmulKernel::kSkinnyMma) << dtype_name(t);
+    EXPECT_EQ(plan_of(t, 4096, 4096, 100, h200_caps(false)).kernel, MatmulKernel::kCublas) << dtype_name(t);
+    EXPECT_EQ(plan_of(t, 4096, 4096, 512, h200_caps(false)).kernel, MatmulKernel::kGemmSm90) << dtype_name(t);
+  }
   // The wgmma skinny GEMM where it beat cuBLASLt (plan.h's table).
   EXPECT_EQ(k(32, 4096, 4096), MatmulKernel::kSkinnyMma);    // the mma.sync skinny GEMM keeps n <= 32
   EXPECT_EQ(k(33, 4096, 4096), MatmulKernel::kSkinnyWgmma);  // 1.04-1.09 at n = 32..48
@@ -278,7 +294,8 @@ TEST(MatmulPlan, KernelByTokenCount) {  // host only
 
 TEST_F(CudaMatvec, EveryTypeEveryTokenCount) {
   for (const DType t : {DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128}) {
+                        DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                        DType::F8_E4M3_B128}) {
     for (int64_t n = 1; n <= 16; ++n) {
       const double err = run(t, n, 70, 768, n % 3 == 0, 1000 + uint32_t(n));
       EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n;
@@ -294,7 +311,7 @@ TEST_F(CudaMatvec, OddShapesAndTiles) {
   // 1024-value tiles, the last one partial.
   for (const Shape s : {Shape{33, 2304}, Shape{1, 256}, Shape{257, 16640}, Shape{19, 4352}}) {
     for (const DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K,
-                          DType::Q6_K, DType::F8_E4M3_B128}) {
+                          DType::Q6_K, DType::Q2_K, DType::Q3_K, DType::F8_E4M3_B128}) {
       for (const int64_t n : {1, 5, 16}) {
         const double err = run(t, n, s.n_out, s.n_in, true, 7 + uint32_t(n));
         EXPECT_LE(err, kTol) << dtype_name(t) << " n=" << n << " " << s.n_out << "x" << s.n_in;

@@ -152,7 +152,8 @@ TEST(CudaMatvecV5Emulation, EveryTypeMatchesTheReference) {
   double worst = 0, worst_q = 0;
   for (const Shape sh : shapes) {
     for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                          DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128}) {
+                          DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                          DType::F8_E4M3_B128}) {
       for (const int n : {1, 2, 3, 5, 16}) {
         const uint32_t seed = uint32_t(sh.rows * 31 + n);
         const std::vector<float> f = test::random_floats(size_t(sh.rows * sh.cols), seed, 0.5f);

@@ -207,7 +207,8 @@ TEST_F(CudaMoeTest, MatchesCpuReferenceOverTokensTopKExpertsAndTypes) {
 
 TEST_F(CudaMoeTest, EveryNativeTypeOnBothPaths) {
   uint32_t seed = 500;
-  for (const DType type : {DType::F32, DType::F16, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q5_K, DType::Q6_K}) {
+  for (const DType type : {DType::F32, DType::F16, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K,
+                           DType::Q5_K, DType::Q6_K}) {
     MoeCase c = make_case(type, 8, 256, 512, seed += 10000);
     for (const int64_t n : {3, 40}) check(c, n, 2, MoeNorm::Renormalize, ++seed);
   }

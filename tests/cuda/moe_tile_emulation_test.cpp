@@ -85,7 +85,7 @@ void check_tiles(DType t, int64_t rows, int64_t cols) {
 
 TEST(CudaMoeEmulation, GemmTilesCoverEveryColumnOnceWithItsValue) {
   for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+                        DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     check_tiles(t, 3, 768);  // 768 = 6 whole tiles, 3 super-blocks
   // a partial last tile (cols not a multiple of 128): the types whose blocks allow it
   for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_1}) {
@@ -307,7 +307,7 @@ void check_block(DType t, int64_t rows, int64_t cols, int m_count, uint32_t seed
 TEST(CudaMoeEmulation, GemmBlockFragmentsAndSwizzleGiveTheDirectDots) {
   // 200 rows: a whole row tile and a partial one (72 rows, the rest zeros and not stored); 256 columns: two k-steps.
   for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+                        DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     for (const int m_count : {kMoeGemmTileM, 37, 5}) check_block(t, 200, 256, m_count, uint32_t(t) * 100 + uint32_t(m_count));
   // a partial last k-step (160 = 128 + 32 columns): the columns past cols are zeros
   for (const DType t : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_0}) check_block(t, 130, 160, 21, 7);

@@ -5,7 +5,7 @@
 //  - Memory: cudaMalloc-backed DeviceBuffers; out of memory is a ferry::Error naming what was asked and what
 //    is free.
 //  - Weights: uploaded once by prepare_weight, in the layout of matmul/weight_layout.cuh (GGUF blocks for Q4_K/Q5_K,
-//    split quants/scales for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q6_K/F8_E4M3_B128; Q2_K, Q3_K and the others become F32).
+//    split quants/scales for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q6_K/F8_E4M3_B128; any other type becomes F32).
 //  - matmul: the kernel and its epilogues come from the one matmul plan (matmul/plan.h); bf16 in, fp32 out for
 //    the GEMMs. Decode-layer fusion is decided in decode_fusion.cpp, from the same plan.
 //  - Errors found by kernels in device-side inputs (bad token id, slot, row, block id) are reported at the
@@ -80,7 +80,8 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::Cuda; }
   std::string name() const override;
   // cuda.weight_bytes (the prepared weights' device bytes, bf16 copies apart), cuda.widened_weights (those
-  // dequantized to f32 at load: Q2_K, Q3_K), cuda.prefill_weights (which weights the prefill GEMMs read).
+  // dequantized to f32 at load: a type no decoder reads, none of the GGUF weight types), cuda.prefill_weights
+  // (which weights the prefill GEMMs read).
   std::vector<std::pair<std::string, std::string>> facts() const override;
 
   DeviceBuffer alloc(size_t bytes) override;

@@ -36,12 +36,13 @@ constexpr int kRowsPerWarp = 4;
 template <>
 constexpr int kRowsPerWarp<DecodeQ4K> = 2;
 // The types the row-block kernel is built for: the ones it served before the tiled and streamed matvecs (BF16's
-// longest rows still take it, FERRY_CUDA_TUNE=matvec=rows the others); the later types (Q5_0, Q5_1, Q5_K, Q6_K, F8)
-// go to kTiled, and leaving them out keeps this file's instances, the longest compile of the build, few.
+// longest rows still take it, FERRY_CUDA_TUNE=matvec=rows the others); the later types (Q5_0, Q5_1, Q5_K, Q6_K, F8,
+// Q2_K, Q3_K) go to kTiled, and leaving them out keeps this file's instances, the longest compile of the build, few.
 template <class D>
 constexpr bool kRowBlocksBuilt = !std::is_same_v<D, DecodeQ5<false>> && !std::is_same_v<D, DecodeQ5<true>> &&
                                  !std::is_same_v<D, DecodeQ5K> && !std::is_same_v<D, DecodeQ6K> &&
-                                 !std::is_same_v<D, DecodeF8>;
+                                 !std::is_same_v<D, DecodeF8> && !std::is_same_v<D, DecodeQ2K> &&
+                                 !std::is_same_v<D, DecodeQ3K>;
 constexpr int kTileBudget = 16384;  // tokens x values staged at once (~74 KB of shared memory)
 constexpr int kTileAlign = 256;     // tiles start at multiples of this many values (a Q4_K super-block)
 

@@ -31,7 +31,7 @@ struct MatvecParams;
 // The weight types whose kTiled path reads that scratch (the integer paths).
 inline bool tiled_quantizes_acts(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-         t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+         t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 inline size_t matvec_tiled_scratch_bytes(int n_tokens, int64_t n_in) {
   const size_t planes = (2 * size_t(n_tokens) * size_t(n_in) + 15) / 16 * 16;

@@ -363,6 +363,56 @@ FERRY_UNROLL
   }
 };
 
+// Q2_K / Q3_K (split layout): DecodeQ2K's / DecodeQ3K's chunks have Q6_K's geometry (four runs of 16 values,
+// run r in activation block 8 (c / 4) + 4 (k / 2) + r, its half k % 2), so they take Q6KPath's activations.
+// Per run, with S = Σ q x in dx2 units and sum_x = Σ x: Q2_K d sc (dx2 S) - dmin mn sum_x (q = 0..3);
+// Q3_K d sc (dx2 S - 4 sum_x) with q = q2 + 4 hbit = 0..7 (the value's q2 - (hbit ? 0 : 4) plus 4).
+template <bool kQ3>
+struct LowBitKPath {
+  using Raw = std::conditional_t<kQ3, DecodeQ3K::Raw, DecodeQ2K::Raw>;
+  using X = Q6KPath::X;
+  using Ctx = ActView;
+  FERRY_HD static int64_t units(int64_t cols) { return cols / 64; }
+  FERRY_HD static inline X load_x(const Ctx& a, int64_t k, int t, int64_t c) { return Q6KPath::load_x(a, k, t, c); }
+  FERRY_HD static inline float dot(const Raw& w, const X& x) {
+    const uint32_t q[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+    float r = 0.0f;
+    float d, dmin = 0.0f;
+    if constexpr (kQ3) {
+      d = half_bits_to_float(uint16_t(w.rec.w & 0xFFFF));
+    } else {
+      d = half_bits_to_float(uint16_t(w.dd & 0xFFFF));
+      dmin = half_bits_to_float(uint16_t(w.dd >> 16));
+    }
+FERRY_UNROLL
+    for (int run = 0; run < 4; ++run) {
+      const uint32_t h4[4] = {x.h[run].x, x.h[run].y, x.h[run].z, x.h[run].w};
+      const uint32_t l4[4] = {x.l[run].x, x.l[run].y, x.l[run].z, x.l[run].w};
+      int sh = 0, sl = 0;
+FERRY_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        uint32_t qq = (q[i] >> (2 * run)) & 0x03030303u;
+        if constexpr (kQ3) {
+          const uint32_t hm = i == 0 ? w.hm.x : i == 1 ? w.hm.y : i == 2 ? w.hm.z : w.hm.w;
+          qq |= ((hm >> (4 * (w.k / 2) + run)) & 0x01010101u) << 2;
+        }
+        sh = dp4a(qq, h4[i], sh);
+        sl = dp4a(qq, l4[i], sl);
+      }
+      const float sum_x = w.k % 2 != 0 ? x.m[run].z : x.m[run].y;  // Σ x of the run's half block (dx2-scaled)
+      const float s = float(sh * 256 + sl);
+      if constexpr (kQ3) {
+        r = fma_hd(d * float(DecodeQ3K::scale(w, run)), fma_hd(x.m[run].x, s, -4.0f * sum_x), r);
+      } else {
+        const uint32_t sc = DecodeQ2K::scale_byte(w, run);
+        r = fma_hd(d * float(sc & 0xF), x.m[run].x * s, r);
+        r = fma_hd(-dmin * float(sc >> 4), sum_x, r);
+      }
+    }
+    return r;
+  }
+};
+
 template <class D>
 struct PathOf;
 template <> struct PathOf<DecodeF32> { using type = FloatPath<DecodeF32>; };
@@ -376,6 +426,8 @@ template <> struct PathOf<DecodeQ5<false>> { using type = Q5Path<false>; };
 template <> struct PathOf<DecodeQ5<true>> { using type = Q5Path<true>; };
 template <> struct PathOf<DecodeQ5K> { using type = Q5KPath; };
 template <> struct PathOf<DecodeQ6K> { using type = Q6KPath; };
+template <> struct PathOf<DecodeQ2K> { using type = LowBitKPath<false>; };
+template <> struct PathOf<DecodeQ3K> { using type = LowBitKPath<true>; };
 template <> struct PathOf<DecodeF8> { using type = FloatPath<DecodeF8>; };
 
 // Rows per group and units per lane in flight of the CUDA-core kernel, sized to stay within 128 registers
@@ -386,7 +438,8 @@ struct CoreShape {
   static constexpr bool kQuant = !std::is_same_v<typename PathOf<D>::type, FloatPath<D>>;
   static constexpr bool k32 = D::kVals >= 32;
   static constexpr bool kQ4K = std::is_same_v<D, DecodeQ4K>;
-  static constexpr bool kHeavy = std::is_same_v<D, DecodeQ5K> || std::is_same_v<D, DecodeQ6K>;
+  static constexpr bool kHeavy = std::is_same_v<D, DecodeQ5K> || std::is_same_v<D, DecodeQ6K> ||
+                                 std::is_same_v<D, DecodeQ2K> || std::is_same_v<D, DecodeQ3K>;
   static constexpr int kR = (kTok == 16 && kQuant) || kHeavy ? 2 : 4;
   static constexpr bool kF8 = std::is_same_v<D, DecodeF8>;  // 16 floats per chunk and token: as the 32-value chunks
   static constexpr int kU = kTok >= 8 || kQ4K || kHeavy ? 1 : (kTok == 4 || k32 || kF8 || (kQuant && kTok == 2) ? 2 : 4);

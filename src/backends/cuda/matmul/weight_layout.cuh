@@ -14,11 +14,15 @@
 //    lane reads its quants with 16-byte loads. Same bytes as GGUF (plus < 256 bytes of padding).
 //  F8_E4M3_B128 (FP8 checkpoints): split the same way: the 128 e4m3 codes of every block (rows x cols bytes, so
 //    row-major as the checkpoint stored them), then the blocks' f32 scales (rows x cols / 128). 1.03 bytes a weight.
+//  Q2_K, Q3_K: split too: the quants of every super-block (Q2_K's qs[64]; Q3_K's hmask[32] then qs[64]), then its
+//    record: Q2_K's scales[16], fp16 d, fp16 dmin (20 bytes, GGUF's bytes 0..15 and 80..83); Q3_K's scales[12], fp16 d
+//    and 2 zero bytes (16, so one 16-byte load). Why: GGUF's 84- and 110-byte blocks are 4- and 2-byte aligned. The
+//    file's bytes for Q2_K, 112 / 110 of them for Q3_K (1.8% more), plus < 256 bytes of padding.
 //  Q4_K, Q5_K: GGUF's 144- / 176-byte super-blocks, unchanged: 144 = 9 x 16 and 176 = 11 x 16, so rows and blocks
 //    stay 16-byte aligned. Matvec kStreamQuant streams Q4_K as stored (a stage of whole rows is one bulk copy; a
 //    lane's 8 quant bytes and its super-block's 16-byte header are one LDS.64 and one broadcast LDS.128): no
 //    repack, so the register-load matvecs, dequantize and the embedding read the same bytes.
-//  Any other type that dequantize_row knows (Q2_K, Q3_K, ...): dequantized to F32 on the host by prepare_weight
+//  Any other type that dequantize_row knows (Q8_1, Q8_K, ...): dequantized to F32 on the host by prepare_weight
 //    (exact values, 4 bytes per weight) and prepared as F32: correct, not fast.
 //
 // Decoding unit: a "chunk" = one 16-byte load of quant data (for Q4_K plus the 16-byte block header),
@@ -56,14 +60,16 @@ inline constexpr int kKBlock = 256;     // values per K-quant super-block
 inline constexpr int kQ4KBytes = 144;   // bytes per Q4_K super-block
 inline constexpr int kQ5KBytes = 176;   // bytes per Q5_K super-block
 inline constexpr int kF8Vals = 128;     // values per F8_E4M3_B128 block
+inline constexpr int kQ2KQBytes = 64;   // quant bytes per Q2_K super-block (qs)
+inline constexpr int kQ3KQBytes = 96;   // quant bytes per Q3_K super-block (hmask, qs)
 inline constexpr size_t kScalesAlign = 256;
 
 // Weight types the kernels read natively (everything else becomes F32 at prepare time).
 inline bool is_native_weight_type(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0: case DType::Q4_1:
-    case DType::Q5_0: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
-    case DType::F8_E4M3_B128: return true;
+    case DType::Q5_0: case DType::Q5_1: case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K:
+    case DType::Q6_K: case DType::F8_E4M3_B128: return true;
     default: return false;
   }
 }
@@ -71,29 +77,45 @@ inline bool is_native_weight_type(DType t) {
 // The "quants then scales" layouts.
 inline constexpr bool is_split_type(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-         t == DType::Q6_K || t == DType::F8_E4M3_B128;
+         t == DType::Q2_K || t == DType::Q3_K || t == DType::Q6_K || t == DType::F8_E4M3_B128;
 }
+inline constexpr bool is_k_split(DType t) { return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q6_K; }
 // Values per block of a split layout.
 inline constexpr int split_block_vals(DType t) {
-  return t == DType::Q6_K ? kKBlock : t == DType::F8_E4M3_B128 ? kF8Vals : kQBlock;
+  return is_k_split(t) ? kKBlock : t == DType::F8_E4M3_B128 ? kF8Vals : kQBlock;
 }
 // Quant bytes per block in the split layouts.
 inline constexpr int split_qbytes(DType t) {
-  return t == DType::Q8_0 ? 32 : t == DType::Q6_K ? 192 : t == DType::F8_E4M3_B128 ? kF8Vals : 16;
+  switch (t) {
+    case DType::Q8_0: return 32;
+    case DType::Q2_K: return kQ2KQBytes;
+    case DType::Q3_K: return kQ3KQBytes;
+    case DType::Q6_K: return 192;
+    case DType::F8_E4M3_B128: return kF8Vals;
+    default: return 16;
+  }
 }
-// Scale-record bytes per block in the split layouts.
+// Scale-record bytes per block in the split layouts: the GGUF block's other bytes, in order, then zeros (Q3_K's 2).
 inline constexpr int split_sbytes(DType t) {
   switch (t) {
     case DType::Q4_1: return 4;
     case DType::Q5_0: return 6;
     case DType::Q5_1: return 8;
+    case DType::Q2_K: return 20;
+    case DType::Q3_K: return 16;
     case DType::Q6_K: return 18;
     case DType::F8_E4M3_B128: return 4;
     default: return 2;
   }
 }
-// Whether a GGUF block of a split type starts with its scale record (else it ends with it: Q6_K).
-inline constexpr bool split_scales_first(DType t) { return t != DType::Q6_K && t != DType::F8_E4M3_B128; }
+// Byte offset of the quants within a GGUF block of a split type (the record is the bytes before and after them).
+inline constexpr int split_quants_at(DType t) {
+  switch (t) {
+    case DType::Q3_K: case DType::Q6_K: case DType::F8_E4M3_B128: return 0;
+    case DType::Q2_K: return 16;  // after scales[16]; d, dmin follow the quants
+    default: return split_sbytes(t);  // the 32-value types: the record (d [, m] [, qh]) first
+  }
+}
 // Byte offset of the scales region of a split-layout weight of rows x cols.
 inline size_t scales_offset(DType t, int64_t rows, int64_t cols) {
   const size_t q = size_t(rows) * size_t(cols / split_block_vals(t)) * size_t(split_qbytes(t));
@@ -420,6 +442,93 @@ FERRY_UNROLL
   }
 };
 
+// Q2_K split (per super-block: qs[64] quants; scales[16], fp16 d, fp16 dmin record): chunk c = (super-block c / 4,
+// k = c % 4); with half h = k / 2 and p = k % 2 it reads qs bytes 32 h + 16 p .. +15; run r is bits 2r..2r+1 of
+// each byte: values 128 h + 32 r + 16 p + j, group g = 8 h + 2 r + p: d (scales[g] & 0xF) q - dmin (scales[g] >> 4),
+// the product rounded before the subtraction as dequantize_row does.
+struct DecodeQ2K {
+  static constexpr int kRuns = 4, kRunLen = 16, kVals = 64;
+  // s0, s1: record words 2h, 2h + 1 (scales 8h .. 8h + 7); dd: d | dmin << 16
+  struct Raw { uint4 q; uint32_t s0, s1, dd; int k; };
+  FERRY_HD static inline int64_t chunks(int64_t cols) { return cols / 64; }
+  FERRY_HD static inline int64_t run_start(int64_t c, int r) {
+    const int k = int(c % 4);
+    return (c / 4) * kKBlock + 128 * (k / 2) + 16 * (k % 2) + 32 * r;
+  }
+  FERRY_HD static inline Raw load(const WeightView& w, int64_t row, int64_t c) {
+    const int64_t block = row * (w.cols / kKBlock) + c / 4;
+    const int k = int(c % 4), h = k / 2;
+    const auto* rec = reinterpret_cast<const uint32_t*>(w.data + w.scales + size_t(block) * 20);
+    Raw r;
+    r.q = load16(w.data + size_t(block) * kQ2KQBytes + 32 * h + 16 * (k % 2));
+    r.s0 = load_scalar(rec + 2 * h);
+    r.s1 = load_scalar(rec + 2 * h + 1);
+    r.dd = load_scalar(rec + 4);
+    r.k = k;
+    return r;
+  }
+  // Group scale byte of run r: byte 2 (r % 2) + p of s0 (r < 2) or s1.
+  FERRY_HD static inline uint32_t scale_byte(const Raw& w, int r) {
+    return ((r < 2 ? w.s0 : w.s1) >> (8 * (2 * (r % 2) + w.k % 2))) & 0xFF;
+  }
+  FERRY_HD static inline void decode(const Raw& w, float* v) {
+    const float d = half_bits_to_float(uint16_t(w.dd & 0xFFFF));
+    const float dmin = half_bits_to_float(uint16_t(w.dd >> 16));
+FERRY_UNROLL
+    for (int r = 0; r < 4; ++r) {
+      const uint32_t sc = scale_byte(w, r);
+      const float dl = d * float(sc & 0xF), ml = dmin * float(sc >> 4);
+FERRY_UNROLL
+      for (int i = 0; i < 16; ++i) v[16 * r + i] = mul_rn(dl, float((byte_of(w.q, i) >> (2 * r)) & 3)) - ml;
+    }
+  }
+};
+
+// Q3_K split (per super-block: hmask[32] qs[64] quants; scales[12], fp16 d, 2 zero bytes record): chunk c =
+// (super-block c / 4, k = c % 4); with half h = k / 2 and p = k % 2 it reads hmask bytes 16 p .. +15 and qs bytes
+// 32 h + 16 p .. +15; run r is values 128 h + 32 r + 16 p + j, group g = 8 h + 2 r + p: (q2 - (hmask bit 4 h + r set
+// ? 0 : 4)) times d (scale6[g] - 32), q2 = bits 2r..2r+1 of the qs byte.
+struct DecodeQ3K {
+  static constexpr int kRuns = 4, kRunLen = 16, kVals = 64;
+  struct Raw { uint4 hm; uint4 q; uint4 rec; int k; };
+  FERRY_HD static inline int64_t chunks(int64_t cols) { return cols / 64; }
+  FERRY_HD static inline int64_t run_start(int64_t c, int r) {
+    const int k = int(c % 4);
+    return (c / 4) * kKBlock + 128 * (k / 2) + 16 * (k % 2) + 32 * r;
+  }
+  FERRY_HD static inline Raw load(const WeightView& w, int64_t row, int64_t c) {
+    const int64_t block = row * (w.cols / kKBlock) + c / 4;
+    const int k = int(c % 4), h = k / 2, p = k % 2;
+    const uint8_t* q = w.data + size_t(block) * kQ3KQBytes;
+    Raw r;
+    r.hm = load16(q + 16 * p);
+    r.q = load16(q + 32 + 32 * h + 16 * p);
+    r.rec = load16(w.data + w.scales + size_t(block) * 16);
+    r.k = k;
+    return r;
+  }
+  // The signed 6-bit scale of run r's group g = 8 h + 2 r + p (quant.h's q3k_scales).
+  FERRY_HD static inline int scale(const Raw& w, int r) {
+    const int h = w.k / 2, p = w.k % 2, gl = 2 * r + p;  // g - 8 h
+    const int low = (byte_of(w.rec, gl) >> (4 * h)) & 0xF;
+    const int high = (byte_of(w.rec, 8 + gl % 4) >> (2 * (2 * h + r / 2))) & 3;  // g % 4 = gl % 4, g / 4 = 2 h + r / 2
+    return (low | (high << 4)) - 32;
+  }
+  FERRY_HD static inline void decode(const Raw& w, float* v) {
+    const float d = half_bits_to_float(uint16_t(w.rec.w & 0xFFFF));
+    const int hb = 4 * (w.k / 2);
+FERRY_UNROLL
+    for (int r = 0; r < 4; ++r) {
+      const float dl = d * float(scale(w, r));
+FERRY_UNROLL
+      for (int i = 0; i < 16; ++i) {
+        const int q = int((byte_of(w.q, i) >> (2 * r)) & 3) - (((byte_of(w.hm, i) >> (hb + r)) & 1) ? 0 : 4);
+        v[16 * r + i] = dl * float(q);
+      }
+    }
+  }
+};
+
 // Two e4m3 codes (the low and high byte of `pair`) as floats, exactly: on the device through f16x2
 // (cvt.rn.f16x2.e4m3x2 on sm_89+; every e4m3 value, NaN included, is an f16 value), on the host formats/fp8.h.
 FERRY_HD inline void e4m3x2_to_float(uint16_t pair, float* v) {
@@ -472,6 +581,8 @@ bool visit_decoder(DType t, F&& f) {
     case DType::Q4_1: f.template operator()<DecodeQ4<true>>(); return true;
     case DType::Q5_0: f.template operator()<DecodeQ5<false>>(); return true;
     case DType::Q5_1: f.template operator()<DecodeQ5<true>>(); return true;
+    case DType::Q2_K: f.template operator()<DecodeQ2K>(); return true;
+    case DType::Q3_K: f.template operator()<DecodeQ3K>(); return true;
     case DType::Q4_K: f.template operator()<DecodeQ4K>(); return true;
     case DType::Q5_K: f.template operator()<DecodeQ5K>(); return true;
     case DType::Q6_K: f.template operator()<DecodeQ6K>(); return true;

@@ -10,7 +10,7 @@
 namespace ferry::cuda_ops {
 
 // One batch of rows [row0, row0 + count) of a split-layout weight (is_split_type; src: its GGUF blocks) split into
-// quant bytes (count x nb x split_qbytes) and scales (count x nb x split_sbytes), ready to be copied to
+// quant bytes (count x nb x split_qbytes) and records (count x nb x split_sbytes, zero-padded), ready to be copied to
 // offsets row0 * nb * split_qbytes and scales_offset + row0 * nb * split_sbytes.
 void split_blocks(DType t, const uint8_t* src, int64_t count, int64_t cols, std::vector<uint8_t>& quants,
                   std::vector<uint8_t>& scales);

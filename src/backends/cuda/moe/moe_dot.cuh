@@ -14,10 +14,14 @@ namespace ferry::cuda_ops {
 // Chunks a lane loads before it decodes any of them: about 128 bytes of weight in flight per lane and weight row
 // (4 KB a warp; 8 chunks of BF16, 6 of Q4_0, 3 of Q4_K, 2 of Q6_K). Issuing one chunk at a time left the expert
 // matvec latency-bound at ~25% of the copy bandwidth (docs/perf-log.md, fifth session).
+// The 64-value chunks at most 2 (128 decoded floats): Q2_K's 32-byte chunks would take 4 and spill (ptxas -v).
 template <class D>
-inline constexpr int kDotBatch = sizeof(typename D::Raw) >= 64 ? 1
-                                 : 128 / sizeof(typename D::Raw) > 8 ? 8
-                                                                     : int(128 / sizeof(typename D::Raw));
+inline constexpr int kDotBatchBytes = sizeof(typename D::Raw) >= 64 ? 1
+                                      : 128 / sizeof(typename D::Raw) > 8 ? 8
+                                                                          : int(128 / sizeof(typename D::Raw));
+template <class D>
+inline constexpr int kDotBatch = D::kVals >= 64 && kDotBatchBytes<D> > 128 / D::kVals ? 128 / D::kVals
+                                                                                      : kDotBatchBytes<D>;
 
 // acc[i][t] = sum over columns of w[i][row[i]] * xrow[t] for i < kW, t < nb (nb <= kTok; rows t >= nb are not
 // read), reduced over the warp: every lane ends with the full sums. The kW weights have the same cols and decoder.

@@ -4,8 +4,8 @@
 //  - k-tiles: a k-step is the kMoeGemmTileK columns [k0, k0 + kMoeGemmTileK), k0 a multiple of the tile. It is
 //    decoded as the chunks k0 / kVals .. + kMoeGemmTileK / kVals, and value (r, j) of chunk c lands at column
 //    run_start(c, r) + j - k0 of the tile. For every decoder of matmul/weight_layout.cuh those columns are each of
-//    [0, kMoeGemmTileK) exactly once: Q4_K/Q5_K chunk pairs cover 64 aligned columns, Q6_K's pairs 128, the others
-//    their own contiguous runs. A run starts at a multiple of its store unit (8 bf16, or the whole run when
+//    [0, kMoeGemmTileK) exactly once: Q4_K/Q5_K chunk pairs cover 64 aligned columns, Q2_K/Q3_K/Q6_K pairs 128, the
+//    others their own contiguous runs. A run starts at a multiple of its store unit (8 bf16, or the whole run when
 //    shorter: F32's 4), so each unit is one 16- or 8-byte shared-memory store.
 //  - Shared-memory tiles: bf16, one row (a weight row or a slot) per kMoeGemmTileK columns = 256 bytes = 16 chunks
 //    of 16 bytes (8 bf16). Chunk c of row r sits at position c ^ (r & 7) of its row (XOR swizzle), so the 8 rows

@@ -131,14 +131,8 @@ FERRY_HD inline uint32_t f2u(float f) {
 #endif
 }
 FERRY_HD inline float u2f(uint32_t u) { return bits_to_float(u); }
-// IEEE single operations that the device compiler may not fuse into an FMA (the CPU reference has no FMA).
-FERRY_HD inline float mul_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
+// IEEE single operations that the device compiler may not fuse into an FMA (the CPU reference has no FMA): mul_rn
+// (common/bits.cuh) and add_rn.
 FERRY_HD inline float add_rn(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fadd_rn(a, b);
