@@ -14,11 +14,10 @@ constexpr int kLogitTokens = 8;  // tokens per block: each router row read once 
 constexpr int kRouteWarps = 4;   // tokens per block of moe_route
 constexpr int kGroupThreads = 1024;
 
-// Block (expert rows e0 .. e0 + 7, tokens t0 .. t0 + 7): warp w dots router row e0 + w with the block's tokens.
+// Block (expert rows e0 .. e0 + 7, tokens t0 .. t0 + 7): warp w dots router row e0 + w with the block's tokens
+// (every warp of the block calls it; a warp past the last expert does nothing).
 template <class D>
-__global__ void __launch_bounds__(kLogitWarps * 32) router_logits_kernel(MoeRouterLogitsParams p) {
-  pdl_allow_dependents();
-  pdl_wait();
+__device__ void router_logits_block(const MoeRouterLogitsParams& p) {
   const int64_t e = int64_t(blockIdx.x) * kLogitWarps + (threadIdx.x >> 5);
   const int64_t t0 = int64_t(blockIdx.y) * kLogitTokens;
   if (e >= p.router.rows) return;
@@ -34,6 +33,13 @@ FERRY_UNROLL
 FERRY_UNROLL
   for (int t = 0; t < kLogitTokens; ++t)
     if (t < nb && lane == t) p.logits[size_t(t0 + t) * size_t(p.router.rows) + size_t(e)] = acc[0][t];
+}
+
+template <class D>
+__global__ void __launch_bounds__(kLogitWarps * 32) router_logits_kernel(MoeRouterLogitsParams p) {
+  pdl_allow_dependents();
+  pdl_wait();
+  router_logits_block<D>(p);
 }
 
 // Token t's softmax and top-k, by one warp (every lane calls it); prob: (E) f32 shared memory of this warp. The
@@ -184,23 +190,8 @@ __global__ void __launch_bounds__(kLogitWarps * 32) route_decode_kernel(MoeRoute
   __shared__ int32_t count[kMoeMaxExperts];
   __shared__ int32_t fill[kMoeMaxExperts];
   __shared__ bool last;
-  const MoeRouterLogitsParams& lp = p.logits;
-  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-  const int64_t e = int64_t(blockIdx.x) * kLogitWarps + warp;
-  const int64_t t0 = int64_t(blockIdx.y) * kLogitTokens;
-  if (e < lp.router.rows) {
-    const int nb = int(lp.n - t0 < kLogitTokens ? lp.n - t0 : kLogitTokens);
-    const float* xrow[kLogitTokens];
-FERRY_UNROLL
-    for (int t = 0; t < kLogitTokens; ++t) xrow[t] = lp.x + size_t(t0 + (t < nb ? t : 0)) * size_t(lp.router.cols);
-    const WeightView w[1] = {lp.router};
-    const int64_t row[1] = {e};
-    float acc[1][kLogitTokens];
-    warp_dot_rows<D, 1, kLogitTokens>(w, row, xrow, nb, acc);
-FERRY_UNROLL
-    for (int t = 0; t < kLogitTokens; ++t)
-      if (t < nb && lane == t) lp.logits[size_t(t0 + t) * size_t(lp.router.rows) + size_t(e)] = acc[0][t];
-  }
+  const int warp = int(threadIdx.x >> 5);
+  router_logits_block<D>(p.logits);
   __threadfence();  // this block's logits are visible device-wide before it counts itself done
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(p.done, 1u) == gridDim.x * gridDim.y - 1;
