@@ -50,7 +50,7 @@ GgufWriter five_tensors(const std::string& arch = "llama") {
 class GgufSplitTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = test::temp_path("gguf_split");
+    dir_ = test::case_temp_path("gguf_split");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

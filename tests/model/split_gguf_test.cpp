@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 class SplitGgufModel : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = test::temp_path("split_gguf_model");
+    // One folder per case and process: one case rewriting the shards another was reading failed it.
+    dir_ = test::case_temp_path("split_gguf_model");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     const ModelConfig c = random_model_config("tiny");
