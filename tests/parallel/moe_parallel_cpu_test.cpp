@@ -49,14 +49,9 @@ ModelConfig moe_config() {
   return c;
 }
 
-// Writes the model as GGUF (stacked experts), maps it and removes the file (the mapping stays valid); the process id
-// in the name because ctest -j runs this file's cases as parallel processes.
+// The model as GGUF (stacked experts), peaked logits.
 ModelFile write_and_open(const ModelConfig& c, DType wt, const std::string& tag) {
-  const std::string path = test::temp_path("moe_tp_" + tag + "_" + std::to_string(getpid()) + ".gguf");
-  write_random_model(path, c, wt, 11, 1, true, RandomInit::Peaked);
-  ModelFile f = open_model(path);
-  std::remove(path.c_str());
-  return f;
+  return test::write_and_open_random_model(c, wt, 11, RandomInit::Peaked, "moe_tp_" + tag);
 }
 
 std::string fixture(const std::string& name) { return test::source_dir() + "/tests/fixtures/models/" + name; }

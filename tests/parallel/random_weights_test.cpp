@@ -29,12 +29,8 @@ constexpr int32_t kBlocks = test::kRankBlocks;
 constexpr uint64_t kSeed = 7;
 
 ModelFile gen_file(DType wt, RandomInit init) {
-  const std::string path = test::temp_path("random_src_" + std::string(dtype_name(wt)) + "_" +
-                                           random_init_name(init) + "_" + std::to_string(getpid()) + ".gguf");
-  write_random_model(path, random_model_config("tiny"), wt, kSeed, 1, true, init);
-  ModelFile f = open_model(path);
-  std::remove(path.c_str());
-  return f;
+  return test::write_and_open_random_model(random_model_config("tiny"), wt, kSeed, init,
+                                           "random_src_" + std::string(dtype_name(wt)) + "_" + random_init_name(init));
 }
 
 ModelFile file_less(DType wt, RandomInit init) {

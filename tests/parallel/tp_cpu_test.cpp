@@ -40,15 +40,8 @@ ModelConfig tp_config() {
   return c;
 }
 
-// Writes the model, maps it and removes the file (the mapping stays valid). The process id in the name:
-// ctest -j runs the cases of this file as parallel processes, and one rewriting the file another has mapped
-// ends that one with SIGBUS.
 ModelFile open_random_model(const ModelConfig& c, DType wt, const std::string& tag) {
-  const std::string path = test::temp_path("tp_" + tag + "_" + std::to_string(getpid()) + ".gguf");
-  write_random_model(path, c, wt, 7, 1);
-  ModelFile f = open_model(path);
-  std::remove(path.c_str());
-  return f;
+  return test::write_and_open_random_model(c, wt, 7, RandomInit::Flat, "tp_" + tag);
 }
 
 constexpr int32_t kBlocks = test::kRankBlocks;  // 128 tokens of context
