@@ -95,8 +95,7 @@ struct ServingEngine::Impl {
   std::vector<SampleRow> rows;                    // loop thread only: the current step's rows to sample
   bool device_sampling = false;                   // rows without logprobs/penalties are drawn on the device
   bool async_scheduling = false;                  // device_sampling and ServingOptions::async_scheduling
-  // Speculative decoding: the requests' default (EngineOptions::spec) and whether this engine verifies at all
-  // (tensor-parallel world 1).
+  // Speculative decoding: the requests' default (EngineOptions::spec).
   SpecOptions spec_default;
   std::vector<int32_t> verify_history;  // loop thread only: a verify chunk's tokens + proposals
   // A launched step not yet postprocessed. With asynchronous scheduling one stays in flight between loop
